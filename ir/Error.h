@@ -1,0 +1,24 @@
+// kiln's error type: every failure a user can meet carries a message that
+// says what failed and what to do. Depends on nothing in kiln.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace kiln {
+
+/// Raised for invalid graphs, arguments a schema does not accept, shapes that
+/// do not broadcast, and the like. The Python bridge maps it to RuntimeError.
+class Error : public std::runtime_error {
+public:
+  explicit Error(const std::string &message) : std::runtime_error(message) {}
+};
+
+/// Raised when kiln meets something it does not support (yet). Callers fall
+/// back to eager execution; the Python bridge maps it to kiln.Unsupported.
+class Unsupported : public Error {
+public:
+  explicit Unsupported(const std::string &message) : Error(message) {}
+};
+
+} // namespace kiln

@@ -1,0 +1,133 @@
+// The graph IR: a DAG of ATen-named tensor operations with per-value tensor
+// metadata, graph inputs, tensor constants and outputs.
+// Depends on ir/Argument.h, ir/Schema.h, ir/OpRegistry.h.
+#pragma once
+
+#include "ir/Argument.h"
+#include "ir/OpRegistry.h"
+#include "ir/Schema.h"
+
+#include <memory>
+#include <unordered_set>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+class Node;
+
+/// A tensor-valued SSA value: a graph input, a constant, or one result of an
+/// operation.
+class Value {
+public:
+  Value(Node *producer, unsigned index, TensorMeta meta, std::string name)
+      : producer_(producer), index_(index), meta_(std::move(meta)),
+        name_(std::move(name)) {}
+
+  Node *producer() const { return producer_; }
+  /// Which result of its producer this is.
+  unsigned index() const { return index_; }
+  const TensorMeta &meta() const { return meta_; }
+  const std::string &name() const { return name_; }
+
+private:
+  Node *producer_;
+  unsigned index_;
+  TensorMeta meta_;
+  std::string name_;
+};
+
+/// The bytes of a tensor constant, contiguous in row-major order.
+struct ConstantData {
+  TensorMeta meta; // contiguous
+  std::vector<uint8_t> bytes;
+};
+
+class Node {
+public:
+  enum class Kind : uint8_t {
+    Input,    // a graph input
+    Constant, // a tensor baked into the graph
+    Op,       // an operation the registry knows
+    Extern,   // an operation it does not: executed by calling torch
+  };
+
+  Kind kind() const { return kind_; }
+  bool isOp() const { return kind_ == Kind::Op; }
+  bool isExtern() const { return kind_ == Kind::Extern; }
+  /// The schema of an Op or Extern node; null for inputs and constants.
+  const OpSchema *schema() const { return schema_.get(); }
+  /// The registry entry of an Op node; null otherwise.
+  const OpInfo *opInfo() const { return opInfo_; }
+  /// Normalised arguments, one per schema argument.
+  const std::vector<Argument> &arguments() const { return arguments_; }
+  const std::vector<std::unique_ptr<Value>> &results() const {
+    return results_;
+  }
+  Value *result(unsigned index = 0) const { return results_.at(index).get(); }
+  const ConstantData *constant() const { return constant_.get(); }
+  /// Where the node came from (an FX node name, a Python source line).
+  const std::string &origin() const { return origin_; }
+  void setOrigin(std::string origin) { origin_ = std::move(origin); }
+  /// The values this node reads, in argument order.
+  std::vector<Value *> operands() const;
+
+private:
+  friend class Graph;
+  Kind kind_ = Kind::Op;
+  std::shared_ptr<const OpSchema> schema_;
+  const OpInfo *opInfo_ = nullptr;
+  std::vector<Argument> arguments_;
+  std::vector<std::unique_ptr<Value>> results_;
+  std::shared_ptr<const ConstantData> constant_;
+  std::string origin_;
+};
+
+/// Nodes are kept in a valid execution order: a node is added after the
+/// nodes whose results it reads.
+class Graph {
+public:
+  Graph() = default;
+  Graph(const Graph &) = delete;
+  Graph &operator=(const Graph &) = delete;
+
+  Value *addInput(const TensorMeta &meta, std::string name = "");
+  Value *addConstant(std::shared_ptr<const ConstantData> data,
+                     std::string name = "");
+  /// Adds a registered op; arguments are normalised against its schema and
+  /// the results' metadata come from its meta function.
+  Node *addOp(std::string_view qualifiedName,
+              const std::vector<Argument> &positional,
+              const std::vector<std::pair<std::string, Argument>> &keywords = {});
+  /// Adds an op the registry does not know; the caller provides its schema
+  /// and the metadata of its results (one per tensor the op returns).
+  Node *addExtern(std::shared_ptr<const OpSchema> schema,
+                  std::vector<Argument> normalizedArguments,
+                  std::vector<TensorMeta> resultMetas);
+  /// Graph outputs: tensors, or constants (None, numbers) a function returns.
+  void setOutputs(std::vector<Argument> outputs);
+
+  const std::vector<std::unique_ptr<Node>> &nodes() const { return nodes_; }
+  const std::vector<Value *> &inputs() const { return inputs_; }
+  const std::vector<Argument> &outputs() const { return outputs_; }
+
+  /// The readable text form; stable, so tests can compare it.
+  std::string str() const;
+  /// Checks arity and argument types against schemas, metadata against meta
+  /// functions, and that every value is defined before it is used. Throws
+  /// Error describing the first problem.
+  void verify() const;
+
+private:
+  Node *appendNode(std::unique_ptr<Node> node);
+  std::string freshName(std::string hint);
+  bool ownsValue(const Value *value) const;
+
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Value *> inputs_;
+  std::vector<Argument> outputs_;
+  std::unordered_set<std::string> usedNames_;
+  unsigned nextTemporary_ = 0;
+};
+
+} // namespace kiln

@@ -1,0 +1,284 @@
+// Shared pieces of meta functions: dimension wrapping, broadcasting, type
+// promotion, and TensorIterator's output layout.
+// Depends on ir/OpRegistry.h, ir/TensorMeta.h.
+#include "ir/ops/MetaUtils.h"
+
+#include "ir/Error.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace kiln::meta {
+
+int64_t wrapDim(int64_t dim, int64_t ndim, bool wrapScalar) {
+  if (ndim <= 0) {
+    if (!wrapScalar)
+      throw Error("dimension specified as " + std::to_string(dim) +
+                  " but tensor has no dimensions");
+    ndim = 1;
+  }
+  if (dim < -ndim || dim >= ndim)
+    throw Error("Dimension out of range (expected to be in range of [" +
+                std::to_string(-ndim) + ", " + std::to_string(ndim - 1) +
+                "], but got " + std::to_string(dim) + ")");
+  return dim < 0 ? dim + ndim : dim;
+}
+
+std::vector<int64_t> wrapDims(const std::vector<int64_t> &dims, int64_t ndim) {
+  std::vector<int64_t> wrapped;
+  for (int64_t dim : dims) {
+    int64_t w = wrapDim(dim, ndim);
+    if (std::find(wrapped.begin(), wrapped.end(), w) != wrapped.end())
+      throw Error("dim " + std::to_string(w) +
+                  " appears multiple times in the list of dims");
+    wrapped.push_back(w);
+  }
+  return wrapped;
+}
+
+Shape broadcastShapes(const Shape &a, const Shape &b) {
+  size_t ndim = std::max(a.size(), b.size());
+  Shape result(ndim);
+  for (size_t i = 0; i < ndim; ++i) {
+    int64_t sa = i < ndim - a.size() ? 1 : a[i - (ndim - a.size())];
+    int64_t sb = i < ndim - b.size() ? 1 : b[i - (ndim - b.size())];
+    if (sa != sb && sa != 1 && sb != 1)
+      throw Error("The size of tensor a (" + std::to_string(sa) +
+                  ") must match the size of tensor b (" + std::to_string(sb) +
+                  ") at non-singleton dimension " + std::to_string(i) +
+                  " (shapes " + shapeToString(a) + " and " + shapeToString(b) +
+                  ")");
+    result[i] = sa == 1 ? sb : sa;
+  }
+  return result;
+}
+
+Shape broadcastShapes(const std::vector<const Shape *> &shapes) {
+  Shape result;
+  for (const Shape *shape : shapes)
+    result = broadcastShapes(result, *shape);
+  return result;
+}
+
+namespace {
+
+enum class Category { Undefined, Bool, Integral, Floating, Complex };
+
+Category categoryOf(std::optional<DType> dtype) {
+  if (!dtype)
+    return Category::Undefined;
+  if (*dtype == DType::Bool)
+    return Category::Bool;
+  if (isComplex(*dtype))
+    return Category::Complex;
+  if (isFloatingPoint(*dtype))
+    return Category::Floating;
+  return Category::Integral;
+}
+
+std::optional<DType> promoteOptional(std::optional<DType> a,
+                                     std::optional<DType> b) {
+  if (!a)
+    return b;
+  if (!b)
+    return a;
+  return promoteTypes(*a, *b);
+}
+
+// Mirrors torch's combine_categories: the higher priority result keeps its
+// type unless the lower one is of a strictly higher category.
+std::optional<DType> combineCategories(std::optional<DType> higher,
+                                       std::optional<DType> lower) {
+  Category high = categoryOf(higher), low = categoryOf(lower);
+  if (high == Category::Complex)
+    return higher;
+  if (low == Category::Complex) {
+    if (high == Category::Floating)
+      return toComplexType(*higher);
+    return lower;
+  }
+  if (high == Category::Floating)
+    return higher;
+  if (high == Category::Bool || low == Category::Floating)
+    return promoteOptional(higher, lower);
+  if (high != Category::Undefined)
+    return higher;
+  return lower;
+}
+
+// The dimensions from innermost to outermost in the memory order of the
+// operands (TensorIterator's reorder_dimensions): start from row-major order
+// and insertion-sort by the first operand whose strides decide; stride 0
+// (broadcast) never decides.
+std::vector<int64_t> memoryOrder(const Shape &shape,
+                                 const std::vector<Shape> &operandStrides) {
+  int64_t ndim = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> perm(ndim);
+  for (int64_t i = 0; i < ndim; ++i)
+    perm[i] = ndim - 1 - i;
+  auto shouldSwap = [&](int64_t dim0, int64_t dim1) {
+    for (const Shape &strides : operandStrides) {
+      int64_t stride0 = strides[dim0], stride1 = strides[dim1];
+      if (stride0 == 0 || stride1 == 0)
+        continue;
+      if (stride0 < stride1)
+        return -1;
+      if (stride0 > stride1)
+        return 1;
+      if (shape[dim0] > shape[dim1])
+        return 1;
+    }
+    return 0;
+  };
+  for (int64_t i = 1; i < ndim; ++i) {
+    int64_t dim1 = i;
+    for (int64_t dim0 = i - 1; dim0 >= 0; --dim0) {
+      int comparison = shouldSwap(perm[dim0], perm[dim1]);
+      if (comparison > 0) {
+        std::swap(perm[dim0], perm[dim1]);
+        dim1 = dim0;
+      } else if (comparison < 0) {
+        break;
+      }
+    }
+  }
+  return perm;
+}
+
+// Dense strides that visit dimensions in `perm` order, innermost first.
+Shape denseStridesInOrder(const Shape &shape, const std::vector<int64_t> &perm) {
+  Shape strides(shape.size());
+  int64_t running = 1;
+  for (int64_t dim : perm) {
+    strides[dim] = running;
+    running *= std::max<int64_t>(shape[dim], 1);
+  }
+  return strides;
+}
+
+} // namespace
+
+DType resultType(const std::vector<PromotionOperand> &operands) {
+  std::optional<DType> dimResult, zeroResult, wrappedResult;
+  for (const PromotionOperand &operand : operands) {
+    DType dtype = operand.dtype;
+    if (operand.isScalar) {
+      if (isComplex(dtype))
+        dtype = DType::Complex64;
+      else if (isFloatingPoint(dtype))
+        dtype = kDefaultFloatDType;
+      wrappedResult = promoteOptional(wrappedResult, dtype);
+    } else if (operand.dim > 0) {
+      dimResult = promoteOptional(dimResult, dtype);
+    } else {
+      zeroResult = promoteOptional(zeroResult, dtype);
+    }
+  }
+  std::optional<DType> result =
+      combineCategories(dimResult, combineCategories(zeroResult, wrappedResult));
+  if (!result)
+    throw Error("type promotion needs at least one operand");
+  return *result;
+}
+
+DType scalarDType(const Argument &scalar) {
+  switch (scalar.kind()) {
+  case Argument::Kind::Bool:
+    return DType::Bool;
+  case Argument::Kind::Int:
+    return DType::Int64;
+  case Argument::Kind::Double:
+    return DType::Float64;
+  default:
+    throw Error("expected a Python number, got " +
+                std::string(argumentKindName(scalar.kind())));
+  }
+}
+
+PromotionOperand operandOf(const TensorMeta &tensor) {
+  return {tensor.dtype, tensor.dim(), false};
+}
+
+PromotionOperand operandOf(const Argument &scalar) {
+  return {scalarDType(scalar), 0, true};
+}
+
+Device commonDevice(const std::vector<const TensorMeta *> &inputs) {
+  std::optional<Device> device;
+  std::optional<Device> scalarDevice;
+  for (const TensorMeta *input : inputs) {
+    if (!input)
+      continue;
+    if (input->dim() == 0 && input->device.type == DeviceType::CPU) {
+      scalarDevice = input->device;
+      continue;
+    }
+    if (device && *device != input->device)
+      throw Error("Expected all tensors to be on the same device, but found "
+                  "at least two devices, " +
+                  device->str() + " and " + input->device.str());
+    device = input->device;
+  }
+  if (device)
+    return *device;
+  return scalarDevice.value_or(Device());
+}
+
+TensorMeta elementwiseResult(const std::vector<const TensorMeta *> &inputs,
+                             DType resultDType) {
+  if (inputs.empty())
+    throw Error("an elementwise op needs at least one tensor operand");
+  std::vector<const Shape *> shapes;
+  for (const TensorMeta *input : inputs)
+    shapes.push_back(&input->sizes);
+  Shape shape = broadcastShapes(shapes);
+  Device device = commonDevice(inputs);
+  int64_t ndim = static_cast<int64_t>(shape.size());
+  if (ndim <= 1)
+    return contiguousLike(resultDType, shape, device);
+
+  // Each operand's strides over the broadcast shape, in elements of a common
+  // width (torch compares bytes; the order is the same within one operand).
+  // Broadcast dimensions get stride 0, which never decides the order.
+  std::vector<Shape> strides;
+  for (const TensorMeta *input : inputs) {
+    Shape operandStrides(ndim, 0);
+    int64_t offset = ndim - input->dim();
+    for (int64_t i = 0; i < input->dim(); ++i) {
+      bool broadcast = input->sizes[i] == 1 && shape[offset + i] != 1;
+      operandStrides[offset + i] =
+          broadcast ? 0 : input->strides[i] * itemSize(input->dtype);
+    }
+    strides.push_back(std::move(operandStrides));
+  }
+
+  std::vector<int64_t> perm = memoryOrder(shape, strides);
+  Shape resultStrides = denseStridesInOrder(shape, perm);
+  // An identity permutation gives plain row-major strides (torch allocates
+  // those without strides, which treats size-0 dimensions the same way).
+  bool rowMajor = true;
+  for (int64_t i = 0; i < ndim; ++i)
+    rowMajor &= perm[i] == ndim - 1 - i;
+  if (rowMajor)
+    return contiguousLike(resultDType, shape, device);
+  return TensorMeta(resultDType, shape, resultStrides, 0, device);
+}
+
+TensorMeta contiguousLike(DType dtype, Shape sizes, Device device) {
+  return TensorMeta(dtype, std::move(sizes), device);
+}
+
+Shape preservedStrides(const TensorMeta &tensor) {
+  if (tensor.isNonOverlappingAndDense())
+    return tensor.strides;
+  // Dense strides in the tensor's own memory order (torch's
+  // infer_dense_strides).
+  std::vector<int64_t> perm = memoryOrder(tensor.sizes, {tensor.strides});
+  return denseStridesInOrder(tensor.sizes, perm);
+}
+
+void fail(const MetaArgs &args, const std::string &message) {
+  throw Error(args.schema().qualifiedName() + ": " + message);
+}
+
+} // namespace kiln::meta

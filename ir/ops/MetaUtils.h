@@ -1,0 +1,61 @@
+// Shared pieces of meta functions: dimension wrapping, broadcasting, type
+// promotion with PyTorch's categories, and TensorIterator's output layout.
+// Depends on ir/OpRegistry.h, ir/TensorMeta.h.
+#pragma once
+
+#include "ir/OpRegistry.h"
+#include "ir/TensorMeta.h"
+
+#include <optional>
+#include <vector>
+
+namespace kiln::meta {
+
+/// Wraps a possibly negative dimension into [0, ndim); a 0-d tensor accepts
+/// dims 0 and -1 (as torch's `wrap_scalar` does). Throws on out of range.
+int64_t wrapDim(int64_t dim, int64_t ndim, bool wrapScalar = true);
+/// Wraps a list of dims; throws on repeats.
+std::vector<int64_t> wrapDims(const std::vector<int64_t> &dims, int64_t ndim);
+
+/// Numpy-style broadcasting; throws naming both shapes when they do not.
+Shape broadcastShapes(const Shape &a, const Shape &b);
+Shape broadcastShapes(const std::vector<const Shape *> &shapes);
+
+/// One operand of a type-promoting op: a tensor, or a Python scalar (which
+/// participates in promotion only by its category).
+struct PromotionOperand {
+  DType dtype;
+  int64_t dim;       // ignored for scalars
+  bool isScalar;     // a Python number, not a tensor
+};
+
+/// `torch.result_type` over tensors and Python scalars: dimensioned tensors
+/// win over 0-d tensors, which win over scalars, unless a lower priority
+/// operand is of a higher category (bool < integer < floating < complex).
+DType resultType(const std::vector<PromotionOperand> &operands);
+/// The dtype a Python scalar argument has: Bool, Int64 or Float64.
+DType scalarDType(const Argument &scalar);
+PromotionOperand operandOf(const TensorMeta &tensor);
+PromotionOperand operandOf(const Argument &scalar);
+
+/// The result of an elementwise op over `inputs` (TensorIterator's rules):
+/// the broadcast shape, laid out in the memory order of the inputs, so a
+/// transposed input gives a transposed result. Empty `inputs` is an error.
+TensorMeta elementwiseResult(const std::vector<const TensorMeta *> &inputs,
+                             DType resultDType);
+
+/// The device of the result of an op over these tensors: 0-d CPU tensors may
+/// mix with tensors of another device; other mixes are an error.
+Device commonDevice(const std::vector<const TensorMeta *> &inputs);
+
+/// A contiguous tensor of the given shape.
+TensorMeta contiguousLike(DType dtype, Shape sizes, Device device);
+
+/// The layout `empty_like(t)` (memory_format=preserve) gives: t's strides if
+/// t is non-overlapping and dense, else strides in t's memory order.
+Shape preservedStrides(const TensorMeta &tensor);
+
+/// Throws Error with "<op>: <message>" from inside a meta function.
+[[noreturn]] void fail(const MetaArgs &args, const std::string &message);
+
+} // namespace kiln::meta

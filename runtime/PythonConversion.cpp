@@ -1,0 +1,209 @@
+// Conversions between Python objects and kiln's TensorMeta and Argument.
+// Depends on ir/ and pybind11; torch only through its Python API.
+#include "runtime/PythonConversion.h"
+
+#include "ir/Error.h"
+
+#include <pybind11/stl.h>
+
+namespace kiln::python {
+
+const TorchHandles &TorchHandles::get() {
+  // Leaked on purpose: Python objects must not be released after the
+  // interpreter has finalised.
+  static TorchHandles *handles = [] {
+    auto *h = new TorchHandles();
+    h->torch = py::module_::import("torch");
+    h->tensorType = h->torch.attr("Tensor");
+    h->dtypeType = h->torch.attr("dtype");
+    h->deviceType = h->torch.attr("device");
+    h->layoutType = h->torch.attr("layout");
+    h->memoryFormatType = h->torch.attr("memory_format");
+    for (int i = 0; i < kNumDTypes; ++i)
+      h->dtypes[i] = h->torch.attr(
+          std::string(dtypeName(static_cast<DType>(i))).c_str());
+    h->opsAten = h->torch.attr("ops").attr("aten");
+    return h;
+  }();
+  return *handles;
+}
+
+bool isTensor(py::handle object) {
+  return py::isinstance(object, TorchHandles::get().tensorType);
+}
+
+DType dtypeFromTorch(py::handle dtype) {
+  const TorchHandles &torch = TorchHandles::get();
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (dtype.is(torch.dtypes[i]))
+      return static_cast<DType>(i);
+  throw Unsupported("unsupported dtype " + py::str(dtype).cast<std::string>() +
+                    ": kiln supports bool, integer, floating and complex types");
+}
+
+py::object dtypeToTorch(DType dtype) {
+  return TorchHandles::get().dtypes[static_cast<int>(dtype)];
+}
+
+Device deviceFromTorch(py::handle device) {
+  return Device::parse(py::str(device).cast<std::string>());
+}
+
+py::object deviceToTorch(const Device &device) {
+  return TorchHandles::get().deviceType(device.str());
+}
+
+MemoryFormat memoryFormatFromTorch(py::handle format) {
+  const TorchHandles &torch = TorchHandles::get();
+  static constexpr MemoryFormat kFormats[] = {
+      MemoryFormat::Contiguous, MemoryFormat::Preserve,
+      MemoryFormat::ChannelsLast, MemoryFormat::ChannelsLast3d};
+  for (MemoryFormat candidate : kFormats)
+    if (format.is(torch.torch.attr(std::string(memoryFormatName(candidate)).c_str())))
+      return candidate;
+  throw Unsupported("unsupported memory format " +
+                    py::str(format).cast<std::string>());
+}
+
+py::object memoryFormatToTorch(MemoryFormat format) {
+  return TorchHandles::get().torch.attr(
+      std::string(memoryFormatName(format)).c_str());
+}
+
+namespace {
+
+int64_t toInt64(py::handle object, const char *what) {
+  if (!PyLong_Check(object.ptr()))
+    throw Unsupported(std::string("symbolic or non-integer ") + what + " (" +
+                      py::repr(object).cast<std::string>() +
+                      "): kiln needs static shapes here");
+  return object.cast<int64_t>();
+}
+
+} // namespace
+
+TensorMeta tensorMetaOf(py::handle tensor) {
+  py::object layout = tensor.attr("layout");
+  if (!layout.is(TorchHandles::get().torch.attr("strided")))
+    throw Unsupported("only strided (dense) tensors are supported, got layout " +
+                      py::str(layout).cast<std::string>());
+  TensorMeta meta;
+  meta.dtype = dtypeFromTorch(tensor.attr("dtype"));
+  meta.device = deviceFromTorch(tensor.attr("device"));
+  for (py::handle size : tensor.attr("shape"))
+    meta.sizes.push_back(toInt64(size, "size"));
+  for (py::handle stride : tensor.attr("stride")())
+    meta.strides.push_back(toInt64(stride, "stride"));
+  meta.storageOffset = toInt64(tensor.attr("storage_offset")(), "storage offset");
+  return meta;
+}
+
+Argument argumentFromPython(py::handle object,
+                            const std::function<Value *(py::handle)> &tensorValue) {
+  if (object.is_none())
+    return Argument::none();
+  if (PyBool_Check(object.ptr()))
+    return object.cast<bool>();
+  if (PyLong_Check(object.ptr()))
+    return object.cast<int64_t>();
+  if (PyFloat_Check(object.ptr()))
+    return object.cast<double>();
+  if (PyUnicode_Check(object.ptr()))
+    return object.cast<std::string>();
+  const TorchHandles &torch = TorchHandles::get();
+  if (isTensor(object))
+    return tensorValue(object);
+  if (py::isinstance(object, torch.dtypeType))
+    return dtypeFromTorch(object);
+  if (py::isinstance(object, torch.deviceType))
+    return deviceFromTorch(object);
+  if (py::isinstance(object, torch.memoryFormatType))
+    return memoryFormatFromTorch(object);
+  if (py::isinstance(object, torch.layoutType)) {
+    if (object.is(torch.torch.attr("strided")))
+      return Layout::Strided;
+    throw Unsupported("only the strided layout is supported");
+  }
+  if (PyList_Check(object.ptr()) || PyTuple_Check(object.ptr())) {
+    py::sequence items = py::reinterpret_borrow<py::sequence>(object);
+    bool anyTensor = false, allBool = items.size() > 0, anyFloat = false;
+    for (py::handle item : items) {
+      anyTensor |= isTensor(item) || item.is_none();
+      allBool &= PyBool_Check(item.ptr());
+      anyFloat |= PyFloat_Check(item.ptr());
+    }
+    if (anyTensor) {
+      std::vector<Value *> values;
+      for (py::handle item : items) {
+        if (item.is_none())
+          values.push_back(nullptr);
+        else if (isTensor(item))
+          values.push_back(tensorValue(item));
+        else
+          throw Unsupported("a list mixing tensors and other objects");
+      }
+      return values;
+    }
+    if (allBool) {
+      std::vector<bool> values;
+      for (py::handle item : items)
+        values.push_back(item.cast<bool>());
+      return values;
+    }
+    if (anyFloat) {
+      std::vector<double> values;
+      for (py::handle item : items)
+        values.push_back(item.cast<double>());
+      return values;
+    }
+    std::vector<int64_t> values;
+    for (py::handle item : items)
+      values.push_back(toInt64(item, "list element"));
+    return values;
+  }
+  throw Unsupported("cannot represent the argument " +
+                    py::repr(object).cast<std::string>() + " of type " +
+                    py::str(py::type::of(object)).cast<std::string>());
+}
+
+py::object argumentToPython(const Argument &argument,
+                            const std::function<py::object(Value *)> &tensorObject) {
+  using Kind = Argument::Kind;
+  switch (argument.kind()) {
+  case Kind::None:
+    return py::none();
+  case Kind::Bool:
+    return py::bool_(argument.toBool());
+  case Kind::Int:
+    return py::int_(argument.toInt());
+  case Kind::Double:
+    return py::float_(argument.toDouble());
+  case Kind::String:
+    return py::str(argument.toString());
+  case Kind::IntList:
+    return py::cast(argument.toIntList());
+  case Kind::DoubleList:
+    return py::cast(argument.toDoubleList());
+  case Kind::BoolList:
+    return py::cast(argument.toBoolList());
+  case Kind::DType:
+    return dtypeToTorch(argument.toDType());
+  case Kind::Device:
+    return deviceToTorch(argument.toDevice());
+  case Kind::Layout:
+    return TorchHandles::get().torch.attr("strided");
+  case Kind::MemoryFormat:
+    return memoryFormatToTorch(argument.toMemoryFormat());
+  case Kind::Tensor:
+    return tensorObject(argument.toTensor());
+  case Kind::TensorList: {
+    py::list items;
+    for (Value *value : argument.toTensorList())
+      items.append(value ? tensorObject(value) : py::none());
+    return std::move(items);
+  }
+  }
+  throw Error("unknown argument kind");
+}
+
+} // namespace kiln::python

@@ -1,0 +1,53 @@
+// Conversions between Python objects (torch tensors, dtypes, devices,
+// numbers, lists) and kiln's TensorMeta and Argument, without linking
+// libtorch: torch is only reached through its Python API.
+// Depends on ir/ and pybind11.
+#pragma once
+
+#include "ir/Argument.h"
+#include "ir/TensorMeta.h"
+
+#include <functional>
+#include <pybind11/pybind11.h>
+
+namespace kiln::python {
+
+namespace py = pybind11;
+
+/// Cached handles to torch's Python objects; imports torch on first use.
+struct TorchHandles {
+  py::object torch;
+  py::object tensorType;
+  py::object dtypeType;
+  py::object deviceType;
+  py::object layoutType;
+  py::object memoryFormatType;
+  py::object dtypes[kNumDTypes]; // torch.float32, ... by kiln::DType
+  py::object opsAten;            // torch.ops.aten
+
+  static const TorchHandles &get();
+};
+
+bool isTensor(py::handle object);
+DType dtypeFromTorch(py::handle dtype);
+py::object dtypeToTorch(DType dtype);
+Device deviceFromTorch(py::handle device);
+py::object deviceToTorch(const Device &device);
+MemoryFormat memoryFormatFromTorch(py::handle format);
+py::object memoryFormatToTorch(MemoryFormat format);
+
+/// A tensor's dtype, device, sizes, strides and storage offset.
+TensorMeta tensorMetaOf(py::handle tensor);
+
+/// Converts a Python argument of an ATen call. `tensorValue` maps each tensor
+/// to its graph value. Throws kiln::Unsupported for objects kiln cannot
+/// represent (symbolic sizes, complex numbers, generators, ...).
+Argument argumentFromPython(py::handle object,
+                            const std::function<Value *(py::handle)> &tensorValue);
+
+/// Converts a non-tensor argument back to Python (for calling torch).
+/// Tensor arguments are the caller's business: `tensorObject` maps values.
+py::object argumentToPython(const Argument &argument,
+                            const std::function<py::object(Value *)> &tensorObject);
+
+} // namespace kiln::python

@@ -1,0 +1,97 @@
+// The extension module kiln._C: the Python face of the core (op registry,
+// graphs, meta inference) and of the runtime. Depends on ir/, runtime/,
+// frontend/ and pybind11.
+#include "ir/Error.h"
+#include "ir/Graph.h"
+#include "ir/OpRegistry.h"
+#include "runtime/PythonConversion.h"
+
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+using namespace kiln;
+using namespace kiln::python;
+
+namespace kiln::python {
+void defineGraphBindings(py::module_ &module);
+}
+
+namespace {
+
+py::tuple metaToPython(const TensorMeta &meta) {
+  return py::make_tuple(dtypeToTorch(meta.dtype), py::cast(meta.sizes),
+                        py::cast(meta.strides), meta.storageOffset,
+                        meta.device.str());
+}
+
+// Runs kiln's meta function for `name` on Python arguments (tensors of any
+// device, real or meta) and returns (dtype, sizes, strides, offset, device)
+// per result. Used to test meta functions against torch.
+py::list inferMetaFromPython(const std::string &name, py::args args,
+                             py::kwargs kwargs) {
+  const OpInfo *op = OpRegistry::global().find(name);
+  if (!op)
+    throw py::key_error("kiln has no op '" + name + "'");
+  Graph graph;
+  auto tensorValue = [&](py::handle tensor) {
+    return graph.addInput(tensorMetaOf(tensor));
+  };
+  std::vector<Argument> positional;
+  for (py::handle arg : args)
+    positional.push_back(argumentFromPython(arg, tensorValue));
+  std::vector<std::pair<std::string, Argument>> keywords;
+  for (auto item : kwargs)
+    keywords.emplace_back(item.first.cast<std::string>(),
+                          argumentFromPython(item.second, tensorValue));
+  std::vector<Argument> normalized = op->schema->normalize(positional, keywords);
+  py::list results;
+  for (const TensorMeta &meta : inferMeta(*op, normalized))
+    results.append(metaToPython(meta));
+  return results;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_C, module) {
+  module.doc() = "kiln's native core";
+
+  static py::exception<Unsupported> unsupported(module, "Unsupported",
+                                                PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    try {
+      if (pointer)
+        std::rethrow_exception(pointer);
+    } catch (const Unsupported &error) {
+      py::set_error(unsupported, error.what());
+    } catch (const Error &error) {
+      py::set_error(PyExc_RuntimeError, error.what());
+    }
+  });
+
+  module.def(
+      "op_names",
+      [] {
+        std::vector<std::string> names;
+        for (const OpInfo *op : OpRegistry::global().all())
+          names.push_back(op->schema->qualifiedName());
+        std::sort(names.begin(), names.end());
+        return names;
+      },
+      "The qualified names of every op in kiln's registry.");
+  module.def(
+      "op_schema",
+      [](const std::string &name) -> py::object {
+        const OpInfo *op = OpRegistry::global().find(name);
+        if (!op)
+          return py::none();
+        return py::str(op->schema->str());
+      },
+      "The schema text of a registered op, or None.");
+  module.def(
+      "parse_schema",
+      [](const std::string &text) { return parseSchema(text).str(); },
+      "Parses a schema and prints it back (for tests).");
+  module.def("infer_meta", &inferMetaFromPython,
+             "Runs kiln's meta function of an op on Python arguments.");
+  defineGraphBindings(module);
+}
