@@ -127,6 +127,28 @@ void Graph::setOutputs(std::vector<Argument> outputs) {
   outputs_ = std::move(outputs);
 }
 
+void Graph::eraseNodes(const std::function<bool(const Node &)> &shouldErase) {
+  std::unordered_set<const Value *> erased;
+  std::vector<std::unique_ptr<Node>> kept;
+  for (auto &node : nodes_) {
+    if (node->kind() != Node::Kind::Input && shouldErase(*node)) {
+      for (const auto &result : node->results())
+        erased.insert(result.get());
+      continue;
+    }
+    for (Value *operand : node->operands())
+      if (erased.count(operand))
+        throw Error("cannot erase the producer of %" + operand->name() +
+                    ": a kept node reads it");
+    kept.push_back(std::move(node));
+  }
+  for (const Argument &output : outputs_)
+    if (output.isTensor() && erased.count(output.toTensor()))
+      throw Error("cannot erase the producer of graph output %" +
+                  output.toTensor()->name());
+  nodes_ = std::move(kept);
+}
+
 std::string Graph::str() const {
   std::string text = "graph(";
   for (size_t i = 0; i < inputs_.size(); ++i) {

@@ -7,6 +7,7 @@
 #include "ir/OpRegistry.h"
 #include "ir/Schema.h"
 
+#include <functional>
 #include <memory>
 #include <unordered_set>
 #include <string>
@@ -110,6 +111,10 @@ public:
   const std::vector<std::unique_ptr<Node>> &nodes() const { return nodes_; }
   const std::vector<Value *> &inputs() const { return inputs_; }
   const std::vector<Argument> &outputs() const { return outputs_; }
+
+  /// Removes the op, extern and constant nodes for which `shouldErase` is
+  /// true. Throws Error if a kept node or an output reads a removed value.
+  void eraseNodes(const std::function<bool(const Node &)> &shouldErase);
 
   /// The readable text form; stable, so tests can compare it.
   std::string str() const;
