@@ -6,6 +6,8 @@
 
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 namespace kiln::python {
 
 const TorchHandles &TorchHandles::get() {
@@ -98,8 +100,36 @@ TensorMeta tensorMetaOf(py::handle tensor) {
   return meta;
 }
 
-Argument argumentFromPython(py::handle object,
-                            const std::function<Value *(py::handle)> &tensorValue) {
+std::shared_ptr<ConstantData> constantDataOf(py::handle tensor) {
+  TensorMeta meta = tensorMetaOf(tensor);
+  if (meta.device.type == DeviceType::Meta)
+    throw Unsupported("a tensor on the meta device has no data to copy");
+  static py::object fakeTensorType =
+      py::module_::import("torch._subclasses.fake_tensor").attr("FakeTensor");
+  if (py::isinstance(tensor, fakeTensorType))
+    throw Unsupported("a fake tensor has no data to copy");
+  py::object host = tensor.attr("detach")()
+                        .attr("resolve_conj")()
+                        .attr("resolve_neg")()
+                        .attr("cpu")()
+                        .attr("contiguous")();
+  auto data = std::make_shared<ConstantData>();
+  data->meta = TensorMeta(meta.dtype, meta.sizes, meta.device);
+  data->bytes.resize(static_cast<size_t>(meta.numel() * itemSize(meta.dtype)));
+  if (!data->bytes.empty()) {
+    auto address = host.attr("data_ptr")().cast<uintptr_t>();
+    std::memcpy(data->bytes.data(), reinterpret_cast<const void *>(address),
+                data->bytes.size());
+  }
+  return data;
+}
+
+Argument argumentFromPython(
+    py::handle object, const std::function<Value *(py::handle)> &tensorValue,
+    const std::function<Value *(py::handle)> &valueOf) {
+  if (valueOf)
+    if (Value *value = valueOf(object))
+      return value;
   if (object.is_none())
     return Argument::none();
   if (PyBool_Check(object.ptr()))
@@ -126,16 +156,22 @@ Argument argumentFromPython(py::handle object,
   }
   if (PyList_Check(object.ptr()) || PyTuple_Check(object.ptr())) {
     py::sequence items = py::reinterpret_borrow<py::sequence>(object);
+    std::vector<Value *> graphValues;
     bool anyTensor = false, allBool = items.size() > 0, anyFloat = false;
     for (py::handle item : items) {
-      anyTensor |= isTensor(item) || item.is_none();
+      Value *value = valueOf ? valueOf(item) : nullptr;
+      graphValues.push_back(value);
+      anyTensor |= value || isTensor(item) || item.is_none();
       allBool &= PyBool_Check(item.ptr());
       anyFloat |= PyFloat_Check(item.ptr());
     }
     if (anyTensor) {
       std::vector<Value *> values;
+      size_t index = 0;
       for (py::handle item : items) {
-        if (item.is_none())
+        if (Value *value = graphValues[index++])
+          values.push_back(value);
+        else if (item.is_none())
           values.push_back(nullptr);
         else if (isTensor(item))
           values.push_back(tensorValue(item));
@@ -164,6 +200,29 @@ Argument argumentFromPython(py::handle object,
   throw Unsupported("cannot represent the argument " +
                     py::repr(object).cast<std::string>() + " of type " +
                     py::str(py::type::of(object)).cast<std::string>());
+}
+
+OutputForm outputFormFromName(const std::string &name) {
+  if (name == "tuple")
+    return OutputForm::Tuple;
+  if (name == "list")
+    return OutputForm::List;
+  if (name == "single")
+    return OutputForm::Single;
+  throw Error("unknown output form '" + name +
+              "': expected 'tuple', 'list' or 'single'");
+}
+
+std::string_view outputFormName(OutputForm form) {
+  switch (form) {
+  case OutputForm::Tuple:
+    return "tuple";
+  case OutputForm::List:
+    return "list";
+  case OutputForm::Single:
+    return "single";
+  }
+  return "?";
 }
 
 py::object argumentToPython(const Argument &argument,

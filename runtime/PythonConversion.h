@@ -5,9 +5,11 @@
 #pragma once
 
 #include "ir/Argument.h"
+#include "ir/Graph.h"
 #include "ir/TensorMeta.h"
 
 #include <functional>
+#include <memory>
 #include <pybind11/pybind11.h>
 
 namespace kiln::python {
@@ -39,11 +41,28 @@ py::object memoryFormatToTorch(MemoryFormat format);
 /// A tensor's dtype, device, sizes, strides and storage offset.
 TensorMeta tensorMetaOf(py::handle tensor);
 
+/// A copy of a tensor's data as a graph constant: contiguous, on the host,
+/// its metadata keeping the tensor's device. Throws Unsupported for tensors
+/// without data (meta, fake).
+std::shared_ptr<ConstantData> constantDataOf(py::handle tensor);
+
 /// Converts a Python argument of an ATen call. `tensorValue` maps each tensor
-/// to its graph value. Throws kiln::Unsupported for objects kiln cannot
-/// represent (symbolic sizes, complex numbers, generators, ...).
-Argument argumentFromPython(py::handle object,
-                            const std::function<Value *(py::handle)> &tensorValue);
+/// to its graph value. `valueOf`, where given, is asked first about every
+/// object (also inside lists): it returns the graph value an object stands
+/// for (an FX node, a Python handle of a kiln value) or null for ordinary
+/// objects. Throws kiln::Unsupported for objects kiln cannot represent
+/// (symbolic sizes, complex numbers, generators, ...).
+Argument argumentFromPython(
+    py::handle object, const std::function<Value *(py::handle)> &tensorValue,
+    const std::function<Value *(py::handle)> &valueOf = {});
+
+/// How a compiled function hands back a graph's outputs: as a tuple, as a
+/// list, or (for a graph with one output) the output itself.
+enum class OutputForm : uint8_t { Tuple, List, Single };
+
+/// "tuple", "list", "single"; throws Error for other names.
+OutputForm outputFormFromName(const std::string &name);
+std::string_view outputFormName(OutputForm form);
 
 /// Converts a non-tensor argument back to Python (for calling torch).
 /// Tensor arguments are the caller's business: `tensorObject` maps values.

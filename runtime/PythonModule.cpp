@@ -3,6 +3,7 @@
 // frontend/ and pybind11.
 #include "ir/Error.h"
 #include "ir/Graph.h"
+#include "frontend/FxImporter.h"
 #include "ir/OpRegistry.h"
 #include "runtime/PythonConversion.h"
 
@@ -94,4 +95,5 @@ PYBIND11_MODULE(_C, module) {
   module.def("infer_meta", &inferMetaFromPython,
              "Runs kiln's meta function of an op on Python arguments.");
   defineGraphBindings(module);
+  defineFxImporterBindings(module);
 }

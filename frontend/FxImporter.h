@@ -1,0 +1,38 @@
+// The FX importer: turns a torch.fx.GraphModule of ATen operators (what
+// aot_autograd's compilers and make_fx receive) into a kiln graph, walking
+// the FX nodes from C++. Depends on ir/, runtime/PythonConversion.h and
+// pybind11.
+#pragma once
+
+#include "ir/Graph.h"
+#include "runtime/PythonConversion.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::python {
+
+struct FxImport {
+  std::shared_ptr<Graph> graph;
+  /// How the GraphModule returns its outputs (a tuple, a list, one value).
+  OutputForm outputForm = OutputForm::Tuple;
+  /// Decisions a reader may want to see in the logs: registered ops kept as
+  /// extern nodes because kiln's meta function disagreed with FX's metadata.
+  std::vector<std::string> notes;
+};
+
+/// Imports `graphModule`. Placeholders take their metadata from
+/// `node.meta["val"]`, else from `exampleInputs` (a sequence, or None).
+/// Registered ops become Op nodes, other ATen operators Extern nodes with
+/// torch's schema and FX's result metadata; `operator.getitem` selects a
+/// result; `get_attr` tensors become constants. Throws kiln::Unsupported,
+/// naming the FX node, for what a kiln graph cannot hold: symbolic sizes,
+/// non-tensor results, targets that are not ATen operators, call_module and
+/// call_method.
+FxImport importFxGraph(py::handle graphModule, py::handle exampleInputs);
+
+/// `kiln._C.import_fx` and the `FxImport` result type.
+void defineFxImporterBindings(py::module_ &module);
+
+} // namespace kiln::python
