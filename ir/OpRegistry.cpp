@@ -73,6 +73,7 @@ const OpRegistry &OpRegistry::global() {
     registerViewOps(*result);
     registerTensorOps(*result);
     registerLinearAlgebraOps(*result);
+    registerKilnOps(*result);
     return result;
   }();
   return *registry;

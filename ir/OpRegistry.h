@@ -96,5 +96,6 @@ void registerNormalizationOps(OpRegistry &registry);
 void registerViewOps(OpRegistry &registry);
 void registerTensorOps(OpRegistry &registry);
 void registerLinearAlgebraOps(OpRegistry &registry);
+void registerKilnOps(OpRegistry &registry);
 
 } // namespace kiln

@@ -25,7 +25,10 @@ int eliminateDeadCode(Graph &graph) {
   // of a node before the node itself.
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     const Node &node = **it;
-    bool sideEffect = node.schema() && node.schema()->isMutable();
+    // Writes to an argument, and ops that return nothing (grad mode
+    // changes), exist for their effect.
+    bool sideEffect = node.schema() && (node.schema()->isMutable() ||
+                                        node.schema()->returns.empty());
     if (sideEffect)
       markLive(&node);
     if (!live.count(&node))

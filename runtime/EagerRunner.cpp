@@ -21,6 +21,9 @@ py::object resolveTorchOperator(const std::string &qualifiedName) {
   std::string name = rest.substr(0, dot);
   std::string overload =
       dot == std::string::npos ? "default" : rest.substr(dot + 1);
+  // kiln's own ops (grad mode switches) are Python functions in kiln._ops.
+  if (space == "kiln")
+    return py::module_::import("kiln._ops").attr(name.c_str());
   try {
     py::object op = TorchHandles::get()
                         .torch.attr("ops")

@@ -6,6 +6,9 @@
 #include "frontend/FxImporter.h"
 #include "ir/OpRegistry.h"
 #include "runtime/PythonConversion.h"
+#include "frontend/CompiledFunction.h"
+#include "frontend/EvalFrameHook.h"
+#include "runtime/Logging.h"
 
 #include <pybind11/stl.h>
 
@@ -96,4 +99,17 @@ PYBIND11_MODULE(_C, module) {
              "Runs kiln's meta function of an op on Python arguments.");
   defineGraphBindings(module);
   defineFxImporterBindings(module);
+  frontend::defineCompiledFunction(module);
+  module.def(
+      "code_cache_info",
+      [](py::handle code) {
+        PyObject *info = frontend::codeCacheInfo(code.ptr());
+        if (!info)
+          throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(info);
+      },
+      "The frame hook's cache on a code object (entries, hits, graphs), or "
+      "None.");
+  module.def("reload_logging", &reloadLogSettings,
+             "Re-reads KILN_LOGS and KILN_DUMP_DIR from the environment.");
 }

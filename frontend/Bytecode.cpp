@@ -1,0 +1,102 @@
+// Decodes code objects through the interpreter's `dis` module.
+// Depends on pybind11 and CPython.
+#include "frontend/Bytecode.h"
+
+#include "ir/Error.h"
+
+#include <string_view>
+#include <unordered_map>
+
+namespace kiln::frontend {
+namespace {
+
+Opcode opcodeFromName(const std::string &name) {
+  static const std::unordered_map<std::string_view, Opcode> table = [] {
+    std::unordered_map<std::string_view, Opcode> result;
+#define KILN_OPCODE_NAME(name) result[#name] = Opcode::name;
+    KILN_OPCODES(KILN_OPCODE_NAME)
+#undef KILN_OPCODE_NAME
+    return result;
+  }();
+  auto it = table.find(name);
+  return it == table.end() ? Opcode::Unknown : it->second;
+}
+
+bool isJump(Opcode opcode) {
+  switch (opcode) {
+  case Opcode::FOR_ITER:
+  case Opcode::JUMP_FORWARD:
+  case Opcode::JUMP_BACKWARD:
+  case Opcode::JUMP_BACKWARD_NO_INTERRUPT:
+  case Opcode::JUMP:
+  case Opcode::POP_JUMP_IF_FALSE:
+  case Opcode::POP_JUMP_IF_TRUE:
+  case Opcode::POP_JUMP_IF_NONE:
+  case Opcode::POP_JUMP_IF_NOT_NONE:
+  case Opcode::POP_JUMP_FORWARD_IF_FALSE:
+  case Opcode::POP_JUMP_FORWARD_IF_TRUE:
+  case Opcode::POP_JUMP_FORWARD_IF_NONE:
+  case Opcode::POP_JUMP_FORWARD_IF_NOT_NONE:
+  case Opcode::POP_JUMP_BACKWARD_IF_FALSE:
+  case Opcode::POP_JUMP_BACKWARD_IF_TRUE:
+  case Opcode::POP_JUMP_BACKWARD_IF_NONE:
+  case Opcode::POP_JUMP_BACKWARD_IF_NOT_NONE:
+  case Opcode::JUMP_IF_FALSE_OR_POP:
+  case Opcode::JUMP_IF_TRUE_OR_POP:
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+std::shared_ptr<const Bytecode> Bytecode::decode(py::handle code) {
+  constexpr int kGeneratorFlags = 0x20 | 0x80 | 0x100 | 0x200; // CO_GENERATOR,
+  // CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
+  int flags = code.attr("co_flags").cast<int>();
+  auto bytecode = std::make_shared<Bytecode>();
+  bytecode->filename = code.attr("co_filename").cast<std::string>();
+  bytecode->name = code.attr("co_name").cast<std::string>();
+  bytecode->firstLine = code.attr("co_firstlineno").cast<int>();
+  if (flags & kGeneratorFlags)
+    throw Unsupported("generators and coroutines run in CPython (" +
+                      bytecode->name + " at " + bytecode->filename + ":" +
+                      std::to_string(bytecode->firstLine) + ")");
+  py::module_ sys = py::module_::import("sys");
+  bytecode->pythonMinor = sys.attr("version_info").attr("minor").cast<int>();
+
+  py::module_ dis = py::module_::import("dis");
+  std::unordered_map<int, int> indexOfOffset;
+  int line = bytecode->firstLine;
+  for (py::handle item : dis.attr("get_instructions")(code)) {
+    Instruction instruction;
+    instruction.opname = item.attr("opname").cast<std::string>();
+    instruction.opcode = opcodeFromName(instruction.opname);
+    py::object arg = item.attr("arg");
+    instruction.arg = arg.is_none() ? 0 : arg.cast<int>();
+    instruction.argval = item.attr("argval");
+    // 3.11's dis leaves KW_NAMES unresolved: its argument indexes co_consts.
+    if (instruction.opcode == Opcode::KW_NAMES)
+      instruction.argval = code.attr("co_consts")[py::int_(instruction.arg)];
+    instruction.offset = item.attr("offset").cast<int>();
+    py::object startsLine = item.attr("starts_line");
+    if (!startsLine.is_none())
+      line = startsLine.cast<int>();
+    instruction.line = line;
+    indexOfOffset[instruction.offset] =
+        static_cast<int>(bytecode->instructions.size());
+    bytecode->instructions.push_back(std::move(instruction));
+  }
+  for (Instruction &instruction : bytecode->instructions) {
+    if (!isJump(instruction.opcode))
+      continue;
+    auto it = indexOfOffset.find(instruction.argval.cast<int>());
+    if (it == indexOfOffset.end())
+      throw Error("jump to an unknown offset in " + bytecode->name);
+    instruction.jumpTarget = it->second;
+  }
+  return bytecode;
+}
+
+} // namespace kiln::frontend

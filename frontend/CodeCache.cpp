@@ -1,0 +1,167 @@
+// The cache of compiled graphs for one code object or compiled function.
+// Depends on frontend/, runtime/EagerRunner.h, runtime/Logging.h, CPython.
+#include "frontend/CodeCache.h"
+
+#include "frontend/EvalFrameHook.h"
+#include "frontend/SymbolicEvaluator.h"
+#include "ir/Error.h"
+#include "runtime/EagerRunner.h"
+#include "runtime/Logging.h"
+
+namespace kiln::frontend {
+
+struct CacheEntry {
+  GuardTree guards;
+  std::unique_ptr<python::EagerRunner> runner;
+  OutputTemplate output;
+  std::string graphText;
+};
+
+namespace {
+
+std::string qualifiedNameOf(PyObject *function) {
+  py::object name = py::getattr(py::handle(function), "__qualname__", py::str("?"));
+  return py::str(name).cast<std::string>();
+}
+
+PyObject *runEntry(const CacheEntry &entry, const std::vector<py::object> &graphInputs) {
+  std::vector<PyObject *> inputs;
+  inputs.reserve(graphInputs.size());
+  for (const py::object &input : graphInputs)
+    inputs.push_back(input.ptr());
+  // Torch's own Python code runs below: the hook must not capture it, and a
+  // graph that changes grad mode leaves it as it found it.
+  HookSuspension suspension;
+  py::object results = entry.runner->run(inputs.data(), inputs.size());
+  return entry.output.build(&PyTuple_GET_ITEM(results.ptr(), 0)).release().ptr();
+}
+
+} // namespace
+
+PyObject *unsupportedErrorType() {
+  static PyObject *type = [] {
+    py::object module = py::module_::import("kiln._C");
+    return py::object(module.attr("Unsupported")).release().ptr();
+  }();
+  return type;
+}
+
+FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals, int count) {
+  FrameInputs inputs;
+  inputs.locals = locals;
+  inputs.localCount = count;
+  inputs.globals = PyFunction_GET_GLOBALS(function);
+  PyObject *builtins = PyDict_GetItemString(inputs.globals, "__builtins__");
+  if (builtins && PyModule_Check(builtins))
+    builtins = PyModule_GetDict(builtins);
+  inputs.builtins = builtins ? builtins : PyEval_GetBuiltins();
+  inputs.closure = PyFunction_GET_CLOSURE(function);
+  return inputs;
+}
+
+PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
+  if (runInCPython_)
+    return nullptr;
+  try {
+    std::shared_ptr<const EntryList> entries = entries_;
+    std::vector<py::object> graphInputs;
+    std::string firstFailure;
+    for (const auto &entry : *entries) {
+      std::string *failure = firstFailure.empty() ? &firstFailure : nullptr;
+      if (entry->guards.evaluate(inputs, graphInputs, failure)) {
+        hits_++;
+        return runEntry(*entry, graphInputs);
+      }
+    }
+    misses_++;
+    std::string name = qualifiedNameOf(function);
+    if (static_cast<int>(entries->size()) >= options_.cacheLimit) {
+      runInCPython_ = true;
+      fallbackReason_ = "cache limit (" + std::to_string(options_.cacheLimit) +
+                        ") reached; last failed guard: " + firstFailure;
+      std::string warning = "kiln: " + name + " was recompiled " +
+                            std::to_string(options_.cacheLimit) +
+                            " times; it runs in CPython from now on (" +
+                            firstFailure + ")";
+      if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) < 0)
+        return nullptr;
+      return nullptr;
+    }
+    if (!entries->empty() && logEnabled("recompiles"))
+      logArtifact("recompiles", "recompiling " + name + ": " + firstFailure);
+
+    Capture capture;
+    try {
+      HookSuspension suspension;
+      capture = captureFunction(function, inputs);
+    } catch (const Unsupported &error) {
+      if (options_.fullgraph) {
+        PyErr_SetString(unsupportedErrorType(), (name + ": " + error.what()).c_str());
+        return nullptr;
+      }
+      if (logEnabled("breaks"))
+        logArtifact("breaks", name + " runs in CPython: " + error.what());
+      runInCPython_ = true;
+      fallbackReason_ = error.what();
+      return nullptr;
+    }
+    auto entry = std::make_shared<CacheEntry>();
+    entry->graphText = capture.graph->str();
+    if (logEnabled("graph")) {
+      std::string text = "captured " + name + "\n" + entry->graphText;
+      for (const std::string &note : capture.notes)
+        text += "  note: " + note + "\n";
+      logArtifact("graph", text);
+    }
+    if (logEnabled("guards"))
+      logArtifact("guards", "guards of " + name + "\n" + capture.guards.str());
+    entry->runner = std::make_unique<python::EagerRunner>(capture.graph,
+                                                          python::OutputForm::Tuple);
+    entry->output = std::move(capture.output);
+    entry->guards = std::move(capture.guards);
+    // The graph's inputs are exactly what the guard tree collects.
+    if (!entry->guards.evaluate(inputs, graphInputs, &firstFailure))
+      throw Error("the guards of a fresh capture of " + name +
+                  " fail on the call that made them (" + firstFailure +
+                  "); please report this");
+    auto updated = std::make_shared<EntryList>(*entries_);
+    updated->push_back(entry);
+    entries_ = updated;
+    return runEntry(*entry, graphInputs);
+  } catch (py::error_already_set &error) {
+    error.restore();
+    return nullptr;
+  } catch (const Unsupported &error) {
+    PyErr_SetString(unsupportedErrorType(), error.what());
+    return nullptr;
+  } catch (const std::exception &error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+    return nullptr;
+  }
+}
+
+py::dict CodeCache::info() const {
+  py::list graphs, guards;
+  for (const auto &entry : *entries_) {
+    graphs.append(entry->graphText);
+    guards.append(entry->guards.str());
+  }
+  py::dict info;
+  info["entries"] = py::int_(entries_->size());
+  info["hits"] = py::int_(hits_.load());
+  info["misses"] = py::int_(misses_.load());
+  info["fallbacks"] = py::int_(fallbacks_.load());
+  info["runs_in_cpython"] = py::bool_(runInCPython_);
+  info["fallback_reason"] = py::str(fallbackReason_);
+  info["graphs"] = graphs;
+  info["guards"] = guards;
+  return info;
+}
+
+void CodeCache::reset() {
+  entries_ = std::make_shared<EntryList>();
+  runInCPython_ = false;
+  fallbackReason_.clear();
+}
+
+} // namespace kiln::frontend

@@ -1,0 +1,63 @@
+// The cache of compiled graphs for one code object (or one kiln.compile'd
+// function): entries of guards + compiled graph, tried in order. A miss
+// captures the frame again, up to a limit; what cannot be captured runs in
+// CPython. Depends on frontend/GuardTree.h, pybind11, CPython.
+#pragma once
+
+#include "frontend/GuardTree.h"
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::frontend {
+
+struct CacheOptions {
+  std::string backend = "llvm";
+  bool fullgraph = false;
+  int cacheLimit = 8;
+};
+
+struct CacheEntry;
+
+class CodeCache {
+public:
+  explicit CodeCache(CacheOptions options) : options_(std::move(options)) {}
+
+  /// Runs `function` with its arguments bound in `inputs`: the cached graph
+  /// whose guards pass, else a fresh capture. Returns a new reference; null
+  /// with no Python error set means "run the frame in CPython"; null with an
+  /// error set is an error (kiln.Unsupported under fullgraph).
+  PyObject *run(PyObject *function, const FrameInputs &inputs);
+
+  /// Whether every call now runs in CPython (capture failed, or the limit).
+  bool runsInCPython() const { return runInCPython_; }
+  void noteFallback() { fallbacks_++; }
+  /// Entries, graphs, guards and counters, for tests and kiln.explain.
+  py::dict info() const;
+  void reset();
+  const CacheOptions &options() const { return options_; }
+
+private:
+  using EntryList = std::vector<std::shared_ptr<const CacheEntry>>;
+
+  CacheOptions options_;
+  std::shared_ptr<const EntryList> entries_ = std::make_shared<EntryList>();
+  bool runInCPython_ = false;
+  std::string fallbackReason_;
+  std::atomic<long> hits_{0};
+  std::atomic<long> misses_{0};
+  std::atomic<long> fallbacks_{0};
+};
+
+/// Builds the frame inputs of a call of `function` whose arguments are bound
+/// in `locals` (one per parameter, in the code's order).
+FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals, int count);
+
+/// kiln._C.Unsupported.
+PyObject *unsupportedErrorType();
+
+} // namespace kiln::frontend

@@ -1,0 +1,200 @@
+// The PEP 523 frame hook for CPython 3.11 and 3.12, with a per-code-object
+// cache kept in the code object's extra slot. Depends on frontend/CodeCache.h
+// and CPython's internal frame layout.
+#include "frontend/EvalFrameHook.h"
+
+#include "frontend/CodeCache.h"
+
+#define Py_BUILD_CORE
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+
+#include <string>
+#include <vector>
+
+namespace kiln::frontend {
+namespace {
+
+thread_local int activeDepth = 0;
+thread_local int suspendedDepth = 0;
+int installedCount = 0; // guarded by the GIL
+_PyFrameEvalFunction previousEvalFrame = nullptr;
+
+// What kiln decided about one code object, kept in its extra slot.
+struct CodeExtra {
+  bool skip = false;
+  CodeCache cache{CacheOptions{}};
+};
+
+void freeCodeExtra(void *extra) { delete static_cast<CodeExtra *>(extra); }
+
+Py_ssize_t codeExtraIndex() {
+  static Py_ssize_t index = _PyEval_RequestCodeExtraIndex(freeCodeExtra);
+  return index;
+}
+
+const std::vector<std::string> &skippedPrefixes() {
+  static const std::vector<std::string> *prefixes = [] {
+    auto *result = new std::vector<std::string>();
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    try {
+      py::module_ sysconfig = py::module_::import("sysconfig");
+      py::dict paths = sysconfig.attr("get_paths")();
+      for (const char *key : {"stdlib", "platstdlib"})
+        result->push_back(paths[key].cast<std::string>());
+      py::module_ os = py::module_::import("os");
+      for (const char *package : {"torch", "kiln"}) {
+        py::module_ module = py::module_::import(package);
+        result->push_back(
+            os.attr("path").attr("dirname")(module.attr("__file__")).cast<std::string>());
+      }
+    } catch (py::error_already_set &) {
+    }
+    result->push_back("<frozen");
+    PyErr_Restore(type, value, traceback);
+    return result;
+  }();
+  return *prefixes;
+}
+
+CodeExtra *extraOf(PyCodeObject *code) {
+  void *extra = nullptr;
+  if (_PyCode_GetExtra(reinterpret_cast<PyObject *>(code), codeExtraIndex(), &extra) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (extra)
+    return static_cast<CodeExtra *>(extra);
+  auto *created = new CodeExtra();
+  constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE |
+                                  CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR;
+  created->skip = (code->co_flags & kGeneratorFlags) ||
+                  isSkippedFile(PyUnicode_AsUTF8(code->co_filename));
+  if (PyErr_Occurred())
+    PyErr_Clear();
+  if (_PyCode_SetExtra(reinterpret_cast<PyObject *>(code), codeExtraIndex(), created) < 0) {
+    PyErr_Clear();
+    delete created;
+    return nullptr;
+  }
+  return created;
+}
+
+PyObject *functionOf(_PyInterpreterFrame *frame) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return frame->f_funcobj;
+#else
+  return reinterpret_cast<PyObject *>(frame->f_func);
+#endif
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+// 3.12's default evaluator clears and pops the frames it runs; a frame kiln
+// answers itself must be cleared and popped here instead. Only frames with no
+// frame object take this path (see canAnswer).
+void clearAndPopFrame(PyThreadState *tstate, _PyInterpreterFrame *frame) {
+  for (int i = 0; i < frame->stacktop; i++)
+    Py_XDECREF(frame->localsplus[i]);
+  frame->stacktop = 0;
+  Py_XDECREF(frame->f_locals);
+  Py_DECREF(frame->f_funcobj);
+  Py_DECREF(frame->f_code);
+  // CPython 3.12 does not export its frame pop: the data stack is a chain of
+  // chunks, and a frame at the start of a chunk releases that chunk.
+  PyObject **base = reinterpret_cast<PyObject **>(frame);
+  _PyStackChunk *chunk = tstate->datastack_chunk;
+  if (base == &chunk->data[0] && chunk->previous) {
+    _PyStackChunk *previous = chunk->previous;
+    tstate->datastack_top = &previous->data[previous->top];
+    tstate->datastack_chunk = previous;
+    tstate->datastack_limit =
+        reinterpret_cast<PyObject **>(reinterpret_cast<char *>(previous) + previous->size);
+    PyObjectArenaAllocator arena;
+    PyObject_GetArenaAllocator(&arena);
+    arena.free(arena.ctx, chunk, chunk->size);
+  } else {
+    tstate->datastack_top = base;
+  }
+}
+#endif
+
+bool canAnswer(_PyInterpreterFrame *frame) {
+  if (frame->owner != FRAME_OWNED_BY_THREAD)
+    return false;
+#if PY_VERSION_HEX >= 0x030C0000
+  // A frame object (a profiler or traceback asked for one) owns state that
+  // only CPython can hand over: let CPython run the frame.
+  if (frame->frame_obj)
+    return false;
+#endif
+  PyObject *function = functionOf(frame);
+  return function && PyFunction_Check(function);
+}
+
+PyObject *kilnEvalFrame(PyThreadState *tstate, _PyInterpreterFrame *frame,
+                        int throwflag) {
+  if (activeDepth == 0 || suspendedDepth > 0 || throwflag || !canAnswer(frame))
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  PyCodeObject *code = frame->f_code;
+  CodeExtra *extra = extraOf(code);
+  if (!extra || extra->skip || extra->cache.runsInCPython())
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  PyObject *function = functionOf(frame);
+  int count = code->co_argcount + code->co_kwonlyargcount +
+              ((code->co_flags & CO_VARARGS) ? 1 : 0) +
+              ((code->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  FrameInputs inputs = frameInputsOf(function, frame->localsplus, count);
+  PyObject *result = extra->cache.run(function, inputs);
+  if (!result && !PyErr_Occurred())
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+#if PY_VERSION_HEX >= 0x030C0000
+  clearAndPopFrame(tstate, frame);
+#endif
+  return result;
+}
+
+} // namespace
+
+bool isSkippedFile(const char *filename) {
+  if (!filename)
+    return true;
+  std::string name = filename;
+  for (const std::string &prefix : skippedPrefixes())
+    if (!prefix.empty() && name.compare(0, prefix.size(), prefix) == 0)
+      return true;
+  return false;
+}
+
+PyObject *codeCacheInfo(PyObject *code) {
+  if (!PyCode_Check(code)) {
+    PyErr_SetString(PyExc_TypeError, "code_cache_info needs a code object");
+    return nullptr;
+  }
+  void *extra = nullptr;
+  if (_PyCode_GetExtra(code, codeExtraIndex(), &extra) < 0)
+    return nullptr;
+  if (!extra)
+    Py_RETURN_NONE;
+  return static_cast<CodeExtra *>(extra)->cache.info().release().ptr();
+}
+
+HookActivation::HookActivation() {
+  ++activeDepth;
+  if (installedCount++ == 0) {
+    PyInterpreterState *interpreter = PyInterpreterState_Get();
+    previousEvalFrame = _PyInterpreterState_GetEvalFrameFunc(interpreter);
+    _PyInterpreterState_SetEvalFrameFunc(interpreter, kilnEvalFrame);
+  }
+}
+
+HookActivation::~HookActivation() {
+  --activeDepth;
+  if (--installedCount == 0)
+    _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), previousEvalFrame);
+}
+
+HookSuspension::HookSuspension() { ++suspendedDepth; }
+HookSuspension::~HookSuspension() { --suspendedDepth; }
+
+} // namespace kiln::frontend

@@ -1,0 +1,37 @@
+// The PEP 523 frame hook: while a compiled function runs in CPython (it could
+// not be captured whole), frames of user functions it calls are captured and
+// cached per code object too. Frames of the standard library, torch and kiln
+// are never touched. Depends on CPython.
+#pragma once
+
+#include <Python.h>
+
+namespace kiln::frontend {
+
+/// While alive, frames on this thread are offered to kiln. Installs the hook
+/// for the interpreter while any activation exists, on any thread.
+class HookActivation {
+public:
+  HookActivation();
+  ~HookActivation();
+  HookActivation(const HookActivation &) = delete;
+  HookActivation &operator=(const HookActivation &) = delete;
+};
+
+/// While alive, frames on this thread run untouched (kiln's own work:
+/// capture, graph execution).
+class HookSuspension {
+public:
+  HookSuspension();
+  ~HookSuspension();
+  HookSuspension(const HookSuspension &) = delete;
+  HookSuspension &operator=(const HookSuspension &) = delete;
+};
+
+/// Whether a code object's frames are skipped (stdlib, torch, kiln).
+bool isSkippedFile(const char *filename);
+
+/// The cache the hook keeps on `code` (entries, hits, ...), or None.
+PyObject *codeCacheInfo(PyObject *code);
+
+} // namespace kiln::frontend

@@ -1,0 +1,351 @@
+// The guard tree: checks on sources, evaluated in one pass.
+// Depends on frontend/Source.h, ir/TensorMeta.h, CPython.
+#include "frontend/GuardTree.h"
+
+#include "runtime/PythonConversion.h"
+
+namespace kiln::frontend {
+namespace {
+
+// Interned attribute names: attribute lookups with them skip hashing.
+struct Names {
+  PyObject *shape = PyUnicode_InternFromString("shape");
+  PyObject *stride = PyUnicode_InternFromString("stride");
+  PyObject *dtype = PyUnicode_InternFromString("dtype");
+  PyObject *requiresGrad = PyUnicode_InternFromString("requires_grad");
+  PyObject *isCpu = PyUnicode_InternFromString("is_cpu");
+  PyObject *isCuda = PyUnicode_InternFromString("is_cuda");
+  PyObject *isMeta = PyUnicode_InternFromString("is_meta");
+  PyObject *getDevice = PyUnicode_InternFromString("get_device");
+  PyObject *cellContents = PyUnicode_InternFromString("cell_contents");
+};
+
+const Names &names() {
+  static const Names *instance = new Names();
+  return *instance;
+}
+
+// Compares a tuple of Python ints with expected values.
+bool intTupleEquals(PyObject *tuple, const Shape &expected) {
+  if (!PyTuple_Check(tuple) ||
+      PyTuple_GET_SIZE(tuple) != static_cast<Py_ssize_t>(expected.size()))
+    return false;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    PyObject *item = PyTuple_GET_ITEM(tuple, i);
+    if (!PyLong_CheckExact(item))
+      return false;
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (overflow || value != expected[i])
+      return false;
+  }
+  return true;
+}
+
+bool attrIs(PyObject *object, PyObject *name, PyObject *expected) {
+  PyObject *value = PyObject_GetAttr(object, name);
+  if (!value) {
+    PyErr_Clear();
+    return false;
+  }
+  bool same = value == expected;
+  Py_DECREF(value);
+  return same;
+}
+
+bool tensorMatches(PyObject *object, const GuardCheck &check) {
+  const Names &n = names();
+  if (reinterpret_cast<PyObject *>(Py_TYPE(object)) != check.expected.ptr())
+    return false;
+  const TensorMeta &meta = check.tensor;
+  if (!attrIs(object, n.dtype, python::dtypeToTorch(meta.dtype).ptr()))
+    return false;
+  switch (meta.device.type) {
+  case DeviceType::CPU:
+    if (!attrIs(object, n.isCpu, Py_True))
+      return false;
+    break;
+  case DeviceType::Meta:
+    if (!attrIs(object, n.isMeta, Py_True))
+      return false;
+    break;
+  case DeviceType::CUDA: {
+    if (!attrIs(object, n.isCuda, Py_True))
+      return false;
+    PyObject *index = PyObject_CallMethodNoArgs(object, n.getDevice);
+    if (!index) {
+      PyErr_Clear();
+      return false;
+    }
+    bool same = PyLong_AsLong(index) == std::max(meta.device.index, 0);
+    Py_DECREF(index);
+    if (!same)
+      return false;
+    break;
+  }
+  }
+  if (!attrIs(object, n.requiresGrad, check.requiresGrad ? Py_True : Py_False))
+    return false;
+  PyObject *shape = PyObject_GetAttr(object, n.shape);
+  if (!shape) {
+    PyErr_Clear();
+    return false;
+  }
+  bool sizesMatch = intTupleEquals(shape, meta.sizes);
+  Py_DECREF(shape);
+  if (!sizesMatch)
+    return false;
+  PyObject *strides = PyObject_CallMethodNoArgs(object, n.stride);
+  if (!strides) {
+    PyErr_Clear();
+    return false;
+  }
+  bool stridesMatch = intTupleEquals(strides, meta.strides);
+  Py_DECREF(strides);
+  return stridesMatch;
+}
+
+bool checkPasses(PyObject *value, const GuardCheck &check) {
+  switch (check.kind) {
+  case GuardCheck::Kind::TensorMatch:
+    return tensorMatches(value, check);
+  case GuardCheck::Kind::TypeIs:
+    return reinterpret_cast<PyObject *>(Py_TYPE(value)) == check.expected.ptr();
+  case GuardCheck::Kind::IdIs: {
+    PyObject *expected = check.expected.ptr();
+    if (PyWeakref_CheckRef(expected))
+      expected = PyWeakref_GetObject(expected);
+    return value == expected;
+  }
+  case GuardCheck::Kind::Equals: {
+    if (Py_TYPE(value) != Py_TYPE(check.expected.ptr()))
+      return false;
+    int equal = PyObject_RichCompareBool(value, check.expected.ptr(), Py_EQ);
+    if (equal < 0)
+      PyErr_Clear();
+    return equal == 1;
+  }
+  case GuardCheck::Kind::Length: {
+    Py_ssize_t length = PyObject_Length(value);
+    if (length < 0)
+      PyErr_Clear();
+    return length == check.length;
+  }
+  case GuardCheck::Kind::DictKeys: {
+    if (!PyDict_Check(value) ||
+        PyDict_Size(value) != PyTuple_GET_SIZE(check.expected.ptr()))
+      return false;
+    Py_ssize_t position = 0, i = 0;
+    PyObject *key, *item;
+    while (PyDict_Next(value, &position, &key, &item)) {
+      int equal = PyObject_RichCompareBool(
+          key, PyTuple_GET_ITEM(check.expected.ptr(), i++), Py_EQ);
+      if (equal != 1) {
+        if (equal < 0)
+          PyErr_Clear();
+        return false;
+      }
+    }
+    return true;
+  }
+  case GuardCheck::Kind::GradMode:
+    return false; // evaluated separately
+  }
+  return false;
+}
+
+std::string describe(const GuardCheck &check) {
+  switch (check.kind) {
+  case GuardCheck::Kind::TensorMatch:
+    return "tensor " + check.tensor.str() +
+           (check.requiresGrad ? " requires_grad" : "");
+  case GuardCheck::Kind::TypeIs:
+    return "type is " + py::str(check.expected).cast<std::string>();
+  case GuardCheck::Kind::IdIs: {
+    PyObject *expected = check.expected.ptr();
+    if (PyWeakref_CheckRef(expected))
+      expected = PyWeakref_GetObject(expected);
+    return "is the same " + std::string(Py_TYPE(expected)->tp_name) + " object";
+  }
+  case GuardCheck::Kind::Equals:
+    return "== " + py::repr(check.expected).cast<std::string>();
+  case GuardCheck::Kind::Length:
+    return "len == " + std::to_string(check.length);
+  case GuardCheck::Kind::DictKeys:
+    return "keys == " + py::repr(check.expected).cast<std::string>();
+  case GuardCheck::Kind::GradMode:
+    return std::string("torch.is_grad_enabled() == ") +
+           (check.flag ? "True" : "False");
+  }
+  return "?";
+}
+
+bool gradModeEnabled() {
+  static PyObject *isGradEnabled = [] {
+    py::object function = python::TorchHandles::get().torch.attr("is_grad_enabled");
+    return function.release().ptr();
+  }();
+  PyObject *result = PyObject_CallNoArgs(isGradEnabled);
+  if (!result) {
+    PyErr_Clear();
+    return true;
+  }
+  bool enabled = result == Py_True;
+  Py_DECREF(result);
+  return enabled;
+}
+
+// Reads one source from its parent's value (or the frame); a new reference,
+// or null (error cleared) when the access fails.
+PyObject *access(const Source &source, PyObject *parent, const FrameInputs &frame) {
+  PyObject *result = nullptr;
+  switch (source.kind) {
+  case Source::Kind::Local:
+    if (source.index < frame.localCount && frame.locals[source.index]) {
+      result = frame.locals[source.index];
+      Py_INCREF(result);
+    }
+    return result;
+  case Source::Kind::Global:
+    result = PyDict_GetItemString(frame.globals, source.name.c_str());
+    Py_XINCREF(result);
+    return result;
+  case Source::Kind::Builtin:
+    if (PyDict_GetItemString(frame.globals, source.name.c_str()))
+      return nullptr; // shadowed by a global now
+    result = PyDict_GetItemString(frame.builtins, source.name.c_str());
+    Py_XINCREF(result);
+    return result;
+  case Source::Kind::Cell: {
+    if (!frame.closure || source.index >= PyTuple_GET_SIZE(frame.closure))
+      return nullptr;
+    result = PyCell_Get(PyTuple_GET_ITEM(frame.closure, source.index));
+    break;
+  }
+  case Source::Kind::Fixed:
+    result = source.key.ptr();
+    Py_INCREF(result);
+    return result;
+  case Source::Kind::Attr:
+    result = PyObject_GetAttrString(parent, source.name.c_str());
+    break;
+  case Source::Kind::Item:
+    result = PyObject_GetItem(parent, source.key.ptr());
+    break;
+  }
+  if (!result)
+    PyErr_Clear();
+  return result;
+}
+
+} // namespace
+
+GuardCheck tensorMatch(py::handle tensor, const TensorMeta &meta) {
+  GuardCheck check{GuardCheck::Kind::TensorMatch, {}, meta};
+  check.expected = py::reinterpret_borrow<py::object>(
+      reinterpret_cast<PyObject *>(Py_TYPE(tensor.ptr())));
+  check.requiresGrad = tensor.attr("requires_grad").cast<bool>();
+  return check;
+}
+
+GuardCheck identity(py::handle object) {
+  GuardCheck check{GuardCheck::Kind::IdIs, {}, {}};
+  PyObject *ref = PyWeakref_NewRef(object.ptr(), nullptr);
+  if (ref) {
+    check.expected = py::reinterpret_steal<py::object>(ref);
+  } else {
+    PyErr_Clear();
+    check.expected = py::reinterpret_borrow<py::object>(object);
+  }
+  return check;
+}
+
+GuardCheck typeIs(py::handle type) {
+  GuardCheck check{GuardCheck::Kind::TypeIs, {}, {}};
+  check.expected = py::reinterpret_borrow<py::object>(type);
+  return check;
+}
+
+GuardCheck equalsConstant(py::handle constant) {
+  GuardCheck check{GuardCheck::Kind::Equals, {}, {}};
+  check.expected = py::reinterpret_borrow<py::object>(constant);
+  return check;
+}
+
+int GuardTree::nodeFor(const SourcePtr &source) {
+  std::string key = source->str();
+  auto it = nodeBySource_.find(key);
+  if (it != nodeBySource_.end())
+    return it->second;
+  int parent = source->base ? nodeFor(source->base) : -1;
+  nodes_.push_back(Node{source, parent, {}});
+  int index = static_cast<int>(nodes_.size()) - 1;
+  nodeBySource_[key] = index;
+  return index;
+}
+
+void GuardTree::addCheck(const SourcePtr &source, GuardCheck check) {
+  if (!source) {
+    globalChecks_.push_back(std::move(check));
+    return;
+  }
+  nodes_[nodeFor(source)].checks.push_back(std::move(check));
+}
+
+void GuardTree::addGraphInput(const SourcePtr &source) {
+  graphInputs_.push_back(nodeFor(source));
+}
+
+bool GuardTree::evaluate(const FrameInputs &frame,
+                         std::vector<py::object> &graphInputs,
+                         std::string *failure) const {
+  for (const GuardCheck &check : globalChecks_) {
+    if (check.kind == GuardCheck::Kind::GradMode && gradModeEnabled() != check.flag) {
+      if (failure)
+        *failure = describe(check);
+      return false;
+    }
+  }
+  std::vector<py::object> values(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node &node = nodes_[i];
+    PyObject *parent = node.parent >= 0 ? values[node.parent].ptr() : nullptr;
+    PyObject *value = access(*node.source, parent, frame);
+    if (!value) {
+      if (failure)
+        *failure = node.source->str() + " could not be read";
+      return false;
+    }
+    values[i] = py::reinterpret_steal<py::object>(value);
+    for (const GuardCheck &check : node.checks) {
+      if (!checkPasses(value, check)) {
+        if (failure)
+          *failure = node.source->str() + " " + describe(check);
+        return false;
+      }
+    }
+  }
+  graphInputs.clear();
+  for (int node : graphInputs_)
+    graphInputs.push_back(values[node]);
+  return true;
+}
+
+std::string GuardTree::str() const {
+  std::string text;
+  for (const GuardCheck &check : globalChecks_)
+    text += "  " + describe(check) + "\n";
+  for (const Node &node : nodes_)
+    for (const GuardCheck &check : node.checks)
+      text += "  " + node.source->str() + " " + describe(check) + "\n";
+  return text;
+}
+
+size_t GuardTree::checkCount() const {
+  size_t count = globalChecks_.size();
+  for (const Node &node : nodes_)
+    count += node.checks.size();
+  return count;
+}
+
+} // namespace kiln::frontend

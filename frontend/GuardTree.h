@@ -1,0 +1,85 @@
+// The guard tree: every assumption a capture made, as checks on sources,
+// evaluated in one pass before cached code runs. Sources are accessed once
+// each (children read through their parent's value), and the same pass
+// collects the graph's inputs. Depends on frontend/Source.h, ir/TensorMeta.h.
+#pragma once
+
+#include "frontend/Source.h"
+#include "ir/TensorMeta.h"
+
+#include <pybind11/pybind11.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::frontend {
+
+/// What a guarded call sees: the frame's arguments (by local index), its
+/// globals and builtins, and the function's closure cells.
+struct FrameInputs {
+  PyObject *const *locals = nullptr;
+  int localCount = 0;
+  PyObject *globals = nullptr;  // dict
+  PyObject *builtins = nullptr; // dict
+  PyObject *closure = nullptr;  // tuple of cells, or null
+};
+
+struct GuardCheck {
+  enum class Kind : uint8_t {
+    TensorMatch, // exact type, dtype, device, sizes, strides, requires_grad
+    TypeIs,      // type(value) is expected type
+    IdIs,        // value is the expected object (held by a weak reference)
+    Equals,      // same type and == a constant
+    Length,      // len(value) == n (type checked separately)
+    DictKeys,    // list(value.keys()) == keys
+    GradMode,    // torch.is_grad_enabled() == flag (source-less)
+  };
+  Kind kind;
+  py::object expected;   // type / constant / weakref / keys tuple
+  TensorMeta tensor;     // for TensorMatch
+  bool requiresGrad = false;
+  int64_t length = 0;
+  bool flag = false;
+};
+
+class GuardTree {
+public:
+  /// Adds a check on `source` (null only for GradMode).
+  void addCheck(const SourcePtr &source, GuardCheck check);
+  /// Makes the value of `source` graph input number `slot` (slots in order).
+  void addGraphInput(const SourcePtr &source);
+  size_t graphInputCount() const { return graphInputs_.size(); }
+
+  /// Runs every check. On success fills `graphInputs` (new references) and
+  /// returns true; otherwise returns false and, if `failure` is given, says
+  /// which check failed. Never raises: an access that fails is a miss.
+  bool evaluate(const FrameInputs &frame, std::vector<py::object> &graphInputs,
+                std::string *failure = nullptr) const;
+
+  /// One line per check, for KILN_LOGS=guards.
+  std::string str() const;
+  size_t checkCount() const;
+
+private:
+  struct Node {
+    SourcePtr source;
+    int parent = -1; // -1: read from the frame
+    std::vector<GuardCheck> checks;
+  };
+  int nodeFor(const SourcePtr &source);
+
+  std::vector<Node> nodes_;
+  std::map<std::string, int> nodeBySource_;
+  std::vector<GuardCheck> globalChecks_;
+  std::vector<int> graphInputs_; // node index per graph input
+};
+
+/// The check that a tensor still has this metadata.
+GuardCheck tensorMatch(py::handle tensor, const TensorMeta &meta);
+/// The check that an object is still this one; weak where possible.
+GuardCheck identity(py::handle object);
+GuardCheck typeIs(py::handle type);
+GuardCheck equalsConstant(py::handle constant);
+
+} // namespace kiln::frontend

@@ -1,0 +1,80 @@
+// Variable trackers: what the symbolic evaluator knows about each value on
+// its stack and in its locals. One struct with a kind tag keeps the set small;
+// `object` holds the real Python object wherever one exists.
+// Depends on frontend/Source.h, ir/Graph.h.
+#pragma once
+
+#include "frontend/Source.h"
+#include "ir/Graph.h"
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln::frontend {
+
+struct Variable;
+using VariablePtr = std::shared_ptr<Variable>;
+
+struct Variable {
+  enum class Kind : uint8_t {
+    Tensor,       // a graph value
+    Constant,     // an immutable Python value: numbers, str, None, dtypes,
+                  // tuples of constants, ranges, slices, torch.Size
+    Tuple,        // items
+    List,         // items (mutable)
+    Dict,         // keys (Python constants) and items (mutable)
+    Iterator,     // items, position
+    Null,         // the NULL a call sequence pushes
+    Function,     // a Python function to inline: object, or a nested one
+                  // (code, defaults in items, closure cells in cells)
+    Method,       // a function bound to self (items[0]); tensor methods and
+                  // container methods by name with a null object
+    Callable,     // any other callable object (torch functions, builtins)
+    Module,       // an nn.Module
+    PythonModule, // a Python module object (torch, math, a user module)
+    Object,       // any other object: attributes are read, never written
+    Cell,         // a closure cell created in captured code (items[0])
+    GradContext,  // torch.no_grad() / enable_grad() / set_grad_enabled(b)
+    GradRestore,  // the __exit__ of a GradContext
+    Super,        // super(): object is the class, items[0] self
+  };
+
+  Kind kind;
+  SourcePtr source;   // where it came from, when it came from the frame
+  py::object object;  // the Python object, where there is one
+  Value *tensor = nullptr;
+  std::vector<VariablePtr> items;
+  std::vector<py::object> keys; // Dict keys
+  std::string name;   // Method: the attribute name
+  size_t position = 0; // Iterator
+  bool flag = false;  // GradContext / GradRestore: grad mode to set
+  py::object code;    // nested Function: code object
+  py::object globals; // nested Function: its globals
+  std::vector<VariablePtr> cells; // nested Function: closure cells
+  py::object kwdefaults; // nested Function: kw-only defaults dict or None
+
+  explicit Variable(Kind kind) : kind(kind) {}
+
+  static VariablePtr make(Kind kind) { return std::make_shared<Variable>(kind); }
+  static VariablePtr constant(py::object value) {
+    auto variable = make(Kind::Constant);
+    variable->object = std::move(value);
+    return variable;
+  }
+  static VariablePtr ofTensor(Value *value) {
+    auto variable = make(Kind::Tensor);
+    variable->tensor = value;
+    return variable;
+  }
+  static VariablePtr sequence(Kind kind, std::vector<VariablePtr> items) {
+    auto variable = make(kind);
+    variable->items = std::move(items);
+    return variable;
+  }
+  bool is(Kind k) const { return kind == k; }
+};
+
+} // namespace kiln::frontend

@@ -1,0 +1,83 @@
+// KILN_LOGS and KILN_DUMP_DIR. Depends on nothing in kiln.
+#include "runtime/Logging.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+namespace kiln {
+namespace {
+
+struct Settings {
+  std::set<std::string, std::less<>> artifacts;
+  std::string dumpDirectory;
+};
+
+std::mutex &settingsMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+Settings readSettings() {
+  Settings settings;
+  if (const char *logs = std::getenv("KILN_LOGS")) {
+    std::string list = logs;
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t comma = list.find(',', start);
+      std::string name = list.substr(start, comma - start);
+      while (!name.empty() && (name.front() == ' ' || name.front() == '+'))
+        name.erase(name.begin());
+      while (!name.empty() && name.back() == ' ')
+        name.pop_back();
+      if (!name.empty())
+        settings.artifacts.insert(name);
+      if (comma == std::string::npos)
+        break;
+      start = comma + 1;
+    }
+  }
+  if (const char *directory = std::getenv("KILN_DUMP_DIR"))
+    settings.dumpDirectory = directory;
+  return settings;
+}
+
+Settings &settings() {
+  static Settings instance = readSettings();
+  return instance;
+}
+
+} // namespace
+
+bool logEnabled(std::string_view artifact) {
+  std::lock_guard<std::mutex> lock(settingsMutex());
+  const Settings &current = settings();
+  return current.artifacts.count(artifact) || current.artifacts.count("all");
+}
+
+void logArtifact(std::string_view artifact, const std::string &text) {
+  static std::atomic<int> counter{0};
+  std::string dumpDirectory;
+  {
+    std::lock_guard<std::mutex> lock(settingsMutex());
+    dumpDirectory = settings().dumpDirectory;
+  }
+  std::fprintf(stderr, "[kiln:%.*s] %s%s", static_cast<int>(artifact.size()),
+               artifact.data(), text.c_str(),
+               text.empty() || text.back() != '\n' ? "\n" : "");
+  if (!dumpDirectory.empty()) {
+    std::string path = dumpDirectory + "/" + std::string(artifact) + "-" +
+                       std::to_string(counter++) + ".txt";
+    std::ofstream(path) << text;
+  }
+}
+
+void reloadLogSettings() {
+  std::lock_guard<std::mutex> lock(settingsMutex());
+  settings() = readSettings();
+}
+
+} // namespace kiln

@@ -1,0 +1,19 @@
+// KILN_LOGS: a comma list of artifact names to print (graph, guards,
+// recompiles, breaks, ...); KILN_DUMP_DIR: a folder to also write each one
+// to. Read once from the environment. Depends on nothing in kiln.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace kiln {
+
+/// Whether `KILN_LOGS` names `artifact` (or "all").
+bool logEnabled(std::string_view artifact);
+/// Prints `text` to stderr under a "[kiln:<artifact>]" header, and writes it
+/// to KILN_DUMP_DIR/<artifact>-<n>.txt when that is set.
+void logArtifact(std::string_view artifact, const std::string &text);
+/// Re-reads the environment (tests change KILN_LOGS at run time).
+void reloadLogSettings();
+
+} // namespace kiln

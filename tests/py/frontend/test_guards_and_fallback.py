@@ -1,0 +1,254 @@
+# Guards (hit, miss, recompile, cache limit), fallback to CPython for what
+# cannot be captured (with kiln.Unsupported under fullgraph), side effects,
+# the frame hook, thread safety and reference counts.
+import gc
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+
+import kiln
+
+LOG = []
+COUNTER = {"calls": 0}
+
+
+def add_one(x):
+    return x + 1
+
+
+def test_hit_miss_recompile_on_shape_dtype_and_constant():
+    compiled = kiln.compile(lambda x, n: x * n, fullgraph=True)
+    compiled(torch.ones(2), 2)
+    compiled(torch.zeros(2), 2)  # hit
+    info = kiln.cache_info(compiled)
+    assert (info["entries"], info["hits"]) == (1, 1)
+    compiled(torch.ones(3), 2)  # new shape
+    compiled(torch.ones(2, dtype=torch.float64), 2)  # new dtype
+    compiled(torch.ones(2), 3)  # new constant
+    compiled(torch.ones(4, 2).t(), 2)  # new strides
+    assert kiln.cache_info(compiled)["entries"] == 5
+    torch.testing.assert_close(compiled(torch.ones(2), 3), torch.full((2,), 3.0))
+
+
+def test_requires_grad_and_grad_mode_are_guarded():
+    compiled = kiln.compile(add_one, fullgraph=True)
+    x = torch.randn(3, requires_grad=True)
+    y = compiled(x)
+    assert y.requires_grad
+    with torch.no_grad():
+        assert not compiled(x).requires_grad
+    assert not compiled(torch.randn(3)).requires_grad
+    assert kiln.cache_info(compiled)["entries"] == 3
+
+
+def test_global_value_is_guarded():
+    global SCALE_G
+    SCALE_G = 2.0
+
+    def f(x):
+        return x * SCALE_G
+
+    compiled = kiln.compile(f, fullgraph=True)
+    torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 2.0))
+    SCALE_G = 5.0
+    torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 5.0))
+
+
+def test_list_length_is_guarded():
+    compiled = kiln.compile(lambda xs: sum(xs), fullgraph=True)
+    a = [torch.ones(2)] * 2
+    b = [torch.ones(2)] * 3
+    torch.testing.assert_close(compiled(a), torch.full((2,), 2.0))
+    torch.testing.assert_close(compiled(b), torch.full((2,), 3.0))
+
+
+def test_recompile_log_names_the_failed_guard(capfd, monkeypatch):
+    monkeypatch.setenv("KILN_LOGS", "recompiles,guards,graph")
+    kiln.reload_logging()
+    try:
+        compiled = kiln.compile(add_one)
+        compiled(torch.ones(2))
+        compiled(torch.ones(3))
+    finally:
+        monkeypatch.delenv("KILN_LOGS")
+        kiln.reload_logging()
+    err = capfd.readouterr().err
+    assert "[kiln:recompiles]" in err and "L['x']" in err
+    assert "[kiln:guards]" in err and "[kiln:graph]" in err and "aten::add" in err
+
+
+def test_cache_limit_warns_once_and_falls_back():
+    compiled = kiln.compile(add_one, cache_limit=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, 6):
+            torch.testing.assert_close(compiled(torch.ones(n)), torch.full((n,), 2.0))
+    assert sum("recompiled" in str(w.message) for w in caught) == 1
+    info = kiln.cache_info(compiled)
+    assert info["runs_in_cpython"] and info["entries"] == 2
+
+
+def uses_print(x):
+    print("hello from eager")
+    return x * 2
+
+
+def uses_item(x):
+    if x.sum().item() > 0:
+        return x + 1
+    return x - 1
+
+
+def data_dependent_shape(x):
+    return x[x > 0].sum() + torch.nonzero(x).shape[0]
+
+
+def generator_function(x):
+    yield x
+
+
+def raises(x):
+    raise ValueError("boom")
+
+
+def tensor_bool(x):
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+def mutates_global_list(x):
+    LOG.append(x.shape[0])
+    return x + 1
+
+
+def mutates_object(x):
+    COUNTER["calls"] = COUNTER["calls"] + 1
+    return x * 3
+
+
+@pytest.mark.parametrize("fn", [uses_print, uses_item, data_dependent_shape, tensor_bool,
+                                mutates_global_list, mutates_object])
+def test_unsupported_falls_back_with_the_right_answer(fn, capfd):
+    x = torch.randn(5)
+    expected = fn(x)
+    compiled = kiln.compile(fn)
+    torch.testing.assert_close(compiled(x), expected)
+    torch.testing.assert_close(compiled(x), expected)
+    assert kiln.cache_info(compiled)["runs_in_cpython"]
+
+
+def test_side_effects_happen_exactly_as_in_eager():
+    LOG.clear()
+    compiled = kiln.compile(mutates_global_list)
+    compiled(torch.ones(3))
+    compiled(torch.ones(4))
+    assert LOG == [3, 4]
+
+
+@pytest.mark.parametrize("fn,construct", [
+    (uses_print, "print"),
+    (uses_item, "item"),
+    (tensor_bool, "tensor"),
+    (mutates_global_list, "appending"),
+    (mutates_object, "assigning"),
+])
+def test_fullgraph_raises_unsupported_naming_construct_and_line(fn, construct):
+    compiled = kiln.compile(fn, fullgraph=True)
+    with pytest.raises(kiln.Unsupported) as info:
+        compiled(torch.randn(4))
+    message = str(info.value)
+    assert construct in message
+    assert "test_guards_and_fallback.py:" in message
+
+
+def test_generators_and_exceptions_fall_back():
+    compiled = kiln.compile(raises)
+    with pytest.raises(ValueError, match="boom"):
+        compiled(torch.ones(1))
+    gen = kiln.compile(generator_function)
+    assert list(gen(torch.ones(1)))[0].item() == 1.0
+
+
+def inner_helper(x):
+    return torch.relu(x) * 2
+
+
+def outer_with_print(x):
+    print("eager part")
+    return inner_helper(x) + inner_helper(x + 1)
+
+
+def test_frame_hook_captures_nested_user_frames_during_fallback(capfd):
+    compiled = kiln.compile(outer_with_print)
+    x = torch.randn(4)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), outer_with_print(x))
+    info = kiln.code_cache_info(inner_helper)
+    assert info["entries"] == 1 and info["hits"] >= 4
+    # Outside a compiled function the hook is off: plain calls are untouched.
+    before = kiln.code_cache_info(inner_helper)["hits"]
+    inner_helper(x)
+    assert kiln.code_cache_info(inner_helper)["hits"] == before
+
+
+def test_two_threads_share_one_compiled_function():
+    compiled = kiln.compile(lambda x: torch.tanh(x) * 2 + 1)
+    errors = []
+
+    def worker(seed):
+        try:
+            g = torch.Generator().manual_seed(seed)
+            for i in range(200):
+                x = torch.randn(1 + i % 3, 4, generator=g)
+                torch.testing.assert_close(compiled(x), torch.tanh(x) * 2 + 1)
+        except Exception as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_no_reference_leaks_over_many_calls():
+    compiled = kiln.compile(lambda x, y: (x + y, [x * 2, {"k": y}]))
+    x, y = torch.randn(2), torch.randn(2)
+    for _ in range(100):
+        compiled(x, y)
+    gc.collect()
+    before = (sys.getrefcount(x), sys.getrefcount(y))
+    for _ in range(100_000):
+        compiled(x, y)
+    gc.collect()
+    assert (sys.getrefcount(x), sys.getrefcount(y)) == before
+
+
+def test_compiled_function_is_freed_with_its_cache():
+    import weakref
+
+    compiled = kiln.compile(lambda x: x + 1)
+    compiled(torch.ones(2))
+    ref = weakref.ref(compiled)
+    del compiled
+    gc.collect()
+    assert ref() is None
+
+
+def test_methods_can_be_decorated():
+    class Thing:
+        def __init__(self, k):
+            self.k = k
+
+        @kiln.compile
+        def apply(self, x):
+            return x * self.k
+
+    a, b = Thing(2.0), Thing(3.0)
+    torch.testing.assert_close(a.apply(torch.ones(2)), torch.full((2,), 2.0))
+    torch.testing.assert_close(b.apply(torch.ones(2)), torch.full((2,), 3.0))
