@@ -1,0 +1,19 @@
+# Benchmarks: `make bench` runs the suite on the CPU, `make bench-cuda` on an NVIDIA
+# GPU (it skips with a message where there is none). Both install bench/requirements.txt
+# first (idempotent) and write dated results under bench/results/. See bench/README.md.
+PYTHON ?= python3
+BENCH_ARGS ?=
+
+.PHONY: bench bench-cuda bench-quick bench-requirements
+
+bench-requirements:
+	@$(PYTHON) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+
+bench: bench-requirements
+	$(PYTHON) -m bench.runner --device cpu $(BENCH_ARGS)
+
+bench-cuda: bench-requirements
+	$(PYTHON) -m bench.runner --device cuda $(BENCH_ARGS)
+
+bench-quick: bench-requirements
+	$(PYTHON) -m bench.runner --device cpu --quick --out /tmp/kiln-bench-quick $(BENCH_ARGS)
