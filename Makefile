@@ -6,8 +6,11 @@ BENCH_ARGS ?=
 
 .PHONY: bench bench-cuda bench-quick bench-requirements
 
+# Installs the pinned versions only where the packages are missing, so a machine that
+# has them (a GPU image without network) runs with its own; the report names the versions.
 bench-requirements:
-	@$(PYTHON) -m pip install --quiet --disable-pip-version-check -r bench/requirements.txt
+	@$(PYTHON) -c "import transformers, matplotlib" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r bench/requirements.txt
 
 bench: bench-requirements
 	$(PYTHON) -m bench.runner --device cpu $(BENCH_ARGS)

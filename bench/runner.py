@@ -184,8 +184,9 @@ def bandwidth_probe(device, settings):
     source = torch.rand(32 * 1024 * 1024, device=device)
     destination = torch.empty_like(source)
     copy = destination.copy_
-    time_calls(copy, (source,), device, settings["warmup"])
-    seconds = statistics.median(time_calls(copy, (source,), device)[0] for _ in range(settings["samples"]))
+    seconds = min(time_calls(copy, (source,), device)[0] for _ in range(settings["warmup"] + 1))
+    calls = max(1, math.ceil(settings["min_sample_s"] / seconds))
+    seconds = statistics.median(time_calls(copy, (source,), device, calls)[0] for _ in range(settings["samples"]))
     return {"bytes": 2 * source.numel() * 4, "seconds": seconds, "bytes_per_s": 2 * source.numel() * 4 / seconds}
 
 
