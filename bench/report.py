@@ -47,7 +47,7 @@ def speedups(workload):
 
 
 def table(run, notes):
-    bandwidth = run["bandwidth"]["bytes_per_s"]
+    bandwidth = run["bandwidth"]["bytes_per_s"] if run["bandwidth"] else None
     lines = ["| workload | eager | Inductor | kiln | Inductor speedup | kiln speedup | kiln vs Inductor "
              "| 1st call Inductor | 1st call kiln | graphs / breaks Inductor | graphs / breaks kiln "
              "| max rel. err Inductor | max rel. err kiln | % of bandwidth eager / Inductor / kiln |",
@@ -88,7 +88,7 @@ def table(run, notes):
         for name in ("inductor", "kiln"):
             error = columns[name].get("max_relative_error")
             cells.append("—" if error is None else f"{error:.1e}")
-        if "bytes" in workload:
+        if "bytes" in workload and bandwidth:
             cells.append(" / ".join(f"{100 * workload['bytes'] / columns[n]['median_s'] / bandwidth:.0f}%"
                                     if columns[n]["status"] in TIMED else "—" for n in ("eager", "inductor", "kiln")))
         else:
@@ -130,8 +130,9 @@ def markdown(run, chart_name):
     for run_at in run["runs"]:
         bandwidth = run_at["bandwidth"]
         lines += [f"## {run_at['threads']} threads (`torch.set_num_threads({run_at['threads']})`)", "",
-                  f"Memory bandwidth (copy of {bandwidth['bytes'] / 2 ** 21:.0f} MiB, read + write): "
-                  f"{bandwidth['bytes_per_s'] / 1e9:.1f} GB/s. One-time start-up, tiny compile: " +
+                  (f"Memory bandwidth (copy of {bandwidth['bytes'] / 2 ** 21:.0f} MiB, read + write): "
+                   f"{bandwidth['bytes_per_s'] / 1e9:.1f} GB/s." if bandwidth else "Memory bandwidth: not measured.") +
+                  " One-time start-up, tiny compile: " +
                   ", ".join(f"{name} {value:.1f} s" if isinstance(value, float) else f"{name} failed"
                             for name, value in run_at["warm_start_s"].items()) + ".", ""]
         lines += table(run_at, notes) + [""]
@@ -144,7 +145,7 @@ def chart(run, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
     count = max(len(r["workloads"]) for r in run["runs"])
     figure, axes = plt.subplots(1, len(run["runs"]), figsize=(8 * len(run["runs"]), 1.5 + 0.42 * count),
                                 squeeze=False)
@@ -153,16 +154,18 @@ def chart(run, path):
         for offset, (label, index, colour) in enumerate((("Inductor", 0, "tab:blue"), ("kiln", 1, "tab:orange"))):
             for row, workload in enumerate(run_at["workloads"]):
                 value = None if "skipped" in workload else speedups(workload)[index]
+                status = "skipped" if "skipped" in workload else \
+                    workload["columns"]["inductor" if index == 0 else "kiln"]["status"]
                 y = row + (offset - 0.5) * 0.4
-                if value:
-                    axis.barh(y, value, height=0.4, color=colour, label=label if row == 0 else None)
-                else:
-                    status = "skipped" if "skipped" in workload else \
-                        workload["columns"]["inductor" if index == 0 else "kiln"]["status"]
-                    axis.text(1.0, y, f" {label} {status}", va="center", fontsize=7, color=colour)
+                if value:   # a FALLBACK or WRONG bar is hatched and labelled
+                    axis.barh(y, value, height=0.4, color=colour, label=label if row == 0 else None,
+                              hatch=None if status == "ok" else "//", edgecolor="white")
+                if status != "ok":
+                    axis.text(value or 1.0, y, f" {label} {status}", va="center", fontsize=7, color=colour)
         axis.set_xscale("log")
-        for axis_ticks in (axis.xaxis.set_major_formatter, axis.xaxis.set_minor_formatter):
-            axis_ticks(FuncFormatter(lambda value, _: f"{value:g}×"))
+        axis.xaxis.set_major_locator(FixedLocator([0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100]))
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}×"))
+        axis.xaxis.set_minor_formatter(NullFormatter())
         axis.axvline(1.0, color="black", linewidth=0.8)
         axis.set_yticks(range(len(names)), names, fontsize=8)
         axis.invert_yaxis()

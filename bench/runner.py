@@ -148,6 +148,8 @@ def run_workload(workload, device, settings, kiln, kiln_error, kiln_via):
             if name == "kiln" and fallbacks:
                 column.update(status="FALLBACK", reason=fallbacks[0][:300])
 
+        if "eager" not in callables:
+            raise RuntimeError(f"eager failed: {result['columns']['eager']['reason']}")
         # Warm up, then pick per column how many calls make one sample long enough to time.
         calls, longest_sample_s = {}, 0.0
         for name, callable_ in callables.items():
@@ -207,34 +209,63 @@ def warm_start(kiln, kiln_via, device):
     return seconds
 
 
-def worker(arguments):
-    """Runs the suite at one thread count and writes its results as JSON."""
+def select_workloads(only):
     from bench.models import MODELS
     from bench.workloads import KERNELS
+    return [w for w in KERNELS + MODELS if not only or only.lower() in w.name.lower()]
+
+
+def worker(arguments):
+    """Runs the suite at one thread count from workload number `start` on, writing
+    its results as JSON after each workload, so a crash loses only the one it was in."""
     torch.set_num_threads(arguments.threads)
     torch.backends.cuda.matmul.allow_tf32 = False   # the same arithmetic as eager
     torch.backends.cudnn.allow_tf32 = False
     settings = QUICK if arguments.quick else FULL
     kiln, kiln_error = import_kiln()
-    workloads = [w for w in KERNELS + MODELS if not arguments.only or arguments.only.lower() in w.name.lower()]
     results = {"threads": torch.get_num_threads(), "kiln_error": kiln_error,
                "warm_start_s": warm_start(kiln, arguments.kiln_via, arguments.device),
                "bandwidth": bandwidth_probe(arguments.device, settings), "workloads": []}
-    for workload in workloads:
-        if time.time() > arguments.deadline:
-            results["workloads"].append({"name": workload.name, "group": workload.group, "skipped":
-                                         "the suite's time budget ran out"})
-            continue
+    for workload in select_workloads(arguments.only)[arguments.start:]:
         start = time.perf_counter()
-        try:
-            result = run_workload(workload, arguments.device, settings, kiln, kiln_error, arguments.kiln_via)
-        except Exception as error:  # building the workload or running eager failed
-            result = {"name": workload.name, "group": workload.group, "skipped": describe(error)}
-        result["wall_s"] = time.perf_counter() - start
+        if time.time() > arguments.deadline:
+            result = {"skipped": "the suite's time budget ran out"}
+        else:
+            try:
+                result = run_workload(workload, arguments.device, settings, kiln, kiln_error, arguments.kiln_via)
+            except Exception as error:  # building the workload or running eager failed
+                result = {"skipped": describe(error)}
+        result.update(name=workload.name, group=workload.group, wall_s=time.perf_counter() - start)
         print(f"  [{arguments.threads} threads] {workload.name}: {result['wall_s']:.1f} s", flush=True)
         results["workloads"].append(result)
-    with open(arguments.worker_output, "w") as file:
-        json.dump(results, file)
+        with open(arguments.worker_output, "w") as file:
+            json.dump(results, file)
+
+
+def run_threads(arguments, threads, deadline):
+    """The results at one thread count: worker processes sharing one fresh Inductor
+    cache, a new one started after the workload where a worker crashed."""
+    workloads, results = select_workloads(arguments.only), None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory(prefix=f"kiln-bench-inductor-{threads}t-") as cache:
+        output = os.path.join(cache, "worker-results.json")
+        while results is None or len(results["workloads"]) < len(workloads):
+            done = 0 if results is None else len(results["workloads"])
+            command = [sys.executable, "-m", "bench.runner", "--worker-output", output, "--threads", str(threads),
+                       "--device", arguments.device, "--kiln-via", arguments.kiln_via, "--only", arguments.only,
+                       "--deadline", str(deadline), "--start", str(done)] + (["--quick"] if arguments.quick else [])
+            if os.path.exists(output):
+                os.remove(output)
+            exit_code = subprocess.run(command, cwd=root, env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)).returncode
+            part = json.load(open(output)) if os.path.exists(output) else {"workloads": []}
+            results = part if results is None else dict(results, workloads=results["workloads"] + part["workloads"])
+            if exit_code != 0 and len(results["workloads"]) < len(workloads):
+                crashed = workloads[len(results["workloads"])]
+                print(f"  [{threads} threads] {crashed.name}: the process died (exit code {exit_code})", flush=True)
+                results.update({"threads": threads, "bandwidth": None, "warm_start_s": {}} | results)
+                results["workloads"].append({"name": crashed.name, "group": crashed.group,
+                                             "skipped": f"the benchmark process died (exit code {exit_code})"})
+    return results
 
 
 def environment(device, kiln_via):
@@ -272,6 +303,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     parser.add_argument("--worker-output", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.worker_output:
         arguments.threads = int(arguments.threads)
@@ -288,16 +320,7 @@ def main():
            "load_average_start": os.getloadavg(), "runs": []}
     for threads in [int(t) for t in arguments.threads.split(",")]:
         print(f"bench: {arguments.device}, {threads} threads", flush=True)
-        with tempfile.TemporaryDirectory(prefix=f"kiln-bench-inductor-{threads}t-") as cache, \
-                tempfile.NamedTemporaryFile(suffix=".json") as output:
-            # A fresh process and an empty Inductor cache for each thread count.
-            environment_variables = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
-            command = [sys.executable, "-m", "bench.runner", "--worker-output", output.name, "--threads", str(threads),
-                       "--device", arguments.device, "--kiln-via", arguments.kiln_via, "--only", arguments.only,
-                       "--deadline", str(start + arguments.budget_s)] + (["--quick"] if arguments.quick else [])
-            subprocess.run(command, env=environment_variables, check=True,
-                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-            run["runs"].append(json.load(open(output.name)))
+        run["runs"].append(run_threads(arguments, threads, start + arguments.budget_s))
     run["load_average_end"] = os.getloadavg()
     run["wall_s"] = time.time() - start
     for path in report.write(run, arguments.out):
