@@ -1,0 +1,22 @@
+# Benchmarks: `make bench` runs the suite on the CPU, `make bench-cuda` on an NVIDIA
+# GPU (it skips with a message where there is none). Both install bench/requirements.txt
+# first (idempotent) and write dated results under bench/results/. See bench/README.md.
+PYTHON ?= python3
+BENCH_ARGS ?=
+
+.PHONY: bench bench-cuda bench-quick bench-requirements
+
+# Installs the pinned versions only where the packages are missing, so a machine that
+# has them (a GPU image without network) runs with its own; the report names the versions.
+bench-requirements:
+	@$(PYTHON) -c "import transformers, matplotlib" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -r bench/requirements.txt
+
+bench: bench-requirements
+	$(PYTHON) -m bench.runner --device cpu $(BENCH_ARGS)
+
+bench-cuda: bench-requirements
+	$(PYTHON) -m bench.runner --device cuda $(BENCH_ARGS)
+
+bench-quick: bench-requirements
+	$(PYTHON) -m bench.runner --device cpu --quick --out /tmp/kiln-bench-quick $(BENCH_ARGS)
