@@ -603,7 +603,7 @@ void checkAttentionInputs(const MetaArgs &args, const TensorMeta &q,
 // and value heads repeated for grouped-query attention).
 Shape mathAttentionShape(const MetaArgs &args, const TensorMeta &q,
                          const TensorMeta &k, const TensorMeta &v,
-                         bool enableGqa) {
+                         const TensorMeta *mask, bool enableGqa) {
   Shape batchQ(q.sizes.begin(), q.sizes.end() - 2);
   Shape batchK(k.sizes.begin(), k.sizes.end() - 2);
   Shape batchV(v.sizes.begin(), v.sizes.end() - 2);
@@ -618,6 +618,15 @@ Shape mathAttentionShape(const MetaArgs &args, const TensorMeta &q,
     }
   }
   Shape sizes = meta::broadcastShapes({&batchQ, &batchK, &batchV});
+  if (mask) {
+    Shape weights = meta::broadcastShapes(batchQ, batchK);
+    weights.push_back(q.sizes[q.dim() - 2]);
+    weights.push_back(k.sizes[k.dim() - 2]);
+    if (meta::broadcastShapes(mask->sizes, weights) != weights)
+      fail(args, "attn_mask of shape " + shapeToString(mask->sizes) +
+                     " does not broadcast to the attention weights' shape " +
+                     shapeToString(weights));
+  }
   sizes.push_back(q.sizes[q.dim() - 2]);
   sizes.push_back(v.sizes.back());
   return sizes;
@@ -640,7 +649,7 @@ std::vector<TensorMeta> scaledDotProductAttention(const MetaArgs &args) {
   if (q.device.type == DeviceType::CPU &&
       cpuFlashAttentionApplies(q, k, v, mask, dropout, enableGqa))
     return one(meta::emptyLike(q));
-  return one(TensorMeta(q.dtype, mathAttentionShape(args, q, k, v, enableGqa),
+  return one(TensorMeta(q.dtype, mathAttentionShape(args, q, k, v, mask, enableGqa),
                         q.device));
 }
 
