@@ -460,13 +460,15 @@ std::vector<TensorMeta> indexSelect(const MetaArgs &args) {
   return one(TensorMeta(self.dtype, sizes, self.device));
 }
 
-// gather and scatter check that index fits within self (and src) outside
-// `dim`; a 0-d tensor counts as 1-d here.
+// gather and scatter check that a non-empty index fits within self (and
+// src) outside `dim`; a 0-d tensor counts as 1-d here.
 void checkGatherScatterShapes(const MetaArgs &args, const TensorMeta &self,
                               int64_t dim, const TensorMeta &index,
                               const TensorMeta *source, bool isGather) {
-  if (index.numel() != 0)
-    checkIndexDType(args, index, isGather ? "gather()" : "scatter()");
+  // torch checks nothing about an empty index.
+  if (index.numel() == 0)
+    return;
+  checkIndexDType(args, index, isGather ? "gather()" : "scatter()");
   auto dims = [](const TensorMeta &t) { return std::max<int64_t>(t.dim(), 1); };
   auto size = [](const TensorMeta &t, int64_t d) {
     return t.dim() == 0 ? 1 : t.sizes[d];
@@ -474,8 +476,6 @@ void checkGatherScatterShapes(const MetaArgs &args, const TensorMeta &self,
   if (dims(index) != dims(self))
     fail(args, "Index tensor must have the same number of dimensions as "
                "input tensor");
-  if (index.numel() == 0)
-    return;
   for (int64_t d = 0; d < dims(self); ++d) {
     if (d != dim && size(index, d) > size(self, d))
       fail(args, "Size does not match at dimension " + std::to_string(d) +
