@@ -81,9 +81,8 @@ Shape vectorProduct(const MetaArgs &args, const TensorMeta &matrix,
   checkDim(args, matrix, 2, "mat");
   checkDim(args, vector, 1, "vec");
   if (matrix.sizes[1] != vector.sizes[0])
-    fail(args, "size mismatch, got input (" +
-                   std::to_string(matrix.sizes[0]) + "), mat (" +
-                   std::to_string(matrix.sizes[0]) + "x" +
+    fail(args, "size mismatch, got input (" + std::to_string(matrix.sizes[0]) +
+                   "), mat (" + std::to_string(matrix.sizes[0]) + "x" +
                    std::to_string(matrix.sizes[1]) + "), vec (" +
                    std::to_string(vector.sizes[0]) + ")");
   checkSameDType(args, matrix, vector);
@@ -175,8 +174,8 @@ std::vector<TensorMeta> linear(const MetaArgs &args) {
   const TensorMeta &input = args.tensor(0);
   TensorMeta weight = args.tensor(1);
   if (weight.dim() > 2)
-    fail(args, "weight must be 1D or 2D, got shape " +
-                   shapeToString(weight.sizes));
+    fail(args,
+         "weight must be 1D or 2D, got shape " + shapeToString(weight.sizes));
   std::reverse(weight.sizes.begin(), weight.sizes.end());
   std::reverse(weight.strides.begin(), weight.strides.end());
   Shape sizes = matmulShape(args, input, weight);
@@ -265,16 +264,17 @@ TensorMeta convolutionResult(const MetaArgs &args, const TensorMeta &input,
       fail(args, "dilation should be greater than zero");
     if (p.padding[i] < 0)
       fail(args, "negative padding is not supported");
-    if (p.transposed && (p.outputPadding[i] < 0 ||
-                         (p.outputPadding[i] >= p.stride[i] &&
-                          p.outputPadding[i] >= p.dilation[i])))
+    if (p.transposed &&
+        (p.outputPadding[i] < 0 || (p.outputPadding[i] >= p.stride[i] &&
+                                    p.outputPadding[i] >= p.dilation[i])))
       fail(args, "output padding must be smaller than either stride or "
                  "dilation, got output_padding=" +
                      shapeToString(p.outputPadding));
   }
   if (input.dtype != weight.dtype)
     fail(args, "Input type (" + std::string(dtypeName(input.dtype)) +
-                   ") and weight type (" + std::string(dtypeName(weight.dtype)) +
+                   ") and weight type (" +
+                   std::string(dtypeName(weight.dtype)) +
                    ") should be the same");
 
   int64_t channels = input.sizes[1];
@@ -287,10 +287,10 @@ TensorMeta convolutionResult(const MetaArgs &args, const TensorMeta &input,
   int64_t expectedChannels =
       p.transposed ? weight.sizes[0] : weight.sizes[1] * p.groups;
   if (channels != expectedChannels)
-    fail(args, "Given groups=" + std::to_string(p.groups) + ", weight of size " +
-                   shapeToString(weight.sizes) + ", expected input" +
-                   shapeToString(input.sizes) + " to have " +
-                   std::to_string(expectedChannels) +
+    fail(args, "Given groups=" + std::to_string(p.groups) +
+                   ", weight of size " + shapeToString(weight.sizes) +
+                   ", expected input" + shapeToString(input.sizes) +
+                   " to have " + std::to_string(expectedChannels) +
                    " channels, but got " + std::to_string(channels) +
                    " channels instead");
   int64_t outChannels =
@@ -298,7 +298,8 @@ TensorMeta convolutionResult(const MetaArgs &args, const TensorMeta &input,
   if (bias && (bias->dim() != 1 || bias->sizes[0] != outChannels))
     fail(args, "Given weight of size " + shapeToString(weight.sizes) +
                    ", expected bias to be 1-dimensional with " +
-                   std::to_string(outChannels) + " elements, but got bias of "
+                   std::to_string(outChannels) +
+                   " elements, but got bias of "
                    "size " +
                    shapeToString(bias->sizes) + " instead");
 
@@ -321,9 +322,9 @@ TensorMeta convolutionResult(const MetaArgs &args, const TensorMeta &input,
     }
     if (out <= 0)
       fail(args, "Given input size per channel " +
-                   shapeToString(Shape(input.sizes.begin() + 2,
-                                       input.sizes.end())) +
-                   ", the calculated output size is too small");
+                     shapeToString(
+                         Shape(input.sizes.begin() + 2, input.sizes.end())) +
+                     ", the calculated output size is too small");
     sizes.push_back(out);
   }
   MemoryFormat format = convolutionFormat(input, weight, args);
@@ -369,7 +370,8 @@ std::vector<TensorMeta> convolutionNd(const MetaArgs &args) {
       fail(args, "Expected " + std::to_string(weight.dim()) +
                      "D input for weight of size " +
                      shapeToString(weight.sizes));
-    size_t spatial = static_cast<size_t>(std::max<int64_t>(weight.dim() - 2, 0));
+    size_t spatial =
+        static_cast<size_t>(std::max<int64_t>(weight.dim() - 2, 0));
     Shape stride = perSpatialDim(args, p.stride, spatial, "stride");
     Shape dilation = perSpatialDim(args, p.dilation, spatial, "dilation");
     if (std::any_of(stride.begin(), stride.end(),
@@ -384,10 +386,10 @@ std::vector<TensorMeta> convolutionNd(const MetaArgs &args) {
       padded[i + 2] += reach % 2;
     }
     if (padded != input.sizes)
-      input = TensorMeta(input.dtype, padded,
-                         meta::stridesForFormat(
-                             padded, meta::suggestMemoryFormat(input)),
-                         0, input.device);
+      input = TensorMeta(
+          input.dtype, padded,
+          meta::stridesForFormat(padded, meta::suggestMemoryFormat(input)), 0,
+          input.device);
   } else {
     fail(args, "Invalid padding string: '" + args.string(4) +
                    "', expected 'valid' or 'same'");
@@ -419,14 +421,14 @@ int64_t pooledSize(const MetaArgs &args, int64_t in, int64_t kernel,
   if (pad > kernel / 2)
     fail(args, "pad should be at most half of effective kernel size, but "
                "got pad=" +
-                   std::to_string(pad) + ", kernel_size=" +
-                   std::to_string(kernel) + " and dilation=" +
-                   std::to_string(dilation));
-  int64_t span = in + 2 * pad - dilation * (kernel - 1) - 1 +
-                 (ceilMode ? stride - 1 : 0);
+                   std::to_string(pad) +
+                   ", kernel_size=" + std::to_string(kernel) +
+                   " and dilation=" + std::to_string(dilation));
+  int64_t span =
+      in + 2 * pad - dilation * (kernel - 1) - 1 + (ceilMode ? stride - 1 : 0);
   // Floor division (span may be negative).
-  int64_t out = (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) +
-                1;
+  int64_t out =
+      (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
   // With ceil_mode the last window must start inside the input or the
   // left padding.
   if (ceilMode && (out - 1) * stride >= in + pad)
@@ -435,8 +437,8 @@ int64_t pooledSize(const MetaArgs &args, int64_t in, int64_t kernel,
 }
 
 // Pooled result sizes, in the input's suggested memory format.
-TensorMeta pooledResult(const TensorMeta &input, int64_t height,
-                        int64_t width, DType dtype) {
+TensorMeta pooledResult(const TensorMeta &input, int64_t height, int64_t width,
+                        DType dtype) {
   Shape sizes = input.sizes;
   sizes[sizes.size() - 2] = height;
   sizes[sizes.size() - 1] = width;
@@ -520,8 +522,8 @@ std::vector<TensorMeta> adaptiveAvgPool(const MetaArgs &args) {
   if (outputSize.size() != 2)
     fail(args, "output_size must be 2");
   if (input.dim() != 3 && input.dim() != 4)
-    fail(args, "Expected 3D or 4D tensor, but got " +
-                   shapeToString(input.sizes));
+    fail(args,
+         "Expected 3D or 4D tensor, but got " + shapeToString(input.sizes));
   for (int64_t d = input.dim() - 3; d < input.dim(); ++d)
     if (input.sizes[d] == 0)
       fail(args, "Expected input to have non-zero size for non-batch "
@@ -649,8 +651,8 @@ std::vector<TensorMeta> scaledDotProductAttention(const MetaArgs &args) {
   if (q.device.type == DeviceType::CPU &&
       cpuFlashAttentionApplies(q, k, v, mask, dropout, enableGqa))
     return one(meta::emptyLike(q));
-  return one(TensorMeta(q.dtype, mathAttentionShape(args, q, k, v, mask, enableGqa),
-                        q.device));
+  return one(TensorMeta(
+      q.dtype, mathAttentionShape(args, q, k, v, mask, enableGqa), q.device));
 }
 
 // (output in the query's layout, logsumexp of shape [batch, heads, L] laid

@@ -306,9 +306,9 @@ std::optional<Shape> viewStrides(const Shape &oldSizes, const Shape &oldStrides,
   for (int64_t tensorDim = static_cast<int64_t>(oldSizes.size()) - 1;
        tensorDim >= 0; --tensorDim) {
     tensorNumel *= oldSizes[tensorDim];
-    bool chunkEnds = tensorDim == 0 ||
-                     (oldSizes[tensorDim - 1] != 1 &&
-                      oldStrides[tensorDim - 1] != tensorNumel * chunkBaseStride);
+    bool chunkEnds = tensorDim == 0 || (oldSizes[tensorDim - 1] != 1 &&
+                                        oldStrides[tensorDim - 1] !=
+                                            tensorNumel * chunkBaseStride);
     if (!chunkEnds)
       continue;
     while (viewDim >= 0 &&
@@ -405,8 +405,9 @@ MemoryFormat suggestMemoryFormat(const TensorMeta &tensor) {
   return format;
 }
 
-TensorMeta emptyLike(const TensorMeta &tensor, std::optional<MemoryFormat> format,
-                     DType dtype, Device device) {
+TensorMeta emptyLike(const TensorMeta &tensor,
+                     std::optional<MemoryFormat> format, DType dtype,
+                     Device device) {
   Shape strides = !format || *format == MemoryFormat::Preserve
                       ? preservedStrides(tensor)
                       : stridesForFormat(tensor.sizes, *format);

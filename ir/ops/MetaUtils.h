@@ -85,8 +85,9 @@ MemoryFormat suggestMemoryFormat(const TensorMeta &tensor);
 /// The tensor `empty_like(tensor, memory_format=format)` allocates, with
 /// the given dtype and device: Preserve (or none) keeps a dense tensor's
 /// strides and gives others dense strides in their memory order.
-TensorMeta emptyLike(const TensorMeta &tensor, std::optional<MemoryFormat> format,
-                     DType dtype, Device device);
+TensorMeta emptyLike(const TensorMeta &tensor,
+                     std::optional<MemoryFormat> format, DType dtype,
+                     Device device);
 TensorMeta emptyLike(const TensorMeta &tensor,
                      std::optional<MemoryFormat> format = std::nullopt);
 

@@ -87,8 +87,8 @@ std::vector<TensorMeta> arange(const MetaArgs &args) {
   for (const Argument *bound : {&start, &end, &step})
     integral &= !isFloatingPoint(meta::scalarDType(*bound)) &&
                 !isComplex(meta::scalarDType(*bound));
-  DType dtype = options.dtype.value_or(integral ? DType::Int64
-                                                : kDefaultFloatDType);
+  DType dtype =
+      options.dtype.value_or(integral ? DType::Int64 : kDefaultFloatDType);
   if (dtype == DType::Bool || isComplex(dtype))
     fail(args, "arange is not implemented for " +
                    std::string(dtypeName(dtype)) + " tensors");
@@ -141,8 +141,8 @@ std::vector<TensorMeta> factoryNew(const MetaArgs &args) {
   FactoryOptions options = factoryOptions(args, self.device);
   Shape sizes = args.intList(1);
   meta::checkSizesNonNegative(args, sizes);
-  return one(TensorMeta(options.dtype.value_or(self.dtype), sizes,
-                        options.device));
+  return one(
+      TensorMeta(options.dtype.value_or(self.dtype), sizes, options.device));
 }
 
 // --- Copies ---
@@ -324,24 +324,25 @@ std::vector<TensorMeta> constantPad(const MetaArgs &args) {
                      std::to_string(d) + " of your input.");
     anyPositive |= before > 0 || after > 0;
     // torch trims each side in turn; neither trim may pass the other end.
-    for (int64_t trim : {std::min<int64_t>(before, 0), std::min<int64_t>(after, 0)})
+    for (int64_t trim : {before, after}) {
+      if (trim >= 0)
+        continue;
       if (trimmed.sizes[d] + trim < 0)
         fail(args, "negative padding " + std::to_string(trim) +
                        " trims more than the " +
                        std::to_string(trimmed.sizes[d]) +
                        " elements left of dimension " + std::to_string(d));
-      else
-        trimmed.sizes[d] += trim;
-    trimmed.storageOffset +=
-        std::max<int64_t>(-before, 0) * trimmed.strides[d];
+      trimmed.sizes[d] += trim;
+    }
+    trimmed.storageOffset += std::max<int64_t>(-before, 0) * trimmed.strides[d];
   }
   // Without positive padding torch clones a narrowed view of self.
   if (!anyPositive)
     return one(emptyLike(trimmed));
-  return one(TensorMeta(
-      self.dtype, sizes,
-      meta::stridesForFormat(sizes, meta::suggestMemoryFormat(self)), 0,
-      self.device));
+  return one(
+      TensorMeta(self.dtype, sizes,
+                 meta::stridesForFormat(sizes, meta::suggestMemoryFormat(self)),
+                 0, self.device));
 }
 
 // tril and triu: a contiguous result.
@@ -576,16 +577,15 @@ advancedIndex(const MetaArgs &args, const TensorMeta &self,
   int64_t after = static_cast<int64_t>(others.size()) - insertAt;
   for (int64_t d : indexed) {
     const TensorMeta &index = *indices[d];
-    int64_t lead = insertAt + static_cast<int64_t>(broadcast.size()) -
-                   index.dim();
+    int64_t lead =
+        insertAt + static_cast<int64_t>(broadcast.size()) - index.dim();
     Shape indexSizes(lead, 1), indexStrides(lead, 0);
     indexSizes.insert(indexSizes.end(), index.sizes.begin(), index.sizes.end());
     indexStrides.insert(indexStrides.end(), index.strides.begin(),
                         index.strides.end());
     indexSizes.insert(indexSizes.end(), after, 1);
     indexStrides.insert(indexStrides.end(), after, 0);
-    result.operands.push_back(
-        meta::viewOf(index, indexSizes, indexStrides, 0));
+    result.operands.push_back(meta::viewOf(index, indexSizes, indexStrides, 0));
   }
   return result;
 }

@@ -243,13 +243,12 @@ TensorMeta expandTo(const MetaArgs &args, const TensorMeta &self,
       fail(args, "invalid expanded size " + std::to_string(wanted));
     if (size != wanted) {
       if (size != 1)
-        fail(args, "The expanded size of the tensor (" +
-                       std::to_string(wanted) +
-                       ") must match the existing size (" +
-                       std::to_string(size) +
-                       ") at non-singleton dimension " + std::to_string(i) +
-                       ".  Target sizes: " + shapeToString(target) +
-                       ".  Tensor sizes: " + shapeToString(self.sizes));
+        fail(args,
+             "The expanded size of the tensor (" + std::to_string(wanted) +
+                 ") must match the existing size (" + std::to_string(size) +
+                 ") at non-singleton dimension " + std::to_string(i) +
+                 ".  Target sizes: " + shapeToString(target) +
+                 ".  Tensor sizes: " + shapeToString(self.sizes));
       stride = 0;
     }
     sizes[i] = wanted;
@@ -418,8 +417,8 @@ std::vector<TensorMeta> flatten(const MetaArgs &args) {
   if (start == end)
     return one(self);
   Shape sizes(self.sizes.begin(), self.sizes.begin() + start);
-  sizes.push_back(numelOf(
-      Shape(self.sizes.begin() + start, self.sizes.begin() + end + 1)));
+  sizes.push_back(
+      numelOf(Shape(self.sizes.begin() + start, self.sizes.begin() + end + 1)));
   sizes.insert(sizes.end(), self.sizes.begin() + end + 1, self.sizes.end());
   return one(reshapeAs(args, self, sizes));
 }
@@ -468,10 +467,9 @@ std::vector<TensorMeta> diagonal(const MetaArgs &args) {
     fail(args, "diagonal dimensions cannot be identical " +
                    std::to_string(args.integer(2)) + ", " +
                    std::to_string(args.integer(3)));
-  int64_t length =
-      offset >= 0
-          ? std::min(self.sizes[dim1], self.sizes[dim2] - offset)
-          : std::min(self.sizes[dim1] + offset, self.sizes[dim2]);
+  int64_t length = offset >= 0
+                       ? std::min(self.sizes[dim1], self.sizes[dim2] - offset)
+                       : std::min(self.sizes[dim1] + offset, self.sizes[dim2]);
   length = std::max<int64_t>(length, 0);
   int64_t storageOffset = self.storageOffset;
   if (length > 0)
