@@ -1,8 +1,8 @@
 // Meta functions of the linear-algebra and neural-network ops: matrix
-// products (mm, bmm, matmul, linear, ...), convolution, pooling and scaled
-// dot-product attention. Where torch's result layout depends on the kernel
-// it picks for a device, so does kiln's.
-// Depends on ir/OpRegistry.h and ir/ops/MetaUtils.h.
+// products (mm, bmm, matmul, linear, ...), convolution, pooling, upsampling
+// and scaled dot-product attention. Where torch's result layout depends on the
+// kernel it picks for a device, so does kiln's. Depends on ir/OpRegistry.h and
+// ir/ops/MetaUtils.h.
 #include "ir/Error.h"
 #include "ir/OpRegistry.h"
 #include "ir/ops/MetaUtils.h"
@@ -405,8 +405,8 @@ std::vector<TensorMeta> convolutionNd(const MetaArgs &args) {
 // --- Pooling over the last two dims of a 3-d or 4-d input ---
 
 // A `int[2]` argument given as one value or two.
-std::pair<int64_t, int64_t> pair(const MetaArgs &args, const Shape &values,
-                                 const char *name) {
+std::pair<int64_t, int64_t> twoInts(const MetaArgs &args, const Shape &values,
+                                    const char *name) {
   if (values.size() == 1)
     return {values[0], values[0]};
   if (values.size() != 2)
@@ -463,13 +463,13 @@ void checkPoolInput(const MetaArgs &args, const TensorMeta &input) {
 // max_pool2d (values) and max_pool2d_with_indices (values, indices).
 std::vector<TensorMeta> maxPool(const MetaArgs &args) {
   const TensorMeta &input = args.tensor(0);
-  auto [kernelH, kernelW] = pair(args, args.intList(1), "kernel_size");
+  auto [kernelH, kernelW] = twoInts(args, args.intList(1), "kernel_size");
   Shape strideList = args.intList(2);
   auto [strideH, strideW] = strideList.empty()
                                 ? std::make_pair(kernelH, kernelW)
-                                : pair(args, strideList, "stride");
-  auto [padH, padW] = pair(args, args.intList(3), "padding");
-  auto [dilationH, dilationW] = pair(args, args.intList(4), "dilation");
+                                : twoInts(args, strideList, "stride");
+  auto [padH, padW] = twoInts(args, args.intList(3), "padding");
+  auto [dilationH, dilationW] = twoInts(args, args.intList(4), "dilation");
   bool ceilMode = args.boolean(5);
   if (kernelH <= 0 || kernelW <= 0 || strideH <= 0 || strideW <= 0 ||
       dilationH <= 0 || dilationW <= 0)
@@ -493,12 +493,12 @@ std::vector<TensorMeta> maxPool(const MetaArgs &args) {
 
 std::vector<TensorMeta> avgPool(const MetaArgs &args) {
   const TensorMeta &input = args.tensor(0);
-  auto [kernelH, kernelW] = pair(args, args.intList(1), "kernel_size");
+  auto [kernelH, kernelW] = twoInts(args, args.intList(1), "kernel_size");
   Shape strideList = args.intList(2);
   auto [strideH, strideW] = strideList.empty()
                                 ? std::make_pair(kernelH, kernelW)
-                                : pair(args, strideList, "stride");
-  auto [padH, padW] = pair(args, args.intList(3), "padding");
+                                : twoInts(args, strideList, "stride");
+  auto [padH, padW] = twoInts(args, args.intList(3), "padding");
   bool ceilMode = args.boolean(4);
   if (std::optional<int64_t> divisor = args.optionalInteger(6);
       divisor && *divisor == 0)
@@ -533,6 +533,50 @@ std::vector<TensorMeta> adaptiveAvgPool(const MetaArgs &args) {
   if (outputSize[0] < 0 || outputSize[1] < 0)
     fail(args, "output_size must be non-negative");
   return one(pooledResult(input, outputSize[0], outputSize[1], input.dtype));
+}
+
+// --- Nearest-neighbour upsampling ---
+
+// upsample_nearest2d (output sizes) and .vec (output sizes or scales).
+std::vector<TensorMeta> upsampleNearest(const MetaArgs &args) {
+  const TensorMeta &input = args.tensor(0);
+  if (input.dim() != 4 ||
+      (input.numel() == 0 &&
+       numelOf(Shape(input.sizes.begin() + 1, input.sizes.end())) == 0))
+    fail(args, "Non-empty 4D data tensor expected but got a tensor with "
+               "sizes " +
+                   shapeToString(input.sizes));
+  std::optional<Shape> outputSize = args.optionalIntList(1);
+  std::optional<std::vector<double>> scales;
+  if (args.schema().overload == "vec" && !args.isNone(2))
+    scales = args[2].kind() == Argument::Kind::IntList
+                 ? std::vector<double>(args.intList(2).begin(),
+                                       args.intList(2).end())
+                 : args[2].toDoubleList();
+  if (outputSize.has_value() == scales.has_value())
+    fail(args, "Must specify exactly one of output_size and scale_factors");
+  Shape spatial;
+  if (outputSize) {
+    spatial = *outputSize;
+  } else {
+    for (size_t i = 0; i < scales->size(); ++i)
+      spatial.push_back(static_cast<int64_t>(
+          static_cast<double>(input.sizes[i + 2]) * (*scales)[i]));
+  }
+  if (spatial.size() != 2)
+    fail(args, "expected 2 output sizes or scale factors, got " +
+                   std::to_string(spatial.size()));
+  if (input.sizes[2] <= 0 || input.sizes[3] <= 0 || spatial[0] <= 0 ||
+      spatial[1] <= 0)
+    fail(args, "Input and output sizes should be greater than 0, but got "
+               "input " +
+                   shapeToString(input.sizes) + " and output size " +
+                   shapeToString(spatial));
+  TensorMeta result = pooledResult(input, spatial[0], spatial[1], input.dtype);
+  // torch's CUDA kernel takes the channels-last path only from 4 channels.
+  if (input.device.type == DeviceType::CUDA && input.sizes[1] < 4)
+    result.strides = contiguousStrides(result.sizes);
+  return one(result);
 }
 
 // --- Scaled dot-product attention ---
@@ -740,6 +784,12 @@ void registerLinearAlgebraOps(OpRegistry &registry) {
       {"aten::_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> "
        "Tensor",
        adaptiveAvgPool},
+      {"aten::upsample_nearest2d(Tensor self, SymInt[2] output_size, float? "
+       "scales_h=None, float? scales_w=None) -> Tensor",
+       upsampleNearest},
+      {"aten::upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, "
+       "float[]? scale_factors) -> Tensor",
+       upsampleNearest},
       {"aten::_scaled_dot_product_flash_attention_for_cpu(Tensor query, "
        "Tensor key, Tensor value, float dropout_p=0., bool is_causal=False, "
        "*, Tensor? attn_mask=None, float? scale=None) -> (Tensor output, "

@@ -198,3 +198,21 @@ TEST(LinearAlgebraOps, AttentionPicksTheCpuKernelsLayout) {
       run("aten::scaled_dot_product_attention", {onCuda, onCuda, onCuda}),
       Unsupported);
 }
+
+TEST(LinearAlgebraOps,
+     UpsampleNearestKeepsChannelsLastExceptFewChannelsOnCuda) {
+  TensorMeta channelsLast(DType::Float32, {2, 3, 4, 5}, {60, 1, 15, 3});
+  EXPECT_EQ(run("aten::upsample_nearest2d", {channelsLast}, {Ints{8, 10}})[0],
+            TensorMeta(DType::Float32, {2, 3, 8, 10}, {240, 1, 30, 3}));
+  // Scales truncate: 4 * 1.5 = 6, 5 * 2.3 = 11.5 -> 11.
+  EXPECT_EQ(run("aten::upsample_nearest2d.vec", {f32({2, 3, 4, 5})},
+                {Argument(), std::vector<double>{1.5, 2.3}})[0],
+            f32({2, 3, 6, 11}));
+  TensorMeta onCuda = channelsLast;
+  onCuda.device = kCuda;
+  EXPECT_EQ(run("aten::upsample_nearest2d", {onCuda}, {Ints{8, 10}})[0],
+            TensorMeta(DType::Float32, {2, 3, 8, 10}, kCuda));
+  EXPECT_THROW(run("aten::upsample_nearest2d.vec", {f32({2, 3, 4, 5})},
+                   {Ints{8, 10}, std::vector<double>{2.0, 2.0}}),
+               Error);
+}

@@ -150,6 +150,16 @@ def pooling_cases():
             for output in ([1, 1], [2, 3], [4, 4], [8, 7], [0, 2]):
                 yield "aten::adaptive_avg_pool2d", (x, output), {}
                 yield "aten::_adaptive_avg_pool2d", (x, output), {}
+    for shape in [(2, 3, 4, 5), (1, 5, 3, 3), (2, 3, 1, 1)]:
+        t = meta(shape)
+        for x in (t, channels_last(t), t.transpose(-1, -2), meta(shape[:3] + (shape[3] * 2,))[..., ::2]):
+            for size in ([8, 10], [1, 1], [3, 2]):
+                yield "aten::upsample_nearest2d", (x, size), {}
+                yield "aten::upsample_nearest2d.vec", (x, size, None), {}
+            for scales in ([2, 3], [1.5, 2.3], [0.5, 0.7]):
+                yield "aten::upsample_nearest2d.vec", (x, None, scales), {}
+    yield "aten::upsample_nearest2d", (meta((3, 4, 5)), [2, 2]), {}
+    yield "aten::upsample_nearest2d.vec", (meta((2, 3, 4, 5)), [2, 2], [2.0, 2.0]), {}
     yield "aten::max_pool2d", (meta((2, 3, 2, 2)), [3]), {}
     yield "aten::max_pool2d", (meta((2, 3, 4, 4)), [2], [2], [2]), {}
     yield "aten::avg_pool2d", (meta((2, 3, 4)), [2], [0]), {}
@@ -190,7 +200,7 @@ FAMILIES = {
 # Ops torch runs with different kernels (and result layouts) on the CPU.
 # Convolutions have their own CPU test below.
 DEVICE_DEPENDENT = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
-                    "aten::max_pool2d", "aten::conv2d.padding"}
+                    "aten::max_pool2d", "aten::conv2d.padding", "aten::upsample_nearest2d.vec"}
 
 
 def grouped():
