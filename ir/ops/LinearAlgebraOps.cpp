@@ -1,8 +1,8 @@
 // Meta functions of the linear-algebra and neural-network ops: matrix
 // products (mm, bmm, matmul, linear, ...), convolution, pooling, upsampling
-// and scaled dot-product attention. Where torch's result layout depends on the
-// kernel it picks for a device, so does kiln's. Depends on ir/OpRegistry.h and
-// ir/ops/MetaUtils.h.
+// and scaled dot-product attention. Where torch's result layout depends on
+// the kernel it picks for a device, so does kiln's.
+// Depends on ir/OpRegistry.h and ir/ops/MetaUtils.h.
 #include "ir/Error.h"
 #include "ir/OpRegistry.h"
 #include "ir/ops/MetaUtils.h"
@@ -93,30 +93,28 @@ TensorMeta productResult(const TensorMeta &like, Shape sizes) {
   return TensorMeta(like.dtype, std::move(sizes), like.device);
 }
 
-std::vector<TensorMeta> mm(const MetaArgs &args) {
-  const TensorMeta &a = args.tensor(0);
-  return one(productResult(a, matrixProduct(args, a, args.tensor(1))));
+// The product's shape for mm/addmm, bmm/baddbmm and mv/addmv.
+Shape productShape(const MetaArgs &args, const TensorMeta &a,
+                   const TensorMeta &b) {
+  const std::string &name = args.schema().name;
+  if (name == "aten::mm" || name == "aten::addmm")
+    return matrixProduct(args, a, b);
+  if (name == "aten::bmm" || name == "aten::baddbmm")
+    return batchProduct(args, a, b);
+  return vectorProduct(args, a, b);
 }
 
-std::vector<TensorMeta> bmm(const MetaArgs &args) {
+// mm, bmm, mv.
+std::vector<TensorMeta> product(const MetaArgs &args) {
   const TensorMeta &a = args.tensor(0);
-  return one(productResult(a, batchProduct(args, a, args.tensor(1))));
-}
-
-std::vector<TensorMeta> mv(const MetaArgs &args) {
-  const TensorMeta &a = args.tensor(0);
-  return one(productResult(a, vectorProduct(args, a, args.tensor(1))));
+  return one(productResult(a, productShape(args, a, args.tensor(1))));
 }
 
 // addmm, baddbmm, addmv: self + the product of the next two.
 std::vector<TensorMeta> addProduct(const MetaArgs &args) {
   const TensorMeta &self = args.tensor(0);
   const TensorMeta &a = args.tensor(1);
-  const TensorMeta &b = args.tensor(2);
-  const std::string &family = args.schema().name;
-  Shape sizes = family == "aten::addmm"     ? matrixProduct(args, a, b)
-                : family == "aten::baddbmm" ? batchProduct(args, a, b)
-                                            : vectorProduct(args, a, b);
+  Shape sizes = productShape(args, a, args.tensor(2));
   checkAddend(args, self, sizes);
   checkSameDType(args, self, a);
   return one(productResult(a, sizes));
@@ -725,9 +723,9 @@ std::vector<TensorMeta> flashAttentionForCpu(const MetaArgs &args) {
 
 void registerLinearAlgebraOps(OpRegistry &registry) {
   const OpRegistration table[] = {
-      {"aten::mm(Tensor self, Tensor mat2) -> Tensor", mm},
-      {"aten::bmm(Tensor self, Tensor mat2) -> Tensor", bmm},
-      {"aten::mv(Tensor self, Tensor vec) -> Tensor", mv},
+      {"aten::mm(Tensor self, Tensor mat2) -> Tensor", product},
+      {"aten::bmm(Tensor self, Tensor mat2) -> Tensor", product},
+      {"aten::mv(Tensor self, Tensor vec) -> Tensor", product},
       {"aten::dot(Tensor self, Tensor tensor) -> Tensor", dot},
       {"aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, "
        "Scalar alpha=1) -> Tensor",
