@@ -263,6 +263,11 @@ private:
       return int64_t{1};
     if (text == "Sum")
       return int64_t{2};
+    // torch prints some memory format defaults as the enum's value
+    // (`MemoryFormat memory_format=0`); kiln's enum has torch's order.
+    if (type.base == Base::MemoryFormat && text.size() == 1 && text[0] >= '0' &&
+        text[0] <= '3')
+      return static_cast<MemoryFormat>(text[0] - '0');
     if (type.base == Base::ScalarType) {
       if (std::optional<DType> dtype = dtypeFromName(text))
         return *dtype;

@@ -282,3 +282,154 @@ void fail(const MetaArgs &args, const std::string &message) {
 }
 
 } // namespace kiln::meta
+
+// --- Layouts of views, copies and allocations (view, tensor and linear
+// algebra ops) ---
+namespace kiln::meta {
+
+std::optional<Shape> viewStrides(const Shape &oldSizes, const Shape &oldStrides,
+                                 const Shape &newSizes) {
+  int64_t numel = numelOf(oldSizes);
+  if (numel == 0 && oldSizes == newSizes)
+    return oldStrides;
+  int64_t newDims = static_cast<int64_t>(newSizes.size());
+  if (numel == 0 || oldSizes.empty())
+    return contiguousStrides(newSizes);
+
+  // Walk the old dimensions from the innermost, grouping them into chunks
+  // that are contiguous with each other; the new dimensions must tile each
+  // chunk exactly, and each takes strides from the chunk it falls in.
+  Shape newStrides(newDims);
+  int64_t viewDim = newDims - 1;
+  int64_t chunkBaseStride = oldStrides.back();
+  int64_t tensorNumel = 1, viewNumel = 1;
+  for (int64_t tensorDim = static_cast<int64_t>(oldSizes.size()) - 1;
+       tensorDim >= 0; --tensorDim) {
+    tensorNumel *= oldSizes[tensorDim];
+    bool chunkEnds = tensorDim == 0 || (oldSizes[tensorDim - 1] != 1 &&
+                                        oldStrides[tensorDim - 1] !=
+                                            tensorNumel * chunkBaseStride);
+    if (!chunkEnds)
+      continue;
+    while (viewDim >= 0 &&
+           (viewNumel < tensorNumel || newSizes[viewDim] == 1)) {
+      newStrides[viewDim] = viewNumel * chunkBaseStride;
+      viewNumel *= newSizes[viewDim];
+      --viewDim;
+    }
+    if (viewNumel != tensorNumel)
+      return std::nullopt;
+    if (tensorDim > 0) {
+      chunkBaseStride = oldStrides[tensorDim - 1];
+      tensorNumel = 1;
+      viewNumel = 1;
+    }
+  }
+  if (viewDim != -1)
+    return std::nullopt;
+  return newStrides;
+}
+
+namespace {
+
+// The dimension order, innermost first, of each channels-last format.
+const std::vector<int64_t> *channelsLastOrder(MemoryFormat format) {
+  static const std::vector<int64_t> order2d = {1, 3, 2, 0};
+  static const std::vector<int64_t> order3d = {1, 4, 3, 2, 0};
+  if (format == MemoryFormat::ChannelsLast)
+    return &order2d;
+  if (format == MemoryFormat::ChannelsLast3d)
+    return &order3d;
+  return nullptr;
+}
+
+} // namespace
+
+Shape stridesForFormat(const Shape &sizes, MemoryFormat format) {
+  if (format == MemoryFormat::Contiguous)
+    return contiguousStrides(sizes);
+  const std::vector<int64_t> *order = channelsLastOrder(format);
+  if (!order)
+    throw Error("memory format " + std::string(memoryFormatName(format)) +
+                " does not name a layout here");
+  if (sizes.size() != order->size())
+    throw Error("required rank " + std::to_string(order->size()) +
+                " tensor to use " + std::string(memoryFormatName(format)) +
+                " format, got a tensor of shape " + shapeToString(sizes));
+  // No clamping of size-0 dimensions: torch's channels-last strides do not.
+  Shape strides(sizes.size());
+  int64_t running = 1;
+  for (int64_t dim : *order) {
+    strides[dim] = running;
+    running *= sizes[dim];
+  }
+  return strides;
+}
+
+bool isContiguousIn(const TensorMeta &tensor, MemoryFormat format) {
+  if (format == MemoryFormat::Contiguous || format == MemoryFormat::Preserve)
+    return tensor.isContiguous();
+  const std::vector<int64_t> *order = channelsLastOrder(format);
+  if (!order || tensor.sizes.size() != order->size())
+    return false;
+  int64_t expected = 1;
+  for (int64_t dim : *order) {
+    if (tensor.sizes[dim] == 1)
+      continue;
+    if (tensor.strides[dim] != expected)
+      return false;
+    expected *= tensor.sizes[dim];
+  }
+  return true;
+}
+
+MemoryFormat suggestMemoryFormat(const TensorMeta &tensor) {
+  MemoryFormat format = tensor.dim() == 4   ? MemoryFormat::ChannelsLast
+                        : tensor.dim() == 5 ? MemoryFormat::ChannelsLast3d
+                                            : MemoryFormat::Contiguous;
+  const std::vector<int64_t> *order = channelsLastOrder(format);
+  if (!order || tensor.strides[1] == 0)
+    return MemoryFormat::Contiguous;
+  // Strides must grow along the channels-last order; ties between the
+  // channel and batch strides (N111 tensors) default to contiguous.
+  int64_t minimum = 0;
+  for (int64_t dim : *order) {
+    if (tensor.sizes[dim] == 0 || tensor.strides[dim] < minimum)
+      return MemoryFormat::Contiguous;
+    if (dim == 0 && minimum == tensor.strides[1])
+      return MemoryFormat::Contiguous;
+    minimum = tensor.strides[dim];
+    if (tensor.sizes[dim] > 1)
+      minimum *= tensor.sizes[dim];
+  }
+  return format;
+}
+
+TensorMeta emptyLike(const TensorMeta &tensor,
+                     std::optional<MemoryFormat> format, DType dtype,
+                     Device device) {
+  Shape strides = !format || *format == MemoryFormat::Preserve
+                      ? preservedStrides(tensor)
+                      : stridesForFormat(tensor.sizes, *format);
+  return TensorMeta(dtype, tensor.sizes, std::move(strides), 0, device);
+}
+
+TensorMeta emptyLike(const TensorMeta &tensor,
+                     std::optional<MemoryFormat> format) {
+  return emptyLike(tensor, format, tensor.dtype, tensor.device);
+}
+
+TensorMeta viewOf(const TensorMeta &base, Shape sizes, Shape strides,
+                  int64_t storageOffset) {
+  return TensorMeta(base.dtype, std::move(sizes), std::move(strides),
+                    storageOffset, base.device);
+}
+
+void checkSizesNonNegative(const MetaArgs &args, const Shape &sizes) {
+  for (int64_t size : sizes)
+    if (size < 0)
+      fail(args, "Trying to create tensor with negative dimension " +
+                     std::to_string(size) + ": " + shapeToString(sizes));
+}
+
+} // namespace kiln::meta

@@ -59,3 +59,44 @@ Shape preservedStrides(const TensorMeta &tensor);
 [[noreturn]] void fail(const MetaArgs &args, const std::string &message);
 
 } // namespace kiln::meta
+
+// --- Layouts of views, copies and allocations (view, tensor and linear
+// algebra ops) ---
+namespace kiln::meta {
+
+/// The strides `view` gives a tensor of `oldSizes`/`oldStrides` reshaped to
+/// `newSizes` without copying (torch's computeStride), or nullopt where some
+/// new dimension would span two non-contiguous chunks of the old layout.
+std::optional<Shape> viewStrides(const Shape &oldSizes, const Shape &oldStrides,
+                                 const Shape &newSizes);
+
+/// Strides of a dense tensor in `format`: row-major, channels_last (4-d)
+/// or channels_last_3d (5-d). Preserve is not a layout here; throws for it
+/// and for a channels-last format of the wrong rank.
+Shape stridesForFormat(const Shape &sizes, MemoryFormat format);
+
+/// Whether `tensor` is contiguous in `format` (`Tensor.is_contiguous`).
+bool isContiguousIn(const TensorMeta &tensor, MemoryFormat format);
+
+/// `Tensor.suggest_memory_format()`: channels_last(_3d) for 4-d (5-d)
+/// tensors whose strides order the channels innermost, else contiguous.
+MemoryFormat suggestMemoryFormat(const TensorMeta &tensor);
+
+/// The tensor `empty_like(tensor, memory_format=format)` allocates, with
+/// the given dtype and device: Preserve (or none) keeps a dense tensor's
+/// strides and gives others dense strides in their memory order.
+TensorMeta emptyLike(const TensorMeta &tensor,
+                     std::optional<MemoryFormat> format, DType dtype,
+                     Device device);
+TensorMeta emptyLike(const TensorMeta &tensor,
+                     std::optional<MemoryFormat> format = std::nullopt);
+
+/// A tensor with the same dtype, device and storage as `base` (a view).
+TensorMeta viewOf(const TensorMeta &base, Shape sizes, Shape strides,
+                  int64_t storageOffset);
+
+/// Checks that every size is non-negative ("Trying to create tensor with
+/// negative dimension").
+void checkSizesNonNegative(const MetaArgs &args, const Shape &sizes);
+
+} // namespace kiln::meta

@@ -6,12 +6,20 @@ import collections
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import kiln._C as _C
 import meta_check
 
 DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16)
+
+
+def snapshot(tensor):
+    """A view with the tensor's current sizes, strides and offset."""
+    if tensor.layout != torch.strided:
+        return tensor
+    return tensor.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
 
 class Recorder(TorchDispatchMode):
@@ -24,7 +32,9 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func.name() in self.names or func.name() + ".default" in self.names:
-            self.calls.append((func.name(), args, kwargs, out))
+            # Later in-place ops (matmul's squeeze_) may restride these
+            # tensors: keep views with the metadata they have now.
+            self.calls.append((func.name(), *pytree.tree_map_only(torch.Tensor, snapshot, (args, kwargs, out))))
         return out
 
 
