@@ -25,15 +25,17 @@ def significant_strides_equal(sizes, expected, actual):
     return all(s <= 1 or e == a for s, e, a in zip(sizes, expected, actual))
 
 
-def compare(name, expected_result, args, kwargs, check_offset=None):
+def compare(name, expected_result, args, kwargs, check_offset=None, check_device=True, got=None):
     """Raises AssertionError describing the first difference between kiln's
-    meta function and torch's result of `name(*args, **kwargs)`."""
+    meta function (or `got`, its result) and torch's result of
+    `name(*args, **kwargs)`."""
     expected = result_tensors(expected_result)
-    got = _C.infer_meta(name, *args, **kwargs)
+    if got is None:
+        got = _C.infer_meta(name, *args, **kwargs)
     assert len(got) == len(expected), f"{name}: {len(got)} results, torch gives {len(expected)}"
     is_view = _C.op_schema(name).count("(a)") > 0 if check_offset is None else check_offset
     for i, (tensor, (dtype, sizes, strides, offset, device)) in enumerate(zip(expected, got)):
-        where = f"{name} result {i} for {describe(args, kwargs)}"
+        where = _Where(name, i, args, kwargs)
         assert dtype == tensor.dtype, f"{where}: dtype {dtype}, torch gives {tensor.dtype}"
         assert tuple(sizes) == tuple(tensor.shape), f"{where}: sizes {sizes}, torch gives {list(tensor.shape)}"
         assert significant_strides_equal(sizes, tensor.stride(), strides), (
@@ -41,7 +43,21 @@ def compare(name, expected_result, args, kwargs, check_offset=None):
         if is_view:
             assert offset == tensor.storage_offset(), (
                 f"{where}: storage offset {offset}, torch gives {tensor.storage_offset()}")
-        assert torch.device(device).type == tensor.device.type, f"{where}: device {device} vs {tensor.device}"
+        if check_device:
+            assert torch.device(device).type == tensor.device.type, f"{where}: device {device} vs {tensor.device}"
+
+
+class _Where:
+    """ "<op> result <i> for <args>", formatted only when an assertion fails."""
+
+    def __init__(self, name, index, args, kwargs):
+        self.parts = (name, index, args, kwargs)
+
+    def __str__(self):
+        name, index, args, kwargs = self.parts
+        return f"{name} result {index} for {describe(args, kwargs)}"
+
+    __format__ = lambda self, spec: format(str(self), spec)
 
 
 def describe(args, kwargs):
@@ -90,3 +106,64 @@ def numel(shape):
     for s in shape:
         n *= s
     return n
+
+
+def cpu_twin(value):
+    """A CPU tensor with the dtype, sizes, strides and storage offset of a
+    meta tensor, over a storage of ones (so no kernel divides by zero); other
+    values are returned as they are."""
+    if not isinstance(value, torch.Tensor) or value.device.type != "meta":
+        return value
+    extent = 0
+    if value.numel() > 0:
+        extent = value.storage_offset() + 1 + sum(
+            (size - 1) * stride for size, stride in zip(value.shape, value.stride()))
+    storage = torch.ones(max(extent, 1), dtype=value.dtype)
+    return storage.as_strided(value.shape, value.stride(), value.storage_offset())
+
+
+# (name, description) of calls where torch's meta device and its CPU kernels
+# give different results; check_like_torch follows the CPU there.
+DEVICE_DISAGREEMENTS = []
+
+
+def _same_results(a, b):
+    a, b = result_tensors(a), result_tensors(b)
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape
+        and significant_strides_equal(list(x.shape), x.stride(), y.stride())
+        for x, y in zip(a, b))
+
+
+def check_like_torch(name, *args, meta_only=False, **kwargs):
+    """Like check(), and also against torch's CPU kernels on CPU twins of the
+    meta tensors (unless meta_only): meta kernels skip the dtype checks of
+    real kernels. Where torch raises on either device, kiln must raise; where
+    the two devices disagree, the CPU result is the reference. Returns
+    "error" or "ok"."""
+    op = aten_op(name)
+    try:
+        expected_meta = op(*args, **kwargs)
+        if meta_only:
+            expected_cpu = expected_meta
+        else:
+            cpu_args, cpu_kwargs = pytree.tree_map(cpu_twin, (args, kwargs))
+            expected_cpu = op(*cpu_args, **cpu_kwargs)
+    except Exception as torch_error:
+        try:
+            got = _C.infer_meta(name, *args, **kwargs)
+        except Exception:
+            return "error"
+        raise AssertionError(
+            f"{name}{describe(args, kwargs)}: torch raises "
+            f"{type(torch_error).__name__}: {str(torch_error).splitlines()[0]}; kiln gives {got}")
+    if meta_only:
+        compare(name, expected_meta, args, kwargs)
+        return "ok"
+    got = _C.infer_meta(name, *args, **kwargs)
+    compare(name, expected_cpu, args, kwargs, check_device=False, got=got)
+    if _same_results(expected_meta, expected_cpu):
+        compare(name, expected_meta, args, kwargs, got=got)
+    else:
+        DEVICE_DISAGREEMENTS.append((name, describe(args, kwargs)))
+    return "ok"
