@@ -122,8 +122,8 @@ def cpu_twin(value):
     return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
-# (name, description) of calls where torch's meta device and its CPU kernels
-# give different results; check_like_torch follows the CPU there.
+# (name, description) of calls where torch's meta device disagrees with its
+# CPU kernels and kiln's meta-device answer follows the CPU instead.
 DEVICE_DISAGREEMENTS = []
 
 
@@ -135,35 +135,51 @@ def _same_results(a, b):
         for x, y in zip(a, b))
 
 
-def check_like_torch(name, *args, meta_only=False, **kwargs):
-    """Like check(), and also against torch's CPU kernels on CPU twins of the
-    meta tensors (unless meta_only): meta kernels skip the dtype checks of
-    real kernels. Where torch raises on either device, kiln must raise; where
-    the two devices disagree, the CPU result is the reference. Returns
-    "error" or "ok"."""
-    op = aten_op(name)
+def _attempt(function, *args, **kwargs):
     try:
-        expected_meta = op(*args, **kwargs)
-        if meta_only:
-            expected_cpu = expected_meta
-        else:
-            cpu_args, cpu_kwargs = pytree.tree_map(cpu_twin, (args, kwargs))
-            expected_cpu = op(*cpu_args, **cpu_kwargs)
-    except Exception as torch_error:
-        try:
-            got = _C.infer_meta(name, *args, **kwargs)
-        except Exception:
-            return "error"
-        raise AssertionError(
-            f"{name}{describe(args, kwargs)}: torch raises "
-            f"{type(torch_error).__name__}: {str(torch_error).splitlines()[0]}; kiln gives {got}")
-    if meta_only:
-        compare(name, expected_meta, args, kwargs)
-        return "ok"
-    got = _C.infer_meta(name, *args, **kwargs)
-    compare(name, expected_cpu, args, kwargs, check_device=False, got=got)
-    if _same_results(expected_meta, expected_cpu):
-        compare(name, expected_meta, args, kwargs, got=got)
-    else:
-        DEVICE_DISAGREEMENTS.append((name, describe(args, kwargs)))
-    return "ok"
+        return function(*args, **kwargs), None
+    except Exception as error:  # the caller compares who raises
+        return None, error
+
+
+def check_like_torch(name, *args, meta_only=False, **kwargs):
+    """Like check(), and also kiln on CPU twins of the meta tensors against
+    torch's CPU kernels (unless meta_only): meta kernels skip the dtype checks
+    of real kernels, and some results depend on the device. For each device,
+    where torch raises kiln must raise; kiln may also raise where torch raises
+    on the other device (it refuses what a real kernel refuses); otherwise
+    kiln's result must match torch's on that device, except that kiln's
+    meta-device result may follow the CPU where torch's meta device disagrees
+    with it (recorded in DEVICE_DISAGREEMENTS). Returns "error" when torch
+    raised on every device tried, else "ok"."""
+    op = aten_op(name)
+    runs = {"meta": (args, kwargs)}
+    if not meta_only:
+        runs["cpu"] = pytree.tree_map(cpu_twin, (args, kwargs))
+    torch_results = {device: _attempt(op, *a, **k) for device, (a, k) in runs.items()}
+    for device, (device_args, device_kwargs) in runs.items():
+        expected, torch_error = torch_results[device]
+        got, kiln_error = _attempt(_C.infer_meta, name, *device_args, **device_kwargs)
+        others_raise = any(error for d, (_, error) in torch_results.items() if d != device)
+        if torch_error is not None:
+            assert kiln_error is not None, (
+                f"{name}{describe(args, kwargs)} on {device}: torch raises {type(torch_error).__name__}: "
+                f"{str(torch_error).splitlines()[0]}; kiln gives {got}")
+            continue
+        if kiln_error is not None:
+            if others_raise:
+                continue
+            raise kiln_error
+        if device == "meta" and not meta_only and torch_results["cpu"][1] is None:
+            cpu_expected = torch_results["cpu"][0]
+            if not _same_results(expected, cpu_expected):
+                try:
+                    compare(name, expected, device_args, device_kwargs, got=got)
+                except AssertionError:
+                    compare(name, cpu_expected, device_args, device_kwargs,
+                            check_device=False, got=got)
+                    DEVICE_DISAGREEMENTS.append((name, describe(args, kwargs)))
+                continue
+        compare(name, expected, device_args, device_kwargs, got=got)
+    all_raise = all(error is not None for _, error in torch_results.values())
+    return "error" if all_raise else "ok"
