@@ -60,8 +60,8 @@ def t(shape, dtype=F32):
 
 # Odd layouts of a few shapes, the empty, size-1 and 0-d ones included.
 def layout_zoo(dtype=F32):
-    return (layouts([2, 3, 4], dtype) + layouts([1, 1, 5], dtype)[:3]
-            + [t([0, 3], dtype), t([3, 1], dtype), t([], dtype)])
+    return (layouts([2, 3, 4], dtype) + layouts([1, 1, 5], dtype)[1:3]
+            + [t([0, 3], dtype), t([], dtype)])
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -76,18 +76,19 @@ def test_unary(op):
 def test_binary(op):
     # Each type with itself, and mixed with other types as tensors and as 0-d
     # tensors on either side (0-d tensors promote only by category).
-    for dtype in SOME_DTYPES:
+    for i, dtype in enumerate(SOME_DTYPES):
         check(op, t([2, 3], dtype), t([2, 3], dtype))
-        check(op, t([2, 3], dtype), t([], I64 if dtype.is_floating_point else F64))
-        check(op, t([], I32), t([3], dtype))
-        check(op, t([3], dtype), t([2, 3], B if dtype.is_floating_point else F32))
+        if i % 2 == 0:
+            check(op, t([2, 3], dtype), t([], I64 if dtype.is_floating_point else F64))
+            check(op, t([], I32), t([3], dtype))
+            check(op, t([3], dtype), t([2, 3], B if dtype.is_floating_point else F32))
     # Layouts, broadcasting and empty and size-1 dimensions.
     dtype = I64 if op.startswith("bitwise") else F32
     zoo = layouts([3, 4], dtype)
     pairs = list(zip(zoo, reversed(zoo))) + [(zoo[1], zoo[0]), (zoo[0], zoo[1]), (zoo[3], zoo[2])]
     for sa, sb in [([3, 1], [1, 4]), ([4], [3, 4]), ([2, 1, 4], [3, 1]), ([0, 4], [1, 4]),
                    ([], [3, 4]), ([1], []), ([5, 1, 1], [1, 1, 1]), ([2, 3], [3, 2])]:
-        pairs += [(t(sa, dtype), t(sb, dtype)), (t(sb, dtype), layouts(sa, dtype)[-1])]
+        pairs += [(t(sa, dtype), t(sb, dtype)) if len(pairs) % 2 else (t(sb, dtype), layouts(sa, dtype)[-1])]
     for a, b in pairs:
         check(op, a, b)
 
@@ -118,13 +119,13 @@ def test_add_sub_alpha(dtype):
 
 
 @pytest.mark.parametrize("mode", [None, "trunc", "floor"])
-@pytest.mark.parametrize("dtype", SOME_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", (B, U8, I64, BF16, F32, C64), ids=str)
 def test_division_modes(dtype, mode):
     for other in (B, I32, F16, F64):
         check("div.Tensor_mode", t([2, 3], dtype), t([3], other), rounding_mode=mode)
     for scalar in SCALARS:
         check("div.Scalar_mode", t([2, 3], dtype), scalar, rounding_mode=mode)
-    for x in layouts([3, 4], dtype):
+    for x in layouts([3, 4], dtype)[1:3]:
         check("div.Tensor_mode", x, t([], F32), rounding_mode=mode)
 
 
@@ -156,7 +157,7 @@ def test_clamp(dtype):
     for low, high in ((None, None), (t([], F32), None), (None, t([3], I64)),
                       (t([2, 1], dtype), t([3], dtype)), (t([], B), t([], B))):
         check("clamp.Tensor", x, low, high)
-    for y in layouts([3, 4], dtype):
+    for y in layouts([3, 4], dtype)[1:4]:
         check("clamp", y, 0, 1)
         check("clamp.Tensor", y, t([], dtype), None)
         check("clamp.Tensor", y, t([4], F64), t([3, 1], I32))
