@@ -128,7 +128,7 @@ void checkSubtraction(const MetaArgs &args, DType computation) {
 
 void checkIntegerPower(const MetaArgs &args, DType) {
   const Argument &exponent = args[1];
-  if (isIntegral(args.tensor(0).dtype, true) &&
+  if (isIntegral(dtypeOfOperand(args, 0), true) &&
       exponent.kind() != Argument::Kind::Double && exponent.toInt() < 0)
     fail(args, "integers to negative integer powers are not allowed; make the "
                "base or the exponent floating point");
@@ -197,7 +197,9 @@ std::vector<TensorMeta> clampTensor(const MetaArgs &args) {
 
 // lerp.Tensor: a 0-d weight takes part in type promotion, as a 0-d operand.
 std::vector<TensorMeta> lerpTensor(const MetaArgs &args) {
-  Result result = args.tensor(2).dim() == 0 ? Result::Promoted : Result::Self;
+  Result result = !args[2].isTensor() || args.tensor(2).dim() == 0
+                      ? Result::Promoted
+                      : Result::Self;
   return {applyRule(args, {{0, 1, 2}, result, kInexact, checkLerp})};
 }
 

@@ -235,6 +235,20 @@ def test_casts(dtype, make):
         check("to.other", x, t([], B), memory_format=torch.preserve_format)
 
 
+@pytest.mark.parametrize("dtype", (B, I32, F16, F32), ids=str)
+def test_python_numbers_for_tensors(dtype):
+    # aot_autograd's graphs pass numbers where the schema says Tensor
+    # (torch's wrapped numbers): sub.Tensor(x, 1.0).
+    x = t([2, 3], dtype)
+    for number in (True, 2, 1.5):
+        # torch takes them for add, sub, mul, div and floor_divide only.
+        for op in ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "floor_divide",
+                   "maximum", "eq.Tensor", "pow.Tensor_Tensor", "rsub.Tensor"):
+            check(op, x, number)
+            check(op, number, x)
+        check("div.Tensor_mode", x, number, rounding_mode="floor")
+
+
 def test_broadcast_errors():
     for op in ("add.Tensor", "mul.Tensor", "eq.Tensor", "atan2", "logical_and"):
         check(op, t([2, 3]), t([4]))
