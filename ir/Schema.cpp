@@ -539,12 +539,33 @@ std::vector<Argument> OpSchema::normalize(
   return normalized;
 }
 
+// Ops whose tensor arguments torch's Python binding also takes as numbers
+// (wrapped numbers, which promote like scalars): aot_autograd's graphs hold
+// sub.Tensor(x, 1.0). torch's should_allow_numbers_as_tensors lists them.
+static bool takesNumbersAsTensors(const std::string &name) {
+  static const char *const kNames[] = {
+      "aten::add",      "aten::sub",         "aten::mul",
+      "aten::div",      "aten::multiply",    "aten::subtract",
+      "aten::divide",   "aten::true_divide", "aten::floor_divide",
+      "aten::to",       "aten::_to_copy",    "aten::copy_",
+      "aten::_conj"};
+  for (const char *candidate : kNames)
+    if (name == candidate)
+      return true;
+  return false;
+}
+
 void OpSchema::check(const std::vector<Argument> &actual) const {
   if (actual.size() != arguments.size())
     throw Error(qualifiedName() + " expects " +
                 std::to_string(arguments.size()) + " arguments, got " +
                 std::to_string(actual.size()));
+  bool numbersAsTensors = takesNumbersAsTensors(name);
   for (size_t i = 0; i < arguments.size(); ++i) {
+    const SchemaType &type = arguments[i].type;
+    if (numbersAsTensors && type.base == SchemaType::Base::Tensor &&
+        !type.isList && actual[i].isScalar())
+      continue;
     if (!arguments[i].type.accepts(actual[i]))
       throw Error(qualifiedName() + ": argument '" + arguments[i].name +
                   "' must be " + arguments[i].type.str() + ", not " +

@@ -93,6 +93,11 @@ std::optional<DType> combineCategories(std::optional<DType> higher,
   if (high == Category::Complex)
     return higher;
   if (low == Category::Complex) {
+    // torch gives complex32 here, a type kiln does not have.
+    if (higher == DType::Float16)
+      throw Unsupported("a float16 tensor with a complex operand of lower "
+                        "priority gives complex32, which kiln does not "
+                        "support");
     if (high == Category::Floating)
       return toComplexType(*higher);
     return lower;
@@ -275,6 +280,121 @@ Shape preservedStrides(const TensorMeta &tensor) {
   // infer_dense_strides).
   std::vector<int64_t> perm = memoryOrder(tensor.sizes, {tensor.strides});
   return denseStridesInOrder(tensor.sizes, perm);
+}
+
+std::string DTypeSet::str() const {
+  struct Category {
+    DTypeSet set;
+    const char *name;
+  };
+  const Category categories[] = {{kBoolTypes, "bool"},
+                                 {kIntegerTypes, "integer"},
+                                 {kFloatingTypes, "floating"},
+                                 {kComplexTypes, "complex"}};
+  std::vector<std::string> parts;
+  for (const Category &category : categories) {
+    if ((category.set - *this).bits_ == 0) {
+      parts.push_back(category.name);
+      continue;
+    }
+    for (int i = 0; i < kNumDTypes; ++i) {
+      DType dtype = static_cast<DType>(i);
+      if (category.set.contains(dtype) && contains(dtype))
+        parts.push_back(std::string(dtypeName(dtype)));
+    }
+  }
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return text + " types";
+}
+
+void checkSupported(const MetaArgs &args, DType dtype, DTypeSet supported) {
+  if (!supported.contains(dtype))
+    fail(args, "not implemented for " + std::string(dtypeName(dtype)) +
+                   " tensors (torch implements it for " + supported.str() +
+                   ")");
+}
+
+namespace {
+
+// torch's is_channels_last_strides_2d/3d: strides grow in `order`, and
+// ambiguous cases (a trivial channel dimension) count as contiguous.
+bool stridesLikeChannelsLast(const TensorMeta &tensor,
+                             std::initializer_list<int64_t> order) {
+  const Shape &sizes = tensor.sizes, &strides = tensor.strides;
+  if (strides[1] == 0)
+    return false;
+  int64_t min = 0;
+  for (int64_t dim : order) {
+    if (sizes[dim] == 0 || strides[dim] < min)
+      return false;
+    // N111 tensors and NC11 slices are contiguous for torch.
+    if (dim == 0 && min == strides[1])
+      return false;
+    min = strides[dim];
+    if (sizes[dim] > 1)
+      min *= sizes[dim];
+  }
+  return true;
+}
+
+} // namespace
+
+MemoryFormat suggestMemoryFormat(const TensorMeta &tensor) {
+  if (tensor.dim() == 4 && stridesLikeChannelsLast(tensor, {1, 3, 2, 0}))
+    return MemoryFormat::ChannelsLast;
+  if (tensor.dim() == 5 && stridesLikeChannelsLast(tensor, {1, 4, 3, 2, 0}))
+    return MemoryFormat::ChannelsLast3d;
+  return MemoryFormat::Contiguous;
+}
+
+Shape stridesForMemoryFormat(const Shape &sizes, MemoryFormat format) {
+  size_t rank = format == MemoryFormat::ChannelsLast     ? 4
+                : format == MemoryFormat::ChannelsLast3d ? 5
+                                                         : 0;
+  if (format == MemoryFormat::Preserve)
+    throw Error("preserve_format has no strides of its own");
+  if (rank == 0)
+    return contiguousStrides(sizes);
+  if (sizes.size() != rank)
+    throw Error("required rank " + std::to_string(rank) + " tensor to use " +
+                std::string(memoryFormatName(format)) + " format, got sizes " +
+                shapeToString(sizes));
+  // Channels innermost, then the spatial dims from last to first, then batch
+  // (torch's get_channels_last_strides_2d/3d, sizes unclamped as there).
+  Shape strides(rank);
+  strides[1] = 1;
+  int64_t running = sizes[1];
+  for (size_t dim = rank - 1; dim >= 2; --dim) {
+    strides[dim] = running;
+    running *= sizes[dim];
+  }
+  strides[0] = running;
+  return strides;
+}
+
+std::vector<int64_t>
+reductionDims(const std::optional<std::vector<int64_t>> &dims, int64_t ndim) {
+  if (dims && !dims->empty())
+    return wrapDims(*dims, ndim);
+  std::vector<int64_t> all(std::max<int64_t>(ndim, 0));
+  std::iota(all.begin(), all.end(), 0);
+  return all;
+}
+
+Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
+                   bool keepdim) {
+  Shape shape;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    bool reduced =
+        std::find(dims.begin(), dims.end(), int64_t(i)) != dims.end();
+    if (!reduced)
+      shape.push_back(sizes[i]);
+    else if (keepdim)
+      shape.push_back(1);
+  }
+  return shape;
 }
 
 void fail(const MetaArgs &args, const std::string &message) {

@@ -6,7 +6,9 @@
 #include "ir/OpRegistry.h"
 #include "ir/TensorMeta.h"
 
+#include <initializer_list>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace kiln::meta {
@@ -54,6 +56,67 @@ TensorMeta contiguousLike(DType dtype, Shape sizes, Device device);
 /// The layout `empty_like(t)` (memory_format=preserve) gives: t's strides if
 /// t is non-overlapping and dense, else strides in t's memory order.
 Shape preservedStrides(const TensorMeta &tensor);
+
+/// A set of dtypes: those a family of kernels implements.
+class DTypeSet {
+public:
+  constexpr DTypeSet() = default;
+  constexpr DTypeSet(std::initializer_list<DType> dtypes) {
+    for (DType dtype : dtypes)
+      bits_ |= bitOf(dtype);
+  }
+  constexpr bool contains(DType dtype) const { return bits_ & bitOf(dtype); }
+  constexpr DTypeSet operator|(DTypeSet other) const {
+    return fromBits(bits_ | other.bits_);
+  }
+  constexpr DTypeSet operator-(DTypeSet other) const {
+    return fromBits(bits_ & ~other.bits_);
+  }
+  /// "bool, integer and floating types", for error messages.
+  std::string str() const;
+
+private:
+  static constexpr uint32_t bitOf(DType dtype) {
+    return uint32_t{1} << static_cast<int>(dtype);
+  }
+  static constexpr DTypeSet fromBits(uint32_t bits) {
+    DTypeSet set;
+    set.bits_ = bits;
+    return set;
+  }
+  uint32_t bits_ = 0;
+};
+
+inline constexpr DTypeSet kBoolTypes{DType::Bool};
+inline constexpr DTypeSet kIntegerTypes{DType::UInt8, DType::Int8, DType::Int16,
+                                        DType::Int32, DType::Int64};
+inline constexpr DTypeSet kFloatingTypes{DType::Float16, DType::BFloat16,
+                                         DType::Float32, DType::Float64};
+inline constexpr DTypeSet kComplexTypes{DType::Complex64, DType::Complex128};
+inline constexpr DTypeSet kAllTypes =
+    kBoolTypes | kIntegerTypes | kFloatingTypes | kComplexTypes;
+
+/// Throws "<op>: not implemented for <dtype> tensors" where torch's kernels
+/// for the op have no version for `dtype` (torch's meta device may accept
+/// such calls; its CPU and CUDA kernels refuse them).
+void checkSupported(const MetaArgs &args, DType dtype, DTypeSet supported);
+
+/// `Tensor.suggest_memory_format()`: ChannelsLast(3d) where a 4-d (5-d)
+/// tensor's strides are ordered like that format, else Contiguous.
+MemoryFormat suggestMemoryFormat(const TensorMeta &tensor);
+/// Dense strides of a new tensor in a memory format (Contiguous,
+/// ChannelsLast or ChannelsLast3d; Preserve is the caller's business).
+/// Throws where the format needs another rank.
+Shape stridesForMemoryFormat(const Shape &sizes, MemoryFormat format);
+
+/// The dims a reduction reduces: `dims` wrapped, or every dim where it is
+/// None or empty (torch's reading of `dim=None` and `dim=[]`).
+std::vector<int64_t>
+reductionDims(const std::optional<std::vector<int64_t>> &dims, int64_t ndim);
+/// The shape after reducing `dims` of `sizes`: removed, or kept as size 1
+/// with `keepdim`.
+Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
+                   bool keepdim);
 
 /// Throws Error with "<op>: <message>" from inside a meta function.
 [[noreturn]] void fail(const MetaArgs &args, const std::string &message);

@@ -87,7 +87,13 @@ TEST(Schema, RejectsWrongArguments) {
       "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
   EXPECT_THROW(schema.normalize({Argument::none()}, {}), Error);
   EXPECT_THROW(schema.normalize({}, {{"beta", Argument(1.0)}}), Error);
-  EXPECT_THROW(schema.normalize({Argument(1.0), Argument(2.0)}, {}), Error);
+  EXPECT_THROW(schema.normalize({Argument("x"), Argument(2.0)}, {}), Error);
+  // add, sub, mul and div take a Python number for a tensor (torch's wrapped
+  // number), as in aot_autograd's sub.Tensor(x, 1.0); other ops do not.
+  EXPECT_NO_THROW(schema.normalize({Argument(1.0), Argument(2.0)}, {}));
+  EXPECT_THROW(parseSchema("maximum(Tensor self, Tensor other) -> Tensor")
+                   .normalize({Argument(1.0), Argument(2.0)}, {}),
+               Error);
   EXPECT_THROW(parseSchema("add.Tensor(Tensor self"), Error);
   EXPECT_THROW(parseSchema("add(Blob self) -> Tensor"), Error);
 }
