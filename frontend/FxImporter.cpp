@@ -95,6 +95,45 @@ std::string nonTensorReturn(const OpSchema &schema) {
   return "";
 }
 
+/// ATen lets a Python number stand where a schema says Tensor (a "wrapped
+/// number", promoted like a scalar): `aten.mul.Tensor(x, 2)`. A kiln schema
+/// cannot say that, so such a call keeps torch's schema with those
+/// arguments typed Scalar, and runs as an extern. Null when no argument is
+/// such a number.
+std::shared_ptr<const OpSchema> scalarsForTensors(
+    const OpSchema &schema, const std::vector<Argument> &positional,
+    const std::vector<std::pair<std::string, Argument>> &keywords) {
+  std::vector<bool> relax(schema.arguments.size(), false);
+  bool any = false;
+  auto consider = [&](int index, const Argument &argument) {
+    if (index < 0 || index >= static_cast<int>(relax.size()))
+      return;
+    const SchemaType &type = schema.arguments[index].type;
+    if (type.base == SchemaType::Base::Tensor && !type.isList &&
+        argument.isScalar())
+      relax[index] = any = true;
+  };
+  for (size_t i = 0; i < positional.size(); ++i)
+    consider(static_cast<int>(i), positional[i]);
+  for (const auto &[name, argument] : keywords)
+    consider(schema.findArgument(name), argument);
+  if (!any)
+    return nullptr;
+  std::string key = schema.str();
+  for (bool relaxed : relax)
+    key += relaxed ? '1' : '0';
+  static auto *cache =
+      new std::unordered_map<std::string, std::shared_ptr<const OpSchema>>();
+  auto it = cache->find(key);
+  if (it != cache->end())
+    return it->second;
+  auto copy = std::make_shared<OpSchema>(schema);
+  for (size_t i = 0; i < relax.size(); ++i)
+    if (relax[i])
+      copy->arguments[i].type.base = SchemaType::Base::Scalar;
+  return cache->emplace(key, std::move(copy)).first->second;
+}
+
 bool hasSingleResult(const OpSchema &schema) {
   return schema.returns.size() == 1 && !schema.returns[0].type.isList;
 }
@@ -297,6 +336,7 @@ private:
     std::optional<std::vector<TensorMeta>> fxMetas = fxResultMetas(node);
 
     const OpInfo *info = OpRegistry::global().find(qualifiedName);
+    // Registered ops follow torch's schema text exactly; parse only others.
     std::shared_ptr<const OpSchema> schema;
     if (info) {
       schema = info->schema;
@@ -306,6 +346,10 @@ private:
       if (!parsed.schema)
         throw Unsupported(qualifiedName + ": " + parsed.error);
       schema = parsed.schema;
+    }
+    if (auto relaxed = scalarsForTensors(*schema, positional, keywords)) {
+      info = nullptr; // kiln's registry has no entry for this form
+      schema = std::move(relaxed);
     }
     if (std::string type = nonTensorReturn(*schema); !type.empty())
       throw Unsupported(qualifiedName + " returns " + type +
