@@ -194,7 +194,9 @@ void EagerRunner::raiseWithOrigin(const Step &step) const {
 namespace {
 
 // A `Tensor[]` return comes back as a list, several returns as a tuple, and
-// `(Tensor, Tensor[])` nests them: flattened in return order.
+// `(Tensor, Tensor[])` nests them: flattened in return order. None stands
+// for a result the op left out (a gradient its output mask did not ask for),
+// which the graph holds no value for.
 void flattenResult(PyObject *object, std::vector<PyObject *> &items) {
   if (PyTuple_Check(object) || PyList_Check(object)) {
     Py_ssize_t size = PySequence_Fast_GET_SIZE(object);
@@ -203,7 +205,8 @@ void flattenResult(PyObject *object, std::vector<PyObject *> &items) {
       flattenResult(elements[i], items);
     return;
   }
-  items.push_back(object);
+  if (object != Py_None)
+    items.push_back(object);
 }
 
 } // namespace
