@@ -358,7 +358,6 @@ private:
     for (auto item : py::dict(node.attr("kwargs")))
       keywords.emplace_back(item.first.cast<std::string>(),
                             argumentOf(item.second));
-    std::optional<FxResults> fx = fxResults(node);
 
     const OpInfo *info = OpRegistry::global().find(qualifiedName);
     // Registered ops follow torch's schema text exactly; parse only others.
@@ -379,6 +378,7 @@ private:
     if (std::string type = nonTensorReturn(*schema); !type.empty())
       throw Unsupported(qualifiedName + " returns " + type +
                         ": kiln graphs hold tensor results only");
+    std::optional<FxResults> fx = fxResults(node);
     std::vector<Argument> arguments = schema->normalize(positional, keywords);
 
     Node *added = nullptr;
