@@ -200,6 +200,8 @@ void defineGraphBindings(py::module_ &module) {
       module, "EagerRunner",
       "Runs a kiln graph by calling torch's ATen operators node by node.")
       .def(py::init([](std::shared_ptr<Graph> graph, const std::string &output) {
+             if (!graph)
+               throw py::type_error("EagerRunner needs a kiln Graph, not None");
              return std::make_shared<EagerRunner>(std::move(graph),
                                                   outputFormFromName(output));
            }),

@@ -31,12 +31,18 @@ def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
     (symbolic sizes, non-tensor results, non-ATen calls) runs as the FX graph
     it is, and the reason goes to KILN_LOGS=breaks.
     """
-    try:
-        imported = _C.import_fx(gm, list(example_inputs))
-    except _C.Unsupported as error:
-        counters["fallbacks"] += 1
-        _logging.log("breaks", f"kiln cannot take this graph, running it as it is: {error}")
-        return _run_fx_graph(gm)
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    # aot_autograd calls its compilers with its fake-tensor mode active;
+    # constants must be read and made as real tensors.
+    with _disable_current_modes():
+        try:
+            imported = _C.import_fx(gm, list(example_inputs))
+        except _C.Unsupported as error:
+            counters["fallbacks"] += 1
+            _logging.log("breaks", f"kiln cannot take this graph, running it as it is: {error}")
+            return _run_fx_graph(gm)
+        runner = _C.EagerRunner(imported.graph, imported.output_form)
     for note in imported.notes:
         _logging.log("meta", note)
     nodes = imported.graph.nodes()
@@ -48,7 +54,7 @@ def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
             "graph",
             f"backend {backend!r}; every node runs through torch for now:\n{imported.graph}",
         )
-    run = _C.EagerRunner(imported.graph, imported.output_form).run_boxed
+    run = runner.run_boxed
 
     def compiled(args):
         return run(args)
