@@ -219,8 +219,7 @@ private:
 
   bool isLeftOutResult(py::handle object) const {
     auto it = entries_.find(object.ptr());
-    return it != entries_.end() && it->second.single &&
-           !it->second.values[0];
+    return it != entries_.end() && it->second.single && !it->second.values[0];
   }
 
   Argument argumentOf(py::handle object) {
@@ -291,8 +290,8 @@ private:
   /// gradients its output mask does not ask for) have no metadata and no
   /// value.
   struct FxResults {
-    std::vector<TensorMeta> metas;        // the tensors, in order
-    std::vector<bool> present;            // per flat result: not None
+    std::vector<TensorMeta> metas; // the tensors, in order
+    std::vector<bool> present;     // per flat result: not None
     bool allPresent() const {
       return std::all_of(present.begin(), present.end(),
                          [](bool value) { return value; });
@@ -348,7 +347,8 @@ private:
                         ", which is not an ATen operator overload");
     py::object torchSchema = target.attr("_schema");
     std::string name = torchSchema.attr("name").cast<std::string>();
-    std::string overload = torchSchema.attr("overload_name").cast<std::string>();
+    std::string overload =
+        torchSchema.attr("overload_name").cast<std::string>();
     std::string qualifiedName = overload.empty() ? name : name + "." + overload;
 
     std::vector<Argument> positional;
@@ -442,12 +442,11 @@ private:
     Entry entry{std::move(values), single};
     // getitem indexes the flat result list only where it matches the
     // returns one to one: all plain tensors, or one tensor list.
-    entry.flatIndexing = schema->returns.size() == 1 ||
-                         std::none_of(schema->returns.begin(),
-                                      schema->returns.end(),
-                                      [](const SchemaArgument &result) {
-                                        return result.type.isList;
-                                      });
+    entry.flatIndexing =
+        schema->returns.size() == 1 ||
+        std::none_of(
+            schema->returns.begin(), schema->returns.end(),
+            [](const SchemaArgument &result) { return result.type.isList; });
     entries_[node.ptr()] = std::move(entry);
   }
 
