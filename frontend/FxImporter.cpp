@@ -7,7 +7,6 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <unordered_map>
 

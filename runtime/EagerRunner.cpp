@@ -5,6 +5,7 @@
 
 #include "ir/Error.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
