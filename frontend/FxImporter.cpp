@@ -7,7 +7,6 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <unordered_map>
 
@@ -95,6 +94,45 @@ std::string nonTensorReturn(const OpSchema &schema) {
   return "";
 }
 
+/// ATen lets a Python number stand where a schema says Tensor (a "wrapped
+/// number", promoted like a scalar): `aten.mul.Tensor(x, 2)`. A kiln schema
+/// cannot say that, so such a call keeps torch's schema with those
+/// arguments typed Scalar, and runs as an extern. Null when no argument is
+/// such a number.
+std::shared_ptr<const OpSchema> scalarsForTensors(
+    const OpSchema &schema, const std::vector<Argument> &positional,
+    const std::vector<std::pair<std::string, Argument>> &keywords) {
+  std::vector<bool> relax(schema.arguments.size(), false);
+  bool any = false;
+  auto consider = [&](int index, const Argument &argument) {
+    if (index < 0 || index >= static_cast<int>(relax.size()))
+      return;
+    const SchemaType &type = schema.arguments[index].type;
+    if (type.base == SchemaType::Base::Tensor && !type.isList &&
+        argument.isScalar())
+      relax[index] = any = true;
+  };
+  for (size_t i = 0; i < positional.size(); ++i)
+    consider(static_cast<int>(i), positional[i]);
+  for (const auto &[name, argument] : keywords)
+    consider(schema.findArgument(name), argument);
+  if (!any)
+    return nullptr;
+  std::string key = schema.str();
+  for (bool relaxed : relax)
+    key += relaxed ? '1' : '0';
+  static auto *cache =
+      new std::unordered_map<std::string, std::shared_ptr<const OpSchema>>();
+  auto it = cache->find(key);
+  if (it != cache->end())
+    return it->second;
+  auto copy = std::make_shared<OpSchema>(schema);
+  for (size_t i = 0; i < relax.size(); ++i)
+    if (relax[i])
+      copy->arguments[i].type.base = SchemaType::Base::Scalar;
+  return cache->emplace(key, std::move(copy)).first->second;
+}
+
 bool hasSingleResult(const OpSchema &schema) {
   return schema.returns.size() == 1 && !schema.returns[0].type.isList;
 }
@@ -172,7 +210,15 @@ private:
     if (!it->second.single)
       throw Unsupported("reads FX node '" + name +
                         "', which has several results, as a whole");
+    if (!it->second.values[0])
+      throw Unsupported("reads FX node '" + name +
+                        "', a result its operator left out (None)");
     return it->second.values[0];
+  }
+
+  bool isLeftOutResult(py::handle object) const {
+    auto it = entries_.find(object.ptr());
+    return it != entries_.end() && it->second.single && !it->second.values[0];
   }
 
   Argument argumentOf(py::handle object) {
@@ -185,8 +231,10 @@ private:
     if (!isTensor(object))
       throw Unsupported(what + " is " + typeNameOf(object) + " " +
                         py::repr(object).cast<std::string>() +
-                        ", not a tensor: kiln graphs hold tensors only "
-                        "(symbolic sizes are not supported yet)");
+                        ", not a tensor: kiln graphs hold tensors only" +
+                        (py::hasattr(object, "node")
+                             ? " (symbolic sizes are not supported yet)"
+                             : ""));
     return tensorMetaOf(object);
   }
 
@@ -236,23 +284,36 @@ private:
          true);
   }
 
-  /// The metadata FX recorded for a node's tensor results, flattened; empty
-  /// when FX recorded none.
-  std::optional<std::vector<TensorMeta>> fxResultMetas(py::handle node) {
+  /// The metadata FX recorded for a node's results, flattened in return
+  /// order. Results an op leaves out (None, as convolution_backward does for
+  /// gradients its output mask does not ask for) have no metadata and no
+  /// value.
+  struct FxResults {
+    std::vector<TensorMeta> metas; // the tensors, in order
+    std::vector<bool> present;     // per flat result: not None
+    bool allPresent() const {
+      return std::all_of(present.begin(), present.end(),
+                         [](bool value) { return value; });
+    }
+  };
+
+  std::optional<FxResults> fxResults(py::handle node) {
     py::object value = metaValue(node);
     if (value.is_none())
       return std::nullopt;
-    std::vector<TensorMeta> metas;
+    FxResults results;
     auto flatten = [&](py::handle item, auto &self) -> void {
       if (PyTuple_Check(item.ptr()) || PyList_Check(item.ptr())) {
         for (py::handle element : item)
           self(element, self);
         return;
       }
-      metas.push_back(tensorMetaOrThrow(item, "a result"));
+      results.present.push_back(!item.is_none());
+      if (!item.is_none())
+        results.metas.push_back(tensorMetaOrThrow(item, "a result"));
     };
     flatten(value, flatten);
-    return metas;
+    return results;
   }
 
   void importGetItem(py::handle node) {
@@ -272,6 +333,7 @@ private:
       throw Unsupported("operator.getitem index " +
                         std::to_string(args[1].cast<int64_t>()) +
                         " does not name one tensor result");
+    // A result the op left out (None) binds to null: outputs may return it.
     bind(node, {values[index]}, true);
   }
 
@@ -284,7 +346,8 @@ private:
                         ", which is not an ATen operator overload");
     py::object torchSchema = target.attr("_schema");
     std::string name = torchSchema.attr("name").cast<std::string>();
-    std::string overload = torchSchema.attr("overload_name").cast<std::string>();
+    std::string overload =
+        torchSchema.attr("overload_name").cast<std::string>();
     std::string qualifiedName = overload.empty() ? name : name + "." + overload;
 
     std::vector<Argument> positional;
@@ -294,9 +357,9 @@ private:
     for (auto item : py::dict(node.attr("kwargs")))
       keywords.emplace_back(item.first.cast<std::string>(),
                             argumentOf(item.second));
-    std::optional<std::vector<TensorMeta>> fxMetas = fxResultMetas(node);
 
     const OpInfo *info = OpRegistry::global().find(qualifiedName);
+    // Registered ops follow torch's schema text exactly; parse only others.
     std::shared_ptr<const OpSchema> schema;
     if (info) {
       schema = info->schema;
@@ -307,9 +370,14 @@ private:
         throw Unsupported(qualifiedName + ": " + parsed.error);
       schema = parsed.schema;
     }
+    if (auto relaxed = scalarsForTensors(*schema, positional, keywords)) {
+      info = nullptr; // kiln's registry has no entry for this form
+      schema = std::move(relaxed);
+    }
     if (std::string type = nonTensorReturn(*schema); !type.empty())
       throw Unsupported(qualifiedName + " returns " + type +
                         ": kiln graphs hold tensor results only");
+    std::optional<FxResults> fx = fxResults(node);
     std::vector<Argument> arguments = schema->normalize(positional, keywords);
 
     Node *added = nullptr;
@@ -320,16 +388,17 @@ private:
       std::string disagreement;
       try {
         std::vector<TensorMeta> metas = inferMeta(*info, arguments);
-        if (fxMetas && metas != *fxMetas) {
+        if (fx && (!fx->allPresent() || metas != fx->metas)) {
           disagreement = "kiln's meta function gives ";
           for (size_t i = 0; i < metas.size(); ++i)
             disagreement += (i ? ", " : "") + metas[i].str();
           disagreement += " but FX recorded ";
-          for (size_t i = 0; i < fxMetas->size(); ++i)
-            disagreement += (i ? ", " : "") + (*fxMetas)[i].str();
+          for (size_t i = 0, next = 0; i < fx->present.size(); ++i)
+            disagreement += (i ? ", " : "") +
+                            (fx->present[i] ? fx->metas[next++].str() : "None");
         }
       } catch (const Error &error) {
-        if (!fxMetas)
+        if (!fx)
           throw;
         disagreement =
             std::string("kiln's meta function failed: ") + error.what();
@@ -339,38 +408,44 @@ private:
       } else {
         result_.notes.push_back(where + ": " + qualifiedName + ": " +
                                 disagreement + "; kept as an extern node");
-        added = result_.graph->addExtern(schema, arguments, *fxMetas);
+        added = result_.graph->addExtern(schema, arguments, fx->metas);
       }
     } else {
-      if (!fxMetas)
+      if (!fx)
         throw Unsupported(qualifiedName +
                           " is not in kiln's registry and FX recorded no "
                           "metadata (node.meta['val']) for its results");
       bool anyList = std::any_of(
           schema->returns.begin(), schema->returns.end(),
           [](const SchemaArgument &result) { return result.type.isList; });
-      if (!anyList && fxMetas->size() != schema->returns.size())
+      if (!anyList && fx->present.size() != schema->returns.size())
         throw Unsupported(qualifiedName + " returns " +
                           std::to_string(schema->returns.size()) +
                           " tensors but FX recorded " +
-                          std::to_string(fxMetas->size()));
-      added = result_.graph->addExtern(schema, arguments, *fxMetas);
+                          std::to_string(fx->present.size()));
+      added = result_.graph->addExtern(schema, arguments, fx->metas);
     }
     added->setOrigin(where);
 
+    // One entry per flat result; null where the op leaves a result out.
     std::vector<Value *> values;
-    for (const auto &value : added->results())
-      values.push_back(value.get());
+    size_t next = 0;
+    if (fx && !added->isOp()) {
+      for (bool present : fx->present)
+        values.push_back(present ? added->result(next++) : nullptr);
+    } else {
+      for (const auto &value : added->results())
+        values.push_back(value.get());
+    }
     bool single = hasSingleResult(*schema);
     Entry entry{std::move(values), single};
     // getitem indexes the flat result list only where it matches the
     // returns one to one: all plain tensors, or one tensor list.
-    entry.flatIndexing = schema->returns.size() == 1 ||
-                         std::none_of(schema->returns.begin(),
-                                      schema->returns.end(),
-                                      [](const SchemaArgument &result) {
-                                        return result.type.isList;
-                                      });
+    entry.flatIndexing =
+        schema->returns.size() == 1 ||
+        std::none_of(
+            schema->returns.begin(), schema->returns.end(),
+            [](const SchemaArgument &result) { return result.type.isList; });
     entries_[node.ptr()] = std::move(entry);
   }
 
@@ -388,7 +463,9 @@ private:
     }
     std::vector<Argument> outputs;
     for (const py::object &item : items) {
-      if (Value *value = valueOf(item))
+      if (isLeftOutResult(item))
+        outputs.push_back(Argument::none());
+      else if (Value *value = valueOf(item))
         outputs.push_back(value);
       else if (item.is_none() || PyBool_Check(item.ptr()) ||
                PyLong_Check(item.ptr()) || PyFloat_Check(item.ptr()))

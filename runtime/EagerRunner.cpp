@@ -5,6 +5,7 @@
 
 #include "ir/Error.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 
@@ -197,7 +198,9 @@ void EagerRunner::raiseWithOrigin(const Step &step) const {
 namespace {
 
 // A `Tensor[]` return comes back as a list, several returns as a tuple, and
-// `(Tensor, Tensor[])` nests them: flattened in return order.
+// `(Tensor, Tensor[])` nests them: flattened in return order. None stands
+// for a result the op left out (a gradient its output mask did not ask for),
+// which the graph holds no value for.
 void flattenResult(PyObject *object, std::vector<PyObject *> &items) {
   if (PyTuple_Check(object) || PyList_Check(object)) {
     Py_ssize_t size = PySequence_Fast_GET_SIZE(object);
@@ -206,7 +209,8 @@ void flattenResult(PyObject *object, std::vector<PyObject *> &items) {
       flattenResult(elements[i], items);
     return;
   }
-  items.push_back(object);
+  if (object != Py_None)
+    items.push_back(object);
 }
 
 } // namespace
@@ -224,7 +228,8 @@ void EagerRunner::storeResults(const Step &step, PyObject *result,
   flattenResult(result, items);
   if (items.size() != step.resultSlots.size())
     throw Error("kiln: " + step.description + " returned " +
-                std::to_string(items.size()) + " values but the graph expects " +
+                std::to_string(items.size()) +
+                " values but the graph expects " +
                 std::to_string(step.resultSlots.size()));
   for (size_t i = 0; i < items.size(); ++i)
     slots[step.resultSlots[i]] = py::reinterpret_borrow<py::object>(items[i]);
@@ -233,8 +238,8 @@ void EagerRunner::storeResults(const Step &step, PyObject *result,
 py::object EagerRunner::run(PyObject *const *inputs, size_t count) const {
   if (count != inputSlots_.size())
     throw py::type_error("kiln: the compiled graph takes " +
-                         std::to_string(inputSlots_.size()) +
-                         " inputs, got " + std::to_string(count));
+                         std::to_string(inputSlots_.size()) + " inputs, got " +
+                         std::to_string(count));
   std::vector<py::object> slots(slotCount_);
   for (size_t i = 0; i < count; ++i)
     slots[inputSlots_[i]] = py::reinterpret_borrow<py::object>(inputs[i]);
@@ -248,7 +253,8 @@ py::object EagerRunner::run(PyObject *const *inputs, size_t count) const {
       return operand.fixed.ptr();
     py::list list(operand.items.size());
     for (size_t i = 0; i < operand.items.size(); ++i)
-      PyList_SET_ITEM(list.ptr(), i, py::handle(self(operand.items[i], self)).inc_ref().ptr());
+      PyList_SET_ITEM(list.ptr(), i,
+                      py::handle(self(operand.items[i], self)).inc_ref().ptr());
     lists.push_back(std::move(list));
     return lists.back().ptr();
   };
@@ -275,8 +281,9 @@ py::object EagerRunner::run(PyObject *const *inputs, size_t count) const {
   if (outputForm_ == OutputForm::List) {
     py::list result(outputs_.size());
     for (size_t i = 0; i < outputs_.size(); ++i)
-      PyList_SET_ITEM(result.ptr(), i,
-                      py::handle(resolve(outputs_[i], resolve)).inc_ref().ptr());
+      PyList_SET_ITEM(
+          result.ptr(), i,
+          py::handle(resolve(outputs_[i], resolve)).inc_ref().ptr());
     return std::move(result);
   }
   py::tuple result(outputs_.size());

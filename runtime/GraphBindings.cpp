@@ -32,8 +32,9 @@ TensorMeta metaFromPython(py::handle spec) {
   if (isTensor(spec))
     return tensorMetaOf(spec);
   if (!PyTuple_Check(spec.ptr()) && !PyList_Check(spec.ptr()))
-    throw py::type_error("expected a tensor or (dtype, sizes[, strides]), got " +
-                         py::repr(spec).cast<std::string>());
+    throw py::type_error(
+        "expected a tensor or (dtype, sizes[, strides]), got " +
+        py::repr(spec).cast<std::string>());
   py::sequence items = py::reinterpret_borrow<py::sequence>(spec);
   if (items.size() < 2 || items.size() > 4)
     throw py::type_error("expected (dtype, sizes[, strides[, device]])");
@@ -89,12 +90,13 @@ void defineGraphBindings(py::module_ &module) {
   py::class_<Value>(module, "Value", "A tensor value of a kiln graph.")
       .def_property_readonly("name", &Value::name)
       .def_property_readonly(
-          "dtype", [](const Value &value) { return dtypeToTorch(value.meta().dtype); })
+          "dtype",
+          [](const Value &value) { return dtypeToTorch(value.meta().dtype); })
       .def_property_readonly(
           "shape", [](const Value &value) { return value.meta().sizes; })
       .def("stride", [](const Value &value) { return value.meta().strides; })
-      .def_property_readonly("meta",
-                             [](const Value &value) { return value.meta().str(); })
+      .def_property_readonly(
+          "meta", [](const Value &value) { return value.meta().str(); })
       .def("__repr__", [](const Value &value) {
         return "<kiln value %" + value.name() + ": " + value.meta().str() + ">";
       });
@@ -108,7 +110,8 @@ void defineGraphBindings(py::module_ &module) {
           "add_input",
           [](py::object self, py::object spec, std::string name) {
             Graph &graph = self.cast<Graph &>();
-            return valueHandle(graph.addInput(metaFromPython(spec), name), self);
+            return valueHandle(graph.addInput(metaFromPython(spec), name),
+                               self);
           },
           "spec"_a, "name"_a = "",
           "Adds an input like `spec`: a tensor, or (dtype, sizes[, strides[, "
@@ -150,7 +153,8 @@ void defineGraphBindings(py::module_ &module) {
             for (py::handle spec : kwargs["results"])
               metas.push_back(metaFromPython(spec));
             PyDict_DelItemString(kwargs.ptr(), "results");
-            auto schema = std::make_shared<const OpSchema>(parseSchema(schemaText));
+            auto schema =
+                std::make_shared<const OpSchema>(parseSchema(schemaText));
             std::vector<Argument> positional;
             for (py::handle arg : args)
               positional.push_back(argumentOf(graph, arg));
@@ -171,14 +175,14 @@ void defineGraphBindings(py::module_ &module) {
             graph.setOutputs(std::move(arguments));
           },
           "outputs"_a, "Graph outputs: values, None and numbers.")
-      .def_property_readonly(
-          "inputs",
-          [](py::object self) {
-            py::list inputs;
-            for (Value *input : self.cast<Graph &>().inputs())
-              inputs.append(valueHandle(input, self));
-            return inputs;
-          })
+      .def_property_readonly("inputs",
+                             [](py::object self) {
+                               py::list inputs;
+                               for (Value *input :
+                                    self.cast<Graph &>().inputs())
+                                 inputs.append(valueHandle(input, self));
+                               return inputs;
+                             })
       .def(
           "nodes",
           [](const Graph &graph) {
@@ -186,8 +190,9 @@ void defineGraphBindings(py::module_ &module) {
             for (const auto &node : graph.nodes())
               nodes.append(py::make_tuple(
                   nodeKindName(node->kind()),
-                  node->schema() ? py::object(py::str(node->schema()->qualifiedName()))
-                                 : py::object(py::none()),
+                  node->schema()
+                      ? py::object(py::str(node->schema()->qualifiedName()))
+                      : py::object(py::none()),
                   node->origin()));
             return nodes;
           },
@@ -199,12 +204,15 @@ void defineGraphBindings(py::module_ &module) {
   py::class_<EagerRunner, std::shared_ptr<EagerRunner>>(
       module, "EagerRunner",
       "Runs a kiln graph by calling torch's ATen operators node by node.")
-      .def(py::init([](std::shared_ptr<Graph> graph, const std::string &output) {
-             return std::make_shared<EagerRunner>(std::move(graph),
-                                                  outputFormFromName(output));
-           }),
-           "graph"_a, "output"_a = "tuple",
-           "output: 'tuple', 'list' or 'single' (the graph's one output).")
+      .def(
+          py::init([](std::shared_ptr<Graph> graph, const std::string &output) {
+            if (!graph)
+              throw py::type_error("EagerRunner needs a kiln Graph, not None");
+            return std::make_shared<EagerRunner>(std::move(graph),
+                                                 outputFormFromName(output));
+          }),
+          "graph"_a, "output"_a = "tuple",
+          "output: 'tuple', 'list' or 'single' (the graph's one output).")
       .def(
           "__call__",
           [](const EagerRunner &runner, py::args args) {
@@ -223,7 +231,8 @@ void defineGraphBindings(py::module_ &module) {
               owned.push_back(py::reinterpret_borrow<py::object>(arg));
               inputs.push_back(arg.ptr());
             }
-            PyList_SetSlice(args.ptr(), 0, PyList_GET_SIZE(args.ptr()), nullptr);
+            PyList_SetSlice(args.ptr(), 0, PyList_GET_SIZE(args.ptr()),
+                            nullptr);
             return runner.run(inputs.data(), inputs.size());
           },
           "args"_a, "Runs the graph on a list of inputs, which it empties.")

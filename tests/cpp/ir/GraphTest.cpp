@@ -1,7 +1,7 @@
 // The graph IR: the printer's exact text and the verifier's checks, on the
 // registered add ops and extern nodes. No Python.
-#include "ir/Error.h"
 #include "ir/Graph.h"
+#include "ir/Error.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,8 @@ std::shared_ptr<const OpSchema> schemaOf(const char *text) {
 
 std::shared_ptr<ConstantData> constantOf(std::vector<float> values) {
   auto data = std::make_shared<ConstantData>();
-  data->meta = TensorMeta(DType::Float32, {static_cast<int64_t>(values.size())});
+  data->meta =
+      TensorMeta(DType::Float32, {static_cast<int64_t>(values.size())});
   data->bytes.resize(values.size() * sizeof(float));
   std::memcpy(data->bytes.data(), values.data(), data->bytes.size());
   return data;
@@ -89,8 +90,8 @@ TEST(Graph, PrintsExternsWithSeveralResultsConstantsAndNonTensorOutputs) {
       schema, schema->normalize({sum->result(), int64_t{1}}, {}),
       {TensorMeta(DType::Float32, {4}), TensorMeta(DType::Int64, {4})});
   auto view = schemaOf("aten::t(Tensor(a) self) -> Tensor(a)");
-  Node *transposed = graph.addExtern(view, {x},
-                                     {TensorMeta(DType::Float32, {2, 4}, {1, 2})});
+  Node *transposed =
+      graph.addExtern(view, {x}, {TensorMeta(DType::Float32, {2, 4}, {1, 2})});
   graph.setOutputs({max->result(1), Argument(), int64_t{3}, 2.5, true,
                     transposed->result()});
   graph.verify();
@@ -111,9 +112,11 @@ TEST(Graph, PrintsDefaultsThatWereOverriddenAndListArguments) {
   Value *x = graph.addInput(TensorMeta(DType::Float32, {2, 3}), "x");
   Value *y = graph.addInput(TensorMeta(DType::Float32, {2, 3}), "y");
   auto cat = schemaOf("aten::cat(Tensor[] tensors, int dim=0) -> Tensor");
-  Node *joined = graph.addExtern(cat, cat->normalize({std::vector<Value *>{x, y}},
-                                                     {{"dim", Argument(int64_t{1})}}),
-                                 {TensorMeta(DType::Float32, {2, 6})});
+  Node *joined =
+      graph.addExtern(cat,
+                      cat->normalize({std::vector<Value *>{x, y}},
+                                     {{"dim", Argument(int64_t{1})}}),
+                      {TensorMeta(DType::Float32, {2, 6})});
   auto sum = schemaOf("aten::sum.dim_IntList(Tensor self, int[1]? dim, bool "
                       "keepdim=False, *, ScalarType? dtype=None) -> Tensor");
   Node *total = graph.addExtern(
@@ -122,11 +125,12 @@ TEST(Graph, PrintsDefaultsThatWereOverriddenAndListArguments) {
                      {{"dtype", Argument(DType::Float64)}}),
       {TensorMeta(DType::Float64, {})});
   graph.setOutputs({total->result()});
-  EXPECT_EQ(graph.str(),
-            "graph(%x: f32[2, 3], %y: f32[2, 3]):\n"
-            "  %0: f32[2, 6] = extern aten::cat([%x, %y], dim=1)\n"
-            "  %1: f64[] = extern aten::sum.dim_IntList(%0, [0, 1], dtype=f64)\n"
-            "  return (%1)\n");
+  EXPECT_EQ(
+      graph.str(),
+      "graph(%x: f32[2, 3], %y: f32[2, 3]):\n"
+      "  %0: f32[2, 6] = extern aten::cat([%x, %y], dim=1)\n"
+      "  %1: f64[] = extern aten::sum.dim_IntList(%0, [0, 1], dtype=f64)\n"
+      "  return (%1)\n");
   graph.verify();
 }
 
@@ -152,7 +156,7 @@ TEST(Graph, ConstructionRejectsWrongArityAndTypes) {
   EXPECT_THROW(graph.addOp("aten::add.Tensor", {x, "text"}), Error);
   EXPECT_THROW(graph.addOp("aten::no_such_op", {x}), Error);
   auto schema = schemaOf(kMaxDim);
-  EXPECT_THROW(graph.addExtern(schema, {x}, {}), Error); // arity
+  EXPECT_THROW(graph.addExtern(schema, {x}, {}), Error);             // arity
   EXPECT_THROW(graph.addExtern(schema, {x, 1.5, false}, {}), Error); // type
   EXPECT_THROW(graph.addExtern(nullptr, {}, {}), Error);
 }
@@ -179,8 +183,9 @@ TEST(Graph, VerifierFindsWrongArityAndTypes) {
   std::vector<Argument> &arguments = sum->*memberOf(NodeArguments());
   std::vector<Argument> saved = arguments;
   arguments.pop_back();
-  EXPECT_NE(verifyError(graph).find("aten::add.Tensor expects 3 arguments, got 2"),
-            std::string::npos)
+  EXPECT_NE(
+      verifyError(graph).find("aten::add.Tensor expects 3 arguments, got 2"),
+      std::string::npos)
       << verifyError(graph);
   arguments = saved;
   arguments[1] = Argument("text");

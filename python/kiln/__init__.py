@@ -1,0 +1,12 @@
+# kiln: a just-in-time compiler for PyTorch programs, on LLVM. The package is
+# a thin layer over the native extension kiln._C.
+# Depends on kiln._C, kiln._compile, kiln._backend, torch.
+from kiln._version import __version__
+from kiln._C import Unsupported
+from kiln._compile import CompiledModule, compile
+from kiln import _backend
+
+__all__ = ["compile", "CompiledModule", "Unsupported", "__version__"]
+
+# torch.compile(model, backend="kiln") after `import kiln`.
+_backend.register()

@@ -1,0 +1,98 @@
+# kiln as a torch.compile backend: TorchDynamo captures, aot_autograd turns
+# the capture into ATen graphs, and each graph is imported into kiln (C++)
+# and run by kiln's eager graph runner. Registered as "kiln" on import and
+# through the `torch_dynamo_backends` entry point.
+# Depends on kiln._C, kiln._logging, torch._dynamo and torch._functorch.
+import collections
+import functools
+
+from kiln import _C, _logging
+
+#: What the backend did since the process started (or since a test cleared
+#: it): "graphs" imported into kiln, "fallbacks" run as FX graphs instead,
+#: "nodes" and "extern_nodes" in the imported graphs.
+counters = collections.Counter()
+
+
+def _run_fx_graph(gm):
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm)
+
+
+def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
+    """aot_autograd's compiler: imports one ATen FX graph into a kiln graph
+    and returns a boxed callable that runs it.
+
+    Both backends run every node through kiln's eager graph runner, which
+    calls torch's own ATen operators: "eager" by design (the reference), and
+    "llvm" because no op has a native lowering yet, so every node of the
+    native backend is still an extern call. A graph kiln cannot represent
+    (symbolic sizes, non-tensor results, non-ATen calls) runs as the FX graph
+    it is, and the reason goes to KILN_LOGS=breaks.
+    """
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    # aot_autograd calls its compilers with its fake-tensor mode active;
+    # constants must be read and made as real tensors.
+    with _disable_current_modes():
+        try:
+            imported = _C.import_fx(gm, list(example_inputs))
+        except _C.Unsupported as error:
+            counters["fallbacks"] += 1
+            _logging.log("breaks", f"kiln cannot take this graph, running it as it is: {error}")
+            return _run_fx_graph(gm)
+        runner = _C.EagerRunner(imported.graph, imported.output_form)
+    for note in imported.notes:
+        _logging.log("meta", note)
+    nodes = imported.graph.nodes()
+    counters["graphs"] += 1
+    counters["nodes"] += sum(kind in ("op", "extern") for kind, _, _ in nodes)
+    counters["extern_nodes"] += sum(kind == "extern" for kind, _, _ in nodes)
+    if _logging.enabled("graph"):
+        _logging.log(
+            "graph",
+            f"backend {backend!r}; every node runs through torch for now:\n{imported.graph}",
+        )
+    run = runner.run_boxed
+
+    def compiled(args):
+        return run(args)
+
+    compiled._boxed_call = True
+    compiled.kiln_graph = imported.graph
+    return compiled
+
+
+def make_dynamo_backend(backend="llvm"):
+    """A TorchDynamo backend (gm, example_inputs) -> callable that compiles
+    through aot_autograd and kiln with the named kiln backend."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    fw_compiler = functools.partial(compile_fx_graph, backend=backend)
+
+    def kiln_dynamo_backend(gm, example_inputs, **kwargs):
+        # A fresh AotAutograd per graph: it keeps per-call state in itself.
+        return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs, **kwargs)
+
+    kiln_dynamo_backend.__name__ = f"kiln_{backend}"
+    kiln_dynamo_backend.__qualname__ = kiln_dynamo_backend.__name__
+    return kiln_dynamo_backend
+
+
+#: torch.compile(model, backend="kiln"): the native ("llvm") backend.
+kiln_backend = make_dynamo_backend("llvm")
+kiln_backend.__name__ = kiln_backend.__qualname__ = "kiln"
+
+
+def register():
+    """Registers "kiln" with TorchDynamo unless TorchDynamo already has it or
+    will load it itself from kiln's `torch_dynamo_backends` entry point
+    (registering twice is an error in torch's registry)."""
+    from torch._dynamo.backends import registry
+
+    compiler_fns = getattr(registry, "_COMPILER_FNS", {})
+    entry_points = getattr(registry, "_BACKENDS", {})
+    if "kiln" in compiler_fns or entry_points.get("kiln") is not None:
+        return
+    registry.register_backend(kiln_backend, name="kiln")

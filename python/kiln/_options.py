@@ -1,0 +1,43 @@
+# The options of kiln.compile and their validation: every mistake is a
+# TypeError or ValueError that names the option and lists what is valid.
+# Depends on nothing in kiln.
+import dataclasses
+from typing import Optional
+
+BACKENDS = ("llvm", "eager")
+MODES = ("default", "reduce-overhead", "max-autotune")
+
+
+def _describe(value):
+    return f"{value!r} ({type(value).__name__})"
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """What kiln.compile was asked for. `mode` is accepted and kept but does
+    not change anything yet."""
+
+    fullgraph: bool = False
+    dynamic: Optional[bool] = None
+    backend: str = "llvm"
+    mode: str = "default"
+
+    def __post_init__(self):
+        if not isinstance(self.fullgraph, bool):
+            raise TypeError(
+                f"kiln.compile: fullgraph must be True or False, got {_describe(self.fullgraph)}"
+            )
+        if self.dynamic is not None and not isinstance(self.dynamic, bool):
+            raise TypeError(
+                f"kiln.compile: dynamic must be None, True or False, got {_describe(self.dynamic)}"
+            )
+        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
+            raise ValueError(
+                f"kiln.compile: unknown backend {self.backend!r}; valid backends are "
+                + ", ".join(repr(name) for name in BACKENDS)
+            )
+        if not isinstance(self.mode, str) or self.mode not in MODES:
+            raise ValueError(
+                f"kiln.compile: unknown mode {self.mode!r}; valid modes are "
+                + ", ".join(repr(name) for name in MODES)
+            )
