@@ -100,6 +100,13 @@ bool isConstantObject(py::handle object) {
   return false;
 }
 
+std::string typeName(py::handle object);
+
+// The Python type name of what a variable stands for: "list", "Tensor".
+std::string kindNameOf(py::handle type) {
+  return py::str(type.attr("__name__")).cast<std::string>();
+}
+
 std::string typeName(py::handle object) {
   return Py_TYPE(object.ptr())->tp_name;
 }
@@ -478,7 +485,7 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
     return iterator;
   }
   default:
-    unsupported("iteration over a " + typeName(pythonTypeOf(iterable)));
+    unsupported("iteration over a " + kindNameOf(pythonTypeOf(iterable)));
   }
 }
 
@@ -562,7 +569,7 @@ py::object Evaluator::toTraceObject(const VariablePtr &value) {
   case Kind::PythonModule:
     return value->object;
   default:
-    unsupported("passing a " + typeName(pythonTypeOf(value)) +
+    unsupported("passing a " + kindNameOf(pythonTypeOf(value)) +
                 " to a torch function");
   }
 }
@@ -796,7 +803,7 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base, const std::string &name
     return wrap(attribute, nullptr);
   }
   default:
-    unsupported("attribute '" + name + "' of a " + typeName(pythonTypeOf(base)));
+    unsupported("attribute '" + name + "' of a " + kindNameOf(pythonTypeOf(base)));
   }
 }
 
@@ -874,6 +881,19 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
         return self->items[index];
       return args.size() == 2 ? args[1] : none;
     }
+    if (name == "update" && args.size() == 1 && args[0]->is(Kind::Dict)) {
+      checkNotInput(self, "updating");
+      for (size_t i = 0; i < args[0]->keys.size(); ++i) {
+        int index = findKey(args[0]->keys[i]);
+        if (index >= 0) {
+          self->items[index] = args[0]->items[i];
+        } else {
+          self->keys.push_back(args[0]->keys[i]);
+          self->items.push_back(args[0]->items[i]);
+        }
+      }
+      return none;
+    }
     if (name == "__contains__" && args.size() == 1)
       return Variable::constant(py::bool_(findKey(asConstant(args[0]).value()) >= 0));
   }
@@ -885,7 +905,7 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
         return Variable::constant(all->attr(name.c_str())(*item));
     }
   }
-  unsupported("method " + name + " of a " + typeName(pythonTypeOf(self)));
+  unsupported("method " + name + " of a " + kindNameOf(pythonTypeOf(self)));
 }
 
 VariablePtr Evaluator::callTensorMethod(
@@ -1218,7 +1238,7 @@ VariablePtr Evaluator::call(const VariablePtr &callable,
     unsupported("a call to " + py::repr(function).cast<std::string>());
   }
   default:
-    unsupported("calling a " + typeName(pythonTypeOf(callable)));
+    unsupported("calling a " + kindNameOf(pythonTypeOf(callable)));
   }
 }
 
@@ -1485,7 +1505,7 @@ void Evaluator::binaryOp(Frame &frame, int op) {
       return;
     }
     unsupported(std::string("operator ") + kOperators[base] + " on " +
-                typeName(pythonTypeOf(left)) + " and " + typeName(pythonTypeOf(right)));
+                kindNameOf(pythonTypeOf(left)) + " and " + kindNameOf(pythonTypeOf(right)));
   }
   py::object function = h.operatorModule.attr(inplace ? kInplace[base] : kOperators[base]);
   frame.stack.push_back(torchCall(function, {left, right}, {}));
@@ -1523,13 +1543,13 @@ void Evaluator::compareOp(Frame &frame, const std::string &op) {
     else if ((a && a->is_none()) || (b && b->is_none()))
       equal = false;
     else
-      unsupported("comparison of a " + typeName(pythonTypeOf(left)) + " and a " +
-                  typeName(pythonTypeOf(right)));
+      unsupported("comparison of a " + kindNameOf(pythonTypeOf(left)) + " and a " +
+                  kindNameOf(pythonTypeOf(right)));
     frame.stack.push_back(Variable::constant(py::bool_(op == "==" ? equal : !equal)));
     return;
   }
-  unsupported("comparison of a " + typeName(pythonTypeOf(left)) + " and a " +
-              typeName(pythonTypeOf(right)));
+  unsupported("comparison of a " + kindNameOf(pythonTypeOf(left)) + " and a " +
+              kindNameOf(pythonTypeOf(right)));
 }
 
 VariablePtr Evaluator::runFrame(Frame &frame) {
@@ -1731,7 +1751,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     } else if (container->is(Kind::Module) && key) {
       found = PySequence_Contains(container->object.ptr(), key->ptr()) == 1;
     } else {
-      unsupported("`in` on a " + typeName(pythonTypeOf(container)));
+      unsupported("`in` on a " + kindNameOf(pythonTypeOf(container)));
     }
     frame.stack.push_back(Variable::constant(py::bool_(found != (instruction.arg == 1))));
     return;
@@ -1838,7 +1858,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     default:
       break;
     }
-    unsupported("indexing a " + typeName(pythonTypeOf(container)));
+    unsupported("indexing a " + kindNameOf(pythonTypeOf(container)));
   }
   case Opcode::BINARY_SLICE: {
     VariablePtr stop = pop(frame);
@@ -1884,7 +1904,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       container->items.push_back(value);
       return;
     }
-    unsupported("assigning into a " + typeName(pythonTypeOf(container)));
+    unsupported("assigning into a " + kindNameOf(pythonTypeOf(container)));
   }
   case Opcode::STORE_SLICE: {
     VariablePtr stop = pop(frame);
@@ -1894,7 +1914,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     auto slice = Variable::constant(py::reinterpret_steal<py::object>(PySlice_New(
         asConstant(start).value().ptr(), asConstant(stop).value().ptr(), nullptr)));
     if (!container->is(Kind::Tensor))
-      unsupported("slice assignment into a " + typeName(pythonTypeOf(container)));
+      unsupported("slice assignment into a " + kindNameOf(pythonTypeOf(container)));
     torchCall(h.operatorModule.attr("setitem"), {container, slice, value}, {});
     return;
   }
@@ -1956,7 +1976,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr value = pop(frame);
     std::optional<py::object> constant = asConstant(value);
     if (!constant || value->is(Kind::Module))
-      unsupported("formatting a " + typeName(pythonTypeOf(value)) + " in an f-string");
+      unsupported("formatting a " + kindNameOf(pythonTypeOf(value)) + " in an f-string");
     py::object object = *constant;
     int conversion = instruction.arg & 3;
     if (conversion == 1)
@@ -1996,7 +2016,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr update = pop(frame);
     VariablePtr &dict = peek(frame, instruction.arg);
     if (!update->is(Kind::Dict))
-      unsupported("dict update from a " + typeName(pythonTypeOf(update)));
+      unsupported("dict update from a " + kindNameOf(pythonTypeOf(update)));
     for (size_t i = 0; i < update->keys.size(); ++i) {
       bool replaced = false;
       for (size_t j = 0; j < dict->keys.size(); ++j)
@@ -2145,7 +2165,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     std::vector<std::pair<std::string, VariablePtr>> kwargs;
     if (kwargsVariable) {
       if (!kwargsVariable->is(Kind::Dict))
-        unsupported("** of a " + typeName(pythonTypeOf(kwargsVariable)));
+        unsupported("** of a " + kindNameOf(pythonTypeOf(kwargsVariable)));
       for (size_t i = 0; i < kwargsVariable->keys.size(); ++i)
         kwargs.emplace_back(kwargsVariable->keys[i].cast<std::string>(),
                             kwargsVariable->items[i]);
@@ -2178,7 +2198,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   case Opcode::BEFORE_WITH: {
     VariablePtr context = pop(frame);
     if (!context->is(Kind::GradContext))
-      unsupported("a `with` block over a " + typeName(pythonTypeOf(context)));
+      unsupported("a `with` block over a " + kindNameOf(pythonTypeOf(context)));
     auto restore = Variable::make(Kind::GradRestore);
     restore->flag = gradEnabled_;
     setGradMode(context->flag);
@@ -2241,7 +2261,7 @@ OutputTemplate Evaluator::buildOutput(const VariablePtr &value,
   default:
     break;
   }
-  unsupported("returning a " + typeName(pythonTypeOf(value)));
+  unsupported("returning a " + kindNameOf(pythonTypeOf(value)));
 }
 
 Capture Evaluator::run(py::handle function) {

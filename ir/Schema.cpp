@@ -386,9 +386,7 @@ bool SchemaType::accepts(const Argument &argument) const {
   }
   switch (base) {
   case Base::Tensor:
-    // A Python number where a Tensor is expected is a "wrapped number": the
-    // dispatcher turns it into a 0-d tensor that promotes like a scalar.
-    return kind == Kind::Tensor || argument.isScalar();
+    return kind == Kind::Tensor;
   case Base::Int:
     return kind == Kind::Int || kind == Kind::Bool;
   case Base::Float:
