@@ -35,6 +35,8 @@ Py_ssize_t codeExtraIndex() {
 
 const std::vector<std::string> &skippedPrefixes() {
   static const std::vector<std::string> *prefixes = [] {
+    // Computing them runs Python code, whose frames must not come back here.
+    HookSuspension suspension;
     auto *result = new std::vector<std::string>();
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -180,6 +182,7 @@ PyObject *codeCacheInfo(PyObject *code) {
 }
 
 HookActivation::HookActivation() {
+  skippedPrefixes(); // computed before the hook can ask for them
   ++activeDepth;
   if (installedCount++ == 0) {
     PyInterpreterState *interpreter = PyInterpreterState_Get();

@@ -540,7 +540,10 @@ std::vector<Argument> OpSchema::normalize(
 // Ops whose tensor arguments torch's Python binding also takes as numbers
 // (wrapped numbers, which promote like scalars): aot_autograd's graphs hold
 // sub.Tensor(x, 1.0). torch's should_allow_numbers_as_tensors lists them.
-static bool takesNumbersAsTensors(const std::string &name) {
+static bool takesNumbersAsTensors(std::string name) {
+  // In-place variants (add_) take numbers as their functional forms do.
+  if (name.size() > 1 && name.back() == '_' && name != "aten::copy_")
+    name.pop_back();
   static const char *const kNames[] = {
       "aten::add",      "aten::sub",         "aten::mul",
       "aten::div",      "aten::multiply",    "aten::subtract",

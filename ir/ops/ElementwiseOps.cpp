@@ -272,7 +272,7 @@ TensorMeta copied(const MetaArgs &args, const TensorMeta &self,
   try {
     strides = memoryFormat == MemoryFormat::Preserve
                   ? meta::preservedStrides(self)
-                  : meta::stridesForMemoryFormat(self.sizes, memoryFormat);
+                  : meta::stridesForFormat(self.sizes, memoryFormat);
   } catch (const Error &error) {
     fail(args, error.what());
   }

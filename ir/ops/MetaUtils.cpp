@@ -316,64 +316,6 @@ void checkSupported(const MetaArgs &args, DType dtype, DTypeSet supported) {
                    ")");
 }
 
-namespace {
-
-// torch's is_channels_last_strides_2d/3d: strides grow in `order`, and
-// ambiguous cases (a trivial channel dimension) count as contiguous.
-bool stridesLikeChannelsLast(const TensorMeta &tensor,
-                             std::initializer_list<int64_t> order) {
-  const Shape &sizes = tensor.sizes, &strides = tensor.strides;
-  if (strides[1] == 0)
-    return false;
-  int64_t min = 0;
-  for (int64_t dim : order) {
-    if (sizes[dim] == 0 || strides[dim] < min)
-      return false;
-    // N111 tensors and NC11 slices are contiguous for torch.
-    if (dim == 0 && min == strides[1])
-      return false;
-    min = strides[dim];
-    if (sizes[dim] > 1)
-      min *= sizes[dim];
-  }
-  return true;
-}
-
-} // namespace
-
-MemoryFormat suggestMemoryFormat(const TensorMeta &tensor) {
-  if (tensor.dim() == 4 && stridesLikeChannelsLast(tensor, {1, 3, 2, 0}))
-    return MemoryFormat::ChannelsLast;
-  if (tensor.dim() == 5 && stridesLikeChannelsLast(tensor, {1, 4, 3, 2, 0}))
-    return MemoryFormat::ChannelsLast3d;
-  return MemoryFormat::Contiguous;
-}
-
-Shape stridesForMemoryFormat(const Shape &sizes, MemoryFormat format) {
-  size_t rank = format == MemoryFormat::ChannelsLast     ? 4
-                : format == MemoryFormat::ChannelsLast3d ? 5
-                                                         : 0;
-  if (format == MemoryFormat::Preserve)
-    throw Error("preserve_format has no strides of its own");
-  if (rank == 0)
-    return contiguousStrides(sizes);
-  if (sizes.size() != rank)
-    throw Error("required rank " + std::to_string(rank) + " tensor to use " +
-                std::string(memoryFormatName(format)) + " format, got sizes " +
-                shapeToString(sizes));
-  // Channels innermost, then the spatial dims from last to first, then batch
-  // (torch's get_channels_last_strides_2d/3d, sizes unclamped as there).
-  Shape strides(rank);
-  strides[1] = 1;
-  int64_t running = sizes[1];
-  for (size_t dim = rank - 1; dim >= 2; --dim) {
-    strides[dim] = running;
-    running *= sizes[dim];
-  }
-  strides[0] = running;
-  return strides;
-}
-
 std::vector<int64_t>
 reductionDims(const std::optional<std::vector<int64_t>> &dims, int64_t ndim) {
   if (dims && !dims->empty())

@@ -101,13 +101,6 @@ inline constexpr DTypeSet kAllTypes =
 /// such calls; its CPU and CUDA kernels refuse them).
 void checkSupported(const MetaArgs &args, DType dtype, DTypeSet supported);
 
-/// `Tensor.suggest_memory_format()`: ChannelsLast(3d) where a 4-d (5-d)
-/// tensor's strides are ordered like that format, else Contiguous.
-MemoryFormat suggestMemoryFormat(const TensorMeta &tensor);
-/// Dense strides of a new tensor in a memory format (Contiguous,
-/// ChannelsLast or ChannelsLast3d; Preserve is the caller's business).
-/// Throws where the format needs another rank.
-Shape stridesForMemoryFormat(const Shape &sizes, MemoryFormat format);
 
 /// The dims a reduction reduces: `dims` wrapped, or every dim where it is
 /// None or empty (torch's reading of `dim=None` and `dim=[]`).

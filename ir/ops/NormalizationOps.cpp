@@ -188,7 +188,7 @@ std::vector<TensorMeta> batchNormResults(const MetaArgs &args,
       {given.weight, given.bias, given.runningMean, given.runningVar}, true);
   Shape statisticsShape{onCpu(input) && !given.training ? 0 : channels};
   Shape strides = onCpu(input)
-                      ? meta::stridesForMemoryFormat(
+                      ? meta::stridesForFormat(
                             input.sizes, meta::suggestMemoryFormat(input))
                       : meta::preservedStrides(input);
   return {TensorMeta(input.dtype, input.sizes, strides, 0, input.device),
@@ -237,7 +237,7 @@ void checkGroups(const MetaArgs &args, const TensorMeta &input,
 // its suggested memory format, and give an output in that format.
 TensorMeta groupNormOutput(const MetaArgs &args, const TensorMeta &input) {
   MemoryFormat format = meta::suggestMemoryFormat(input);
-  Shape strides = meta::stridesForMemoryFormat(input.sizes, format);
+  Shape strides = meta::stridesForFormat(input.sizes, format);
   for (int64_t dim = 0; dim < input.dim(); ++dim)
     if (input.numel() > 0 && input.sizes[dim] > 1 &&
         input.strides[dim] != strides[dim])
@@ -281,7 +281,7 @@ std::vector<TensorMeta> groupNorm(const MetaArgs &args) {
   checkChannelParameter(args, args.optionalTensor(3), "bias", channels, input);
   statisticsDType(args, input, {args.optionalTensor(2), args.optionalTensor(3)},
                   false);
-  Shape strides = meta::stridesForMemoryFormat(
+  Shape strides = meta::stridesForFormat(
       input.sizes, meta::suggestMemoryFormat(input));
   return {TensorMeta(input.dtype, input.sizes, strides, 0, input.device)};
 }

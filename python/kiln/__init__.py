@@ -3,10 +3,14 @@
 # Depends on kiln._C, kiln._compile, kiln._backend, torch.
 from kiln._version import __version__
 from kiln._C import Unsupported
-from kiln._compile import CompiledModule, compile
+from kiln._compile import CompiledModule, cache_info, code_cache_info, compile
+from kiln._C import reload_logging
 from kiln import _backend
 
-__all__ = ["compile", "CompiledModule", "Unsupported", "__version__"]
+__all__ = [
+    "compile", "CompiledModule", "Unsupported", "cache_info", "code_cache_info",
+    "reload_logging", "__version__",
+]
 
 # torch.compile(model, backend="kiln") after `import kiln`.
 _backend.register()

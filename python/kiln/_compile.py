@@ -1,10 +1,10 @@
-# kiln.compile: argument handling and the module wrapper. Until kiln's own
-# bytecode frontend exists, capture goes through TorchDynamo (torch.compile)
-# with kiln as its backend. Depends on kiln._options, kiln._backend, torch.
-from kiln import _backend
+# kiln.compile: argument handling and the module wrapper over kiln's own
+# bytecode frontend (kiln._C.CompiledFunction).
+# Depends on kiln._C, kiln._options, torch.
+from kiln import _C
 from kiln._options import CompileOptions
 
-__all__ = ["compile", "CompiledModule"]
+__all__ = ["compile", "CompiledModule", "cache_info", "code_cache_info"]
 
 
 class CompiledModule:
@@ -45,7 +45,42 @@ class CompiledModule:
         return f"kiln.compile({self._kiln_module!r}, backend={self._kiln_options.backend!r})"
 
 
+def _module_has_hooks(module):
+    import torch.nn.modules.module as module_state
+
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+        or module._backward_pre_hooks or module_state._global_forward_hooks
+        or module_state._global_forward_pre_hooks or module_state._global_backward_hooks
+        or module_state._global_backward_pre_hooks
+    )
+
+
+class _ModuleCall:
+    """Calls a module's compiled forward; a module with hooks runs through
+    nn.Module.__call__ in CPython so that its hooks run as in eager."""
+
+    __slots__ = ("module", "forward")
+
+    def __init__(self, module, forward):
+        self.module = module
+        self.forward = forward
+
+    def __call__(self, *args, **kwargs):
+        if _module_has_hooks(self.module):
+            return self.module(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
+    def cache_info(self):
+        return self.forward.cache_info()
+
+    def reset(self):
+        self.forward.reset()
+
+
 def _compile(target, options):
+    import inspect
+
     import torch
 
     if not callable(target):
@@ -53,38 +88,64 @@ def _compile(target, options):
             "kiln.compile: fn_or_module must be a function or an nn.Module, "
             f"got {target!r} ({type(target).__name__})"
         )
-    backend = _backend.make_dynamo_backend(options.backend)
-    compiled = torch.compile(
-        target, backend=backend, fullgraph=options.fullgraph, dynamic=options.dynamic
-    )
+    settings = dict(backend=options.backend, fullgraph=options.fullgraph,
+                    cache_limit=options.cache_limit)
     if isinstance(target, torch.nn.Module):
-        return CompiledModule(target, compiled, options)
-    return compiled
+        forward = _C.CompiledFunction(type(target).forward.__get__(target), **settings)
+        return CompiledModule(target, _ModuleCall(target, forward), options)
+    if inspect.isfunction(target) or inspect.ismethod(target):
+        return _C.CompiledFunction(target, **settings)
+    # Builtins (torch.relu) and other callables: compile a call of them.
+    return _C.CompiledFunction(lambda *args, **kwargs: target(*args, **kwargs), **settings)
 
 
-def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="llvm", mode="default"):
+def cache_info(compiled):
+    """What kiln cached for a compiled function or module: entries (one per
+    guard set), hits, misses, fallbacks, whether it now runs in CPython and
+    why, and each entry's graph and guards as text."""
+    inner = getattr(compiled, "_kiln_compiled", compiled)
+    if not hasattr(inner, "cache_info"):
+        raise TypeError(f"kiln.cache_info: {compiled!r} was not made by kiln.compile")
+    return inner.cache_info()
+
+
+def code_cache_info(fn):
+    """The cache kiln's frame hook keeps on a function's code object (frames
+    captured while a compiled caller ran in CPython), or None."""
+    return _C.code_cache_info(getattr(fn, "__code__", fn))
+
+
+def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="llvm", mode="default",
+            cache_limit=8):
     """Compiles a function or an nn.Module with kiln.
 
-    Usable as ``@kiln.compile``, ``@kiln.compile(backend="eager")`` and
+    Usable as ``@kiln.compile``, ``@kiln.compile(fullgraph=True)`` and
     ``kiln.compile(module)`` (which returns a :class:`CompiledModule`).
+
+    kiln's own frontend captures the function from its bytecode on the first
+    call: tensor work becomes a graph, Python on constants is evaluated,
+    helper functions and submodules are inlined, and every assumption is a
+    guard. Later calls whose guards pass run the cached graph; a call that
+    misses captures again (up to ``cache_limit`` entries). What cannot be
+    captured (print, ``.item()`` in control flow, data-dependent shapes,
+    side effects on the caller's objects) runs in CPython unchanged, and
+    KILN_LOGS=breaks says why.
 
     Args:
         fn_or_module: the function or module; None returns a decorator.
-        fullgraph: raise on a graph break instead of splitting the function.
-        dynamic: None (specialise shapes, go symbolic when they change),
-            True (symbolic from the start) or False (always specialise).
-            Graphs with symbolic sizes are not supported by kiln yet: they
-            run as torch's FX graphs, correctly but uncompiled.
+        fullgraph: raise kiln.Unsupported, naming the construct and source
+            line, instead of running the function in CPython.
+        dynamic: None, True or False. kiln specialises on every shape today
+            and recompiles when one changes; symbolic shapes come later.
         backend: "llvm", kiln's native backend, or "eager", the reference
             backend. Today both run every graph node by calling torch's ATen
             operators from kiln's graph runner: no op is lowered to LLVM yet.
         mode: "default", "reduce-overhead" or "max-autotune"; accepted and
             validated, but it does not change anything yet.
-
-    Capture goes through TorchDynamo until kiln's own bytecode frontend
-    exists; the result is what ``torch.compile`` returns for functions.
+        cache_limit: how many guard sets to keep before running in CPython.
     """
-    options = CompileOptions(fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode)
+    options = CompileOptions(fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                             cache_limit=cache_limit)
     if fn_or_module is None:
 
         def decorate(target):

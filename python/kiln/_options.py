@@ -21,6 +21,7 @@ class CompileOptions:
     dynamic: Optional[bool] = None
     backend: str = "llvm"
     mode: str = "default"
+    cache_limit: int = 8
 
     def __post_init__(self):
         if not isinstance(self.fullgraph, bool):
@@ -35,6 +36,11 @@ class CompileOptions:
             raise ValueError(
                 f"kiln.compile: unknown backend {self.backend!r}; valid backends are "
                 + ", ".join(repr(name) for name in BACKENDS)
+            )
+        if not isinstance(self.cache_limit, int) or isinstance(self.cache_limit, bool) \
+                or self.cache_limit < 1:
+            raise ValueError(
+                f"kiln.compile: cache_limit must be a positive int, got {_describe(self.cache_limit)}"
             )
         if not isinstance(self.mode, str) or self.mode not in MODES:
             raise ValueError(
