@@ -37,8 +37,13 @@ def main():
         print("torch.compile(Block, backend='kiln'): matches eager")
 
     print(f"\nkiln's op registry knows {len(_C.op_names())} ATen ops.")
-    print("The graph kiln captured (KILN_LOGS=graph prints it on every compile):\n")
-    print(kiln.captured_graphs(compiled)[-1])
+    info = kiln.cache_info(compiled)
+    print(f"kiln's frontend captured Block.forward whole: {info['entries']} graph, "
+          f"{info['hits']} cache hit(s).")
+    print("The graph (KILN_LOGS=graph,guards prints it and its guards on every capture):\n")
+    print(info["graphs"][-1])
+    print("Its guards:")
+    print(info["guards"][-1])
 
 
 if __name__ == "__main__":

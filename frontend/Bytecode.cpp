@@ -52,15 +52,14 @@ bool isJump(Opcode opcode) {
 } // namespace
 
 std::shared_ptr<const Bytecode> Bytecode::decode(py::handle code) {
-  constexpr int kGeneratorFlags = 0x20 | 0x80 | 0x100 | 0x200; // CO_GENERATOR,
-  // CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
   int flags = code.attr("co_flags").cast<int>();
   auto bytecode = std::make_shared<Bytecode>();
   bytecode->filename = code.attr("co_filename").cast<std::string>();
   bytecode->name = code.attr("co_name").cast<std::string>();
   bytecode->firstLine = code.attr("co_firstlineno").cast<int>();
-  if (flags & kGeneratorFlags)
-    throw Unsupported("generators and coroutines run in CPython (" +
+  bytecode->isGenerator = flags & CO_GENERATOR;
+  if (flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR))
+    throw Unsupported("coroutines and async generators run in CPython (" +
                       bytecode->name + " at " + bytecode->filename + ":" +
                       std::to_string(bytecode->firstLine) + ")");
   py::module_ sys = py::module_::import("sys");

@@ -38,7 +38,7 @@ namespace py = pybind11;
   X(POP_JUMP_BACKWARD_IF_NOT_NONE) X(JUMP_IF_FALSE_OR_POP)                     \
   X(JUMP_IF_TRUE_OR_POP) X(CALL) X(KW_NAMES) X(CALL_FUNCTION_EX)               \
   X(MAKE_FUNCTION) X(BEFORE_WITH) X(LOAD_ASSERTION_ERROR) X(RAISE_VARARGS)     \
-  X(RETURN_GENERATOR) X(IMPORT_NAME) X(IMPORT_FROM)
+  X(RETURN_GENERATOR) X(YIELD_VALUE) X(IMPORT_NAME) X(IMPORT_FROM)
 
 enum class Opcode : uint16_t {
 #define KILN_OPCODE_ENUM(name) name,
@@ -61,13 +61,15 @@ struct Instruction {
 class Bytecode {
 public:
   /// Decodes `code` (a code object); throws kiln::Unsupported for code the
-  /// evaluator cannot handle at all (generators, coroutines).
+  /// evaluator cannot handle at all (coroutines, async generators).
   static std::shared_ptr<const Bytecode> decode(py::handle code);
 
   std::vector<Instruction> instructions;
   std::string filename;
   std::string name;
   int firstLine = 0;
+  /// A generator function: the evaluator runs it to exhaustion.
+  bool isGenerator = false;
   /// The Python interpreter's minor version: 11 or 12.
   int pythonMinor = 0;
 };

@@ -238,8 +238,23 @@ PyObject *compiledGetFunction(PyObject *object, void *) {
   return Py_NewRef(self->function);
 }
 
+// __name__, __qualname__, __module__, __doc__: those of the function, so a
+// decorated function still reads as itself.
+PyObject *compiledGetFunctionAttribute(PyObject *object, void *name) {
+  auto *self = reinterpret_cast<CompiledFunctionObject *>(object);
+  return PyObject_GetAttrString(self->function, static_cast<const char *>(name));
+}
+
 PyGetSetDef compiledGetSet[] = {
     {"__wrapped__", compiledGetFunction, nullptr, "The compiled function.", nullptr},
+    {"__name__", compiledGetFunctionAttribute, nullptr, nullptr,
+     const_cast<char *>("__name__")},
+    {"__qualname__", compiledGetFunctionAttribute, nullptr, nullptr,
+     const_cast<char *>("__qualname__")},
+    {"__module__", compiledGetFunctionAttribute, nullptr, nullptr,
+     const_cast<char *>("__module__")},
+    {"__doc__", compiledGetFunctionAttribute, nullptr, nullptr,
+     const_cast<char *>("__doc__")},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyMemberDef compiledMembers[] = {

@@ -39,6 +39,8 @@ struct Handles {
   py::object noGrad = torch.attr("no_grad");
   py::object enableGrad = torch.attr("enable_grad");
   py::object isGradEnabled = torch.attr("is_grad_enabled");
+  py::object tensorFromData = torch.attr("tensor");
+  py::object asTensor = torch.attr("as_tensor");
   py::object functionType = py::module_::import("types").attr("FunctionType");
   py::object methodType = py::module_::import("types").attr("MethodType");
   py::object moduleType = py::module_::import("types").attr("ModuleType");
@@ -119,6 +121,14 @@ std::string moduleOf(py::handle callable) {
   return module.cast<std::string>();
 }
 
+// "G[torch.nn.functional]": the globals of another module, by its name.
+std::string globalsName(py::handle globals) {
+  py::object name = globals.attr("get")("__name__", py::none());
+  if (name.is_none()) // exec'd code: no module name, so the dict's identity
+    return "G@" + std::to_string(reinterpret_cast<uintptr_t>(globals.ptr()));
+  return "G[" + py::str(name).cast<std::string>() + "]";
+}
+
 bool startsWith(const std::string &text, const std::string &prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
@@ -154,6 +164,7 @@ private:
     py::object kwnames;
     size_t pc = 0;
     VariablePtr returned;
+    std::vector<VariablePtr> yielded; // a generator's values, in order
   };
 
   // --- the interpreter loop -------------------------------------------
@@ -1172,6 +1183,27 @@ VariablePtr Evaluator::call(const VariablePtr &callable,
       context->flag = function.is(h.enableGrad);
       return context;
     }
+    if (function.is(h.tensorFromData) || function.is(h.asTensor)) {
+      // torch.tensor(data): data is Python constants, so the tensor is a
+      // graph constant (it never goes through the dispatcher).
+      py::list constantArgs;
+      py::dict constantKwargs;
+      for (const VariablePtr &arg : args) {
+        std::optional<py::object> constant = asConstant(arg);
+        if (!constant || arg->kind == Kind::Module)
+          unsupported("torch.tensor of data that is not made of constants");
+        constantArgs.append(*constant);
+      }
+      for (const auto &[name, value] : kwargs) {
+        std::optional<py::object> constant = asConstant(value);
+        if (!constant)
+          unsupported("torch.tensor with a non-constant " + name);
+        constantKwargs[py::str(name)] = *constant;
+      }
+      py::object tensor = function(*py::tuple(constantArgs), **constantKwargs);
+      Value *value = graph_->addConstant(python::constantDataOf(tensor));
+      return Variable::ofTensor(value);
+    }
     if (function.is(h.builtin("print")))
       unsupported("print() (a side effect)");
     if (function.is(h.builtin("super")) && args.empty())
@@ -1392,6 +1424,14 @@ VariablePtr Evaluator::inlineFunction(
     throw;
   }
   --depth_;
+  if (frame.code->isGenerator) {
+    // Generators made and consumed inside captured code (generator
+    // expressions, helper generators) run to exhaustion when called; their
+    // values only feed graph ops, so laziness changes nothing observable.
+    auto iterator = Variable::make(Kind::Iterator);
+    iterator->items = std::move(frame.yielded);
+    return iterator;
+  }
   return result;
 }
 
@@ -1417,8 +1457,7 @@ VariablePtr Evaluator::loadGlobal(Frame &frame, const std::string &name) {
   if (PyDict_Contains(frame.globals.ptr(), key.ptr()) == 1) {
     SourcePtr source =
         rootGlobals ? Source::global(name)
-                    : Source::item(Source::fixed(frame.globals,
-                                                 "G@" + std::to_string(reinterpret_cast<uintptr_t>(frame.globals.ptr()))),
+                    : Source::item(Source::fixed(frame.globals, globalsName(frame.globals)),
                                    key);
     return wrap(frame.globals[key], source);
   }
@@ -2212,7 +2251,13 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   case Opcode::RAISE_VARARGS:
     unsupported("raising an exception (a failing assert or raise statement)");
   case Opcode::RETURN_GENERATOR:
-    unsupported("generators");
+    // The generator object's creation: the POP_TOP after it drops this.
+    frame.stack.push_back(Variable::constant(py::none()));
+    return;
+  case Opcode::YIELD_VALUE:
+    frame.yielded.push_back(pop(frame));
+    frame.stack.push_back(Variable::constant(py::none())); // the value sent in
+    return;
   case Opcode::IMPORT_NAME:
   case Opcode::IMPORT_FROM:
     unsupported("import statements inside a compiled function");
@@ -2269,6 +2314,9 @@ Capture Evaluator::run(py::handle function) {
   frame.isRoot = true;
   py::object code = function.attr("__code__");
   frame.code = Bytecode::decode(code);
+  if (frame.code->isGenerator)
+    unsupported("a generator function runs in CPython (its caller consumes it "
+                "lazily)");
   frame.codeObject = py::reinterpret_borrow<py::object>(code);
   frame.globals = py::reinterpret_borrow<py::object>(inputs_.globals);
   frame.builtins = py::reinterpret_borrow<py::object>(inputs_.builtins);

@@ -48,10 +48,16 @@ std::string formatDouble(double value) {
     return value > 0 ? "inf" : "-inf";
   if (std::isnan(value))
     return "nan";
-  std::ostringstream stream;
-  stream.precision(17);
-  stream << value;
-  std::string text = stream.str();
+  // The shortest text that reads back as the same double, as Python's repr.
+  std::string text;
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::ostringstream stream;
+    stream.precision(precision);
+    stream << value;
+    text = stream.str();
+    if (std::stod(text) == value)
+      break;
+  }
   // Keep Python's spelling of a float: "1.0", not "1".
   if (text.find_first_of(".eE") == std::string::npos)
     text += ".0";

@@ -14,7 +14,14 @@ namespace {
 struct Settings {
   std::set<std::string, std::less<>> artifacts;
   std::string dumpDirectory;
+  std::string logsText; // KILN_LOGS as it was read
+  std::string dumpText; // KILN_DUMP_DIR as it was read
 };
+
+std::string environment(const char *name) {
+  const char *value = std::getenv(name);
+  return value ? value : "";
+}
 
 std::mutex &settingsMutex() {
   static std::mutex mutex;
@@ -23,6 +30,8 @@ std::mutex &settingsMutex() {
 
 Settings readSettings() {
   Settings settings;
+  settings.logsText = environment("KILN_LOGS");
+  settings.dumpText = environment("KILN_DUMP_DIR");
   if (const char *logs = std::getenv("KILN_LOGS")) {
     std::string list = logs;
     size_t start = 0;
@@ -45,8 +54,13 @@ Settings readSettings() {
   return settings;
 }
 
+// Logging happens at capture time, not per call: re-reading the environment
+// each time lets a program (or a test) change KILN_LOGS while it runs.
 Settings &settings() {
   static Settings instance = readSettings();
+  if (instance.logsText != environment("KILN_LOGS") ||
+      instance.dumpText != environment("KILN_DUMP_DIR"))
+    instance = readSettings();
   return instance;
 }
 

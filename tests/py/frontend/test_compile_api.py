@@ -191,10 +191,19 @@ def test_kiln_logs_graph_and_breaks(monkeypatch, capfd):
     x = torch.randn(3)
     kiln.compile(double_relu)(x)
     err = capfd.readouterr().err
-    assert "[kiln:graph]" in err
-    assert "extern aten::relu(%arg0_1)" in err
+    assert "[kiln:graph] captured double_relu" in err
+    assert "= aten::relu(%x)" in err
+
+    def prints(t):
+        print("side effect")
+        return t
+
+    kiln.compile(prints)(x)
+    err = capfd.readouterr().err
+    assert "[kiln:breaks] " in err and "prints runs in CPython: print()" in err
+    # Graphs that TorchDynamo hands to kiln's backend log the same way.
     torch._dynamo.reset()
-    kiln.compile(double_relu, dynamic=True)(x)
+    torch.compile(double_relu, backend="kiln", dynamic=True)(x)
     err = capfd.readouterr().err
     assert "[kiln:breaks] kiln cannot take this graph, running it as it is: FX node" in err
 

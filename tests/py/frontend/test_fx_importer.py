@@ -103,14 +103,17 @@ def test_registered_ops_stay_ops_and_others_become_externs():
     imported = _C.import_fx(gm)
     assert kinds(imported.graph) == [
         ("op", "aten::add.Tensor"),
-        ("extern", "aten::relu"),
-        ("extern", "aten::sum.dim_IntList"),
+        ("op", "aten::relu"),
+        ("op", "aten::sum.dim_IntList"),
     ]
     assert imported.notes == []
     text = str(imported.graph)
     assert "= aten::add.Tensor(%x_1, %y_1)" in text
-    assert "= extern aten::relu(" in text
-    assert "= extern aten::sum.dim_IntList(%1, [-1])" in text
+    assert "= aten::relu(" in text
+    assert "= aten::sum.dim_IntList(%1, [-1])" in text
+    # An op the registry does not know is an extern node.
+    gm = make_fx(lambda x: torch.special.erfcx(x))(torch.randn(3))
+    assert kinds(_C.import_fx(gm).graph) == [("extern", "aten::special_erfcx")]
 
 
 def test_printed_graph_of_a_multi_result_op_with_constant_and_non_tensor_outputs():
@@ -120,9 +123,10 @@ def test_printed_graph_of_a_multi_result_op_with_constant_and_non_tensor_outputs
     lines = str(imported.graph).splitlines()
     assert lines[0] == "graph(%x_1: f32[3, 4], %w_1: f32[4, 5]):"
     assert lines[1].startswith(
-        "  %0: f32[3, 4], %1: f32[3, 1], %2: f32[3, 1] = extern aten::native_layer_norm(%x_1, [4], None, None,"
+        "  %0: f32[3, 4], %1: f32[3, 1], %2: f32[3, 1] = aten::native_layer_norm(%x_1, [4], None, None,"
     )
-    assert lines[2] == "  %3: f32[3], %4: i64[3] = extern aten::max.dim(%0, 1)"
+    assert lines[1].endswith(" 1e-05)")
+    assert lines[2] == "  %3: f32[3], %4: i64[3] = aten::max.dim(%0, 1)"
     assert "  %_tensor_constant0: f32[] = constant()" in lines
     assert lines[-1] == "  return (%8, %4, None, 3)"
 
@@ -325,7 +329,7 @@ def test_getitem_on_a_single_result_and_whole_multi_results_raise_unsupported():
 def test_externs_without_metadata_and_fake_or_odd_constants_raise_unsupported():
     def build_no_meta(graph):
         x = placeholder(graph, "x", torch.empty(2))
-        graph.output((graph.call_function(torch.ops.aten.relu.default, (x,)),))
+        graph.output((graph.call_function(torch.ops.aten.special_erfcx.default, (x,)),))
 
     with pytest.raises(kiln.Unsupported, match="not in kiln's registry and FX recorded no metadata"):
         _C.import_fx(fx_graph(build_no_meta))
