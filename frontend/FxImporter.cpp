@@ -1,7 +1,9 @@
 // The FX importer: one pass over `gm.graph.nodes`, mapping each FX node to
-// kiln graph values. Depends on ir/, runtime/PythonConversion.h, pybind11.
+// kiln graph values. Depends on ir/, frontend/AtenCall.h,
+// runtime/PythonConversion.h, pybind11.
 #include "frontend/FxImporter.h"
 
+#include "frontend/AtenCall.h"
 #include "ir/Error.h"
 
 #include <pybind11/stl.h>
@@ -29,27 +31,6 @@ struct FxHandles {
     return *handles;
   }
 };
-
-/// Schemas of extern ops, parsed once per schema text. A text kiln cannot
-/// parse keeps its error, so that every node of that op says why.
-struct ParsedSchema {
-  std::shared_ptr<const OpSchema> schema;
-  std::string error;
-};
-
-const ParsedSchema &parseSchemaCached(const std::string &text) {
-  static auto *cache = new std::unordered_map<std::string, ParsedSchema>();
-  auto it = cache->find(text);
-  if (it != cache->end())
-    return it->second;
-  ParsedSchema parsed;
-  try {
-    parsed.schema = std::make_shared<const OpSchema>(parseSchema(text));
-  } catch (const Error &error) {
-    parsed.error = error.what();
-  }
-  return cache->emplace(text, std::move(parsed)).first->second;
-}
 
 std::string typeNameOf(py::handle object) {
   return py::str(py::type::of(object).attr("__name__")).cast<std::string>();
@@ -82,55 +63,6 @@ std::string sourceLineOf(const std::string &stackTrace) {
       text += ": " + code.substr(first);
   }
   return text;
-}
-
-/// Whether every return is a tensor or a tensor list: what a kiln node can
-/// produce.
-std::string nonTensorReturn(const OpSchema &schema) {
-  for (const SchemaArgument &result : schema.returns)
-    if (result.type.base != SchemaType::Base::Tensor || result.type.optional ||
-        result.type.elementOptional)
-      return result.type.str();
-  return "";
-}
-
-/// ATen lets a Python number stand where a schema says Tensor (a "wrapped
-/// number", promoted like a scalar): `aten.mul.Tensor(x, 2)`. A kiln schema
-/// cannot say that, so such a call keeps torch's schema with those
-/// arguments typed Scalar, and runs as an extern. Null when no argument is
-/// such a number.
-std::shared_ptr<const OpSchema> scalarsForTensors(
-    const OpSchema &schema, const std::vector<Argument> &positional,
-    const std::vector<std::pair<std::string, Argument>> &keywords) {
-  std::vector<bool> relax(schema.arguments.size(), false);
-  bool any = false;
-  auto consider = [&](int index, const Argument &argument) {
-    if (index < 0 || index >= static_cast<int>(relax.size()))
-      return;
-    const SchemaType &type = schema.arguments[index].type;
-    if (type.base == SchemaType::Base::Tensor && !type.isList &&
-        argument.isScalar())
-      relax[index] = any = true;
-  };
-  for (size_t i = 0; i < positional.size(); ++i)
-    consider(static_cast<int>(i), positional[i]);
-  for (const auto &[name, argument] : keywords)
-    consider(schema.findArgument(name), argument);
-  if (!any)
-    return nullptr;
-  std::string key = schema.str();
-  for (bool relaxed : relax)
-    key += relaxed ? '1' : '0';
-  static auto *cache =
-      new std::unordered_map<std::string, std::shared_ptr<const OpSchema>>();
-  auto it = cache->find(key);
-  if (it != cache->end())
-    return it->second;
-  auto copy = std::make_shared<OpSchema>(schema);
-  for (size_t i = 0; i < relax.size(); ++i)
-    if (relax[i])
-      copy->arguments[i].type.base = SchemaType::Base::Scalar;
-  return cache->emplace(key, std::move(copy)).first->second;
 }
 
 bool hasSingleResult(const OpSchema &schema) {
@@ -284,33 +216,27 @@ private:
          true);
   }
 
-  /// The metadata FX recorded for a node's results, flattened in return
-  /// order. Results an op leaves out (None, as convolution_backward does for
-  /// gradients its output mask does not ask for) have no metadata and no
-  /// value.
-  struct FxResults {
-    std::vector<TensorMeta> metas; // the tensors, in order
-    std::vector<bool> present;     // per flat result: not None
-    bool allPresent() const {
-      return std::all_of(present.begin(), present.end(),
-                         [](bool value) { return value; });
-    }
-  };
-
-  std::optional<FxResults> fxResults(py::handle node) {
+  /// The metadata FX recorded for a node's results (node.meta['val']),
+  /// flattened in return order; None where an op leaves a result out. The
+  /// first result that is neither a tensor nor None is set aside in
+  /// `notTensor`: only an op whose schema returns tensors must explain it.
+  std::optional<TorchResults> fxResults(py::handle node,
+                                        py::object &notTensor) {
     py::object value = metaValue(node);
     if (value.is_none())
       return std::nullopt;
-    FxResults results;
+    TorchResults results;
     auto flatten = [&](py::handle item, auto &self) -> void {
       if (PyTuple_Check(item.ptr()) || PyList_Check(item.ptr())) {
         for (py::handle element : item)
           self(element, self);
-        return;
+      } else if (isTensor(item)) {
+        results.add(tensorMetaOf(item));
+      } else {
+        if (!item.is_none() && !notTensor)
+          notTensor = py::reinterpret_borrow<py::object>(item);
+        results.add(std::nullopt);
       }
-      results.present.push_back(!item.is_none());
-      if (!item.is_none())
-        results.metas.push_back(tensorMetaOrThrow(item, "a result"));
     };
     flatten(value, flatten);
     return results;
@@ -344,12 +270,6 @@ private:
     if (!py::isinstance(target, FxHandles::get().opOverloadType))
       throw Unsupported("calls " + py::repr(target).cast<std::string>() +
                         ", which is not an ATen operator overload");
-    py::object torchSchema = target.attr("_schema");
-    std::string name = torchSchema.attr("name").cast<std::string>();
-    std::string overload =
-        torchSchema.attr("overload_name").cast<std::string>();
-    std::string qualifiedName = overload.empty() ? name : name + "." + overload;
-
     std::vector<Argument> positional;
     for (py::handle arg : node.attr("args"))
       positional.push_back(argumentOf(arg));
@@ -358,93 +278,22 @@ private:
       keywords.emplace_back(item.first.cast<std::string>(),
                             argumentOf(item.second));
 
-    const OpInfo *info = OpRegistry::global().find(qualifiedName);
-    // Registered ops follow torch's schema text exactly; parse only others.
-    std::shared_ptr<const OpSchema> schema;
-    if (info) {
-      schema = info->schema;
-    } else {
-      const ParsedSchema &parsed =
-          parseSchemaCached(py::str(torchSchema).cast<std::string>());
-      if (!parsed.schema)
-        throw Unsupported(qualifiedName + ": " + parsed.error);
-      schema = parsed.schema;
-    }
-    if (auto relaxed = scalarsForTensors(*schema, positional, keywords)) {
-      info = nullptr; // kiln's registry has no entry for this form
-      schema = std::move(relaxed);
-    }
-    if (std::string type = nonTensorReturn(*schema); !type.empty())
-      throw Unsupported(qualifiedName + " returns " + type +
-                        ": kiln graphs hold tensor results only");
-    std::optional<FxResults> fx = fxResults(node);
-    std::vector<Argument> arguments = schema->normalize(positional, keywords);
-
-    Node *added = nullptr;
-    if (info) {
-      // Keep the op only where kiln's meta function agrees with FX; else run
-      // it as an extern with FX's metadata, so that answers stay right while
-      // meta functions improve.
-      std::string disagreement;
-      try {
-        std::vector<TensorMeta> metas = inferMeta(*info, arguments);
-        if (fx && (!fx->allPresent() || metas != fx->metas)) {
-          disagreement = "kiln's meta function gives ";
-          for (size_t i = 0; i < metas.size(); ++i)
-            disagreement += (i ? ", " : "") + metas[i].str();
-          disagreement += " but FX recorded ";
-          for (size_t i = 0, next = 0; i < fx->present.size(); ++i)
-            disagreement += (i ? ", " : "") +
-                            (fx->present[i] ? fx->metas[next++].str() : "None");
-        }
-      } catch (const Error &error) {
-        if (!fx)
-          throw;
-        disagreement =
-            std::string("kiln's meta function failed: ") + error.what();
-      }
-      if (disagreement.empty()) {
-        added = result_.graph->addOp(qualifiedName, positional, keywords);
-      } else {
-        result_.notes.push_back(where + ": " + qualifiedName + ": " +
-                                disagreement + "; kept as an extern node");
-        added = result_.graph->addExtern(schema, arguments, fx->metas);
-      }
-    } else {
-      if (!fx)
-        throw Unsupported(qualifiedName +
-                          " is not in kiln's registry and FX recorded no "
-                          "metadata (node.meta['val']) for its results");
-      bool anyList = std::any_of(
-          schema->returns.begin(), schema->returns.end(),
-          [](const SchemaArgument &result) { return result.type.isList; });
-      if (!anyList && fx->present.size() != schema->returns.size())
-        throw Unsupported(qualifiedName + " returns " +
-                          std::to_string(schema->returns.size()) +
-                          " tensors but FX recorded " +
-                          std::to_string(fx->present.size()));
-      added = result_.graph->addExtern(schema, arguments, fx->metas);
-    }
+    py::object notTensor;
+    std::optional<TorchResults> fx = fxResults(node, notTensor);
+    Node *added = appendAtenCall(*result_.graph, target, positional, keywords,
+                                 fx, where, result_.notes, "FX");
+    if (notTensor) // the schema says tensor but FX recorded something else
+      tensorMetaOrThrow(notTensor, "a result");
     added->setOrigin(where);
 
-    // One entry per flat result; null where the op leaves a result out.
-    std::vector<Value *> values;
-    size_t next = 0;
-    if (fx && !added->isOp()) {
-      for (bool present : fx->present)
-        values.push_back(present ? added->result(next++) : nullptr);
-    } else {
-      for (const auto &value : added->results())
-        values.push_back(value.get());
-    }
-    bool single = hasSingleResult(*schema);
-    Entry entry{std::move(values), single};
+    const OpSchema &schema = *added->schema();
+    Entry entry{flatResults(*added, fx), hasSingleResult(schema)};
     // getitem indexes the flat result list only where it matches the
     // returns one to one: all plain tensors, or one tensor list.
     entry.flatIndexing =
-        schema->returns.size() == 1 ||
+        schema.returns.size() == 1 ||
         std::none_of(
-            schema->returns.begin(), schema->returns.end(),
+            schema.returns.begin(), schema.returns.end(),
             [](const SchemaArgument &result) { return result.type.isList; });
     entries_[node.ptr()] = std::move(entry);
   }

@@ -24,8 +24,9 @@ struct FxImport {
 
 /// Imports `graphModule`. Placeholders take their metadata from
 /// `node.meta["val"]`, else from `exampleInputs` (a sequence, or None).
-/// Registered ops become Op nodes, other ATen operators Extern nodes with
-/// torch's schema and FX's result metadata; `operator.getitem` selects a
+/// ATen operators go through appendAtenCall (frontend/AtenCall.h) with FX's
+/// result metadata: Op nodes where the registry knows them and agrees with
+/// FX, else Extern nodes with torch's schema; `operator.getitem` selects a
 /// result; `get_attr` tensors become constants. Throws kiln::Unsupported,
 /// naming the FX node, for what a kiln graph cannot hold: symbolic sizes,
 /// non-tensor results, targets that are not ATen operators, call_module and
