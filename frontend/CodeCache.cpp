@@ -51,10 +51,6 @@ FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals, int count
   inputs.locals = locals;
   inputs.localCount = count;
   inputs.globals = PyFunction_GET_GLOBALS(function);
-  PyObject *builtins = PyDict_GetItemString(inputs.globals, "__builtins__");
-  if (builtins && PyModule_Check(builtins))
-    builtins = PyModule_GetDict(builtins);
-  inputs.builtins = builtins ? builtins : PyEval_GetBuiltins();
   inputs.closure = PyFunction_GET_CLOSURE(function);
   return inputs;
 }

@@ -42,31 +42,34 @@ bool bindArguments(PyObject *function, PyObject *self, PyObject *const *args,
   bool hasVarkw = code->co_flags & CO_VARKEYWORDS;
   int total = argcount + kwonly + hasVarargs + hasVarkw;
   locals.assign(total, nullptr);
-  std::vector<PyObject *> positional;
-  if (self)
-    positional.push_back(self);
-  positional.insert(positional.end(), args, args + nargs);
-  py::list extra;
-  for (size_t i = 0; i < positional.size(); ++i) {
-    if (static_cast<int>(i) < argcount)
-      locals[i] = positional[i];
-    else if (hasVarargs)
-      extra.append(py::handle(positional[i]));
-    else
-      return false;
-  }
-  py::dict varkw;
+  // The common call: positional arguments only, no *args or **kwargs.
+  size_t positionalCount = nargs + (self ? 1 : 0);
   Py_ssize_t keywordCount = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  PyObject *const *names = code->co_localsplusnames
-                               ? &PyTuple_GET_ITEM(code->co_localsplusnames, 0)
-                               : nullptr;
+  if (static_cast<int>(positionalCount) > argcount && !hasVarargs)
+    return false;
+  auto positional = [&](size_t i) { return self ? (i == 0 ? self : args[i - 1]) : args[i]; };
+  for (size_t i = 0; i < positionalCount && static_cast<int>(i) < argcount; ++i)
+    locals[i] = positional(i);
+  py::object extra, varkw;
+  if (hasVarargs) {
+    size_t extraCount = positionalCount > static_cast<size_t>(argcount)
+                            ? positionalCount - argcount
+                            : 0;
+    py::tuple items(extraCount);
+    for (size_t i = 0; i < extraCount; ++i) {
+      items[i] = py::reinterpret_borrow<py::object>(positional(argcount + i));
+    }
+    extra = std::move(items);
+  }
+  if (hasVarkw)
+    varkw = py::dict();
+  PyObject *const *names = &PyTuple_GET_ITEM(code->co_localsplusnames, 0);
   for (Py_ssize_t k = 0; k < keywordCount; ++k) {
     PyObject *name = PyTuple_GET_ITEM(kwnames, k);
     PyObject *value = args[nargs + k];
     int index = -1;
     for (int i = posonly; i < argcount + kwonly; ++i) {
-      if (names[i] == name ||
-          PyUnicode_Compare(names[i], name) == 0) {
+      if (names[i] == name || PyUnicode_Compare(names[i], name) == 0) {
         index = i;
         break;
       }
@@ -76,7 +79,7 @@ bool bindArguments(PyObject *function, PyObject *self, PyObject *const *args,
         return false;
       locals[index] = value;
     } else if (hasVarkw) {
-      varkw[py::handle(name)] = py::handle(value);
+      PyDict_SetItem(varkw.ptr(), name, value);
     } else {
       return false;
     }
@@ -102,11 +105,11 @@ bool bindArguments(PyObject *function, PyObject *self, PyObject *const *args,
   }
   int next = argcount + kwonly;
   if (hasVarargs) {
-    owned.push_back(py::tuple(extra));
+    owned.push_back(std::move(extra));
     locals[next++] = owned.back().ptr();
   }
   if (hasVarkw) {
-    owned.push_back(varkw);
+    owned.push_back(std::move(varkw));
     locals[next++] = owned.back().ptr();
   }
   return true;

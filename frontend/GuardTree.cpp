@@ -195,6 +195,14 @@ bool gradModeEnabled() {
   return enabled;
 }
 
+// The builtins a frame with these globals sees.
+PyObject *builtinsOf(PyObject *globals) {
+  PyObject *builtins = PyDict_GetItemString(globals, "__builtins__");
+  if (builtins && PyModule_Check(builtins))
+    builtins = PyModule_GetDict(builtins);
+  return builtins ? builtins : PyEval_GetBuiltins();
+}
+
 // Reads one source from its parent's value (or the frame); a new reference,
 // or null (error cleared) when the access fails.
 PyObject *access(const Source &source, PyObject *parent, const FrameInputs &frame) {
@@ -207,15 +215,17 @@ PyObject *access(const Source &source, PyObject *parent, const FrameInputs &fram
     }
     return result;
   case Source::Kind::Global:
-    result = PyDict_GetItemString(frame.globals, source.name.c_str());
+    result = PyDict_GetItemWithError(frame.globals, source.nameObject.ptr());
     Py_XINCREF(result);
-    return result;
-  case Source::Kind::Builtin:
-    if (PyDict_GetItemString(frame.globals, source.name.c_str()))
+    break;
+  case Source::Kind::Builtin: {
+    if (PyDict_GetItemWithError(frame.globals, source.nameObject.ptr()))
       return nullptr; // shadowed by a global now
-    result = PyDict_GetItemString(frame.builtins, source.name.c_str());
+    PyObject *builtins = frame.builtins ? frame.builtins : builtinsOf(frame.globals);
+    result = builtins ? PyDict_GetItemWithError(builtins, source.nameObject.ptr()) : nullptr;
     Py_XINCREF(result);
-    return result;
+    break;
+  }
   case Source::Kind::Cell: {
     if (!frame.closure || source.index >= PyTuple_GET_SIZE(frame.closure))
       return nullptr;
@@ -227,7 +237,7 @@ PyObject *access(const Source &source, PyObject *parent, const FrameInputs &fram
     Py_INCREF(result);
     return result;
   case Source::Kind::Attr:
-    result = PyObject_GetAttrString(parent, source.name.c_str());
+    result = PyObject_GetAttr(parent, source.nameObject.ptr());
     break;
   case Source::Kind::Item:
     result = PyObject_GetItem(parent, source.key.ptr());

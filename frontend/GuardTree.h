@@ -21,7 +21,7 @@ struct FrameInputs {
   PyObject *const *locals = nullptr;
   int localCount = 0;
   PyObject *globals = nullptr;  // dict
-  PyObject *builtins = nullptr; // dict
+  PyObject *builtins = nullptr; // dict; null: found through the globals
   PyObject *closure = nullptr;  // tuple of cells, or null
 };
 

@@ -31,27 +31,42 @@ struct Source {
   std::string name;
   int index = 0;
   py::object key; // Item: the key; Fixed: the object
+  /// `name` as an interned Python string, for attribute and dict lookups
+  /// that skip encoding and hashing on every guard evaluation.
+  py::object nameObject;
 
+  static SourcePtr make(Kind kind, SourcePtr base, std::string name, int index,
+                        py::object key) {
+    auto source = std::make_shared<Source>();
+    source->kind = kind;
+    source->base = std::move(base);
+    source->name = std::move(name);
+    source->index = index;
+    source->key = std::move(key);
+    PyObject *interned = PyUnicode_InternFromString(source->name.c_str());
+    source->nameObject = py::reinterpret_steal<py::object>(interned);
+    return source;
+  }
   static SourcePtr local(int index, std::string name) {
-    return std::make_shared<Source>(Source{Kind::Local, nullptr, std::move(name), index, {}});
+    return make(Kind::Local, nullptr, std::move(name), index, {});
   }
   static SourcePtr global(std::string name) {
-    return std::make_shared<Source>(Source{Kind::Global, nullptr, std::move(name), 0, {}});
+    return make(Kind::Global, nullptr, std::move(name), 0, {});
   }
   static SourcePtr builtin(std::string name) {
-    return std::make_shared<Source>(Source{Kind::Builtin, nullptr, std::move(name), 0, {}});
+    return make(Kind::Builtin, nullptr, std::move(name), 0, {});
   }
   static SourcePtr cell(int index, std::string name) {
-    return std::make_shared<Source>(Source{Kind::Cell, nullptr, std::move(name), index, {}});
+    return make(Kind::Cell, nullptr, std::move(name), index, {});
   }
   static SourcePtr fixed(py::object object, std::string name) {
-    return std::make_shared<Source>(Source{Kind::Fixed, nullptr, std::move(name), 0, std::move(object)});
+    return make(Kind::Fixed, nullptr, std::move(name), 0, std::move(object));
   }
   static SourcePtr attr(SourcePtr base, std::string name) {
-    return std::make_shared<Source>(Source{Kind::Attr, std::move(base), std::move(name), 0, {}});
+    return make(Kind::Attr, std::move(base), std::move(name), 0, {});
   }
   static SourcePtr item(SourcePtr base, py::object key) {
-    return std::make_shared<Source>(Source{Kind::Item, std::move(base), "", 0, std::move(key)});
+    return make(Kind::Item, std::move(base), "", 0, std::move(key));
   }
 
   /// "L['x']", "G['torch'].nn", "L['self'].layers[0].weight".

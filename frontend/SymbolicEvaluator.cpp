@@ -2319,7 +2319,10 @@ Capture Evaluator::run(py::handle function) {
                 "lazily)");
   frame.codeObject = py::reinterpret_borrow<py::object>(code);
   frame.globals = py::reinterpret_borrow<py::object>(inputs_.globals);
-  frame.builtins = py::reinterpret_borrow<py::object>(inputs_.builtins);
+  py::object builtins = frame.globals.attr("get")("__builtins__", Handles::get().builtins);
+  if (py::isinstance(builtins, Handles::get().moduleType))
+    builtins = builtins.attr("__dict__");
+  frame.builtins = builtins;
   auto *codeObject = reinterpret_cast<PyCodeObject *>(code.ptr());
   frame.locals.resize(codeObject->co_nlocalsplus);
   for (py::handle name : py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian machine for kiln and builds it: Debian packages
-# (LLVM 19, fmt, GoogleTest, SLEEF), Python packages (torch 2.13.0 CPU and the
+# (LLVM 19, GoogleTest, SLEEF), Python packages (torch 2.13.0 CPU and the
 # test tools), the native build, and an editable install of the package.
 # Idempotent: a second run only rebuilds what changed.
 #   scripts/setup.sh            set up, build, then run the demo
@@ -20,7 +20,7 @@ PYTHON=${PYTHON:-python3}
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # Debian packages.
-apt_packages=(llvm-19-dev clang-19 libclang-19-dev libsleef-dev libfmt-dev
+apt_packages=(llvm-19-dev clang-19 libclang-19-dev libsleef-dev
               libgtest-dev ccache cmake ninja-build g++ git)
 missing=()
 for package in "${apt_packages[@]}"; do
