@@ -30,17 +30,17 @@ std::string_view layoutName(Layout layout) {
 
 std::string_view argumentKindName(Argument::Kind kind) {
   static constexpr std::string_view kNames[] = {
-      "None",    "bool",   "int",    "float",         "str",
-      "int[]",   "float[]", "bool[]", "dtype",        "device",
-      "layout",  "memory_format",    "Tensor",        "Tensor[]"};
+      "None",   "bool",          "int",    "float",   "str",
+      "int[]",  "float[]",       "bool[]", "dtype",   "device",
+      "layout", "memory_format", "Tensor", "Tensor[]"};
   return kNames[static_cast<int>(kind)];
 }
 
 namespace {
 
 [[noreturn]] void wrongKind(Argument::Kind actual, std::string_view wanted) {
-  throw Error("expected an argument of type " + std::string(wanted) +
-              ", got " + std::string(argumentKindName(actual)));
+  throw Error("expected an argument of type " + std::string(wanted) + ", got " +
+              std::string(argumentKindName(actual)));
 }
 
 std::string formatDouble(double value) {
@@ -181,9 +181,8 @@ std::string Argument::str() const {
   case Kind::DoubleList:
     return formatList(std::get<std::vector<double>>(data_), formatDouble);
   case Kind::BoolList:
-    return formatList(std::get<std::vector<bool>>(data_), [](bool v) {
-      return std::string(v ? "True" : "False");
-    });
+    return formatList(std::get<std::vector<bool>>(data_),
+                      [](bool v) { return std::string(v ? "True" : "False"); });
   case Kind::DType:
     return std::string(dtypeShortName(std::get<DType>(data_)));
   case Kind::Device:

@@ -16,12 +16,10 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypeInfo[kNumDTypes] = {
-    {"bool", "b8", 1},         {"uint8", "u8", 1},
-    {"int8", "i8", 1},         {"int16", "i16", 2},
-    {"int32", "i32", 4},       {"int64", "i64", 8},
-    {"float16", "f16", 2},     {"bfloat16", "bf16", 2},
-    {"float32", "f32", 4},     {"float64", "f64", 8},
-    {"complex64", "c64", 8},   {"complex128", "c128", 16},
+    {"bool", "b8", 1},     {"uint8", "u8", 1},      {"int8", "i8", 1},
+    {"int16", "i16", 2},   {"int32", "i32", 4},     {"int64", "i64", 8},
+    {"float16", "f16", 2}, {"bfloat16", "bf16", 2}, {"float32", "f32", 4},
+    {"float64", "f64", 8}, {"complex64", "c64", 8}, {"complex128", "c128", 16},
 };
 
 const DTypeInfo &info(DType dtype) {
@@ -45,10 +43,10 @@ std::optional<DType> dtypeFromName(std::string_view name) {
     DType dtype;
   };
   static constexpr Alias kAliases[] = {
-      {"float", DType::Float32},     {"double", DType::Float64},
-      {"half", DType::Float16},      {"long", DType::Int64},
-      {"int", DType::Int32},         {"short", DType::Int16},
-      {"cfloat", DType::Complex64},  {"cdouble", DType::Complex128},
+      {"float", DType::Float32},    {"double", DType::Float64},
+      {"half", DType::Float16},     {"long", DType::Int64},
+      {"int", DType::Int32},        {"short", DType::Int16},
+      {"cfloat", DType::Complex64}, {"cdouble", DType::Complex128},
   };
   for (const Alias &alias : kAliases)
     if (alias.name == name)

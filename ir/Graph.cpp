@@ -74,9 +74,10 @@ Value *Graph::addConstant(std::shared_ptr<const ConstantData> data,
   return appendNode(std::move(node))->result();
 }
 
-Node *Graph::addOp(std::string_view qualifiedName,
-                   const std::vector<Argument> &positional,
-                   const std::vector<std::pair<std::string, Argument>> &keywords) {
+Node *
+Graph::addOp(std::string_view qualifiedName,
+             const std::vector<Argument> &positional,
+             const std::vector<std::pair<std::string, Argument>> &keywords) {
   const OpInfo *info = OpRegistry::global().find(qualifiedName);
   if (!info)
     throw Error("unknown op '" + std::string(qualifiedName) +
@@ -92,9 +93,9 @@ Node *Graph::addOp(std::string_view qualifiedName,
                   ": an operand is not a value of this graph");
   std::vector<TensorMeta> metas = inferMeta(*info, node->arguments_);
   for (size_t i = 0; i < metas.size(); ++i)
-    node->results_.push_back(std::make_unique<Value>(
-        node.get(), static_cast<unsigned>(i), std::move(metas[i]),
-        freshName("")));
+    node->results_.push_back(
+        std::make_unique<Value>(node.get(), static_cast<unsigned>(i),
+                                std::move(metas[i]), freshName("")));
   return appendNode(std::move(node));
 }
 
@@ -113,9 +114,9 @@ Node *Graph::addExtern(std::shared_ptr<const OpSchema> schema,
       throw Error(node->schema_->qualifiedName() +
                   ": an operand is not a value of this graph");
   for (size_t i = 0; i < resultMetas.size(); ++i)
-    node->results_.push_back(std::make_unique<Value>(
-        node.get(), static_cast<unsigned>(i), std::move(resultMetas[i]),
-        freshName("")));
+    node->results_.push_back(
+        std::make_unique<Value>(node.get(), static_cast<unsigned>(i),
+                                std::move(resultMetas[i]), freshName("")));
   return appendNode(std::move(node));
 }
 
@@ -212,13 +213,13 @@ void Graph::verify() const {
       node->schema()->check(node->arguments());
       for (Value *operand : node->operands()) {
         if (!defined.count(operand))
-          throw Error("graph is not in execution order: " + where +
-                      " reads %" + operand->name() +
-                      " before it is defined");
+          throw Error("graph is not in execution order: " + where + " reads %" +
+                      operand->name() + " before it is defined");
       }
     }
     if (node->kind() == Node::Kind::Op) {
-      std::vector<TensorMeta> metas = inferMeta(*node->opInfo(), node->arguments());
+      std::vector<TensorMeta> metas =
+          inferMeta(*node->opInfo(), node->arguments());
       if (metas.size() != node->results().size())
         throw Error(where + " has " + std::to_string(node->results().size()) +
                     " results but its meta function gives " +

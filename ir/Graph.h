@@ -9,8 +9,8 @@
 
 #include <functional>
 #include <memory>
-#include <unordered_set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace kiln {
@@ -97,9 +97,9 @@ public:
                      std::string name = "");
   /// Adds a registered op; arguments are normalised against its schema and
   /// the results' metadata come from its meta function.
-  Node *addOp(std::string_view qualifiedName,
-              const std::vector<Argument> &positional,
-              const std::vector<std::pair<std::string, Argument>> &keywords = {});
+  Node *
+  addOp(std::string_view qualifiedName, const std::vector<Argument> &positional,
+        const std::vector<std::pair<std::string, Argument>> &keywords = {});
   /// Adds an op the registry does not know; the caller provides its schema
   /// and the metadata of its results (one per tensor the op returns).
   Node *addExtern(std::shared_ptr<const OpSchema> schema,

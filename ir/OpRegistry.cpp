@@ -56,8 +56,7 @@ std::optional<Device> MetaArgs::optionalDevice(size_t index) const {
   return argument.toDevice();
 }
 
-std::optional<MemoryFormat>
-MetaArgs::optionalMemoryFormat(size_t index) const {
+std::optional<MemoryFormat> MetaArgs::optionalMemoryFormat(size_t index) const {
   const Argument &argument = arguments_.at(index);
   if (argument.isNone())
     return std::nullopt;
@@ -81,8 +80,8 @@ const OpRegistry &OpRegistry::global() {
 
 void OpRegistry::add(const OpRegistration &registration) {
   auto info = std::make_unique<OpInfo>();
-  info->schema = std::make_shared<const OpSchema>(
-      parseSchema(registration.schema));
+  info->schema =
+      std::make_shared<const OpSchema>(parseSchema(registration.schema));
   info->meta = registration.meta;
   std::string name = info->schema->name;
   info->family = name.substr(name.find("::") + 2);
@@ -100,7 +99,8 @@ const OpInfo *OpRegistry::find(std::string_view qualifiedName) const {
   constexpr std::string_view kDefault = ".default";
   if (qualifiedName.size() > kDefault.size() &&
       qualifiedName.substr(qualifiedName.size() - kDefault.size()) == kDefault)
-    return find(qualifiedName.substr(0, qualifiedName.size() - kDefault.size()));
+    return find(
+        qualifiedName.substr(0, qualifiedName.size() - kDefault.size()));
   return nullptr;
 }
 

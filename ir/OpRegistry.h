@@ -24,7 +24,9 @@ public:
 
   const OpSchema &schema() const { return schema_; }
   size_t size() const { return arguments_.size(); }
-  const Argument &operator[](size_t index) const { return arguments_.at(index); }
+  const Argument &operator[](size_t index) const {
+    return arguments_.at(index);
+  }
   bool isNone(size_t index) const { return arguments_.at(index).isNone(); }
 
   const TensorMeta &tensor(size_t index) const;

@@ -91,7 +91,8 @@ private:
   }
 
   void skipSpace() {
-    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_])))
+    while (pos_ < text_.size() &&
+           std::isspace(static_cast<unsigned char>(text_[pos_])))
       ++pos_;
   }
   char peek() {
@@ -221,7 +222,8 @@ private:
       ++pos_;
     }
     std::string text(text_.substr(start, pos_ - start));
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    while (!text.empty() &&
+           std::isspace(static_cast<unsigned char>(text.back())))
       text.pop_back();
     return text;
   }
@@ -241,8 +243,7 @@ private:
     }
   }
 
-  Argument parseScalarDefault(const std::string &text,
-                              const SchemaType &type) {
+  Argument parseScalarDefault(const std::string &text, const SchemaType &type) {
     using Base = SchemaType::Base;
     if (text == "None")
       return Argument::none();
@@ -291,7 +292,8 @@ private:
         std::string item = inner.substr(start, comma - start);
         size_t first = item.find_first_not_of(' ');
         if (first != std::string::npos)
-          items.push_back(item.substr(first, item.find_last_not_of(' ') - first + 1));
+          items.push_back(
+              item.substr(first, item.find_last_not_of(' ') - first + 1));
         if (comma == std::string::npos)
           break;
         start = comma + 1;
@@ -545,10 +547,10 @@ static bool takesNumbersAsTensors(std::string name) {
   if (name.size() > 1 && name.back() == '_' && name != "aten::copy_")
     name.pop_back();
   static const char *const kNames[] = {
-      "aten::add",      "aten::sub",         "aten::mul",
-      "aten::div",      "aten::multiply",    "aten::subtract",
-      "aten::divide",   "aten::true_divide", "aten::floor_divide",
-      "aten::to",       "aten::_to_copy",    "aten::copy_",
+      "aten::add",    "aten::sub",         "aten::mul",
+      "aten::div",    "aten::multiply",    "aten::subtract",
+      "aten::divide", "aten::true_divide", "aten::floor_divide",
+      "aten::to",     "aten::_to_copy",    "aten::copy_",
       "aten::_conj"};
   for (const char *candidate : kNames)
     if (name == candidate)

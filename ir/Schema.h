@@ -77,9 +77,9 @@ public:
   /// Matches positional and keyword arguments to this schema, fills in
   /// defaults and checks each against its type. The result has one entry per
   /// schema argument. Throws Error naming the op and argument on mismatch.
-  std::vector<Argument>
-  normalize(const std::vector<Argument> &positional,
-            const std::vector<std::pair<std::string, Argument>> &keywords) const;
+  std::vector<Argument> normalize(
+      const std::vector<Argument> &positional,
+      const std::vector<std::pair<std::string, Argument>> &keywords) const;
   /// Checks already-normalised arguments (one per schema argument).
   void check(const std::vector<Argument> &arguments) const;
 };

@@ -22,8 +22,8 @@ const TorchHandles &TorchHandles::get() {
     h->layoutType = h->torch.attr("layout");
     h->memoryFormatType = h->torch.attr("memory_format");
     for (int i = 0; i < kNumDTypes; ++i)
-      h->dtypes[i] = h->torch.attr(
-          std::string(dtypeName(static_cast<DType>(i))).c_str());
+      h->dtypes[i] =
+          h->torch.attr(std::string(dtypeName(static_cast<DType>(i))).c_str());
     h->opsAten = h->torch.attr("ops").attr("aten");
     return h;
   }();
@@ -39,8 +39,9 @@ DType dtypeFromTorch(py::handle dtype) {
   for (int i = 0; i < kNumDTypes; ++i)
     if (dtype.is(torch.dtypes[i]))
       return static_cast<DType>(i);
-  throw Unsupported("unsupported dtype " + py::str(dtype).cast<std::string>() +
-                    ": kiln supports bool, integer, floating and complex types");
+  throw Unsupported(
+      "unsupported dtype " + py::str(dtype).cast<std::string>() +
+      ": kiln supports bool, integer, floating and complex types");
 }
 
 py::object dtypeToTorch(DType dtype) {
@@ -61,7 +62,8 @@ MemoryFormat memoryFormatFromTorch(py::handle format) {
       MemoryFormat::Contiguous, MemoryFormat::Preserve,
       MemoryFormat::ChannelsLast, MemoryFormat::ChannelsLast3d};
   for (MemoryFormat candidate : kFormats)
-    if (format.is(torch.torch.attr(std::string(memoryFormatName(candidate)).c_str())))
+    if (format.is(
+            torch.torch.attr(std::string(memoryFormatName(candidate)).c_str())))
       return candidate;
   throw Unsupported("unsupported memory format " +
                     py::str(format).cast<std::string>());
@@ -87,8 +89,9 @@ int64_t toInt64(py::handle object, const char *what) {
 TensorMeta tensorMetaOf(py::handle tensor) {
   py::object layout = tensor.attr("layout");
   if (!layout.is(TorchHandles::get().torch.attr("strided")))
-    throw Unsupported("only strided (dense) tensors are supported, got layout " +
-                      py::str(layout).cast<std::string>());
+    throw Unsupported(
+        "only strided (dense) tensors are supported, got layout " +
+        py::str(layout).cast<std::string>());
   TensorMeta meta;
   meta.dtype = dtypeFromTorch(tensor.attr("dtype"));
   meta.device = deviceFromTorch(tensor.attr("device"));
@@ -96,7 +99,8 @@ TensorMeta tensorMetaOf(py::handle tensor) {
     meta.sizes.push_back(toInt64(size, "size"));
   for (py::handle stride : tensor.attr("stride")())
     meta.strides.push_back(toInt64(stride, "stride"));
-  meta.storageOffset = toInt64(tensor.attr("storage_offset")(), "storage offset");
+  meta.storageOffset =
+      toInt64(tensor.attr("storage_offset")(), "storage offset");
   return meta;
 }
 
@@ -124,9 +128,10 @@ std::shared_ptr<ConstantData> constantDataOf(py::handle tensor) {
   return data;
 }
 
-Argument argumentFromPython(
-    py::handle object, const std::function<Value *(py::handle)> &tensorValue,
-    const std::function<Value *(py::handle)> &valueOf) {
+Argument
+argumentFromPython(py::handle object,
+                   const std::function<Value *(py::handle)> &tensorValue,
+                   const std::function<Value *(py::handle)> &valueOf) {
   if (valueOf)
     if (Value *value = valueOf(object))
       return value;
@@ -225,8 +230,9 @@ std::string_view outputFormName(OutputForm form) {
   return "?";
 }
 
-py::object argumentToPython(const Argument &argument,
-                            const std::function<py::object(Value *)> &tensorObject) {
+py::object
+argumentToPython(const Argument &argument,
+                 const std::function<py::object(Value *)> &tensorObject) {
   using Kind = Argument::Kind;
   switch (argument.kind()) {
   case Kind::None:

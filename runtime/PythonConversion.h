@@ -52,9 +52,10 @@ std::shared_ptr<ConstantData> constantDataOf(py::handle tensor);
 /// for (an FX node, a Python handle of a kiln value) or null for ordinary
 /// objects. Throws kiln::Unsupported for objects kiln cannot represent
 /// (symbolic sizes, complex numbers, generators, ...).
-Argument argumentFromPython(
-    py::handle object, const std::function<Value *(py::handle)> &tensorValue,
-    const std::function<Value *(py::handle)> &valueOf = {});
+Argument
+argumentFromPython(py::handle object,
+                   const std::function<Value *(py::handle)> &tensorValue,
+                   const std::function<Value *(py::handle)> &valueOf = {});
 
 /// How a compiled function hands back a graph's outputs: as a tuple, as a
 /// list, or (for a graph with one output) the output itself.
@@ -66,7 +67,8 @@ std::string_view outputFormName(OutputForm form);
 
 /// Converts a non-tensor argument back to Python (for calling torch).
 /// Tensor arguments are the caller's business: `tensorObject` maps values.
-py::object argumentToPython(const Argument &argument,
-                            const std::function<py::object(Value *)> &tensorObject);
+py::object
+argumentToPython(const Argument &argument,
+                 const std::function<py::object(Value *)> &tensorObject);
 
 } // namespace kiln::python

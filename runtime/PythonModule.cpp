@@ -1,14 +1,14 @@
 // The extension module kiln._C: the Python face of the core (op registry,
 // graphs, meta inference) and of the runtime. Depends on ir/, runtime/,
 // frontend/ and pybind11.
-#include "ir/Error.h"
-#include "ir/Graph.h"
-#include "frontend/FxImporter.h"
-#include "ir/OpRegistry.h"
-#include "runtime/PythonConversion.h"
 #include "frontend/CompiledFunction.h"
 #include "frontend/EvalFrameHook.h"
+#include "frontend/FxImporter.h"
+#include "ir/Error.h"
+#include "ir/Graph.h"
+#include "ir/OpRegistry.h"
 #include "runtime/Logging.h"
+#include "runtime/PythonConversion.h"
 
 #include <pybind11/stl.h>
 
@@ -47,7 +47,8 @@ py::list inferMetaFromPython(const std::string &name, py::args args,
   for (auto item : kwargs)
     keywords.emplace_back(item.first.cast<std::string>(),
                           argumentFromPython(item.second, tensorValue));
-  std::vector<Argument> normalized = op->schema->normalize(positional, keywords);
+  std::vector<Argument> normalized =
+      op->schema->normalize(positional, keywords);
   py::list results;
   for (const TensorMeta &meta : inferMeta(*op, normalized))
     results.append(metaToPython(meta));

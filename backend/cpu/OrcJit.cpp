@@ -35,9 +35,10 @@ OrcJit::OrcJit() {
                         "cannot describe the host CPU to LLVM");
   machine.setCPU(llvm::sys::getHostCPUName().str());
   machine.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  jit_ = unwrap(
-      llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(machine)).create(),
-      "cannot create the LLVM JIT");
+  jit_ = unwrap(llvm::orc::LLJITBuilder()
+                    .setJITTargetMachineBuilder(std::move(machine))
+                    .create(),
+                "cannot create the LLVM JIT");
 }
 
 OrcJit::~OrcJit() = default;
@@ -46,8 +47,8 @@ void OrcJit::addModule(std::unique_ptr<llvm::Module> module,
                        std::unique_ptr<llvm::LLVMContext> context) {
   module->setDataLayout(jit_->getDataLayout());
   module->setTargetTriple(jit_->getTargetTriple().str());
-  check(jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(module),
-                                                      std::move(context))),
+  check(jit_->addIRModule(
+            llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
         "cannot add a module to the JIT");
 }
 

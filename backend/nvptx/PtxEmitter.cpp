@@ -5,12 +5,12 @@
 #include "backend/LlvmTargets.h"
 #include "ir/Error.h"
 
+#include <llvm/ADT/SmallString.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Metadata.h>
 #include <llvm/IR/Module.h>
 #include <llvm/MC/TargetRegistry.h>
-#include <llvm/ADT/SmallString.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
@@ -29,7 +29,8 @@ void markAsKernel(llvm::Module &module, const std::string &functionName) {
     throw Error("no function '" + functionName + "' to mark as a kernel");
   llvm::LLVMContext &context = module.getContext();
   llvm::Metadata *operands[] = {
-      llvm::ValueAsMetadata::get(function), llvm::MDString::get(context, "kernel"),
+      llvm::ValueAsMetadata::get(function),
+      llvm::MDString::get(context, "kernel"),
       llvm::ConstantAsMetadata::get(
           llvm::ConstantInt::get(llvm::Type::getInt32Ty(context), 1))};
   module.getOrInsertNamedMetadata("nvvm.annotations")
@@ -45,8 +46,8 @@ std::string emitPtx(llvm::Module &module, const std::string &smArch) {
     throw Error("LLVM has no NVPTX target: " + lookupError);
   llvm::TargetOptions options;
   std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
-      kNvptxTriple, smArch, "+ptx78", options, llvm::Reloc::PIC_,
-      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+      kNvptxTriple, smArch, "+ptx78", options, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
   if (!machine)
     throw Error("cannot create an NVPTX target machine for " + smArch);
   module.setTargetTriple(kNvptxTriple);

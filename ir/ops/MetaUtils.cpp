@@ -151,7 +151,8 @@ std::vector<int64_t> memoryOrder(const Shape &shape,
 }
 
 // Dense strides that visit dimensions in `perm` order, innermost first.
-Shape denseStridesInOrder(const Shape &shape, const std::vector<int64_t> &perm) {
+Shape denseStridesInOrder(const Shape &shape,
+                          const std::vector<int64_t> &perm) {
   Shape strides(shape.size());
   int64_t running = 1;
   for (int64_t dim : perm) {
@@ -179,8 +180,8 @@ DType resultType(const std::vector<PromotionOperand> &operands) {
       zeroResult = promoteOptional(zeroResult, dtype);
     }
   }
-  std::optional<DType> result =
-      combineCategories(dimResult, combineCategories(zeroResult, wrappedResult));
+  std::optional<DType> result = combineCategories(
+      dimResult, combineCategories(zeroResult, wrappedResult));
   if (!result)
     throw Error("type promotion needs at least one operand");
   return *result;

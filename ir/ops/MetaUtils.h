@@ -27,8 +27,8 @@ Shape broadcastShapes(const std::vector<const Shape *> &shapes);
 /// participates in promotion only by its category).
 struct PromotionOperand {
   DType dtype;
-  int64_t dim;       // ignored for scalars
-  bool isScalar;     // a Python number, not a tensor
+  int64_t dim;   // ignored for scalars
+  bool isScalar; // a Python number, not a tensor
 };
 
 /// `torch.result_type` over tensors and Python scalars: dimensioned tensors
@@ -100,7 +100,6 @@ inline constexpr DTypeSet kAllTypes =
 /// for the op have no version for `dtype` (torch's meta device may accept
 /// such calls; its CPU and CUDA kernels refuse them).
 void checkSupported(const MetaArgs &args, DType dtype, DTypeSet supported);
-
 
 /// The dims a reduction reduces: `dims` wrapped, or every dim where it is
 /// None or empty (torch's reading of `dim=None` and `dim=[]`).

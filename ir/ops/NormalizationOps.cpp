@@ -188,8 +188,8 @@ std::vector<TensorMeta> batchNormResults(const MetaArgs &args,
       {given.weight, given.bias, given.runningMean, given.runningVar}, true);
   Shape statisticsShape{onCpu(input) && !given.training ? 0 : channels};
   Shape strides = onCpu(input)
-                      ? meta::stridesForFormat(
-                            input.sizes, meta::suggestMemoryFormat(input))
+                      ? meta::stridesForFormat(input.sizes,
+                                               meta::suggestMemoryFormat(input))
                       : meta::preservedStrides(input);
   return {TensorMeta(input.dtype, input.sizes, strides, 0, input.device),
           contiguousLike(statistics, statisticsShape, input.device),
@@ -281,8 +281,8 @@ std::vector<TensorMeta> groupNorm(const MetaArgs &args) {
   checkChannelParameter(args, args.optionalTensor(3), "bias", channels, input);
   statisticsDType(args, input, {args.optionalTensor(2), args.optionalTensor(3)},
                   false);
-  Shape strides = meta::stridesForFormat(
-      input.sizes, meta::suggestMemoryFormat(input));
+  Shape strides =
+      meta::stridesForFormat(input.sizes, meta::suggestMemoryFormat(input));
   return {TensorMeta(input.dtype, input.sizes, strides, 0, input.device)};
 }
 

@@ -19,9 +19,10 @@ std::unique_ptr<llvm::Module> buildAxpy(llvm::LLVMContext &context) {
   auto module = std::make_unique<llvm::Module>("axpy", context);
   llvm::Type *f32 = llvm::Type::getFloatTy(context);
   auto *type = llvm::FunctionType::get(f32, {f32, f32, f32}, false);
-  auto *function = llvm::Function::Create(
-      type, llvm::Function::ExternalLinkage, "axpy", module.get());
-  llvm::IRBuilder<> builder(llvm::BasicBlock::Create(context, "entry", function));
+  auto *function = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
+                                          "axpy", module.get());
+  llvm::IRBuilder<> builder(
+      llvm::BasicBlock::Create(context, "entry", function));
   auto args = function->arg_begin();
   llvm::Value *a = &*args++, *x = &*args++, *y = &*args;
   builder.CreateRet(builder.CreateFAdd(builder.CreateFMul(a, x), y));
@@ -35,7 +36,8 @@ TEST(OrcJit, CompilesAndRunsAHostFunction) {
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = buildAxpy(*context);
   jit.addModule(std::move(module), std::move(context));
-  auto axpy = reinterpret_cast<float (*)(float, float, float)>(jit.lookup("axpy"));
+  auto axpy =
+      reinterpret_cast<float (*)(float, float, float)>(jit.lookup("axpy"));
   EXPECT_FLOAT_EQ(axpy(2.0f, 3.0f, 1.0f), 7.0f);
   EXPECT_NE(jit.targetTriple().find("x86_64"), std::string::npos);
 }
@@ -54,13 +56,14 @@ TEST(PtxEmitter, EmitsPtxForSm80) {
   auto *function = llvm::Function::Create(
       llvm::FunctionType::get(llvm::Type::getVoidTy(context), {pointer}, false),
       llvm::Function::ExternalLinkage, "scale", module.get());
-  llvm::IRBuilder<> builder(llvm::BasicBlock::Create(context, "entry", function));
+  llvm::IRBuilder<> builder(
+      llvm::BasicBlock::Create(context, "entry", function));
   llvm::Value *tid = builder.CreateIntrinsic(
       llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x, {}, {});
   llvm::Value *address = builder.CreateGEP(f32, function->getArg(0), tid);
   llvm::Value *value = builder.CreateLoad(f32, address);
-  builder.CreateStore(builder.CreateFMul(value, llvm::ConstantFP::get(f32, 2.0)),
-                      address);
+  builder.CreateStore(
+      builder.CreateFMul(value, llvm::ConstantFP::get(f32, 2.0)), address);
   builder.CreateRetVoid();
   backend::markAsKernel(*module, "scale");
 

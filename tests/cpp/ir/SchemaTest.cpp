@@ -1,6 +1,6 @@
 // The schema parser and argument normalisation, on torch's own schema text.
-#include "ir/Error.h"
 #include "ir/Schema.h"
+#include "ir/Error.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,8 @@ TEST(Schema, ParsesArgumentsDefaultsAndKeywordOnly) {
 
 TEST(Schema, RoundTripsThroughItsText) {
   const char *texts[] = {
-      "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+      "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> "
+      "Tensor",
       "aten::transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)",
       "aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor "
       "values, Tensor indices)",
@@ -71,8 +72,9 @@ TEST(Schema, NormalizesPositionalAndKeywordArguments) {
       "arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, "
       "Layout? layout=None, Device? device=None, bool? pin_memory=None) -> "
       "Tensor");
-  std::vector<Argument> args = schema.normalize(
-      {Argument(int64_t{1}), Argument(2.5)}, {{"dtype", Argument(DType::Float64)}});
+  std::vector<Argument> args =
+      schema.normalize({Argument(int64_t{1}), Argument(2.5)},
+                       {{"dtype", Argument(DType::Float64)}});
   ASSERT_EQ(args.size(), 6u);
   EXPECT_EQ(args[1], Argument(2.5));
   EXPECT_EQ(args[2], Argument(DType::Float64));

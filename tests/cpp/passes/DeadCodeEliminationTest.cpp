@@ -1,6 +1,6 @@
 // Dead code elimination keeps exactly what the outputs depend on.
-#include "ir/Graph.h"
 #include "passes/DeadCodeElimination.h"
+#include "ir/Graph.h"
 
 #include <gtest/gtest.h>
 
