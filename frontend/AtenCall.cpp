@@ -102,12 +102,13 @@ std::string TorchResults::str() const {
   return text;
 }
 
-Node *appendAtenCall(Graph &graph, py::handle opOverload,
-                     const std::vector<Argument> &positional,
-                     const std::vector<std::pair<std::string, Argument>> &keywords,
-                     const std::optional<TorchResults> &torchResults,
-                     const std::string &where, std::vector<std::string> &notes,
-                     const std::string &metadataSource) {
+Node *
+appendAtenCall(Graph &graph, py::handle opOverload,
+               const std::vector<Argument> &positional,
+               const std::vector<std::pair<std::string, Argument>> &keywords,
+               const std::optional<TorchResults> &torchResults,
+               const std::string &where, std::vector<std::string> &notes,
+               const std::string &metadataSource) {
   py::object torchSchema = opOverload.attr("_schema");
   std::string name = torchSchema.attr("name").cast<std::string>();
   std::string overload = torchSchema.attr("overload_name").cast<std::string>();
@@ -143,7 +144,8 @@ Node *appendAtenCall(Graph &graph, py::handle opOverload,
     } catch (const Error &error) {
       if (!torchResults)
         throw;
-      disagreement = std::string("kiln's meta function failed: ") + error.what();
+      disagreement =
+          std::string("kiln's meta function failed: ") + error.what();
     }
     if (disagreement.empty())
       return graph.addOp(qualifiedName, positional, keywords);
@@ -153,8 +155,7 @@ Node *appendAtenCall(Graph &graph, py::handle opOverload,
   }
   if (!torchResults)
     throw Unsupported(qualifiedName + " is not in kiln's registry and " +
-                      metadataSource +
-                      " recorded no metadata for its results");
+                      metadataSource + " recorded no metadata for its results");
   bool anyList = std::any_of(
       schema->returns.begin(), schema->returns.end(),
       [](const SchemaArgument &result) { return result.type.isList; });
@@ -166,8 +167,8 @@ Node *appendAtenCall(Graph &graph, py::handle opOverload,
   return graph.addExtern(schema, arguments, torchResults->metas);
 }
 
-std::vector<Value *> flatResults(const Node &node,
-                                 const std::optional<TorchResults> &torchResults) {
+std::vector<Value *>
+flatResults(const Node &node, const std::optional<TorchResults> &torchResults) {
   std::vector<Value *> values;
   if (!torchResults) {
     for (const auto &value : node.results())

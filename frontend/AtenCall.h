@@ -27,7 +27,7 @@ struct TorchResults {
   TorchResults() = default;
   /// Every result present. Implicit, so that callers whose results are all
   /// tensors pass their metadata as it is.
-  TorchResults(std::vector<TensorMeta> tensors) // NOLINT(google-explicit-constructor)
+  TorchResults(std::vector<TensorMeta> tensors)
       : metas(std::move(tensors)), present(metas.size(), true) {}
 
   /// Appends one flat result: its metadata, or nullopt for None.
@@ -43,16 +43,17 @@ struct TorchResults {
 /// says Tensor (a "wrapped number": `aten.mul.Tensor(x, 2)`) makes the call
 /// an extern, as kiln's schemas cannot say that. Throws kiln::Unsupported for
 /// ops a kiln graph cannot hold (non-tensor results, unparseable schemas).
-Node *appendAtenCall(Graph &graph, py::handle opOverload,
-                     const std::vector<Argument> &positional,
-                     const std::vector<std::pair<std::string, Argument>> &keywords,
-                     const std::optional<TorchResults> &torchResults,
-                     const std::string &where, std::vector<std::string> &notes,
-                     const std::string &metadataSource = "torch");
+Node *
+appendAtenCall(Graph &graph, py::handle opOverload,
+               const std::vector<Argument> &positional,
+               const std::vector<std::pair<std::string, Argument>> &keywords,
+               const std::optional<TorchResults> &torchResults,
+               const std::string &where, std::vector<std::string> &notes,
+               const std::string &metadataSource = "torch");
 
 /// The node's values, one per flat result of `torchResults` (null for those
 /// left out), or all its results when torch gave no metadata.
-std::vector<Value *> flatResults(const Node &node,
-                                 const std::optional<TorchResults> &torchResults);
+std::vector<Value *>
+flatResults(const Node &node, const std::optional<TorchResults> &torchResults);
 
 } // namespace kiln::python

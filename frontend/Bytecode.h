@@ -15,6 +15,7 @@ namespace py = pybind11;
 
 // Every opcode the symbolic evaluator knows, by name; names absent from the
 // running interpreter are simply never seen.
+// clang-format off: one opcode list, packed by hand.
 #define KILN_OPCODES(X)                                                        \
   X(NOP) X(RESUME) X(PRECALL) X(CACHE) X(EXTENDED_ARG) X(POP_TOP) X(PUSH_NULL) \
   X(END_FOR) X(COPY) X(SWAP) X(LOAD_CONST) X(RETURN_CONST) X(RETURN_VALUE)     \
@@ -39,6 +40,7 @@ namespace py = pybind11;
   X(JUMP_IF_TRUE_OR_POP) X(CALL) X(KW_NAMES) X(CALL_FUNCTION_EX)               \
   X(MAKE_FUNCTION) X(BEFORE_WITH) X(LOAD_ASSERTION_ERROR) X(RAISE_VARARGS)     \
   X(RETURN_GENERATOR) X(YIELD_VALUE) X(IMPORT_NAME) X(IMPORT_FROM)
+// clang-format on
 
 enum class Opcode : uint16_t {
 #define KILN_OPCODE_ENUM(name) name,
@@ -51,9 +53,9 @@ struct Instruction {
   Opcode opcode = Opcode::Unknown;
   std::string opname; // as `dis` names it, for messages
   int arg = 0;
-  py::object argval; // the resolved argument: a name, constant, target...
-  int offset = 0;    // in bytes
-  int line = 0;      // source line, 0 when unknown
+  py::object argval;   // the resolved argument: a name, constant, target...
+  int offset = 0;      // in bytes
+  int line = 0;        // source line, 0 when unknown
   int jumpTarget = -1; // instruction index, for jumps and FOR_ITER
 };
 

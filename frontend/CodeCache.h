@@ -55,7 +55,8 @@ private:
 
 /// Builds the frame inputs of a call of `function` whose arguments are bound
 /// in `locals` (one per parameter, in the code's order).
-FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals, int count);
+FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals,
+                          int count);
 
 /// kiln._C.Unsupported.
 PyObject *unsupportedErrorType();

@@ -182,7 +182,8 @@ std::string describe(const GuardCheck &check) {
 
 bool gradModeEnabled() {
   static PyObject *isGradEnabled = [] {
-    py::object function = python::TorchHandles::get().torch.attr("is_grad_enabled");
+    py::object function =
+        python::TorchHandles::get().torch.attr("is_grad_enabled");
     return function.release().ptr();
   }();
   PyObject *result = PyObject_CallNoArgs(isGradEnabled);
@@ -205,7 +206,8 @@ PyObject *builtinsOf(PyObject *globals) {
 
 // Reads one source from its parent's value (or the frame); a new reference,
 // or null (error cleared) when the access fails.
-PyObject *access(const Source &source, PyObject *parent, const FrameInputs &frame) {
+PyObject *access(const Source &source, PyObject *parent,
+                 const FrameInputs &frame) {
   PyObject *result = nullptr;
   switch (source.kind) {
   case Source::Kind::Local:
@@ -221,8 +223,11 @@ PyObject *access(const Source &source, PyObject *parent, const FrameInputs &fram
   case Source::Kind::Builtin: {
     if (PyDict_GetItemWithError(frame.globals, source.nameObject.ptr()))
       return nullptr; // shadowed by a global now
-    PyObject *builtins = frame.builtins ? frame.builtins : builtinsOf(frame.globals);
-    result = builtins ? PyDict_GetItemWithError(builtins, source.nameObject.ptr()) : nullptr;
+    PyObject *builtins =
+        frame.builtins ? frame.builtins : builtinsOf(frame.globals);
+    result = builtins
+                 ? PyDict_GetItemWithError(builtins, source.nameObject.ptr())
+                 : nullptr;
     Py_XINCREF(result);
     break;
   }
@@ -310,7 +315,8 @@ bool GuardTree::evaluate(const FrameInputs &frame,
                          std::vector<py::object> &graphInputs,
                          std::string *failure) const {
   for (const GuardCheck &check : globalChecks_) {
-    if (check.kind == GuardCheck::Kind::GradMode && gradModeEnabled() != check.flag) {
+    if (check.kind == GuardCheck::Kind::GradMode &&
+        gradModeEnabled() != check.flag) {
       if (failure)
         *failure = describe(check);
       return false;

@@ -36,8 +36,8 @@ struct GuardCheck {
     GradMode,    // torch.is_grad_enabled() == flag (source-less)
   };
   Kind kind;
-  py::object expected;   // type / constant / weakref / keys tuple
-  TensorMeta tensor;     // for TensorMatch
+  py::object expected; // type / constant / weakref / keys tuple
+  TensorMeta tensor;   // for TensorMatch
   bool requiresGrad = false;
   int64_t length = 0;
   bool flag = false;

@@ -43,22 +43,24 @@ struct Variable {
   };
 
   Kind kind;
-  SourcePtr source;   // where it came from, when it came from the frame
-  py::object object;  // the Python object, where there is one
+  SourcePtr source;  // where it came from, when it came from the frame
+  py::object object; // the Python object, where there is one
   Value *tensor = nullptr;
   std::vector<VariablePtr> items;
-  std::vector<py::object> keys; // Dict keys
-  std::string name;   // Method: the attribute name
-  size_t position = 0; // Iterator
-  bool flag = false;  // GradContext / GradRestore: grad mode to set
-  py::object code;    // nested Function: code object
-  py::object globals; // nested Function: its globals
+  std::vector<py::object> keys;   // Dict keys
+  std::string name;               // Method: the attribute name
+  size_t position = 0;            // Iterator
+  bool flag = false;              // GradContext / GradRestore: grad mode to set
+  py::object code;                // nested Function: code object
+  py::object globals;             // nested Function: its globals
   std::vector<VariablePtr> cells; // nested Function: closure cells
   py::object kwdefaults; // nested Function: kw-only defaults dict or None
 
   explicit Variable(Kind kind) : kind(kind) {}
 
-  static VariablePtr make(Kind kind) { return std::make_shared<Variable>(kind); }
+  static VariablePtr make(Kind kind) {
+    return std::make_shared<Variable>(kind);
+  }
   static VariablePtr constant(py::object value) {
     auto variable = make(Kind::Constant);
     variable->object = std::move(value);
