@@ -6,7 +6,8 @@
 #include "ir/Graph.h"
 
 #include <cmath>
-#include <sstream>
+#include <cstdio>
+#include <cstdlib>
 
 namespace kiln {
 
@@ -49,13 +50,14 @@ std::string formatDouble(double value) {
   if (std::isnan(value))
     return "nan";
   // The shortest text that reads back as the same double, as Python's repr.
+  // (printf, not iostreams: an extension built with a static libstdc++ must
+  // not depend on the locale state of the process's own libstdc++.)
+  char buffer[32];
   std::string text;
   for (int precision = 1; precision <= 17; ++precision) {
-    std::ostringstream stream;
-    stream.precision(precision);
-    stream << value;
-    text = stream.str();
-    if (std::stod(text) == value)
+    std::snprintf(buffer, sizeof(buffer), "%.*g", precision, value);
+    text = buffer;
+    if (std::strtod(buffer, nullptr) == value)
       break;
   }
   // Keep Python's spelling of a float: "1.0", not "1".
