@@ -15,6 +15,17 @@
 namespace kiln::frontend {
 namespace {
 
+// 3.12 renamed the code-extra API (the old names still work, deprecated).
+#if PY_VERSION_HEX >= 0x030C0000
+#define KILN_REQUEST_CODE_EXTRA_INDEX PyUnstable_Eval_RequestCodeExtraIndex
+#define KILN_CODE_GET_EXTRA PyUnstable_Code_GetExtra
+#define KILN_CODE_SET_EXTRA PyUnstable_Code_SetExtra
+#else
+#define KILN_REQUEST_CODE_EXTRA_INDEX _PyEval_RequestCodeExtraIndex
+#define KILN_CODE_GET_EXTRA _PyCode_GetExtra
+#define KILN_CODE_SET_EXTRA _PyCode_SetExtra
+#endif
+
 thread_local int activeDepth = 0;
 thread_local int suspendedDepth = 0;
 int installedCount = 0; // guarded by the GIL
@@ -29,7 +40,7 @@ struct CodeExtra {
 void freeCodeExtra(void *extra) { delete static_cast<CodeExtra *>(extra); }
 
 Py_ssize_t codeExtraIndex() {
-  static Py_ssize_t index = _PyEval_RequestCodeExtraIndex(freeCodeExtra);
+  static Py_ssize_t index = KILN_REQUEST_CODE_EXTRA_INDEX(freeCodeExtra);
   return index;
 }
 
@@ -62,7 +73,7 @@ const std::vector<std::string> &skippedPrefixes() {
 
 CodeExtra *extraOf(PyCodeObject *code) {
   void *extra = nullptr;
-  if (_PyCode_GetExtra(reinterpret_cast<PyObject *>(code), codeExtraIndex(), &extra) < 0) {
+  if (KILN_CODE_GET_EXTRA(reinterpret_cast<PyObject *>(code), codeExtraIndex(), &extra) < 0) {
     PyErr_Clear();
     return nullptr;
   }
@@ -75,7 +86,7 @@ CodeExtra *extraOf(PyCodeObject *code) {
                   isSkippedFile(PyUnicode_AsUTF8(code->co_filename));
   if (PyErr_Occurred())
     PyErr_Clear();
-  if (_PyCode_SetExtra(reinterpret_cast<PyObject *>(code), codeExtraIndex(), created) < 0) {
+  if (KILN_CODE_SET_EXTRA(reinterpret_cast<PyObject *>(code), codeExtraIndex(), created) < 0) {
     PyErr_Clear();
     delete created;
     return nullptr;
@@ -174,7 +185,7 @@ PyObject *codeCacheInfo(PyObject *code) {
     return nullptr;
   }
   void *extra = nullptr;
-  if (_PyCode_GetExtra(code, codeExtraIndex(), &extra) < 0)
+  if (KILN_CODE_GET_EXTRA(code, codeExtraIndex(), &extra) < 0)
     return nullptr;
   if (!extra)
     Py_RETURN_NONE;

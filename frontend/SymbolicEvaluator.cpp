@@ -564,7 +564,7 @@ py::object Evaluator::toTraceObject(const VariablePtr &value) {
     for (const VariablePtr &item : value->items)
       items.append(toTraceObject(item));
     if (value->kind == Kind::List)
-      return std::move(items);
+      return items;
     if (value->object && !value->object.is_none())
       return value->object(py::tuple(items));
     return py::tuple(items);
@@ -573,7 +573,7 @@ py::object Evaluator::toTraceObject(const VariablePtr &value) {
     py::dict items;
     for (size_t i = 0; i < value->keys.size(); ++i)
       items[value->keys[i]] = toTraceObject(value->items[i]);
-    return std::move(items);
+    return items;
   }
   case Kind::Constant:
   case Kind::Callable:
@@ -644,42 +644,56 @@ VariablePtr Evaluator::torchCall(
     for (auto entry : py::reinterpret_borrow<py::dict>(record[2]))
       keywords.emplace_back(entry.first.cast<std::string>(),
                             python::argumentFromPython(entry.second, tensorValue));
-    // Torch's metadata, on the device the program runs on.
-    std::vector<py::object> resultTensors;
-    std::function<void(py::handle)> collect = [&](py::handle out) {
-      if (python::isTensor(out))
-        resultTensors.push_back(py::reinterpret_borrow<py::object>(out));
-      else if (PyTuple_Check(out.ptr()) || PyList_Check(out.ptr()))
-        for (py::handle item : out)
-          collect(item);
-    };
-    collect(record[3]);
+    // Torch's metadata, on the device the program runs on: that of the
+    // tensor arguments (a 0-d CPU tensor mixes with any device), or the
+    // factory's device argument.
     std::optional<Device> device;
+    auto consider = [&](const Argument &argument) {
+      if (!argument.isTensor())
+        return;
+      const TensorMeta &meta = argument.toTensor()->meta();
+      bool cpuScalar = meta.dim() == 0 && meta.device.type == DeviceType::CPU;
+      if (!device || !cpuScalar)
+        device = meta.device;
+    };
     for (const Argument &argument : positional)
-      if (argument.isTensor())
-        device = argument.toTensor()->meta().device;
+      consider(argument);
     for (const auto &[name, argument] : keywords) {
       if (name == "device" && argument.kind() == Argument::Kind::Device)
         device = argument.toDevice();
-      else if (argument.isTensor() && !device)
-        device = argument.toTensor()->meta().device;
+      else
+        consider(argument);
     }
-    std::vector<TensorMeta> metas;
-    for (const py::object &tensor : resultTensors) {
-      TensorMeta meta = python::tensorMetaOf(tensor);
-      meta.device = device.value_or(Device());
-      metas.push_back(meta);
-    }
+    // One entry per flat result; a result the op leaves out is None.
+    std::vector<py::object> resultTensors;
+    python::TorchResults results;
+    std::function<void(py::handle)> collect = [&](py::handle out) {
+      if (python::isTensor(out)) {
+        TensorMeta meta = python::tensorMetaOf(out);
+        meta.device = device.value_or(Device());
+        results.add(meta);
+        resultTensors.push_back(py::reinterpret_borrow<py::object>(out));
+      } else if (out.is_none()) {
+        results.add(std::nullopt);
+        resultTensors.emplace_back();
+      } else if (PyTuple_Check(out.ptr()) || PyList_Check(out.ptr())) {
+        for (py::handle item : out)
+          collect(item);
+      }
+    };
+    collect(record[3]);
     Node *node = python::appendAtenCall(*graph_, op, positional, keywords,
-                                        metas, where_, notes_);
+                                        results, where_, notes_);
     node->setOrigin(where_);
-    if (node->results().size() != resultTensors.size())
+    std::vector<Value *> values = python::flatResults(*node, results);
+    if (values.size() != resultTensors.size())
       unsupported(py::repr(op).cast<std::string>() +
                   ": results do not match torch's");
     for (size_t i = 0; i < resultTensors.size(); ++i) {
-      Value *value = node->result(i);
-      metaTensors_[value] = resultTensors[i];
-      valueOfMeta_[resultTensors[i].ptr()] = value;
+      if (!values[i] || !resultTensors[i])
+        continue;
+      metaTensors_[values[i]] = resultTensors[i];
+      valueOfMeta_[resultTensors[i].ptr()] = values[i];
       keepAlive_.push_back(resultTensors[i]);
     }
   }
@@ -2377,19 +2391,19 @@ py::object OutputTemplate::build(PyObject *const *outputs) const {
       items[i] = this->items[i].build(outputs);
     if (kind == Kind::Struct)
       return constant(items);
-    return std::move(items);
+    return items;
   }
   case Kind::List: {
     py::list items;
     for (const OutputTemplate &item : this->items)
       items.append(item.build(outputs));
-    return std::move(items);
+    return items;
   }
   case Kind::Dict: {
     py::dict items;
     for (size_t i = 0; i < keys.size(); ++i)
       items[keys[i]] = this->items[i].build(outputs);
-    return std::move(items);
+    return items;
   }
   }
   return py::none();

@@ -284,13 +284,13 @@ py::object EagerRunner::run(PyObject *const *inputs, size_t count) const {
       PyList_SET_ITEM(
           result.ptr(), i,
           py::handle(resolve(outputs_[i], resolve)).inc_ref().ptr());
-    return std::move(result);
+    return result;
   }
   py::tuple result(outputs_.size());
   for (size_t i = 0; i < outputs_.size(); ++i)
     PyTuple_SET_ITEM(result.ptr(), i,
                      py::handle(resolve(outputs_[i], resolve)).inc_ref().ptr());
-  return std::move(result);
+  return result;
 }
 
 } // namespace kiln::python

@@ -81,7 +81,7 @@ py::object resultsOf(Node *node, py::handle graph) {
   py::tuple results(node->results().size());
   for (size_t i = 0; i < node->results().size(); ++i)
     results[i] = valueHandle(node->result(i), graph);
-  return std::move(results);
+  return results;
 }
 
 } // namespace

@@ -265,7 +265,7 @@ argumentToPython(const Argument &argument,
     py::list items;
     for (Value *value : argument.toTensorList())
       items.append(value ? tensorObject(value) : py::none());
-    return std::move(items);
+    return items;
   }
   }
   throw Error("unknown argument kind");

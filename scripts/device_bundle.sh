@@ -11,7 +11,7 @@ mkdir -p .bundle
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/llvm/lib"
-cp -r /usr/lib/llvm-19/include "$stage/llvm/"
+cp -rL /usr/lib/llvm-19/include "$stage/llvm/"
 cp -L /usr/lib/llvm-19/lib/libLLVM-19.so "$stage/llvm/lib/libLLVM.so.19.1"
 # libLLVM's own dependencies that a CUDA image may lack.
 for library in $(ldd /usr/lib/llvm-19/lib/libLLVM-19.so | awk '/=>/ {print $3}'); do

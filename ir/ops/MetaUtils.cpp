@@ -241,7 +241,7 @@ TensorMeta elementwiseResult(const std::vector<const TensorMeta *> &inputs,
   Device device = commonDevice(inputs);
   int64_t ndim = static_cast<int64_t>(shape.size());
   if (ndim <= 1)
-    return contiguousLike(resultDType, shape, device);
+    return contiguousLike(resultDType, std::move(shape), device);
 
   // Each operand's strides over the broadcast shape, in elements of a common
   // width (torch compares bytes; the order is the same within one operand).
