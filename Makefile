@@ -1,10 +1,12 @@
 # Benchmarks: `make bench` runs the suite on the CPU, `make bench-cuda` on an NVIDIA
 # GPU (it skips with a message where there is none). Both install bench/requirements.txt
 # first (idempotent) and write dated results under bench/results/. See bench/README.md.
+# `make bench-frontend` times kiln's frontend (per-call overhead on a cache hit, capture
+# time) against eager and TorchDynamo on the CPU in about 2 minutes; options in FRONTEND_ARGS.
 PYTHON ?= python3
 BENCH_ARGS ?=
 
-.PHONY: bench bench-cuda bench-quick bench-requirements
+.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend
 
 # Installs the pinned versions only where the packages are missing, so a machine that
 # has them (a GPU image without network) runs with its own; the report names the versions.
@@ -20,3 +22,6 @@ bench-cuda: bench-requirements
 
 bench-quick: bench-requirements
 	$(PYTHON) -m bench.runner --device cpu --quick --out /tmp/kiln-bench-quick $(BENCH_ARGS)
+
+bench-frontend:
+	$(PYTHON) -m bench.frontend $(FRONTEND_ARGS)
