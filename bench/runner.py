@@ -87,7 +87,14 @@ def as_number(value):
 
 
 def kiln_graph_stats(kiln, compiled, fn, inputs):
-    """Graphs and graph breaks as kiln itself reports them; None where it reports nothing."""
+    """Graphs and graph breaks as kiln itself reports them; None where it reports nothing.
+    kiln.cache_info says how many graphs a compiled function holds and whether it runs in
+    CPython (no graph: a fallback, whose reason is returned third)."""
+    if hasattr(kiln, "cache_info"):
+        info = kiln.cache_info(compiled)
+        if info["runs_in_cpython"]:
+            return 0, 0, info["fallback_reason"]
+        return info["entries"], 0, None
     graphs = as_number(getattr(compiled, "graph_count", None))
     breaks = as_number(getattr(compiled, "graph_break_count", None))
     if graphs is None and hasattr(kiln, "explain"):
@@ -97,7 +104,7 @@ def kiln_graph_stats(kiln, compiled, fn, inputs):
             graphs, breaks = as_number(read("graph_count")), as_number(read("graph_break_count"))
         except Exception:
             pass
-    return graphs, breaks
+    return graphs, breaks, None
 
 
 def dynamo_graph_stats():
@@ -173,9 +180,10 @@ def run_workload(workload, device, settings, kiln, kiln_error, kiln_via):
                                                      f"exceeds the tolerance {workload.tolerance:.0e}")
         if "kiln" in callables and kiln_via == "kiln.compile":
             column = result["columns"]["kiln"]
-            column["graphs"], column["graph_breaks"] = kiln_graph_stats(kiln, callables["kiln"], fn, inputs)
+            column["graphs"], column["graph_breaks"], why = kiln_graph_stats(kiln, callables["kiln"], fn, inputs)
             if column["graphs"] == 0 and column["status"] == "ok":
-                column.update(status="FALLBACK", reason="kiln captured no graph: the workload ran eagerly")
+                column.update(status="FALLBACK", reason=f"kiln captured no graph: the workload ran in "
+                                                        f"CPython ({(why or 'no reason given')[:300]})")
     if workload.memory_bound:
         result["bytes"] = sum(t.numel() * t.element_size() for t in flatten(inputs) + flatten(reference))
     return result

@@ -532,7 +532,7 @@ py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
 }
 
 void Evaluator::checkNotInput(const VariablePtr &container, const char *what) {
-  if (container->source)
+  if (container->source && !container->ownedByFrame)
     unsupported(std::string(what) + " " + container->source->str() +
                 ", an object the caller can see: kiln cannot replay that side "
                 "effect");
@@ -905,6 +905,38 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       if (index >= 0)
         return self->items[index];
       return args.size() == 2 ? args[1] : none;
+    }
+    if ((name == "pop" && (args.size() == 1 || args.size() == 2)) ||
+        (name == "setdefault" && (args.size() == 1 || args.size() == 2))) {
+      std::optional<py::object> key = asConstant(args[0]);
+      if (!key)
+        unsupported("a dict key that is not a constant");
+      int index = findKey(*key);
+      VariablePtr fallback = args.size() == 2 ? args[1] : none;
+      if (name == "setdefault") {
+        if (index >= 0)
+          return self->items[index];
+        checkNotInput(self, "inserting into");
+        self->keys.push_back(*key);
+        self->items.push_back(fallback);
+        return fallback;
+      }
+      if (index < 0) {
+        if (args.size() == 2)
+          return fallback;
+        unsupported("KeyError " + py::repr(*key).cast<std::string>());
+      }
+      checkNotInput(self, "popping from");
+      VariablePtr item = self->items[index];
+      self->items.erase(self->items.begin() + index);
+      self->keys.erase(self->keys.begin() + index);
+      return item;
+    }
+    if (name == "copy" && args.empty()) {
+      auto copy = Variable::make(Kind::Dict);
+      copy->keys = self->keys;
+      copy->items = self->items;
+      return copy;
     }
     if (name == "update" && args.size() == 1 && args[0]->is(Kind::Dict)) {
       checkNotInput(self, "updating");
@@ -1457,8 +1489,14 @@ VariablePtr Evaluator::local(Frame &frame, int index) {
     throw Error("local index out of range");
   VariablePtr &slot = frame.locals[index];
   if (!slot && frame.isRoot && index < static_cast<int>(frame.rootArguments.size()) &&
-      frame.rootArguments[index])
+      frame.rootArguments[index]) {
     slot = wrap(frame.rootArguments[index], Source::local(index, frame.localNames[index]));
+    // *args and **kwargs are made fresh by each call.
+    auto *code = reinterpret_cast<PyCodeObject *>(frame.codeObject.ptr());
+    int named = code->co_argcount + code->co_kwonlyargcount;
+    if (index >= named)
+      slot->ownedByFrame = true;
+  }
   if (!slot)
     unsupported("local variable '" + frame.localNames[index] +
                 "' referenced before assignment");

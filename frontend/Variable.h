@@ -55,6 +55,10 @@ struct Variable {
   py::object globals;             // nested Function: its globals
   std::vector<VariablePtr> cells; // nested Function: closure cells
   py::object kwdefaults; // nested Function: kw-only defaults dict or None
+  /// A container the call itself made (the *args tuple and **kwargs dict of
+  /// the compiled function): guarded through its source, yet mutating it is
+  /// no side effect the caller could see.
+  bool ownedByFrame = false;
 
   explicit Variable(Kind kind) : kind(kind) {}
 

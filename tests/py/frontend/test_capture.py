@@ -592,3 +592,14 @@ def test_parameters_are_read_each_call():
         model.fc2 = nn.Linear(16, 8)  # a new submodule: guarded by identity
         assert_same(compiled(x), model(x))
     assert kiln.cache_info(compiled)["entries"] == 2
+
+
+def f_kwargs_mutation(x, **kwargs):
+    kwargs["scale"] = kwargs.get("scale", 1.0) * 2
+    extra = kwargs.pop("extra", 0.0)
+    return x * kwargs["scale"] + extra
+
+
+def test_star_kwargs_are_owned_by_the_call():
+    compiled = check(f_kwargs_mutation, rand(3), scale=3.0, extra=1.0)
+    torch.testing.assert_close(compiled(torch.ones(2), scale=3.0, extra=1.0), torch.full((2,), 7.0))
