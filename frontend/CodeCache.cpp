@@ -20,11 +20,13 @@ struct CacheEntry {
 namespace {
 
 std::string qualifiedNameOf(PyObject *function) {
-  py::object name = py::getattr(py::handle(function), "__qualname__", py::str("?"));
+  py::object name =
+      py::getattr(py::handle(function), "__qualname__", py::str("?"));
   return py::str(name).cast<std::string>();
 }
 
-PyObject *runEntry(const CacheEntry &entry, const std::vector<py::object> &graphInputs) {
+PyObject *runEntry(const CacheEntry &entry,
+                   const std::vector<py::object> &graphInputs) {
   std::vector<PyObject *> inputs;
   inputs.reserve(graphInputs.size());
   for (const py::object &input : graphInputs)
@@ -33,7 +35,9 @@ PyObject *runEntry(const CacheEntry &entry, const std::vector<py::object> &graph
   // graph that changes grad mode leaves it as it found it.
   HookSuspension suspension;
   py::object results = entry.runner->run(inputs.data(), inputs.size());
-  return entry.output.build(&PyTuple_GET_ITEM(results.ptr(), 0)).release().ptr();
+  return entry.output.build(&PyTuple_GET_ITEM(results.ptr(), 0))
+      .release()
+      .ptr();
 }
 
 } // namespace
@@ -46,7 +50,8 @@ PyObject *unsupportedErrorType() {
   return type;
 }
 
-FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals, int count) {
+FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals,
+                          int count) {
   FrameInputs inputs;
   inputs.locals = locals;
   inputs.localCount = count;
@@ -92,7 +97,8 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
       capture = captureFunction(function, inputs);
     } catch (const Unsupported &error) {
       if (options_.fullgraph) {
-        PyErr_SetString(unsupportedErrorType(), (name + ": " + error.what()).c_str());
+        PyErr_SetString(unsupportedErrorType(),
+                        (name + ": " + error.what()).c_str());
         return nullptr;
       }
       if (logEnabled("breaks"))
@@ -111,8 +117,8 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     }
     if (logEnabled("guards"))
       logArtifact("guards", "guards of " + name + "\n" + capture.guards.str());
-    entry->runner = std::make_unique<python::EagerRunner>(capture.graph,
-                                                          python::OutputForm::Tuple);
+    entry->runner = std::make_unique<python::EagerRunner>(
+        capture.graph, python::OutputForm::Tuple);
     entry->output = std::move(capture.output);
     entry->guards = std::move(capture.guards);
     // The graph's inputs are exactly what the guard tree collects.

@@ -6,8 +6,8 @@
 // CPython.
 #include "frontend/CompiledFunction.h"
 
-#include "frontend/EvalFrameHook.h"
 #include "frontend/CodeCache.h"
+#include "frontend/EvalFrameHook.h"
 #include "ir/Error.h"
 
 #include <pybind11/stl.h>
@@ -20,8 +20,7 @@ namespace kiln::frontend {
 namespace {
 
 struct CompiledFunctionObject {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
+  PyObject_HEAD vectorcallfunc vectorcall;
   PyObject *function;  // the Python function (never a bound method)
   PyObject *boundSelf; // self for bound methods, or null
   PyObject *weakrefs;
@@ -32,7 +31,8 @@ struct CompiledFunctionObject {
 // false (no error set) where the call does not bind: CPython then raises the
 // proper TypeError itself.
 bool bindArguments(PyObject *function, PyObject *self, PyObject *const *args,
-                   size_t nargs, PyObject *kwnames, std::vector<PyObject *> &locals,
+                   size_t nargs, PyObject *kwnames,
+                   std::vector<PyObject *> &locals,
                    std::vector<py::object> &owned) {
   auto *code = reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(function));
   int argcount = code->co_argcount;
@@ -47,7 +47,9 @@ bool bindArguments(PyObject *function, PyObject *self, PyObject *const *args,
   Py_ssize_t keywordCount = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
   if (static_cast<int>(positionalCount) > argcount && !hasVarargs)
     return false;
-  auto positional = [&](size_t i) { return self ? (i == 0 ? self : args[i - 1]) : args[i]; };
+  auto positional = [&](size_t i) {
+    return self ? (i == 0 ? self : args[i - 1]) : args[i];
+  };
   for (size_t i = 0; i < positionalCount && static_cast<int>(i) < argcount; ++i)
     locals[i] = positional(i);
   py::object extra, varkw;
@@ -85,7 +87,8 @@ bool bindArguments(PyObject *function, PyObject *self, PyObject *const *args,
     }
   }
   PyObject *defaults = PyFunction_GET_DEFAULTS(function);
-  int defaultCount = defaults ? static_cast<int>(PyTuple_GET_SIZE(defaults)) : 0;
+  int defaultCount =
+      defaults ? static_cast<int>(PyTuple_GET_SIZE(defaults)) : 0;
   for (int i = 0; i < argcount; ++i) {
     if (locals[i])
       continue;
@@ -98,7 +101,8 @@ bool bindArguments(PyObject *function, PyObject *self, PyObject *const *args,
   for (int i = argcount; i < argcount + kwonly; ++i) {
     if (locals[i])
       continue;
-    PyObject *value = kwdefaults ? PyDict_GetItem(kwdefaults, names[i]) : nullptr;
+    PyObject *value =
+        kwdefaults ? PyDict_GetItem(kwdefaults, names[i]) : nullptr;
     if (!value)
       return false;
     locals[i] = value;
@@ -186,8 +190,9 @@ PyObject *compiledNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   const char *backend = "llvm";
   int fullgraph = 0;
   int cacheLimit = 8;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|spi", const_cast<char **>(keywords),
-                                   &function, &backend, &fullgraph, &cacheLimit))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|spi",
+                                   const_cast<char **>(keywords), &function,
+                                   &backend, &fullgraph, &cacheLimit))
     return nullptr;
   PyObject *self = nullptr;
   if (PyMethod_Check(function)) {
@@ -204,13 +209,15 @@ PyObject *compiledNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyErr_SetString(PyExc_ValueError, "cache_limit must be at least 1");
     return nullptr;
   }
-  auto *object = reinterpret_cast<CompiledFunctionObject *>(type->tp_alloc(type, 0));
+  auto *object =
+      reinterpret_cast<CompiledFunctionObject *>(type->tp_alloc(type, 0));
   if (!object)
     return nullptr;
   object->vectorcall = compiledCall;
   object->function = Py_NewRef(function);
   object->boundSelf = Py_XNewRef(self);
-  object->cache = new CodeCache(CacheOptions{backend, fullgraph != 0, cacheLimit});
+  object->cache =
+      new CodeCache(CacheOptions{backend, fullgraph != 0, cacheLimit});
   return reinterpret_cast<PyObject *>(object);
 }
 
@@ -245,11 +252,13 @@ PyObject *compiledGetFunction(PyObject *object, void *) {
 // decorated function still reads as itself.
 PyObject *compiledGetFunctionAttribute(PyObject *object, void *name) {
   auto *self = reinterpret_cast<CompiledFunctionObject *>(object);
-  return PyObject_GetAttrString(self->function, static_cast<const char *>(name));
+  return PyObject_GetAttrString(self->function,
+                                static_cast<const char *>(name));
 }
 
 PyGetSetDef compiledGetSet[] = {
-    {"__wrapped__", compiledGetFunction, nullptr, "The compiled function.", nullptr},
+    {"__wrapped__", compiledGetFunction, nullptr, "The compiled function.",
+     nullptr},
     {"__name__", compiledGetFunctionAttribute, nullptr, nullptr,
      const_cast<char *>("__name__")},
     {"__qualname__", compiledGetFunctionAttribute, nullptr, nullptr,
@@ -263,8 +272,8 @@ PyGetSetDef compiledGetSet[] = {
 PyMemberDef compiledMembers[] = {
     {"__vectorcalloffset__", T_PYSSIZET,
      offsetof(CompiledFunctionObject, vectorcall), READONLY, nullptr},
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(CompiledFunctionObject, weakrefs),
-     READONLY, nullptr},
+    {"__weaklistoffset__", T_PYSSIZET,
+     offsetof(CompiledFunctionObject, weakrefs), READONLY, nullptr},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyType_Slot compiledSlots[] = {
@@ -277,8 +286,9 @@ PyType_Slot compiledSlots[] = {
     {Py_tp_methods, compiledMethods},
     {Py_tp_getset, compiledGetSet},
     {Py_tp_members, compiledMembers},
-    {Py_tp_doc, const_cast<char *>(
-                    "A function compiled by kiln: guards, cached graphs, fallback.")},
+    {Py_tp_doc,
+     const_cast<char *>(
+         "A function compiled by kiln: guards, cached graphs, fallback.")},
     {0, nullptr}};
 
 PyType_Spec compiledSpec = {
@@ -293,7 +303,8 @@ void defineCompiledFunction(py::module_ &module) {
   PyObject *type = PyType_FromSpec(&compiledSpec);
   if (!type)
     throw py::error_already_set();
-  module.add_object("CompiledFunction", py::reinterpret_steal<py::object>(type));
+  module.add_object("CompiledFunction",
+                    py::reinterpret_steal<py::object>(type));
 }
 
 } // namespace kiln::frontend

@@ -59,8 +59,9 @@ const std::vector<std::string> &skippedPrefixes() {
       py::module_ os = py::module_::import("os");
       for (const char *package : {"torch", "kiln"}) {
         py::module_ module = py::module_::import(package);
-        result->push_back(
-            os.attr("path").attr("dirname")(module.attr("__file__")).cast<std::string>());
+        result->push_back(os.attr("path")
+                              .attr("dirname")(module.attr("__file__"))
+                              .cast<std::string>());
       }
     } catch (py::error_already_set &) {
     }
@@ -73,20 +74,22 @@ const std::vector<std::string> &skippedPrefixes() {
 
 CodeExtra *extraOf(PyCodeObject *code) {
   void *extra = nullptr;
-  if (KILN_CODE_GET_EXTRA(reinterpret_cast<PyObject *>(code), codeExtraIndex(), &extra) < 0) {
+  if (KILN_CODE_GET_EXTRA(reinterpret_cast<PyObject *>(code), codeExtraIndex(),
+                          &extra) < 0) {
     PyErr_Clear();
     return nullptr;
   }
   if (extra)
     return static_cast<CodeExtra *>(extra);
   auto *created = new CodeExtra();
-  constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE |
-                                  CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR;
+  constexpr int kGeneratorFlags =
+      CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR;
   created->skip = (code->co_flags & kGeneratorFlags) ||
                   isSkippedFile(PyUnicode_AsUTF8(code->co_filename));
   if (PyErr_Occurred())
     PyErr_Clear();
-  if (KILN_CODE_SET_EXTRA(reinterpret_cast<PyObject *>(code), codeExtraIndex(), created) < 0) {
+  if (KILN_CODE_SET_EXTRA(reinterpret_cast<PyObject *>(code), codeExtraIndex(),
+                          created) < 0) {
     PyErr_Clear();
     delete created;
     return nullptr;
@@ -121,8 +124,8 @@ void clearAndPopFrame(PyThreadState *tstate, _PyInterpreterFrame *frame) {
     _PyStackChunk *previous = chunk->previous;
     tstate->datastack_top = &previous->data[previous->top];
     tstate->datastack_chunk = previous;
-    tstate->datastack_limit =
-        reinterpret_cast<PyObject **>(reinterpret_cast<char *>(previous) + previous->size);
+    tstate->datastack_limit = reinterpret_cast<PyObject **>(
+        reinterpret_cast<char *>(previous) + previous->size);
     PyObjectArenaAllocator arena;
     PyObject_GetArenaAllocator(&arena);
     arena.free(arena.ctx, chunk, chunk->size);
@@ -205,7 +208,8 @@ HookActivation::HookActivation() {
 HookActivation::~HookActivation() {
   --activeDepth;
   if (--installedCount == 0)
-    _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(), previousEvalFrame);
+    _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(),
+                                         previousEvalFrame);
 }
 
 HookSuspension::HookSuspension() { ++suspendedDepth; }

@@ -66,11 +66,14 @@ struct Handles {
 
   Handles() {
     for (const char *name :
-         {"abs", "all", "any", "bool", "callable", "chr", "divmod", "float",
-          "format", "frozenset", "hasattr", "hash", "int", "isinstance",
-          "issubclass", "len", "max", "min", "ord", "pow", "range", "repr",
-          "reversed", "round", "slice", "sorted", "str", "sum", "tuple",
-          "type", "getattr", "list", "dict", "set", "enumerate", "zip"})
+         {"abs",     "all",    "any",      "bool",       "callable",
+          "chr",     "divmod", "float",    "format",     "frozenset",
+          "hasattr", "hash",   "int",      "isinstance", "issubclass",
+          "len",     "max",    "min",      "ord",        "pow",
+          "range",   "repr",   "reversed", "round",      "slice",
+          "sorted",  "str",    "sum",      "tuple",      "type",
+          "getattr", "list",   "dict",     "set",        "enumerate",
+          "zip"})
       pureBuiltins.insert(builtins.attr(name).ptr());
   }
   static const Handles &get() {
@@ -204,22 +207,26 @@ private:
   VariablePtr loadAttr(const VariablePtr &base, const std::string &name);
   VariablePtr call(const VariablePtr &callable, std::vector<VariablePtr> args,
                    std::vector<std::pair<std::string, VariablePtr>> kwargs);
-  VariablePtr callBuiltin(py::handle function, std::vector<VariablePtr> &args,
-                          std::vector<std::pair<std::string, VariablePtr>> &kwargs,
-                          bool &handled);
+  VariablePtr
+  callBuiltin(py::handle function, std::vector<VariablePtr> &args,
+              std::vector<std::pair<std::string, VariablePtr>> &kwargs,
+              bool &handled);
   VariablePtr callMethodOfContainer(const VariablePtr &self,
                                     const std::string &name,
                                     std::vector<VariablePtr> &args);
-  VariablePtr callTensorMethod(const VariablePtr &self, const std::string &name,
-                               std::vector<VariablePtr> &args,
-                               std::vector<std::pair<std::string, VariablePtr>> &kwargs);
-  VariablePtr inlineFunction(const VariablePtr &function,
-                             std::vector<VariablePtr> args,
-                             std::vector<std::pair<std::string, VariablePtr>> kwargs);
-  VariablePtr inlineModule(const VariablePtr &module, std::vector<VariablePtr> args,
-                           std::vector<std::pair<std::string, VariablePtr>> kwargs);
-  VariablePtr torchCall(py::handle function, const std::vector<VariablePtr> &args,
-                        const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  VariablePtr
+  callTensorMethod(const VariablePtr &self, const std::string &name,
+                   std::vector<VariablePtr> &args,
+                   std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  VariablePtr
+  inlineFunction(const VariablePtr &function, std::vector<VariablePtr> args,
+                 std::vector<std::pair<std::string, VariablePtr>> kwargs);
+  VariablePtr
+  inlineModule(const VariablePtr &module, std::vector<VariablePtr> args,
+               std::vector<std::pair<std::string, VariablePtr>> kwargs);
+  VariablePtr
+  torchCall(py::handle function, const std::vector<VariablePtr> &args,
+            const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
   bool truthy(const VariablePtr &value);
@@ -308,7 +315,8 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
   } else if (isConstantObject(object)) {
     guard(equalsConstant(object));
     result = Variable::constant(py::reinterpret_borrow<py::object>(object));
-  } else if (PyList_CheckExact(object.ptr()) || PyTuple_CheckExact(object.ptr())) {
+  } else if (PyList_CheckExact(object.ptr()) ||
+             PyTuple_CheckExact(object.ptr())) {
     bool isList = PyList_CheckExact(object.ptr());
     guard(typeIs(py::type::of(object)));
     GuardCheck length{GuardCheck::Kind::Length, {}, {}};
@@ -318,7 +326,8 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
     Py_ssize_t i = 0;
     for (py::handle element : object)
       items.push_back(wrap(element, item(py::int_(i++))));
-    result = Variable::sequence(isList ? Kind::List : Kind::Tuple, std::move(items));
+    result =
+        Variable::sequence(isList ? Kind::List : Kind::Tuple, std::move(items));
   } else if (PyDict_CheckExact(object.ptr())) {
     guard(typeIs(py::type::of(object)));
     GuardCheck keys{GuardCheck::Kind::DictKeys, {}, {}};
@@ -329,7 +338,8 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
         unsupported("a dict with non-constant keys");
       keyList.append(entry.first);
       result->keys.push_back(py::reinterpret_borrow<py::object>(entry.first));
-      result->items.push_back(wrap(entry.second, item(py::reinterpret_borrow<py::object>(entry.first))));
+      result->items.push_back(wrap(
+          entry.second, item(py::reinterpret_borrow<py::object>(entry.first))));
     }
     keys.expected = py::tuple(keyList);
     guard(keys);
@@ -443,7 +453,8 @@ bool Evaluator::truthy(const VariablePtr &value) {
     unsupported("truth value of a " + typeName(value->object) + " object");
   }
   default:
-    unsupported("truth value of a symbolic " + std::to_string(int(value->kind)));
+    unsupported("truth value of a symbolic " +
+                std::to_string(int(value->kind)));
   }
 }
 
@@ -470,14 +481,17 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
     return iterator;
   }
   case Kind::Tensor: {
-    VariablePtr items = torchCall(Handles::get().builtin("tuple"), {iterable}, {});
+    VariablePtr items =
+        torchCall(Handles::get().builtin("tuple"), {iterable}, {});
     iterator->items = items->items;
     return iterator;
   }
   case Kind::Module: {
     py::object module = iterable->object;
-    bool indexable = py::hasattr(module, "__getitem__") &&
-                     !py::isinstance(module, Handles::get().torch.attr("nn").attr("ModuleDict"));
+    bool indexable =
+        py::hasattr(module, "__getitem__") &&
+        !py::isinstance(module,
+                        Handles::get().torch.attr("nn").attr("ModuleDict"));
     if (!py::hasattr(module, "__iter__"))
       unsupported("iteration over " + typeName(module));
     if (iterable->source && py::hasattr(module, "__len__")) {
@@ -511,8 +525,9 @@ py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
   case Kind::Tensor:
     return Handles::get().tensorType;
   case Kind::Tuple:
-    return value->object && !value->object.is_none() ? value->object
-                                                      : py::type::of(py::tuple());
+    return value->object && !value->object.is_none()
+               ? value->object
+               : py::type::of(py::tuple());
   case Kind::List:
     return py::type::of(py::list());
   case Kind::Dict:
@@ -599,8 +614,9 @@ VariablePtr Evaluator::fromTraceObject(py::handle object) {
     std::vector<VariablePtr> items;
     for (py::handle item : object)
       items.push_back(fromTraceObject(item));
-    auto result = Variable::sequence(
-        PyList_Check(object.ptr()) ? Kind::List : Kind::Tuple, std::move(items));
+    auto result = Variable::sequence(PyList_Check(object.ptr()) ? Kind::List
+                                                                : Kind::Tuple,
+                                     std::move(items));
     if (PyTuple_Check(object.ptr()) && !PyTuple_CheckExact(object.ptr()))
       result->object = py::type::of(object); // a structseq: torch.return_types
     return result;
@@ -619,7 +635,8 @@ VariablePtr Evaluator::torchCall(
     traceKwargs[py::str(name)] = toTraceObject(value);
   py::tuple traced;
   try {
-    traced = Handles::get().traceCall(function, py::tuple(traceArgs), traceKwargs);
+    traced =
+        Handles::get().traceCall(function, py::tuple(traceArgs), traceKwargs);
   } catch (py::error_already_set &error) {
     std::string message = error.what();
     unsupported("calling " + py::repr(function).cast<std::string>() +
@@ -634,7 +651,8 @@ VariablePtr Evaluator::torchCall(
       auto it = valueOfMeta_.find(tensor.ptr());
       if (it == valueOfMeta_.end())
         unsupported("a torch call used a tensor created outside the "
-                    "dispatcher (" + py::repr(op).cast<std::string>() + ")");
+                    "dispatcher (" +
+                    py::repr(op).cast<std::string>() + ")");
       return it->second;
     };
     std::vector<Argument> positional;
@@ -642,8 +660,9 @@ VariablePtr Evaluator::torchCall(
       positional.push_back(python::argumentFromPython(arg, tensorValue));
     std::vector<std::pair<std::string, Argument>> keywords;
     for (auto entry : py::reinterpret_borrow<py::dict>(record[2]))
-      keywords.emplace_back(entry.first.cast<std::string>(),
-                            python::argumentFromPython(entry.second, tensorValue));
+      keywords.emplace_back(
+          entry.first.cast<std::string>(),
+          python::argumentFromPython(entry.second, tensorValue));
     // Torch's metadata, on the device the program runs on: that of the
     // tensor arguments (a 0-d CPU tensor mixes with any device), or the
     // factory's device argument.
@@ -704,13 +723,15 @@ void Evaluator::setGradMode(bool enabled) {
   if (enabled == gradEnabled_)
     return;
   gradEnabled_ = enabled;
-  graph_->addOp("kiln::set_grad_enabled", {Argument(enabled)})->setOrigin(where_);
+  graph_->addOp("kiln::set_grad_enabled", {Argument(enabled)})
+      ->setOrigin(where_);
 }
 
 // ---------------------------------------------------------------------------
 // Attributes.
 
-VariablePtr Evaluator::loadAttr(const VariablePtr &base, const std::string &name) {
+VariablePtr Evaluator::loadAttr(const VariablePtr &base,
+                                const std::string &name) {
   const Handles &h = Handles::get();
   auto attrSource = [&]() -> SourcePtr {
     return base->source ? Source::attr(base->source, name) : nullptr;
@@ -727,7 +748,8 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base, const std::string &name
     if (name == "ndim")
       return Variable::constant(py::int_(meta.dim()));
     if (name == "is_cuda")
-      return Variable::constant(py::bool_(meta.device.type == DeviceType::CUDA));
+      return Variable::constant(
+          py::bool_(meta.device.type == DeviceType::CUDA));
     if (name == "is_cpu")
       return Variable::constant(py::bool_(meta.device.type == DeviceType::CPU));
     if (name == "requires_grad" || name == "grad" || name == "data" ||
@@ -776,7 +798,8 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base, const std::string &name
     // torch, math and the like are not monkey-patched in practice: their
     // attributes are taken as constants, which keeps guards cheap.
     std::string moduleName = base->object.attr("__name__").cast<std::string>();
-    return wrap(attribute, isTorchModuleName(moduleName) ? nullptr : attrSource());
+    return wrap(attribute,
+                isTorchModuleName(moduleName) ? nullptr : attrSource());
   }
   case Kind::Constant:
   case Kind::Callable:
@@ -817,7 +840,8 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base, const std::string &name
     return method;
   }
   case Kind::Super: {
-    py::object superObject = h.builtin("super")(base->object, base->items[0]->object);
+    py::object superObject =
+        h.builtin("super")(base->object, base->items[0]->object);
     py::object attribute = superObject.attr(name.c_str());
     if (py::isinstance(attribute, h.methodType)) {
       auto method = Variable::make(Kind::Method);
@@ -828,7 +852,8 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base, const std::string &name
     return wrap(attribute, nullptr);
   }
   default:
-    unsupported("attribute '" + name + "' of a " + kindNameOf(pythonTypeOf(base)));
+    unsupported("attribute '" + name + "' of a " +
+                kindNameOf(pythonTypeOf(base)));
   }
 }
 
@@ -855,7 +880,8 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       checkNotInput(self, "inserting into");
       int64_t index = asConstant(args[0]).value().cast<int64_t>();
       int64_t size = static_cast<int64_t>(self->items.size());
-      index = index < 0 ? std::max<int64_t>(0, index + size) : std::min(index, size);
+      index = index < 0 ? std::max<int64_t>(0, index + size)
+                        : std::min(index, size);
       self->items.insert(self->items.begin() + index, args[1]);
       return none;
     }
@@ -864,8 +890,8 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       if (self->items.empty())
         unsupported("pop from an empty list");
       int64_t size = static_cast<int64_t>(self->items.size());
-      int64_t index = args.empty() ? size - 1
-                                   : asConstant(args[0]).value().cast<int64_t>();
+      int64_t index =
+          args.empty() ? size - 1 : asConstant(args[0]).value().cast<int64_t>();
       if (index < 0)
         index += size;
       if (index < 0 || index >= size)
@@ -893,7 +919,8 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
           items.push_back(self->items[i]);
         else
           items.push_back(Variable::sequence(
-              Kind::Tuple, {Variable::constant(self->keys[i]), self->items[i]}));
+              Kind::Tuple,
+              {Variable::constant(self->keys[i]), self->items[i]}));
       }
       return Variable::sequence(Kind::List, std::move(items));
     }
@@ -952,7 +979,8 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       return none;
     }
     if (name == "__contains__" && args.size() == 1)
-      return Variable::constant(py::bool_(findKey(asConstant(args[0]).value()) >= 0));
+      return Variable::constant(
+          py::bool_(findKey(asConstant(args[0]).value()) >= 0));
   }
   if (self->kind == Kind::Tuple || self->kind == Kind::List) {
     if ((name == "index" || name == "count") && args.size() == 1) {
@@ -1007,8 +1035,9 @@ VariablePtr Evaluator::callTensorMethod(
   if (name == "is_contiguous" && args.empty() && kwargs.empty())
     return Variable::constant(py::bool_(meta.isContiguous()));
   if (name == "get_device" && args.empty())
-    return Variable::constant(py::int_(
-        meta.device.type == DeviceType::CUDA ? std::max(meta.device.index, 0) : -1));
+    return Variable::constant(py::int_(meta.device.type == DeviceType::CUDA
+                                           ? std::max(meta.device.index, 0)
+                                           : -1));
   if (name == "item" || name == "tolist" || name == "numpy" ||
       name == "__bool__" || name == "data_ptr" || name == "backward" ||
       name == "register_hook" || name == "retain_grad" || name == "cpu" ||
@@ -1020,9 +1049,10 @@ VariablePtr Evaluator::callTensorMethod(
   return torchCall(method, allArgs, kwargs);
 }
 
-VariablePtr Evaluator::callBuiltin(
-    py::handle function, std::vector<VariablePtr> &args,
-    std::vector<std::pair<std::string, VariablePtr>> &kwargs, bool &handled) {
+VariablePtr
+Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
+                       std::vector<std::pair<std::string, VariablePtr>> &kwargs,
+                       bool &handled) {
   const Handles &h = Handles::get();
   handled = true;
   auto is = [&](const char *name) { return function.is(h.builtin(name)); };
@@ -1061,17 +1091,17 @@ VariablePtr Evaluator::callBuiltin(
       py::object type = pythonTypeOf(args[0]);
       if (args[0]->kind == Kind::Tensor) {
         // Parameters are guarded by exact type, so the input's type is known.
-        return Variable::constant(py::bool_(
-            PyObject_IsSubclass(type.ptr(), classes->ptr()) == 1));
+        return Variable::constant(
+            py::bool_(PyObject_IsSubclass(type.ptr(), classes->ptr()) == 1));
       }
       std::optional<py::object> object = asConstant(args[0]);
       if (!object && (args[0]->kind == Kind::Object))
         object = args[0]->object;
       if (object)
-        return Variable::constant(py::bool_(
-            PyObject_IsInstance(object->ptr(), classes->ptr()) == 1));
-      return Variable::constant(py::bool_(
-          PyObject_IsSubclass(type.ptr(), classes->ptr()) == 1));
+        return Variable::constant(
+            py::bool_(PyObject_IsInstance(object->ptr(), classes->ptr()) == 1));
+      return Variable::constant(
+          py::bool_(PyObject_IsSubclass(type.ptr(), classes->ptr()) == 1));
     }
   }
   if (is("range") || is("enumerate") || is("zip") || is("reversed") ||
@@ -1088,8 +1118,10 @@ VariablePtr Evaluator::callBuiltin(
         values.append(*constant);
       return Variable::constant(function(*py::tuple(values)));
     }
-    if (is("enumerate") && (args.size() == 1 || args.size() == 2) && kwargs.empty()) {
-      int64_t start = args.size() == 2 ? asConstant(args[1]).value().cast<int64_t>() : 0;
+    if (is("enumerate") && (args.size() == 1 || args.size() == 2) &&
+        kwargs.empty()) {
+      int64_t start =
+          args.size() == 2 ? asConstant(args[1]).value().cast<int64_t>() : 0;
       auto iterator = Variable::make(Kind::Iterator);
       for (const VariablePtr &item : unpack(args[0]))
         iterator->items.push_back(Variable::sequence(
@@ -1108,7 +1140,8 @@ VariablePtr Evaluator::callBuiltin(
         std::vector<VariablePtr> row;
         for (auto &column : columns)
           row.push_back(column[i]);
-        iterator->items.push_back(Variable::sequence(Kind::Tuple, std::move(row)));
+        iterator->items.push_back(
+            Variable::sequence(Kind::Tuple, std::move(row)));
       }
       return iterator;
     }
@@ -1119,8 +1152,8 @@ VariablePtr Evaluator::callBuiltin(
       return iterator;
     }
     if ((is("list") || is("tuple")) && args.size() <= 1 && kwargs.empty()) {
-      std::vector<VariablePtr> items = args.empty() ? std::vector<VariablePtr>()
-                                                    : unpack(args[0]);
+      std::vector<VariablePtr> items =
+          args.empty() ? std::vector<VariablePtr>() : unpack(args[0]);
       return Variable::sequence(is("list") ? Kind::List : Kind::Tuple,
                                 std::move(items));
     }
@@ -1142,7 +1175,8 @@ VariablePtr Evaluator::callBuiltin(
   if (is("hasattr") && args.size() == 2 &&
       (args[0]->kind == Kind::Module || args[0]->kind == Kind::Object)) {
     std::optional<py::object> name = asConstant(args[1]);
-    bool has = py::hasattr(args[0]->object, name.value().cast<std::string>().c_str());
+    bool has =
+        py::hasattr(args[0]->object, name.value().cast<std::string>().c_str());
     return Variable::constant(py::bool_(has));
   }
   if (is("super") && args.empty()) {
@@ -1156,13 +1190,14 @@ VariablePtr Evaluator::callBuiltin(
       return torchCall(h.builtin("abs"), args, {});
     if (is("sum") && args.size() >= 1 && kwargs.empty()) {
       std::vector<VariablePtr> items = unpack(args[0]);
-      VariablePtr total = args.size() == 2 ? args[1]
-                                           : Variable::constant(py::int_(0));
+      VariablePtr total =
+          args.size() == 2 ? args[1] : Variable::constant(py::int_(0));
       for (const VariablePtr &item : items) {
         std::optional<py::object> a = asConstant(total), b = asConstant(item);
-        total = a && b ? Variable::constant(
-                             py::reinterpret_steal<py::object>(PyNumber_Add(a->ptr(), b->ptr())))
-                       : torchCall(h.operatorModule.attr("add"), {total, item}, {});
+        total =
+            a && b ? Variable::constant(py::reinterpret_steal<py::object>(
+                         PyNumber_Add(a->ptr(), b->ptr())))
+                   : torchCall(h.operatorModule.attr("add"), {total, item}, {});
       }
       return total;
     }
@@ -1182,9 +1217,9 @@ VariablePtr Evaluator::callBuiltin(
   return nullptr;
 }
 
-VariablePtr Evaluator::call(const VariablePtr &callable,
-                            std::vector<VariablePtr> args,
-                            std::vector<std::pair<std::string, VariablePtr>> kwargs) {
+VariablePtr
+Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
+                std::vector<std::pair<std::string, VariablePtr>> kwargs) {
   const Handles &h = Handles::get();
   switch (callable->kind) {
   case Kind::Function:
@@ -1255,7 +1290,8 @@ VariablePtr Evaluator::call(const VariablePtr &callable,
     if (function.is(h.builtin("super")) && args.empty())
       unsupported("super() needs the enclosing method");
     bool handled = false;
-    if (PyObject_Hash(function.ptr()) != -1 && h.pureBuiltins.count(function.ptr())) {
+    if (PyObject_Hash(function.ptr()) != -1 &&
+        h.pureBuiltins.count(function.ptr())) {
       VariablePtr result = callBuiltin(function, args, kwargs, handled);
       if (handled)
         return result;
@@ -1265,7 +1301,8 @@ VariablePtr Evaluator::call(const VariablePtr &callable,
     // Pure functions with constant arguments: evaluate now.
     std::string module = moduleOf(function);
     bool pure = callable->flag || h.pureBuiltins.count(function.ptr()) ||
-                module == "math" || module == "operator" || module == "_operator";
+                module == "math" || module == "operator" ||
+                module == "_operator";
     if (pure) {
       py::list constantArgs;
       py::dict constantKwargs;
@@ -1296,22 +1333,24 @@ VariablePtr Evaluator::call(const VariablePtr &callable,
         }
         if (isConstantObject(result))
           return Variable::constant(result);
-        if (PyList_CheckExact(result.ptr()) || PyTuple_CheckExact(result.ptr()) ||
-            PyDict_CheckExact(result.ptr()))
+        if (PyList_CheckExact(result.ptr()) ||
+            PyTuple_CheckExact(result.ptr()) || PyDict_CheckExact(result.ptr()))
           return wrap(result, nullptr);
         unsupported("a call returning a " + typeName(result));
       }
     }
     if (py::isinstance(function, py::type::of(py::type::of(py::none()))) &&
         function.is(h.sizeType)) {
-      std::optional<py::object> value = args.size() == 1 ? asConstant(args[0]) : std::nullopt;
+      std::optional<py::object> value =
+          args.size() == 1 ? asConstant(args[0]) : std::nullopt;
       if (value)
         return Variable::constant(function(*value));
     }
     if (isTorchModuleName(module) && !module.empty() && module != "builtins" &&
         !PyType_Check(function.ptr()))
       return torchCall(function, args, kwargs);
-    if (module == "_operator" || module == "operator" || function.is(h.builtin("abs")))
+    if (module == "_operator" || module == "operator" ||
+        function.is(h.builtin("abs")))
       return torchCall(function, args, kwargs);
     unsupported("a call to " + py::repr(function).cast<std::string>());
   }
@@ -1331,10 +1370,13 @@ VariablePtr Evaluator::inlineModule(
   for (const char *hooks : {"_forward_hooks", "_forward_pre_hooks",
                             "_backward_hooks", "_backward_pre_hooks"})
     if (py::len(object.attr(hooks)) != 0)
-      unsupported("a module with hooks (" + typeName(object) + "." + hooks + ")");
-  for (const char *hooks : {"_global_forward_hooks", "_global_forward_pre_hooks",
-                            "_global_backward_hooks", "_global_backward_pre_hooks"})
-    if (py::hasattr(h.nnModules, hooks) && py::len(h.nnModules.attr(hooks)) != 0)
+      unsupported("a module with hooks (" + typeName(object) + "." + hooks +
+                  ")");
+  for (const char *hooks :
+       {"_global_forward_hooks", "_global_forward_pre_hooks",
+        "_global_backward_hooks", "_global_backward_pre_hooks"})
+    if (py::hasattr(h.nnModules, hooks) &&
+        py::len(h.nnModules.attr(hooks)) != 0)
       unsupported("global module hooks are registered");
   auto forward = Variable::make(Kind::Function);
   forward->object = type.attr("forward");
@@ -1361,12 +1403,14 @@ VariablePtr Evaluator::inlineFunction(
     globals = fn.attr("__globals__");
     defaults = fn.attr("__defaults__");
     kwdefaults = fn.attr("__kwdefaults__");
-    SourcePtr fnSource = Source::fixed(fn, "F[" + std::to_string(reinterpret_cast<uintptr_t>(fn.ptr())) + "]");
+    SourcePtr fnSource = Source::fixed(
+        fn, "F[" + std::to_string(reinterpret_cast<uintptr_t>(fn.ptr())) + "]");
     if (!defaults.is_none()) {
       int i = 0;
       for (py::handle item : defaults)
-        defaultVariables.push_back(wrap(
-            item, Source::item(Source::attr(fnSource, "__defaults__"), py::int_(i++))));
+        defaultVariables.push_back(
+            wrap(item, Source::item(Source::attr(fnSource, "__defaults__"),
+                                    py::int_(i++))));
     }
     py::object closure = fn.attr("__closure__");
     if (!closure.is_none()) {
@@ -1374,8 +1418,11 @@ VariablePtr Evaluator::inlineFunction(
         auto cellVariable = Variable::make(Kind::Cell);
         cellVariable->object = py::reinterpret_borrow<py::object>(cell);
         cellVariable->source = Source::attr(
-            Source::fixed(cellVariable->object,
-                          "Cell[" + std::to_string(reinterpret_cast<uintptr_t>(cell.ptr())) + "]"),
+            Source::fixed(
+                cellVariable->object,
+                "Cell[" +
+                    std::to_string(reinterpret_cast<uintptr_t>(cell.ptr())) +
+                    "]"),
             "cell_contents");
         frame.freeCells.push_back(cellVariable);
       }
@@ -1390,13 +1437,15 @@ VariablePtr Evaluator::inlineFunction(
   frame.code = Bytecode::decode(code);
   frame.codeObject = code;
   frame.globals = globals;
-  py::object builtins = globals.attr("get")("__builtins__", Handles::get().builtins);
+  py::object builtins =
+      globals.attr("get")("__builtins__", Handles::get().builtins);
   if (py::isinstance(builtins, Handles::get().moduleType))
     builtins = builtins.attr("__dict__");
   frame.builtins = builtins;
   auto *codeObject = reinterpret_cast<PyCodeObject *>(code.ptr());
   frame.locals.resize(codeObject->co_nlocalsplus);
-  for (py::handle name : py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))
+  for (py::handle name :
+       py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))
     frame.localNames.push_back(name.cast<std::string>());
   const char *kinds = PyBytes_AsString(codeObject->co_localspluskinds);
   frame.localKinds.assign(kinds, kinds + codeObject->co_nlocalsplus);
@@ -1426,13 +1475,15 @@ VariablePtr Evaluator::inlineFunction(
         index = i;
     if (index >= 0) {
       if (frame.locals[index])
-        unsupported(frame.code->name + "() got multiple values for argument '" + name + "'");
+        unsupported(frame.code->name + "() got multiple values for argument '" +
+                    name + "'");
       frame.locals[index] = value;
     } else if (hasVarkw) {
       varkw->keys.push_back(py::str(name));
       varkw->items.push_back(value);
     } else {
-      unsupported(frame.code->name + "() got an unexpected keyword argument '" + name + "'");
+      unsupported(frame.code->name + "() got an unexpected keyword argument '" +
+                  name + "'");
     }
   }
   int firstDefault = argcount - static_cast<int>(defaultVariables.size());
@@ -1488,9 +1539,11 @@ VariablePtr Evaluator::local(Frame &frame, int index) {
   if (index < 0 || index >= static_cast<int>(frame.locals.size()))
     throw Error("local index out of range");
   VariablePtr &slot = frame.locals[index];
-  if (!slot && frame.isRoot && index < static_cast<int>(frame.rootArguments.size()) &&
+  if (!slot && frame.isRoot &&
+      index < static_cast<int>(frame.rootArguments.size()) &&
       frame.rootArguments[index]) {
-    slot = wrap(frame.rootArguments[index], Source::local(index, frame.localNames[index]));
+    slot = wrap(frame.rootArguments[index],
+                Source::local(index, frame.localNames[index]));
     // *args and **kwargs are made fresh by each call.
     auto *code = reinterpret_cast<PyCodeObject *>(frame.codeObject.ptr());
     int named = code->co_argcount + code->co_kwonlyargcount;
@@ -1509,7 +1562,8 @@ VariablePtr Evaluator::loadGlobal(Frame &frame, const std::string &name) {
   if (PyDict_Contains(frame.globals.ptr(), key.ptr()) == 1) {
     SourcePtr source =
         rootGlobals ? Source::global(name)
-                    : Source::item(Source::fixed(frame.globals, globalsName(frame.globals)),
+                    : Source::item(Source::fixed(frame.globals,
+                                                 globalsName(frame.globals)),
                                    key);
     return wrap(frame.globals[key], source);
   }
@@ -1544,14 +1598,12 @@ void Evaluator::doCall(Frame &frame, size_t argumentCount) {
 
 void Evaluator::binaryOp(Frame &frame, int op) {
   // CPython's NB_* numbering; the in-place forms follow at op + 13.
-  static const char *kOperators[] = {"add",     "and_",   "floordiv", "lshift",
-                                     "matmul",  "mul",    "mod",      "or_",
-                                     "pow",     "rshift", "sub",      "truediv",
-                                     "xor_"};
-  static const char *kInplace[] = {"iadd",     "iand",   "ifloordiv", "ilshift",
-                                   "imatmul",  "imul",   "imod",      "ior",
-                                   "ipow",     "irshift", "isub",     "itruediv",
-                                   "ixor"};
+  static const char *kOperators[] = {
+      "add", "and_", "floordiv", "lshift", "matmul",  "mul", "mod",
+      "or_", "pow",  "rshift",   "sub",    "truediv", "xor_"};
+  static const char *kInplace[] = {
+      "iadd", "iand", "ifloordiv", "ilshift", "imatmul",  "imul", "imod",
+      "ior",  "ipow", "irshift",   "isub",    "itruediv", "ixor"};
   VariablePtr right = pop(frame);
   VariablePtr left = pop(frame);
   bool inplace = op >= 13;
@@ -1567,7 +1619,8 @@ void Evaluator::binaryOp(Frame &frame, int op) {
     try {
       frame.stack.push_back(Variable::constant(function(*a, *b)));
     } catch (py::error_already_set &error) {
-      unsupported(std::string("an operation that raises during capture: ") + error.what());
+      unsupported(std::string("an operation that raises during capture: ") +
+                  error.what());
     }
     return;
   }
@@ -1596,15 +1649,18 @@ void Evaluator::binaryOp(Frame &frame, int op) {
       return;
     }
     unsupported(std::string("operator ") + kOperators[base] + " on " +
-                kindNameOf(pythonTypeOf(left)) + " and " + kindNameOf(pythonTypeOf(right)));
+                kindNameOf(pythonTypeOf(left)) + " and " +
+                kindNameOf(pythonTypeOf(right)));
   }
-  py::object function = h.operatorModule.attr(inplace ? kInplace[base] : kOperators[base]);
+  py::object function =
+      h.operatorModule.attr(inplace ? kInplace[base] : kOperators[base]);
   frame.stack.push_back(torchCall(function, {left, right}, {}));
 }
 
 void Evaluator::compareOp(Frame &frame, const std::string &op) {
   static const std::pair<const char *, const char *> kComparisons[] = {
-      {"<", "lt"}, {"<=", "le"}, {"==", "eq"}, {"!=", "ne"}, {">", "gt"}, {">=", "ge"}};
+      {"<", "lt"},  {"<=", "le"}, {"==", "eq"},
+      {"!=", "ne"}, {">", "gt"},  {">=", "ge"}};
   VariablePtr right = pop(frame);
   VariablePtr left = pop(frame);
   const char *name = nullptr;
@@ -1629,14 +1685,16 @@ void Evaluator::compareOp(Frame &frame, const std::string &op) {
     bool equal = false;
     if (a && !b && (right->kind == Kind::Object || right->kind == Kind::Module))
       equal = right->object.equal(*a);
-    else if (b && !a && (left->kind == Kind::Object || left->kind == Kind::Module))
+    else if (b && !a &&
+             (left->kind == Kind::Object || left->kind == Kind::Module))
       equal = left->object.equal(*b);
     else if ((a && a->is_none()) || (b && b->is_none()))
       equal = false;
     else
-      unsupported("comparison of a " + kindNameOf(pythonTypeOf(left)) + " and a " +
-                  kindNameOf(pythonTypeOf(right)));
-    frame.stack.push_back(Variable::constant(py::bool_(op == "==" ? equal : !equal)));
+      unsupported("comparison of a " + kindNameOf(pythonTypeOf(left)) +
+                  " and a " + kindNameOf(pythonTypeOf(right)));
+    frame.stack.push_back(
+        Variable::constant(py::bool_(op == "==" ? equal : !equal)));
     return;
   }
   unsupported("comparison of a " + kindNameOf(pythonTypeOf(left)) + " and a " +
@@ -1723,7 +1781,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     // Both 3.11 and 3.12 push NULL first when the low bit is set.
     if (instruction.arg & 1)
       frame.stack.push_back(Variable::make(Kind::Null));
-    frame.stack.push_back(loadGlobal(frame, instruction.argval.cast<std::string>()));
+    frame.stack.push_back(
+        loadGlobal(frame, instruction.argval.cast<std::string>()));
     return;
   }
   case Opcode::LOAD_ATTR:
@@ -1731,7 +1790,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr base = pop(frame);
     bool methodForm = instruction.opcode == Opcode::LOAD_METHOD ||
                       (minor >= 12 && (instruction.arg & 1));
-    VariablePtr attribute = loadAttr(base, instruction.argval.cast<std::string>());
+    VariablePtr attribute =
+        loadAttr(base, instruction.argval.cast<std::string>());
     if (methodForm)
       frame.stack.push_back(Variable::make(Kind::Null));
     frame.stack.push_back(attribute);
@@ -1744,7 +1804,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     auto super = Variable::make(Kind::Super);
     super->object = asConstant(cls).value_or(cls->object);
     super->items.push_back(self);
-    VariablePtr attribute = loadAttr(super, instruction.argval.cast<std::string>());
+    VariablePtr attribute =
+        loadAttr(super, instruction.argval.cast<std::string>());
     if (instruction.arg & 1)
       frame.stack.push_back(Variable::make(Kind::Null));
     frame.stack.push_back(attribute);
@@ -1754,12 +1815,15 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     unsupported("setting attribute '" + instruction.argval.cast<std::string>() +
                 "' (a side effect on an object)");
   case Opcode::STORE_GLOBAL:
-    unsupported("assigning global '" + instruction.argval.cast<std::string>() + "'");
+    unsupported("assigning global '" + instruction.argval.cast<std::string>() +
+                "'");
   case Opcode::MAKE_CELL: {
     VariablePtr &slot = frame.locals.at(instruction.arg);
     auto cell = Variable::make(Kind::Cell);
-    if (slot || (frame.isRoot && instruction.arg < static_cast<int>(frame.rootArguments.size()) &&
-                 frame.rootArguments[instruction.arg]))
+    if (slot ||
+        (frame.isRoot &&
+         instruction.arg < static_cast<int>(frame.rootArguments.size()) &&
+         frame.rootArguments[instruction.arg]))
       cell->items.push_back(local(frame, instruction.arg));
     slot = cell;
     return;
@@ -1779,7 +1843,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     if (!cell || !cell->is(Kind::Cell))
       unsupported("free variable '" + frame.localNames[instruction.arg] + "'");
     if (cell->items.empty() && cell->object) {
-      py::object contents = py::reinterpret_steal<py::object>(PyCell_Get(cell->object.ptr()));
+      py::object contents =
+          py::reinterpret_steal<py::object>(PyCell_Get(cell->object.ptr()));
       if (!contents) {
         PyErr_Clear();
         unsupported("free variable '" + frame.localNames[instruction.arg] +
@@ -1826,7 +1891,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       same = false; // a symbolic value is never None
     else
       unsupported("`is` between symbolic values");
-    frame.stack.push_back(Variable::constant(py::bool_(same != (instruction.arg == 1))));
+    frame.stack.push_back(
+        Variable::constant(py::bool_(same != (instruction.arg == 1))));
     return;
   }
   case Opcode::CONTAINS_OP: {
@@ -1837,14 +1903,16 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     if (container->is(Kind::Dict) && key) {
       for (const py::object &candidate : container->keys)
         found |= candidate.equal(*key);
-    } else if (std::optional<py::object> all = asConstant(container); all && key) {
+    } else if (std::optional<py::object> all = asConstant(container);
+               all && key) {
       found = PySequence_Contains(all->ptr(), key->ptr()) == 1;
     } else if (container->is(Kind::Module) && key) {
       found = PySequence_Contains(container->object.ptr(), key->ptr()) == 1;
     } else {
       unsupported("`in` on a " + kindNameOf(pythonTypeOf(container)));
     }
-    frame.stack.push_back(Variable::constant(py::bool_(found != (instruction.arg == 1))));
+    frame.stack.push_back(
+        Variable::constant(py::bool_(found != (instruction.arg == 1))));
     return;
   }
   case Opcode::UNARY_NOT:
@@ -1895,7 +1963,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     std::optional<py::object> constantKey = asConstant(key);
     switch (container->kind) {
     case Kind::Tensor:
-      frame.stack.push_back(torchCall(h.operatorModule.attr("getitem"), {container, key}, {}));
+      frame.stack.push_back(
+          torchCall(h.operatorModule.attr("getitem"), {container, key}, {}));
       return;
     case Kind::Tuple:
     case Kind::List: {
@@ -1908,7 +1977,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
         std::vector<VariablePtr> items;
         for (py::handle index : indices[*constantKey])
           items.push_back(container->items[index.cast<size_t>()]);
-        frame.stack.push_back(Variable::sequence(container->kind, std::move(items)));
+        frame.stack.push_back(
+            Variable::sequence(container->kind, std::move(items)));
         return;
       }
       int64_t index = constantKey->cast<int64_t>();
@@ -1939,9 +2009,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     case Kind::Module:
       if (constantKey) {
         py::object item = container->object[*constantKey];
-        SourcePtr source = container->source && !PySlice_Check(constantKey->ptr())
-                               ? Source::item(container->source, *constantKey)
-                               : nullptr;
+        SourcePtr source =
+            container->source && !PySlice_Check(constantKey->ptr())
+                ? Source::item(container->source, *constantKey)
+                : nullptr;
         frame.stack.push_back(wrap(item, source));
         return;
       }
@@ -1954,8 +2025,9 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   case Opcode::BINARY_SLICE: {
     VariablePtr stop = pop(frame);
     VariablePtr start = pop(frame);
-    auto slice = Variable::constant(py::reinterpret_steal<py::object>(PySlice_New(
-        asConstant(start).value().ptr(), asConstant(stop).value().ptr(), nullptr)));
+    auto slice = Variable::constant(py::reinterpret_steal<py::object>(
+        PySlice_New(asConstant(start).value().ptr(),
+                    asConstant(stop).value().ptr(), nullptr)));
     frame.stack.push_back(slice);
     Instruction subscript = instruction;
     subscript.opcode = Opcode::BINARY_SUBSCR;
@@ -2002,10 +2074,12 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr start = pop(frame);
     VariablePtr container = pop(frame);
     VariablePtr value = pop(frame);
-    auto slice = Variable::constant(py::reinterpret_steal<py::object>(PySlice_New(
-        asConstant(start).value().ptr(), asConstant(stop).value().ptr(), nullptr)));
+    auto slice = Variable::constant(py::reinterpret_steal<py::object>(
+        PySlice_New(asConstant(start).value().ptr(),
+                    asConstant(stop).value().ptr(), nullptr)));
     if (!container->is(Kind::Tensor))
-      unsupported("slice assignment into a " + kindNameOf(pythonTypeOf(container)));
+      unsupported("slice assignment into a " +
+                  kindNameOf(pythonTypeOf(container)));
     torchCall(h.operatorModule.attr("setitem"), {container, slice, value}, {});
     return;
   }
@@ -2018,16 +2092,20 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
         unsupported("a slice with a non-constant bound");
       values.push_back(*constant);
     }
-    PyObject *slice = PySlice_New(values[0].ptr(), values[1].ptr(),
-                                  values.size() > 2 ? values[2].ptr() : nullptr);
-    frame.stack.push_back(Variable::constant(py::reinterpret_steal<py::object>(slice)));
+    PyObject *slice =
+        PySlice_New(values[0].ptr(), values[1].ptr(),
+                    values.size() > 2 ? values[2].ptr() : nullptr);
+    frame.stack.push_back(
+        Variable::constant(py::reinterpret_steal<py::object>(slice)));
     return;
   }
   case Opcode::BUILD_TUPLE:
-    frame.stack.push_back(Variable::sequence(Kind::Tuple, popN(frame, instruction.arg)));
+    frame.stack.push_back(
+        Variable::sequence(Kind::Tuple, popN(frame, instruction.arg)));
     return;
   case Opcode::BUILD_LIST:
-    frame.stack.push_back(Variable::sequence(Kind::List, popN(frame, instruction.arg)));
+    frame.stack.push_back(
+        Variable::sequence(Kind::List, popN(frame, instruction.arg)));
     return;
   case Opcode::BUILD_MAP: {
     std::vector<VariablePtr> items = popN(frame, 2 * instruction.arg);
@@ -2067,7 +2145,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr value = pop(frame);
     std::optional<py::object> constant = asConstant(value);
     if (!constant || value->is(Kind::Module))
-      unsupported("formatting a " + kindNameOf(pythonTypeOf(value)) + " in an f-string");
+      unsupported("formatting a " + kindNameOf(pythonTypeOf(value)) +
+                  " in an f-string");
     py::object object = *constant;
     int conversion = instruction.arg & 3;
     if (conversion == 1)
@@ -2076,7 +2155,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       object = py::repr(object);
     else if (conversion == 3)
       object = h.builtin("ascii")(object);
-    frame.stack.push_back(Variable::constant(h.builtin("format")(object, spec)));
+    frame.stack.push_back(
+        Variable::constant(h.builtin("format")(object, spec)));
     return;
   }
   case Opcode::LIST_APPEND: {
@@ -2125,8 +2205,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   case Opcode::UNPACK_SEQUENCE: {
     std::vector<VariablePtr> items = unpack(pop(frame));
     if (static_cast<int>(items.size()) != instruction.arg)
-      unsupported("unpacking " + std::to_string(items.size()) + " values into " +
-                  std::to_string(instruction.arg));
+      unsupported("unpacking " + std::to_string(items.size()) +
+                  " values into " + std::to_string(instruction.arg));
     for (auto it = items.rbegin(); it != items.rend(); ++it)
       frame.stack.push_back(*it);
     return;
@@ -2136,7 +2216,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     size_t before = instruction.arg & 0xff, after = instruction.arg >> 8;
     if (items.size() < before + after)
       unsupported("not enough values to unpack");
-    std::vector<VariablePtr> middle(items.begin() + before, items.end() - after);
+    std::vector<VariablePtr> middle(items.begin() + before,
+                                    items.end() - after);
     for (size_t i = 0; i < after; ++i)
       frame.stack.push_back(items[items.size() - 1 - i]);
     frame.stack.push_back(Variable::sequence(Kind::List, std::move(middle)));
@@ -2371,13 +2452,15 @@ Capture Evaluator::run(py::handle function) {
                 "lazily)");
   frame.codeObject = py::reinterpret_borrow<py::object>(code);
   frame.globals = py::reinterpret_borrow<py::object>(inputs_.globals);
-  py::object builtins = frame.globals.attr("get")("__builtins__", Handles::get().builtins);
+  py::object builtins =
+      frame.globals.attr("get")("__builtins__", Handles::get().builtins);
   if (py::isinstance(builtins, Handles::get().moduleType))
     builtins = builtins.attr("__dict__");
   frame.builtins = builtins;
   auto *codeObject = reinterpret_cast<PyCodeObject *>(code.ptr());
   frame.locals.resize(codeObject->co_nlocalsplus);
-  for (py::handle name : py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))
+  for (py::handle name :
+       py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))
     frame.localNames.push_back(name.cast<std::string>());
   for (int i = 0; i < inputs_.localCount; ++i)
     frame.rootArguments.push_back(
@@ -2387,7 +2470,8 @@ Capture Evaluator::run(py::handle function) {
     for (py::handle cell : py::reinterpret_borrow<py::tuple>(inputs_.closure)) {
       auto cellVariable = Variable::make(Kind::Cell);
       cellVariable->object = py::reinterpret_borrow<py::object>(cell);
-      int slot = codeObject->co_nlocalsplus - static_cast<int>(PyTuple_GET_SIZE(inputs_.closure)) + i;
+      int slot = codeObject->co_nlocalsplus -
+                 static_cast<int>(PyTuple_GET_SIZE(inputs_.closure)) + i;
       cellVariable->source = Source::cell(i, frame.localNames.at(slot));
       frame.freeCells.push_back(cellVariable);
       ++i;
