@@ -171,6 +171,9 @@ private:
   };
 
   // --- the interpreter loop -------------------------------------------
+  /// Decodes `code` into `frame` and sizes its locals; `globals` is the
+  /// function's module dict (its builtins come from there).
+  void setUpFrame(Frame &frame, py::object code, py::object globals);
   VariablePtr runFrame(Frame &frame);
   void execute(Frame &frame, const Instruction &instruction);
   VariablePtr pop(Frame &frame) {
@@ -1434,21 +1437,8 @@ VariablePtr Evaluator::inlineFunction(
     defaultVariables = function->items;
     frame.freeCells = function->cells;
   }
-  frame.code = Bytecode::decode(code);
-  frame.codeObject = code;
-  frame.globals = globals;
-  py::object builtins =
-      globals.attr("get")("__builtins__", Handles::get().builtins);
-  if (py::isinstance(builtins, Handles::get().moduleType))
-    builtins = builtins.attr("__dict__");
-  frame.builtins = builtins;
+  setUpFrame(frame, code, globals);
   auto *codeObject = reinterpret_cast<PyCodeObject *>(code.ptr());
-  frame.locals.resize(codeObject->co_nlocalsplus);
-  for (py::handle name :
-       py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))
-    frame.localNames.push_back(name.cast<std::string>());
-  const char *kinds = PyBytes_AsString(codeObject->co_localspluskinds);
-  frame.localKinds.assign(kinds, kinds + codeObject->co_nlocalsplus);
 
   // Bind arguments as CPython does.
   int argcount = codeObject->co_argcount;
@@ -1534,6 +1524,24 @@ VariablePtr Evaluator::inlineFunction(
 
 // ---------------------------------------------------------------------------
 // The interpreter loop.
+
+void Evaluator::setUpFrame(Frame &frame, py::object code, py::object globals) {
+  frame.code = Bytecode::decode(code);
+  frame.codeObject = code;
+  py::object builtins =
+      globals.attr("get")("__builtins__", Handles::get().builtins);
+  if (py::isinstance(builtins, Handles::get().moduleType))
+    builtins = builtins.attr("__dict__");
+  frame.globals = std::move(globals);
+  frame.builtins = builtins;
+  auto *codeObject = reinterpret_cast<PyCodeObject *>(code.ptr());
+  frame.locals.resize(codeObject->co_nlocalsplus);
+  for (py::handle name :
+       py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))
+    frame.localNames.push_back(name.cast<std::string>());
+  const char *kinds = PyBytes_AsString(codeObject->co_localspluskinds);
+  frame.localKinds.assign(kinds, kinds + codeObject->co_nlocalsplus);
+}
 
 VariablePtr Evaluator::local(Frame &frame, int index) {
   if (index < 0 || index >= static_cast<int>(frame.locals.size()))
@@ -2446,22 +2454,12 @@ Capture Evaluator::run(py::handle function) {
   Frame frame;
   frame.isRoot = true;
   py::object code = function.attr("__code__");
-  frame.code = Bytecode::decode(code);
+  setUpFrame(frame, py::reinterpret_borrow<py::object>(code),
+             py::reinterpret_borrow<py::object>(inputs_.globals));
   if (frame.code->isGenerator)
     unsupported("a generator function runs in CPython (its caller consumes it "
                 "lazily)");
-  frame.codeObject = py::reinterpret_borrow<py::object>(code);
-  frame.globals = py::reinterpret_borrow<py::object>(inputs_.globals);
-  py::object builtins =
-      frame.globals.attr("get")("__builtins__", Handles::get().builtins);
-  if (py::isinstance(builtins, Handles::get().moduleType))
-    builtins = builtins.attr("__dict__");
-  frame.builtins = builtins;
   auto *codeObject = reinterpret_cast<PyCodeObject *>(code.ptr());
-  frame.locals.resize(codeObject->co_nlocalsplus);
-  for (py::handle name :
-       py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))
-    frame.localNames.push_back(name.cast<std::string>());
   for (int i = 0; i < inputs_.localCount; ++i)
     frame.rootArguments.push_back(
         py::reinterpret_borrow<py::object>(inputs_.locals[i]));
