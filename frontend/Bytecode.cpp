@@ -52,6 +52,20 @@ bool isJump(Opcode opcode) {
 } // namespace
 
 std::shared_ptr<const Bytecode> Bytecode::decode(py::handle code) {
+  // Decoded once per code object: a module's forward is inlined once per
+  // instance, and `dis` is slow. The cache holds the code objects alive;
+  // code objects of loaded functions live as long as their modules anyway.
+  static auto *cache =
+      new std::unordered_map<PyObject *, std::pair<py::object, std::shared_ptr<const Bytecode>>>();
+  auto cached = cache->find(code.ptr());
+  if (cached != cache->end())
+    return cached->second.second;
+  std::shared_ptr<const Bytecode> decoded = decodeUncached(code);
+  (*cache)[code.ptr()] = {py::reinterpret_borrow<py::object>(code), decoded};
+  return decoded;
+}
+
+std::shared_ptr<const Bytecode> Bytecode::decodeUncached(py::handle code) {
   int flags = code.attr("co_flags").cast<int>();
   auto bytecode = std::make_shared<Bytecode>();
   bytecode->filename = code.attr("co_filename").cast<std::string>();

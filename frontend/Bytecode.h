@@ -65,6 +65,7 @@ public:
   /// Decodes `code` (a code object); throws kiln::Unsupported for code the
   /// evaluator cannot handle at all (coroutines, async generators).
   static std::shared_ptr<const Bytecode> decode(py::handle code);
+  static std::shared_ptr<const Bytecode> decodeUncached(py::handle code);
 
   std::vector<Instruction> instructions;
   std::string filename;

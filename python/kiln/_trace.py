@@ -6,11 +6,46 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
+# Per operator: whether kiln's own meta function may stand in for torch's
+# (a registered, functional, non-view op returning plain tensors). torch's
+# meta kernels are often Python reference implementations and dominate
+# capture time; kiln's, in C++, are checked against torch's by the tests.
+_FAST = {}
+
+
+def _fast_meta_results(func, args, kwargs):
+    usable = _FAST.get(func)
+    if usable is None:
+        from kiln import _C
+
+        schema = func._schema
+        returns = schema.returns
+        usable = (
+            _C.op_schema(func.name()) is not None
+            and not schema.is_mutable
+            and len(returns) >= 1
+            and all(r.alias_info is None and str(r.type) == "Tensor" for r in returns)
+        )
+        _FAST[func] = usable
+    if not usable:
+        return None
+    from kiln import _C
+
+    try:
+        metas = _C.infer_meta(func.name(), *args, **kwargs)
+    except Exception:  # noqa: BLE001 - torch's own meta kernel decides then
+        return None
+    outs = [torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
+            for dtype, sizes, strides, _offset, _device in metas]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
 class _Recorder(TorchDispatchMode):
-    def __init__(self, default_device):
+    def __init__(self, default_device, fast=True):
         super().__init__()
         self.calls = []
         self.default_device = default_device
+        self.fast = fast
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -24,7 +59,9 @@ class _Recorder(TorchDispatchMode):
                 kwargs = dict(kwargs, device=self.default_device)
             else:
                 run_kwargs = dict(kwargs, device=torch.device("meta"))
-        out = func(*args, **run_kwargs)
+        out = _fast_meta_results(func, args, run_kwargs) if self.fast else None
+        if out is None:
+            out = func(*args, **run_kwargs)
         self.calls.append((func, args, kwargs, out))
         return out
 
