@@ -2399,9 +2399,35 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     frame.yielded.push_back(pop(frame));
     frame.stack.push_back(Variable::constant(py::none())); // the value sent in
     return;
-  case Opcode::IMPORT_NAME:
+  case Opcode::IMPORT_NAME: {
+    // Importing a module that is already loaded has no side effect: the
+    // statement only names it. A first import runs module code: CPython's.
+    VariablePtr fromlist = pop(frame);
+    VariablePtr level = pop(frame);
+    std::string name = instruction.argval.cast<std::string>();
+    int64_t depth = asConstant(level).value().cast<int64_t>();
+    py::module_ sys = py::module_::import("sys");
+    if (depth > 0) {
+      py::object package = frame.globals.attr("get")("__package__", py::none());
+      if (package.is_none())
+        unsupported("a relative import outside a package");
+      name = py::module_::import("importlib.util")
+                 .attr("resolve_name")(std::string(depth, '.') + name, package)
+                 .cast<std::string>();
+    }
+    bool hasFromlist = !(fromlist->is(Kind::Constant) && fromlist->object.is_none());
+    std::string loaded = hasFromlist ? name : name.substr(0, name.find('.'));
+    py::object module = sys.attr("modules").attr("get")(loaded, py::none());
+    if (module.is_none() ||
+        sys.attr("modules").attr("get")(name, py::none()).is_none())
+      unsupported("importing " + name + ", which is not loaded yet");
+    frame.stack.push_back(wrap(module, nullptr));
+    return;
+  }
   case Opcode::IMPORT_FROM:
-    unsupported("import statements inside a compiled function");
+    frame.stack.push_back(
+        loadAttr(peek(frame), instruction.argval.cast<std::string>()));
+    return;
   default:
     unsupported("the bytecode instruction " + instruction.opname);
   }

@@ -603,3 +603,25 @@ def f_kwargs_mutation(x, **kwargs):
 def test_star_kwargs_are_owned_by_the_call():
     compiled = check(f_kwargs_mutation, rand(3), scale=3.0, extra=1.0)
     torch.testing.assert_close(compiled(torch.ones(2), scale=3.0, extra=1.0), torch.full((2,), 7.0))
+
+
+def f_imports_inside(x):
+    import math as m
+    import torch.nn.functional
+    from torch.nn import functional as functional_alias
+    from collections import OrderedDict  # noqa: F401 - a loaded module's name
+
+    return torch.nn.functional.relu(x) * m.pi + functional_alias.silu(x)
+
+
+def f_imports_unloaded(x):
+    import antigravity_kiln_missing  # noqa: F401
+
+    return x
+
+
+def test_imports_of_loaded_modules_are_captured():
+    check(f_imports_inside, rand(3))
+    compiled = kiln.compile(f_imports_unloaded, fullgraph=True)
+    with pytest.raises(kiln.Unsupported, match="not loaded yet"):
+        compiled(rand(2))
