@@ -214,6 +214,10 @@ private:
   callBuiltin(py::handle function, std::vector<VariablePtr> &args,
               std::vector<std::pair<std::string, VariablePtr>> &kwargs,
               bool &handled);
+  VariablePtr dictReadMethod(const VariablePtr &self, const std::string &name,
+                             py::handle attribute);
+  VariablePtr readGuardedDict(const VariablePtr &self, const std::string &name,
+                              std::vector<VariablePtr> &args);
   VariablePtr callMethodOfContainer(const VariablePtr &self,
                                     const std::string &name,
                                     std::vector<VariablePtr> &args);
@@ -788,6 +792,8 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
       method->items.push_back(base);
       return method;
     }
+    if (VariablePtr read = dictReadMethod(base, name, attribute))
+      return read;
     return wrap(attribute, attrSource());
   }
   case Kind::PythonModule: {
@@ -852,6 +858,8 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
       method->items.push_back(base->items[0]);
       return method;
     }
+    if (VariablePtr read = dictReadMethod(base->items[0], name, attribute))
+      return read;
     return wrap(attribute, nullptr);
   }
   default:
@@ -862,6 +870,81 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
 
 // ---------------------------------------------------------------------------
 // Calls.
+
+// dict's own read methods on a guarded object that is a dict (a registry
+// subclassing dict): read at capture time and guarded by the dict's keys and
+// the values read.
+VariablePtr Evaluator::dictReadMethod(const VariablePtr &self,
+                                      const std::string &name,
+                                      py::handle attribute) {
+  static const char *kReads[] = {"get",  "__getitem__", "__contains__",
+                                 "keys", "values",      "items"};
+  if (!self->source || !self->object || !PyDict_Check(self->object.ptr()) ||
+      !PyCFunction_Check(attribute.ptr()))
+    return nullptr;
+  if (std::none_of(std::begin(kReads), std::end(kReads),
+                   [&](const char *read) { return name == read; }))
+    return nullptr;
+  auto method = Variable::make(Kind::Method);
+  method->name = name;
+  method->items.push_back(self);
+  return method;
+}
+
+VariablePtr Evaluator::readGuardedDict(const VariablePtr &self,
+                                       const std::string &name,
+                                       std::vector<VariablePtr> &args) {
+  py::handle dict = self->object;
+  // Item sources read through __getitem__: it must be dict's own.
+  py::object getitem = py::type::of(dict).attr("__getitem__");
+  if (!getitem.is(py::type::of(py::dict()).attr("__getitem__")))
+    unsupported(typeName(dict) + " overrides __getitem__");
+  GuardCheck keys{GuardCheck::Kind::DictKeys, {}, {}};
+  py::list keyList;
+  Py_ssize_t position = 0;
+  PyObject *entryKey, *entryValue;
+  while (PyDict_Next(dict.ptr(), &position, &entryKey, &entryValue)) {
+    if (!isConstantObject(entryKey))
+      unsupported("a dict with non-constant keys");
+    keyList.append(py::handle(entryKey));
+  }
+  keys.expected = py::tuple(keyList);
+  guards_.addCheck(self->source, keys);
+  auto read = [&](py::handle key) {
+    return wrap(
+        PyDict_GetItem(dict.ptr(), key.ptr()),
+        Source::item(self->source, py::reinterpret_borrow<py::object>(key)));
+  };
+  if (name == "keys" || name == "values" || name == "items") {
+    std::vector<VariablePtr> items;
+    for (py::handle key : keyList) {
+      if (name == "keys")
+        items.push_back(
+            Variable::constant(py::reinterpret_borrow<py::object>(key)));
+      else if (name == "values")
+        items.push_back(read(key));
+      else
+        items.push_back(Variable::sequence(
+            Kind::Tuple,
+            {Variable::constant(py::reinterpret_borrow<py::object>(key)),
+             read(key)}));
+    }
+    return Variable::sequence(Kind::List, std::move(items));
+  }
+  if (args.empty())
+    unsupported("dict." + name + " without a key");
+  std::optional<py::object> key = asConstant(args[0]);
+  if (!key)
+    unsupported("a dict key that is not a constant");
+  bool present = PyDict_Contains(dict.ptr(), key->ptr()) == 1;
+  if (name == "__contains__")
+    return Variable::constant(py::bool_(present));
+  if (present)
+    return read(*key);
+  if (name == "get")
+    return args.size() > 1 ? args[1] : Variable::constant(py::none());
+  unsupported("KeyError " + py::repr(*key).cast<std::string>());
+}
 
 VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
                                              const std::string &name,
@@ -1236,6 +1319,8 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     if (!callable->object || callable->object.is_none()) {
       if (self->kind == Kind::Tensor)
         return callTensorMethod(self, callable->name, args, kwargs);
+      if (self->kind == Kind::Object && kwargs.empty())
+        return readGuardedDict(self, callable->name, args);
       if (!kwargs.empty())
         unsupported("keyword arguments to a container method");
       return callMethodOfContainer(self, callable->name, args);
@@ -1914,6 +1999,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     } else if (std::optional<py::object> all = asConstant(container);
                all && key) {
       found = PySequence_Contains(all->ptr(), key->ptr()) == 1;
+    } else if (container->is(Kind::Object) && key && container->source &&
+               PyDict_Check(container->object.ptr())) {
+      std::vector<VariablePtr> keyArgument{item};
+      found = truthy(readGuardedDict(container, "__contains__", keyArgument));
     } else if (container->is(Kind::Module) && key) {
       found = PySequence_Contains(container->object.ptr(), key->ptr()) == 1;
     } else {
@@ -2415,7 +2504,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
                  .attr("resolve_name")(std::string(depth, '.') + name, package)
                  .cast<std::string>();
     }
-    bool hasFromlist = !(fromlist->is(Kind::Constant) && fromlist->object.is_none());
+    bool hasFromlist =
+        !(fromlist->is(Kind::Constant) && fromlist->object.is_none());
     std::string loaded = hasFromlist ? name : name.substr(0, name.find('.'));
     py::object module = sys.attr("modules").attr("get")(loaded, py::none());
     if (module.is_none() ||

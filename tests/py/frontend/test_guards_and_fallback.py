@@ -252,3 +252,28 @@ def test_methods_can_be_decorated():
     a, b = Thing(2.0), Thing(3.0)
     torch.testing.assert_close(a.apply(torch.ones(2)), torch.full((2,), 2.0))
     torch.testing.assert_close(b.apply(torch.ones(2)), torch.full((2,), 3.0))
+
+
+class Registry(dict):
+    """A dict subclass read through its methods, as model libraries do."""
+
+    def lookup(self, name):
+        return super().get(name) or 1.0
+
+
+REGISTRY = Registry(scale=2.0)
+
+
+def reads_registry(x):
+    return x * REGISTRY.lookup("scale") + len(REGISTRY.keys()) + ("bias" in REGISTRY)
+
+
+def test_reads_of_a_dict_subclass_are_guarded():
+    compiled = kiln.compile(reads_registry, fullgraph=True)
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), reads_registry(x))
+    REGISTRY["scale"] = 5.0  # a value read: guarded
+    torch.testing.assert_close(compiled(x), reads_registry(x))
+    REGISTRY["bias"] = 0.0  # a new key: guarded by the keys
+    torch.testing.assert_close(compiled(x), reads_registry(x))
+    assert kiln.cache_info(compiled)["entries"] == 3
