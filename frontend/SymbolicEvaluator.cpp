@@ -202,6 +202,9 @@ private:
   VariablePtr loadGlobal(Frame &frame, const std::string &name);
   void doCall(Frame &frame, size_t argumentCount);
   void binaryOp(Frame &frame, int op);
+  /// `operator.<name>` of one operand: evaluated on a constant, recorded on
+  /// a tensor.
+  VariablePtr unaryOp(const char *name, const VariablePtr &operand);
   void compareOp(Frame &frame, const std::string &op);
 
   // --- values -----------------------------------------------------------
@@ -1750,6 +1753,14 @@ void Evaluator::binaryOp(Frame &frame, int op) {
   frame.stack.push_back(torchCall(function, {left, right}, {}));
 }
 
+VariablePtr Evaluator::unaryOp(const char *name, const VariablePtr &operand) {
+  py::object function = Handles::get().operatorModule.attr(name);
+  if (std::optional<py::object> constant = asConstant(operand);
+      constant && !operand->is(Kind::Tensor))
+    return Variable::constant(function(*constant));
+  return torchCall(function, {operand}, {});
+}
+
 void Evaluator::compareOp(Frame &frame, const std::string &op) {
   static const std::pair<const char *, const char *> kComparisons[] = {
       {"<", "lt"},  {"<=", "le"}, {"==", "eq"},
@@ -2021,13 +2032,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     const char *name = instruction.opcode == Opcode::UNARY_NEGATIVE ? "neg"
                        : instruction.opcode == Opcode::UNARY_INVERT ? "invert"
                                                                     : "pos";
-    VariablePtr operand = pop(frame);
-    py::object function = h.operatorModule.attr(name);
-    if (std::optional<py::object> constant = asConstant(operand);
-        constant && !operand->is(Kind::Tensor))
-      frame.stack.push_back(Variable::constant(function(*constant)));
-    else
-      frame.stack.push_back(torchCall(function, {operand}, {}));
+    frame.stack.push_back(unaryOp(name, pop(frame)));
     return;
   }
   case Opcode::CALL_INTRINSIC_1: {
@@ -2038,13 +2043,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       return;
     }
     if (instruction.arg == 5) {
-      VariablePtr operand = pop(frame);
-      py::object function = h.operatorModule.attr("pos");
-      if (std::optional<py::object> constant = asConstant(operand);
-          constant && !operand->is(Kind::Tensor))
-        frame.stack.push_back(Variable::constant(function(*constant)));
-      else
-        frame.stack.push_back(torchCall(function, {operand}, {}));
+      frame.stack.push_back(unaryOp("pos", pop(frame)));
       return;
     }
     unsupported("intrinsic " + std::to_string(instruction.arg));

@@ -183,3 +183,17 @@ def check_like_torch(name, *args, meta_only=False, **kwargs):
         compare(name, expected, device_args, device_kwargs, got=got)
     all_raise = all(error is not None for _, error in torch_results.values())
     return "error" if all_raise else "ok"
+
+
+def check_or_raise(name, *args, **kwargs):
+    """Compares with torch where torch succeeds; expects kiln to refuse the
+    call where torch refuses it."""
+    import pytest
+
+    try:
+        expected = aten_op(name)(*args, **kwargs)
+    except (RuntimeError, IndexError, ValueError):
+        with pytest.raises(RuntimeError):
+            _C.infer_meta(name, *args, **kwargs)
+        return
+    compare(name, expected, args, kwargs)

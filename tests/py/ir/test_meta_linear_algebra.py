@@ -9,21 +9,9 @@ import pytest
 import torch
 
 import kiln._C as _C
-from meta_check import aten_op, compare, layouts
+from meta_check import aten_op, check_or_raise, compare, layouts
 
 DTYPES = (torch.float32, torch.float64, torch.bfloat16)
-
-
-def check_or_raise(name, *args, **kwargs):
-    """Compares with torch where torch succeeds; expects kiln to refuse the
-    call where torch refuses it."""
-    try:
-        expected = aten_op(name)(*args, **kwargs)
-    except (RuntimeError, IndexError, ValueError):
-        with pytest.raises(RuntimeError):
-            _C.infer_meta(name, *args, **kwargs)
-        return
-    compare(name, expected, args, kwargs)
 
 
 def on_cpu(t):
