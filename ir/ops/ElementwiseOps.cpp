@@ -24,7 +24,7 @@ using meta::PromotionOperand;
 using meta::resultType;
 
 // The types of torch's kernel families, by what they compute.
-constexpr DTypeSet kReal = kBoolTypes | kIntegerTypes | kFloatingTypes;
+constexpr DTypeSet kReal = meta::kRealTypes;
 constexpr DTypeSet kRealNoBool = kIntegerTypes | kFloatingTypes;
 constexpr DTypeSet kNoBool = kAllTypes - kBoolTypes;
 constexpr DTypeSet kBitwise = kBoolTypes | kIntegerTypes;

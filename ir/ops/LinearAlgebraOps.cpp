@@ -8,6 +8,7 @@
 #include "ir/ops/MetaUtils.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace kiln {
 namespace {
@@ -458,29 +459,54 @@ void checkPoolInput(const MetaArgs &args, const TensorMeta &input) {
                    shapeToString(input.sizes));
 }
 
-// max_pool2d (values) and max_pool2d_with_indices (values, indices).
-std::vector<TensorMeta> maxPool(const MetaArgs &args) {
-  const TensorMeta &input = args.tensor(0);
-  auto [kernelH, kernelW] = twoInts(args, args.intList(1), "kernel_size");
+// The window of a 2-d pool: kernel_size, stride (empty: the kernel) and
+// padding, arguments 1 to 3 of max_pool2d and avg_pool2d alike.
+struct PoolWindow {
+  int64_t kernelH, kernelW, strideH, strideW, padH, padW;
+};
+
+PoolWindow poolWindow(const MetaArgs &args) {
+  PoolWindow window;
+  std::tie(window.kernelH, window.kernelW) =
+      twoInts(args, args.intList(1), "kernel_size");
   Shape strideList = args.intList(2);
-  auto [strideH, strideW] = strideList.empty()
-                                ? std::make_pair(kernelH, kernelW)
-                                : twoInts(args, strideList, "stride");
-  auto [padH, padW] = twoInts(args, args.intList(3), "padding");
-  auto [dilationH, dilationW] = twoInts(args, args.intList(4), "dilation");
-  bool ceilMode = args.boolean(5);
-  if (kernelH <= 0 || kernelW <= 0 || strideH <= 0 || strideW <= 0 ||
-      dilationH <= 0 || dilationW <= 0)
-    fail(args, "kernel size, stride and dilation should be greater than zero");
-  checkPoolInput(args, input);
+  std::tie(window.strideH, window.strideW) =
+      strideList.empty() ? std::make_pair(window.kernelH, window.kernelW)
+                         : twoInts(args, strideList, "stride");
+  std::tie(window.padH, window.padW) =
+      twoInts(args, args.intList(3), "padding");
+  return window;
+}
+
+// The pooled result's height and width; throws where either is below 1.
+std::pair<int64_t, int64_t> pooledExtent(const MetaArgs &args,
+                                         const TensorMeta &input,
+                                         const PoolWindow &window,
+                                         int64_t dilationH, int64_t dilationW,
+                                         bool ceilMode) {
   int64_t inH = input.sizes[input.dim() - 2], inW = input.sizes.back();
-  int64_t outH =
-      pooledSize(args, inH, kernelH, padH, strideH, dilationH, ceilMode);
-  int64_t outW =
-      pooledSize(args, inW, kernelW, padW, strideW, dilationW, ceilMode);
+  int64_t outH = pooledSize(args, inH, window.kernelH, window.padH,
+                            window.strideH, dilationH, ceilMode);
+  int64_t outW = pooledSize(args, inW, window.kernelW, window.padW,
+                            window.strideW, dilationW, ceilMode);
   if (outH < 1 || outW < 1)
     fail(args, "Given input size " + shapeToString(input.sizes) +
                    ", the calculated output size is too small");
+  return {outH, outW};
+}
+
+// max_pool2d (values) and max_pool2d_with_indices (values, indices).
+std::vector<TensorMeta> maxPool(const MetaArgs &args) {
+  const TensorMeta &input = args.tensor(0);
+  PoolWindow window = poolWindow(args);
+  auto [dilationH, dilationW] = twoInts(args, args.intList(4), "dilation");
+  bool ceilMode = args.boolean(5);
+  if (window.kernelH <= 0 || window.kernelW <= 0 || window.strideH <= 0 ||
+      window.strideW <= 0 || dilationH <= 0 || dilationW <= 0)
+    fail(args, "kernel size, stride and dilation should be greater than zero");
+  checkPoolInput(args, input);
+  auto [outH, outW] =
+      pooledExtent(args, input, window, dilationH, dilationW, ceilMode);
   TensorMeta values = pooledResult(input, outH, outW, input.dtype);
   if (args.schema().returns.size() == 1)
     return one(values);
@@ -491,25 +517,16 @@ std::vector<TensorMeta> maxPool(const MetaArgs &args) {
 
 std::vector<TensorMeta> avgPool(const MetaArgs &args) {
   const TensorMeta &input = args.tensor(0);
-  auto [kernelH, kernelW] = twoInts(args, args.intList(1), "kernel_size");
-  Shape strideList = args.intList(2);
-  auto [strideH, strideW] = strideList.empty()
-                                ? std::make_pair(kernelH, kernelW)
-                                : twoInts(args, strideList, "stride");
-  auto [padH, padW] = twoInts(args, args.intList(3), "padding");
+  PoolWindow window = poolWindow(args);
   bool ceilMode = args.boolean(4);
   if (std::optional<int64_t> divisor = args.optionalInteger(6);
       divisor && *divisor == 0)
     fail(args, "divisor must be not zero");
-  if (kernelH <= 0 || kernelW <= 0 || strideH <= 0 || strideW <= 0)
+  if (window.kernelH <= 0 || window.kernelW <= 0 || window.strideH <= 0 ||
+      window.strideW <= 0)
     fail(args, "kernel size and stride should be greater than zero");
   checkPoolInput(args, input);
-  int64_t inH = input.sizes[input.dim() - 2], inW = input.sizes.back();
-  int64_t outH = pooledSize(args, inH, kernelH, padH, strideH, 1, ceilMode);
-  int64_t outW = pooledSize(args, inW, kernelW, padW, strideW, 1, ceilMode);
-  if (outH < 1 || outW < 1)
-    fail(args, "Given input size " + shapeToString(input.sizes) +
-                   ", the calculated output size is too small");
+  auto [outH, outW] = pooledExtent(args, input, window, 1, 1, ceilMode);
   return one(pooledResult(input, outH, outW, input.dtype));
 }
 

@@ -95,6 +95,9 @@ inline constexpr DTypeSet kFloatingTypes{DType::Float16, DType::BFloat16,
 inline constexpr DTypeSet kComplexTypes{DType::Complex64, DType::Complex128};
 inline constexpr DTypeSet kAllTypes =
     kBoolTypes | kIntegerTypes | kFloatingTypes | kComplexTypes;
+/// Everything but complex: what comparisons and most real math accept.
+inline constexpr DTypeSet kRealTypes =
+    kBoolTypes | kIntegerTypes | kFloatingTypes;
 
 /// Throws "<op>: not implemented for <dtype> tensors" where torch's kernels
 /// for the op have no version for `dtype` (torch's meta device may accept

@@ -19,7 +19,7 @@ using meta::kComplexTypes;
 using meta::kFloatingTypes;
 using meta::kIntegerTypes;
 
-constexpr DTypeSet kReal = kBoolTypes | kIntegerTypes | kFloatingTypes;
+constexpr DTypeSet kReal = meta::kRealTypes;
 constexpr DTypeSet kInexact = kFloatingTypes | kComplexTypes;
 
 // How a reduction's result type follows from its input (and its dtype

@@ -3,20 +3,14 @@
 // Depends on ir/Graph.h and gtest.
 #include "ir/Error.h"
 #include "ir/Graph.h"
+#include "tests/cpp/ir/OpTestSupport.h"
 
 #include <gtest/gtest.h>
 
 using namespace kiln;
+using kiln::testing::resultsOf;
 
 namespace {
-
-std::vector<TensorMeta> resultsOf(Graph &graph, std::string_view op,
-                                  const std::vector<Argument> &arguments) {
-  std::vector<TensorMeta> metas;
-  for (const auto &value : graph.addOp(op, arguments)->results())
-    metas.push_back(value->meta());
-  return metas;
-}
 
 TensorMeta resultOf(Graph &graph, std::string_view op,
                     const std::vector<Argument> &arguments) {
