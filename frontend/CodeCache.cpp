@@ -1,12 +1,12 @@
 // The cache of compiled graphs for one code object or compiled function.
-// Depends on frontend/, runtime/EagerRunner.h, runtime/Logging.h, CPython.
+// Depends on frontend/, runtime/EagerRunner.h, ir/Logging.h, CPython.
 #include "frontend/CodeCache.h"
 
 #include "frontend/EvalFrameHook.h"
 #include "frontend/SymbolicEvaluator.h"
 #include "ir/Error.h"
 #include "runtime/EagerRunner.h"
-#include "runtime/Logging.h"
+#include "ir/Logging.h"
 
 namespace kiln::frontend {
 

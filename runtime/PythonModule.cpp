@@ -7,7 +7,7 @@
 #include "ir/Error.h"
 #include "ir/Graph.h"
 #include "ir/OpRegistry.h"
-#include "runtime/Logging.h"
+#include "ir/Logging.h"
 #include "runtime/PythonConversion.h"
 
 #include <pybind11/stl.h>

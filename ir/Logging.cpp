@@ -1,5 +1,5 @@
 // KILN_LOGS and KILN_DUMP_DIR. Depends on nothing in kiln.
-#include "runtime/Logging.h"
+#include "ir/Logging.h"
 
 #include <atomic>
 #include <cstdio>

@@ -1,0 +1,249 @@
+// The loop IR: kernels over rectangular iteration domains whose bodies are
+// hash-consed expression trees over loop variables, reading and writing flat
+// buffers. The IR between the graph and machine code (Inductor's role).
+// Depends on ir/DType.h, ir/TensorMeta.h, ir/Graph.h (extern steps).
+#pragma once
+
+#include "ir/DType.h"
+#include "ir/Graph.h"
+#include "ir/TensorMeta.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::loop {
+
+enum class ExprKind : uint8_t {
+  Constant,       // a number of the expression's dtype
+  Var,            // a loop variable of the enclosing kernel (Int64)
+  Load,           // buffer[index]
+  ReductionValue, // the result of an earlier reduction of the same kernel
+  Unary,
+  Binary,
+  Where, // operands: condition (Bool), then, else
+  Cast,  // operand converted to the expression's dtype
+};
+
+enum class UnaryOp : uint8_t {
+  Neg, Abs, Exp, Exp2, Expm1, Log, Log2, Log10, Log1p, Sqrt, Rsqrt,
+  Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Tanh, Asinh, Acosh, Atanh,
+  Erf, Erfc, Sigmoid, Reciprocal, Floor, Ceil, Round, Trunc, Sign,
+  LogicalNot, BitwiseNot, IsNan, IsInf, Lgamma,
+};
+
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div,      // Div: true division for floats; integer division
+                           // rounding toward zero for the index arithmetic
+  FloorDiv, Mod,           // Python semantics (floor, sign of the divisor)
+  Fmod,                    // C semantics (sign of the dividend)
+  Pow, Atan2, Copysign,
+  Max, Min,                // NaN-propagating, like torch.maximum/minimum
+  Eq, Ne, Lt, Le, Gt, Ge,  // Bool results
+  LogicalAnd, LogicalOr, LogicalXor,
+  BitwiseAnd, BitwiseOr, BitwiseXor, ShiftLeft, ShiftRight,
+};
+
+std::string_view unaryOpName(UnaryOp op);
+std::string_view binaryOpName(BinaryOp op);
+
+/// An immutable expression node. Nodes are unique within their ExprContext:
+/// two structurally equal expressions are the same pointer, so pointer
+/// equality is structural equality and a kernel's shared subexpressions are
+/// computed once.
+class Expr {
+public:
+  ExprKind kind() const { return kind_; }
+  DType dtype() const { return dtype_; }
+  const std::vector<const Expr *> &operands() const { return operands_; }
+  const Expr *operand(size_t index) const { return operands_.at(index); }
+
+  /// Constant: the value (integers and bools are exact in `integer()`).
+  double real() const { return real_; }
+  int64_t integer() const { return integer_; }
+  /// Var: the variable's number; Load: the buffer's number;
+  /// ReductionValue: the reduction's number within its kernel.
+  int64_t id() const { return integer_; }
+  UnaryOp unaryOp() const { return static_cast<UnaryOp>(op_); }
+  BinaryOp binaryOp() const { return static_cast<BinaryOp>(op_); }
+  /// Load: the element offset from the buffer's data pointer.
+  const Expr *index() const { return operands_.at(0); }
+
+  bool isConstant() const { return kind_ == ExprKind::Constant; }
+  bool isIntegerConstant(int64_t value) const;
+
+private:
+  friend class ExprContext;
+  ExprKind kind_ = ExprKind::Constant;
+  DType dtype_ = DType::Int64;
+  uint8_t op_ = 0;
+  double real_ = 0;
+  int64_t integer_ = 0;
+  std::vector<const Expr *> operands_;
+};
+
+/// Owns and uniques expressions. The builders fold constants and simplify
+/// index arithmetic (x+0, x*1, x*0, constant folding), so that the affine
+/// analysis below sees simple trees.
+class ExprContext {
+public:
+  ExprContext();
+  ~ExprContext();
+  ExprContext(const ExprContext &) = delete;
+  ExprContext &operator=(const ExprContext &) = delete;
+
+  const Expr *constant(double value, DType dtype);
+  const Expr *integer(int64_t value) { return constant(value, DType::Int64); }
+  const Expr *var(int64_t number);
+  const Expr *load(int64_t buffer, DType dtype, const Expr *index);
+  const Expr *reductionValue(int64_t reduction, DType dtype);
+  const Expr *unary(UnaryOp op, const Expr *operand);
+  /// Operands must have the same dtype; comparisons and logical ops give
+  /// Bool.
+  const Expr *binary(BinaryOp op, const Expr *lhs, const Expr *rhs);
+  const Expr *where(const Expr *condition, const Expr *then,
+                    const Expr *otherwise);
+  const Expr *cast(const Expr *operand, DType dtype);
+
+  // Index arithmetic on Int64 expressions.
+  const Expr *add(const Expr *a, const Expr *b);
+  const Expr *mul(const Expr *a, const Expr *b);
+  const Expr *floorDiv(const Expr *a, int64_t divisor);
+  const Expr *mod(const Expr *a, int64_t divisor);
+
+  /// Replaces Var(n) by `vars[n]` (vars a var does not index stay).
+  const Expr *substituteVars(const Expr *expr,
+                             const std::vector<const Expr *> &vars);
+  /// Replaces every node `from` by `to`, wherever it occurs.
+  const Expr *
+  replace(const Expr *expr,
+          const std::unordered_map<const Expr *, const Expr *> &replacements);
+
+private:
+  const Expr *intern(Expr node);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The coefficient of Var(`var`) in `index` when `index` is affine in it
+/// (the variable occurs only under Add and under Mul by constants), 0 when
+/// the variable does not occur, and nullopt otherwise (under division,
+/// modulo, a load, ...).
+std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var);
+/// Whether Var(`var`) occurs in `expr`.
+bool dependsOnVar(const Expr *expr, int64_t var);
+/// Every Load node of `expr`, each once.
+std::vector<const Expr *> loadsOf(const Expr *expr);
+/// "add(load(buf2, 4*v0 + v1), 1.0:f32)".
+std::string exprToString(const Expr *expr);
+
+enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, Any, All };
+std::string_view reduceOpName(ReduceOp op);
+
+/// `buffer[index] = value`.
+struct Store {
+  int64_t buffer;
+  const Expr *index;
+  const Expr *value;
+};
+
+/// A reduction over all points of its loop. Sum/Prod/Max/Min/Any/All give a
+/// value of `value`'s dtype (bools for Any/All); ArgMax/ArgMin give the
+/// Int64 row-major position within the loop's ranges of the first maximum
+/// (minimum), NaN counting as the maximum (minimum), as torch does.
+struct Reduction {
+  ReduceOp op;
+  const Expr *value;
+  DType dtype() const;
+};
+
+/// One loop nest inside a kernel, run once per outer point. Its variables
+/// are numbered from the kernel's outer-variable count up: Var(outer + j) is
+/// the j-th of `ranges`. A loop with no ranges runs once per outer point.
+/// Its reductions are numbered after those of the earlier loops of the same
+/// kernel; every later loop may read their results as ReductionValue.
+struct Loop {
+  std::vector<int64_t> ranges;
+  std::vector<Reduction> reductions;
+  /// Performed at every point, after the reductions' values are final: a
+  /// loop with both stores and reductions stores only what does not read
+  /// its own reductions (the lowering puts those in a later loop).
+  std::vector<Store> stores;
+};
+
+/// A kernel: `outerRanges` are its parallel loops (Var(0)..Var(n-1)); at
+/// each outer point its loops run in order. A pointwise kernel has one loop
+/// with no ranges.
+struct Kernel {
+  std::string name;
+  std::vector<int64_t> outerRanges;
+  std::vector<Loop> loops;
+  /// What the scheduler fused into it, for logs ("add+mul+exp").
+  std::string origin;
+
+  int64_t reductionCount() const;
+};
+
+enum class BufferKind : uint8_t {
+  Input,     // graph input `graphInput`
+  Constant,  // a constant tensor of the graph
+  Temporary, // an intermediate only kernels read: planned memory
+  Tensor,    // an intermediate or output that must be a torch tensor
+  View,      // a view of buffer `base`: no memory of its own
+};
+
+/// A flat array of elements. Kernels address it by element offset from its
+/// data pointer; `meta` is the layout torch sees (for views: sizes and
+/// strides, and the offset in elements from the base's data pointer).
+struct Buffer {
+  std::string name;
+  BufferKind kind = BufferKind::Temporary;
+  TensorMeta meta;
+  int64_t graphInput = -1;                // Input
+  const ConstantData *constant = nullptr; // Constant
+  int64_t base = -1;                      // View
+  /// Temporary: byte offset in the call's workspace (memory planning).
+  int64_t workspaceOffset = -1;
+
+  DType dtype() const { return meta.dtype; }
+};
+
+/// One step of a program: a kernel, or an extern node run by calling torch.
+struct Step {
+  enum class Kind : uint8_t { Kernel, Extern } kind = Kind::Kernel;
+  Kernel kernel;
+  const Node *node = nullptr; // Extern: the graph node
+  /// Extern: the buffer of each result of the node.
+  std::vector<int64_t> results;
+};
+
+/// What a graph output is: a buffer (outputs that are views of other
+/// buffers are View buffers), or a non-tensor constant.
+struct ProgramOutput {
+  int64_t buffer = -1;
+  Argument constant; // when buffer < 0
+};
+
+/// A whole graph as loop IR: buffers, steps in execution order, outputs.
+/// Extern steps read the buffer that `bufferOf` gives for each tensor value
+/// of their node's arguments.
+struct Program {
+  std::shared_ptr<const Graph> graph;
+  std::unique_ptr<ExprContext> exprs = std::make_unique<ExprContext>();
+  std::vector<Buffer> buffers;
+  std::vector<Step> steps;
+  std::vector<ProgramOutput> outputs;
+  std::unordered_map<const Value *, int64_t> bufferOf;
+  /// Bytes of workspace a call needs for Temporary buffers.
+  int64_t workspaceBytes = 0;
+
+  int64_t addBuffer(Buffer buffer);
+  /// The readable text form (KILN_LOGS=loop_ir).
+  std::string str() const;
+};
+
+std::string kernelToString(const Kernel &kernel, const Program &program);
+
+} // namespace kiln::loop
