@@ -16,24 +16,23 @@ namespace kiln::loop {
 
 std::string_view unaryOpName(UnaryOp op) {
   static const char *const names[] = {
-      "neg",   "abs",   "exp",   "exp2",  "expm1", "log",         "log2",
-      "log10", "log1p", "sqrt",  "rsqrt", "sin",   "cos",         "tan",
-      "asin",  "acos",  "atan",  "sinh",  "cosh",  "tanh",        "asinh",
-      "acosh", "atanh", "erf",   "erfc",  "sigmoid", "reciprocal", "floor",
-      "ceil",  "round", "trunc", "sign",  "logical_not", "bitwise_not",
-      "isnan", "isinf", "lgamma"};
+      "neg",   "abs",   "exp",   "exp2",  "expm1",       "log",         "log2",
+      "log10", "log1p", "sqrt",  "rsqrt", "sin",         "cos",         "tan",
+      "asin",  "acos",  "atan",  "sinh",  "cosh",        "tanh",        "asinh",
+      "acosh", "atanh", "erf",   "erfc",  "sigmoid",     "reciprocal",  "floor",
+      "ceil",  "round", "trunc", "sign",  "logical_not", "bitwise_not", "isnan",
+      "isinf", "lgamma"};
   return names[static_cast<int>(op)];
 }
 
 std::string_view binaryOpName(BinaryOp op) {
   static const char *const names[] = {
-      "add",         "sub",        "mul",         "div",
-      "floordiv",    "mod",        "fmod",        "pow",
-      "atan2",       "copysign",   "max",         "min",
-      "eq",          "ne",         "lt",          "le",
-      "gt",          "ge",         "logical_and", "logical_or",
-      "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-      "shift_left",  "shift_right"};
+      "add",         "sub",         "mul",        "div",         "floordiv",
+      "mod",         "fmod",        "pow",        "atan2",       "copysign",
+      "max",         "min",         "eq",         "ne",          "lt",
+      "le",          "gt",          "ge",         "logical_and", "logical_or",
+      "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "shift_left",
+      "shift_right"};
   return names[static_cast<int>(op)];
 }
 
@@ -87,10 +86,10 @@ struct ExprHash {
     hash = hash * 1000003 ^ std::hash<uint64_t>()(bitsOf(expr->real()));
     hash = hash * 1000003 ^ std::hash<int64_t>()(expr->integer());
     if (expr->kind() == ExprKind::Unary || expr->kind() == ExprKind::Binary)
-      hash = hash * 31 + static_cast<size_t>(
-                             expr->kind() == ExprKind::Unary
-                                 ? static_cast<int>(expr->unaryOp())
-                                 : static_cast<int>(expr->binaryOp()));
+      hash = hash * 31 +
+             static_cast<size_t>(expr->kind() == ExprKind::Unary
+                                     ? static_cast<int>(expr->unaryOp())
+                                     : static_cast<int>(expr->binaryOp()));
     for (const Expr *operand : expr->operands())
       hash = hash * 1000003 ^ std::hash<const Expr *>()(operand);
     return hash;
@@ -180,14 +179,13 @@ const Expr *ExprContext::unary(UnaryOp op, const Expr *operand) {
   Expr node;
   node.kind_ = ExprKind::Unary;
   node.op_ = static_cast<uint8_t>(op);
-  bool boolResult = op == UnaryOp::IsNan || op == UnaryOp::IsInf ||
-                    op == UnaryOp::LogicalNot;
+  bool boolResult =
+      op == UnaryOp::IsNan || op == UnaryOp::IsInf || op == UnaryOp::LogicalNot;
   node.dtype_ = boolResult ? DType::Bool : operand->dtype();
   node.operands_ = {operand};
   if (op == UnaryOp::Neg && operand->isConstant() &&
       !isFloatingPoint(operand->dtype()) && operand->dtype() != DType::Bool)
-    return constant(-static_cast<double>(operand->integer()),
-                    operand->dtype());
+    return constant(-static_cast<double>(operand->integer()), operand->dtype());
   return intern(std::move(node));
 }
 
@@ -220,8 +218,7 @@ std::optional<int64_t> foldInteger(BinaryOp op, int64_t a, int64_t b) {
 
 } // namespace
 
-const Expr *ExprContext::binary(BinaryOp op, const Expr *lhs,
-                                const Expr *rhs) {
+const Expr *ExprContext::binary(BinaryOp op, const Expr *lhs, const Expr *rhs) {
   if (lhs->dtype() != rhs->dtype())
     throw Error("loop IR: binary operands differ in dtype (" +
                 std::string(dtypeName(lhs->dtype())) + " and " +
@@ -246,8 +243,8 @@ const Expr *ExprContext::binary(BinaryOp op, const Expr *lhs,
       return integer(0);
     // (x + c1) + c2 -> x + (c1 + c2): keeps offsets in one place.
     if (op == BinaryOp::Add && rhs->isConstant() &&
-        lhs->kind() == ExprKind::Binary &&
-        lhs->binaryOp() == BinaryOp::Add && lhs->operand(1)->isConstant())
+        lhs->kind() == ExprKind::Binary && lhs->binaryOp() == BinaryOp::Add &&
+        lhs->operand(1)->isConstant())
       return binary(BinaryOp::Add, lhs->operand(0),
                     integer(lhs->operand(1)->integer() + rhs->integer()));
   }
@@ -347,9 +344,8 @@ const Expr *ExprContext::replace(
   return rewrite(expr);
 }
 
-const Expr *
-ExprContext::substituteVars(const Expr *expr,
-                            const std::vector<const Expr *> &vars) {
+const Expr *ExprContext::substituteVars(const Expr *expr,
+                                        const std::vector<const Expr *> &vars) {
   std::unordered_map<const Expr *, const Expr *> replacements;
   for (size_t number = 0; number < vars.size(); ++number)
     if (vars[number])
@@ -437,13 +433,12 @@ std::string exprToString(const Expr *expr) {
     out << "red" << expr->id();
     break;
   case ExprKind::Unary:
-    out << unaryOpName(expr->unaryOp()) << "("
-        << exprToString(expr->operand(0)) << ")";
+    out << unaryOpName(expr->unaryOp()) << "(" << exprToString(expr->operand(0))
+        << ")";
     break;
   case ExprKind::Binary:
-    if (expr->dtype() == DType::Int64 &&
-        (expr->binaryOp() == BinaryOp::Add ||
-         expr->binaryOp() == BinaryOp::Mul)) {
+    if (expr->dtype() == DType::Int64 && (expr->binaryOp() == BinaryOp::Add ||
+                                          expr->binaryOp() == BinaryOp::Mul)) {
       out << "(" << exprToString(expr->operand(0))
           << (expr->binaryOp() == BinaryOp::Add ? " + " : "*")
           << exprToString(expr->operand(1)) << ")";
@@ -500,8 +495,8 @@ std::string rangesToString(const std::vector<int64_t> &ranges,
   std::ostringstream out;
   out << "[";
   for (size_t i = 0; i < ranges.size(); ++i)
-    out << (i ? ", " : "") << "v" << firstVar + static_cast<int64_t>(i)
-        << " < " << ranges[i];
+    out << (i ? ", " : "") << "v" << firstVar + static_cast<int64_t>(i) << " < "
+        << ranges[i];
   out << "]";
   return out.str();
 }
@@ -539,9 +534,8 @@ std::string kernelToString(const Kernel &kernel, const Program &) {
       out << "    red" << reduction++ << " = " << reduceOpName(r.op) << "("
           << exprToString(r.value) << ")\n";
     for (const Store &store : loop.stores)
-      out << "    buf" << store.buffer << "["
-          << exprToString(store.index) << "] = " << exprToString(store.value)
-          << "\n";
+      out << "    buf" << store.buffer << "[" << exprToString(store.index)
+          << "] = " << exprToString(store.value) << "\n";
   }
   return out.str();
 }

@@ -28,22 +28,73 @@ enum class ExprKind : uint8_t {
 };
 
 enum class UnaryOp : uint8_t {
-  Neg, Abs, Exp, Exp2, Expm1, Log, Log2, Log10, Log1p, Sqrt, Rsqrt,
-  Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Tanh, Asinh, Acosh, Atanh,
-  Erf, Erfc, Sigmoid, Reciprocal, Floor, Ceil, Round, Trunc, Sign,
-  LogicalNot, BitwiseNot, IsNan, IsInf, Lgamma,
+  Neg,
+  Abs,
+  Exp,
+  Exp2,
+  Expm1,
+  Log,
+  Log2,
+  Log10,
+  Log1p,
+  Sqrt,
+  Rsqrt,
+  Sin,
+  Cos,
+  Tan,
+  Asin,
+  Acos,
+  Atan,
+  Sinh,
+  Cosh,
+  Tanh,
+  Asinh,
+  Acosh,
+  Atanh,
+  Erf,
+  Erfc,
+  Sigmoid,
+  Reciprocal,
+  Floor,
+  Ceil,
+  Round,
+  Trunc,
+  Sign,
+  LogicalNot,
+  BitwiseNot,
+  IsNan,
+  IsInf,
+  Lgamma,
 };
 
 enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div,      // Div: true division for floats; integer division
-                           // rounding toward zero for the index arithmetic
-  FloorDiv, Mod,           // Python semantics (floor, sign of the divisor)
-  Fmod,                    // C semantics (sign of the dividend)
-  Pow, Atan2, Copysign,
-  Max, Min,                // NaN-propagating, like torch.maximum/minimum
-  Eq, Ne, Lt, Le, Gt, Ge,  // Bool results
-  LogicalAnd, LogicalOr, LogicalXor,
-  BitwiseAnd, BitwiseOr, BitwiseXor, ShiftLeft, ShiftRight,
+  Add,
+  Sub,
+  Mul,
+  Div, // Div: true division for floats; integer division
+       // rounding toward zero for the index arithmetic
+  FloorDiv,
+  Mod,  // Python semantics (floor, sign of the divisor)
+  Fmod, // C semantics (sign of the dividend)
+  Pow,
+  Atan2,
+  Copysign,
+  Max,
+  Min, // NaN-propagating, like torch.maximum/minimum
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge, // Bool results
+  LogicalAnd,
+  LogicalOr,
+  LogicalXor,
+  BitwiseAnd,
+  BitwiseOr,
+  BitwiseXor,
+  ShiftLeft,
+  ShiftRight,
 };
 
 std::string_view unaryOpName(UnaryOp op);

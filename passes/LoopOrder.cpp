@@ -1,0 +1,247 @@
+// Loop order: pointwise kernels walk their stores' memory in order, and
+// adjacent loops that every index steps through as one are coalesced.
+// Depends on ir/LoopIR.h, passes/Scheduler.h.
+#include "passes/Scheduler.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+namespace kiln {
+
+using namespace loop;
+
+namespace {
+
+void rewriteKernelExprs(Kernel &kernel,
+                        const std::function<const Expr *(const Expr *)> &f) {
+  for (Loop &loop : kernel.loops) {
+    for (Reduction &reduction : loop.reductions)
+      reduction.value = f(reduction.value);
+    for (Store &store : loop.stores) {
+      store.index = f(store.index);
+      store.value = f(store.value);
+    }
+  }
+}
+
+// Whether `var` occurs somewhere other than inside an index (a value that
+// depends on its position, like tril's mask or arange).
+bool usedAsValue(const Expr *expr, int64_t var) {
+  switch (expr->kind()) {
+  case ExprKind::Var:
+    return expr->id() == var;
+  case ExprKind::Load:
+    return false; // indices are checked by the caller
+  default:
+    for (const Expr *operand : expr->operands())
+      if (usedAsValue(operand, var))
+        return true;
+    return false;
+  }
+}
+
+// Index expressions: every load's and store's index, including loads nested
+// inside indices.
+std::vector<const Expr *> indicesOf(const std::vector<const Expr *> &values,
+                                    const std::vector<const Expr *> &stores) {
+  std::vector<const Expr *> indices = stores;
+  for (const Expr *value : values)
+    for (const Expr *load : loadsOf(value))
+      indices.push_back(load->index());
+  for (const Expr *store : stores)
+    for (const Expr *load : loadsOf(store))
+      indices.push_back(load->index());
+  return indices;
+}
+
+// Whether variables `outer` and `inner` (inner's extent `innerRange`) can
+// become one: every index steps by `innerRange` times inner's stride when
+// outer advances, and neither is used as a value.
+bool coalescible(const std::vector<const Expr *> &values,
+                 const std::vector<const Expr *> &storeIndices, int64_t outer,
+                 int64_t inner, int64_t innerRange) {
+  for (const Expr *value : values)
+    if (usedAsValue(value, outer) || usedAsValue(value, inner))
+      return false;
+  for (const Expr *index : indicesOf(values, storeIndices)) {
+    auto a = affineCoefficient(index, outer);
+    auto b = affineCoefficient(index, inner);
+    if (!a || !b || *a != *b * innerRange)
+      return false;
+  }
+  return true;
+}
+
+struct KernelExprs {
+  std::vector<const Expr *> values;       // reduction values, stored values
+  std::vector<const Expr *> storeIndices; // store indices
+};
+
+KernelExprs exprsOf(const Kernel &kernel, int loopIndex) {
+  KernelExprs result;
+  for (size_t l = 0; l < kernel.loops.size(); ++l) {
+    if (loopIndex >= 0 && static_cast<int>(l) != loopIndex)
+      continue;
+    const Loop &loop = kernel.loops[l];
+    for (const Reduction &reduction : loop.reductions)
+      result.values.push_back(reduction.value);
+    for (const Store &store : loop.stores) {
+      result.values.push_back(store.value);
+      result.storeIndices.push_back(store.index);
+    }
+  }
+  return result;
+}
+
+// Substitutes variables by `mapping` (old number -> new expression) in the
+// whole kernel.
+void renumberVars(ExprContext &exprs, Kernel &kernel,
+                  const std::vector<const Expr *> &mapping) {
+  rewriteKernelExprs(kernel, [&](const Expr *expr) {
+    return exprs.substituteVars(expr, mapping);
+  });
+}
+
+int64_t maxVarCount(const Kernel &kernel) {
+  size_t inner = 0;
+  for (const Loop &loop : kernel.loops)
+    inner = std::max(inner, loop.ranges.size());
+  return static_cast<int64_t>(kernel.outerRanges.size() + inner);
+}
+
+// Coalesces adjacent outer loops; returns whether one pair was merged.
+bool coalesceOuterOnce(ExprContext &exprs, Kernel &kernel) {
+  KernelExprs all = exprsOf(kernel, -1);
+  int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
+  for (int64_t v = 0; v + 1 < outerCount; ++v) {
+    int64_t innerRange = kernel.outerRanges[v + 1];
+    if (!coalescible(all.values, all.storeIndices, v, v + 1, innerRange))
+      continue;
+    // e = rest + c*range*v + c*w  ==>  rest + c*u with u = v*range + w.
+    std::vector<const Expr *> mapping(maxVarCount(kernel));
+    for (int64_t old = 0; old < static_cast<int64_t>(mapping.size()); ++old)
+      mapping[old] = old < v        ? exprs.var(old)
+                     : old == v     ? exprs.integer(0)
+                     : old == v + 1 ? exprs.var(v)
+                                    : exprs.var(old - 1);
+    renumberVars(exprs, kernel, mapping);
+    kernel.outerRanges[v] *= innerRange;
+    kernel.outerRanges.erase(kernel.outerRanges.begin() + v + 1);
+    return true;
+  }
+  return false;
+}
+
+bool coalesceLoopOnce(ExprContext &exprs, Kernel &kernel, size_t loopIndex) {
+  Loop &loop = kernel.loops[loopIndex];
+  KernelExprs mine = exprsOf(kernel, static_cast<int>(loopIndex));
+  int64_t first = static_cast<int64_t>(kernel.outerRanges.size());
+  int64_t count = static_cast<int64_t>(loop.ranges.size());
+  for (int64_t j = 0; j + 1 < count; ++j) {
+    int64_t v = first + j;
+    int64_t innerRange = loop.ranges[j + 1];
+    if (!coalescible(mine.values, mine.storeIndices, v, v + 1, innerRange))
+      continue;
+    std::vector<const Expr *> mapping(first + count);
+    for (int64_t old = 0; old < first + count; ++old)
+      mapping[old] = old < v        ? exprs.var(old)
+                     : old == v     ? exprs.integer(0)
+                     : old == v + 1 ? exprs.var(v)
+                                    : exprs.var(old - 1);
+    auto rewrite = [&](const Expr *expr) {
+      return exprs.substituteVars(expr, mapping);
+    };
+    for (Reduction &reduction : loop.reductions)
+      reduction.value = rewrite(reduction.value);
+    for (Store &store : loop.stores) {
+      store.index = rewrite(store.index);
+      store.value = rewrite(store.value);
+    }
+    loop.ranges[j] *= innerRange;
+    loop.ranges.erase(loop.ranges.begin() + j + 1);
+    return true;
+  }
+  return false;
+}
+
+// Pointwise kernels: outer loops sorted by decreasing stride of the first
+// store, so the innermost loop writes contiguously.
+void reorderPointwise(ExprContext &exprs, Kernel &kernel) {
+  if (kernel.loops.size() != 1 || !kernel.loops[0].ranges.empty() ||
+      kernel.loops[0].stores.empty())
+    return;
+  const Expr *index = kernel.loops[0].stores[0].index;
+  int64_t count = static_cast<int64_t>(kernel.outerRanges.size());
+  std::vector<int64_t> stride(count);
+  for (int64_t v = 0; v < count; ++v) {
+    auto coefficient = affineCoefficient(index, v);
+    if (!coefficient)
+      return;
+    stride[v] = std::abs(*coefficient);
+  }
+  std::vector<int64_t> order(count);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    // Size-1 loops do not matter; keep them where they are.
+    if (kernel.outerRanges[a] == 1 || kernel.outerRanges[b] == 1)
+      return false;
+    return stride[a] > stride[b];
+  });
+  bool identity = true;
+  for (int64_t i = 0; i < count; ++i)
+    identity &= order[i] == i;
+  if (identity)
+    return;
+  // New position i walks old variable order[i].
+  std::vector<const Expr *> mapping(count);
+  std::vector<int64_t> ranges(count);
+  for (int64_t i = 0; i < count; ++i) {
+    mapping[order[i]] = exprs.var(i);
+    ranges[i] = kernel.outerRanges[order[i]];
+  }
+  renumberVars(exprs, kernel, mapping);
+  kernel.outerRanges = ranges;
+}
+
+// Loops of extent 1 contribute nothing: their variable is always 0.
+void dropUnitLoops(ExprContext &exprs, Kernel &kernel) {
+  int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
+  std::vector<const Expr *> mapping(maxVarCount(kernel));
+  std::vector<int64_t> outer;
+  int64_t next = 0;
+  for (int64_t v = 0; v < outerCount; ++v) {
+    if (kernel.outerRanges[v] == 1) {
+      mapping[v] = exprs.integer(0);
+      continue;
+    }
+    mapping[v] = exprs.var(next++);
+    outer.push_back(kernel.outerRanges[v]);
+  }
+  if (next == outerCount)
+    return;
+  for (int64_t v = outerCount; v < static_cast<int64_t>(mapping.size()); ++v)
+    mapping[v] = exprs.var(v - (outerCount - next));
+  renumberVars(exprs, kernel, mapping);
+  kernel.outerRanges = outer;
+}
+
+} // namespace
+
+void chooseLoopOrder(Program &program) {
+  ExprContext &exprs = *program.exprs;
+  for (Step &step : program.steps) {
+    if (step.kind != Step::Kind::Kernel)
+      continue;
+    Kernel &kernel = step.kernel;
+    dropUnitLoops(exprs, kernel);
+    reorderPointwise(exprs, kernel);
+    while (coalesceOuterOnce(exprs, kernel)) {
+    }
+    for (size_t l = 0; l < kernel.loops.size(); ++l)
+      while (coalesceLoopOnce(exprs, kernel, l)) {
+      }
+  }
+}
+
+} // namespace kiln

@@ -1,0 +1,112 @@
+// Memory planning: temporaries share one workspace per call; a temporary's
+// bytes are reused once the last step reading it has run.
+// Depends on ir/LoopIR.h, passes/Scheduler.h.
+#include "passes/Scheduler.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace kiln {
+
+using namespace loop;
+
+int64_t bufferBytes(const Buffer &buffer) {
+  const TensorMeta &meta = buffer.meta;
+  if (meta.numel() == 0)
+    return 0;
+  int64_t last = 0;
+  for (size_t d = 0; d < meta.sizes.size(); ++d)
+    last += (meta.sizes[d] - 1) * std::max<int64_t>(meta.strides[d], 0);
+  return (meta.storageOffset + last + 1) * itemSize(meta.dtype);
+}
+
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+int64_t alignUp(int64_t bytes) {
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+} // namespace
+
+void planMemory(Program &program) {
+  size_t count = program.buffers.size();
+  std::vector<int64_t> firstWrite(count, -1), lastRead(count, -1);
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    const Step &step = program.steps[s];
+    if (step.kind != Step::Kind::Kernel)
+      continue;
+    auto noteLoads = [&](const Expr *expr) {
+      for (const Expr *load : loadsOf(expr))
+        lastRead[load->id()] = static_cast<int64_t>(s);
+    };
+    for (const Loop &loop : step.kernel.loops) {
+      for (const Reduction &reduction : loop.reductions)
+        noteLoads(reduction.value);
+      for (const Store &store : loop.stores) {
+        noteLoads(store.value);
+        noteLoads(store.index);
+        if (firstWrite[store.buffer] < 0)
+          firstWrite[store.buffer] = static_cast<int64_t>(s);
+      }
+    }
+  }
+  struct Block {
+    int64_t offset, bytes, freeAfter;
+  };
+  std::vector<Block> blocks;
+  int64_t total = 0;
+  for (size_t b = 0; b < count; ++b) {
+    Buffer &buffer = program.buffers[b];
+    if (buffer.kind != BufferKind::Temporary)
+      continue;
+    int64_t bytes = alignUp(std::max<int64_t>(bufferBytes(buffer), 1));
+    int64_t born = firstWrite[b] < 0 ? 0 : firstWrite[b];
+    int64_t dies = std::max(lastRead[b], born);
+    // First fit among blocks whose last reader ran before this is written.
+    Block *reuse = nullptr;
+    for (Block &block : blocks)
+      if (block.freeAfter < born && block.bytes >= bytes &&
+          (!reuse || block.bytes < reuse->bytes))
+        reuse = &block;
+    if (reuse) {
+      buffer.workspaceOffset = reuse->offset;
+      reuse->freeAfter = dies;
+      continue;
+    }
+    buffer.workspaceOffset = total;
+    blocks.push_back({total, bytes, dies});
+    total += bytes;
+  }
+  program.workspaceBytes = total;
+}
+
+std::string scheduleSummary(const Program &program) {
+  std::ostringstream out;
+  int kernels = 0, externs = 0;
+  for (const Step &step : program.steps) {
+    if (step.kind == Step::Kind::Extern) {
+      ++externs;
+      out << "extern " << step.node->schema()->qualifiedName() << "\n";
+      continue;
+    }
+    ++kernels;
+    const Kernel &kernel = step.kernel;
+    size_t stores = 0, reductions = 0;
+    for (const Loop &loop : kernel.loops) {
+      stores += loop.stores.size();
+      reductions += loop.reductions.size();
+    }
+    out << kernel.name << ": " << kernel.loops.size() << " loop(s), "
+        << reductions << " reduction(s), " << stores << " store(s) over [";
+    for (size_t i = 0; i < kernel.outerRanges.size(); ++i)
+      out << (i ? ", " : "") << kernel.outerRanges[i];
+    out << "]; fused: " << kernel.origin << "\n";
+  }
+  out << kernels << " kernel(s), " << externs << " extern(s), workspace "
+      << program.workspaceBytes << " bytes\n";
+  return out.str();
+}
+
+} // namespace kiln

@@ -1,0 +1,38 @@
+// The scheduler: the passes between lowering and code generation. Fusion
+// merges kernels, loop ordering makes the innermost loop contiguous and
+// coalesces dimensions, memory planning places temporaries in one workspace.
+// Depends on ir/LoopIR.h.
+#pragma once
+
+#include "ir/LoopIR.h"
+
+#include <string>
+
+namespace kiln {
+
+/// Vertical and horizontal fusion of adjacent kernels (never across an
+/// extern): kernels over the same outer domain are merged into one, a
+/// pointwise kernel over a longer domain becomes an inner loop of the
+/// reduction before it (epilogue) or after it (prologue), stored values are
+/// forwarded to the loads that read them at the same point, and stores no
+/// one reads are removed with their buffers' kernels. Never changes what the
+/// program computes.
+void fuseKernels(loop::Program &program);
+
+/// Reorders the outer loops of pointwise kernels so that the innermost has
+/// the smallest stride, and coalesces adjacent loops (outer and inner) that
+/// every index walks as one, so a contiguous tensor becomes one long loop.
+void chooseLoopOrder(loop::Program &program);
+
+/// Gives every Temporary buffer an offset in one workspace, reusing the
+/// memory of temporaries whose last reader has run; sets workspaceBytes.
+void planMemory(loop::Program &program);
+
+/// The bytes a buffer's elements span from its data pointer (0 when empty).
+int64_t bufferBytes(const loop::Buffer &buffer);
+
+/// "kernel_add_1: add+mul+exp (3 values, 2 loops)" lines for
+/// KILN_LOGS=schedule.
+std::string scheduleSummary(const loop::Program &program);
+
+} // namespace kiln

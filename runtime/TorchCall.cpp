@@ -1,0 +1,209 @@
+// One call of torch's own operator for a graph node, resolved ahead of time.
+// Depends on ir/, runtime/PythonConversion.h and pybind11.
+#include "runtime/TorchCall.h"
+
+#include "ir/Error.h"
+
+#include <cstring>
+
+namespace kiln::python {
+
+py::object resolveTorchOperator(const std::string &qualifiedName) {
+  size_t colons = qualifiedName.find("::");
+  if (colons == std::string::npos)
+    throw Error("operator name '" + qualifiedName +
+                "' has no namespace (expected 'aten::name.overload')");
+  std::string space = qualifiedName.substr(0, colons);
+  std::string rest = qualifiedName.substr(colons + 2);
+  size_t dot = rest.find('.');
+  std::string name = rest.substr(0, dot);
+  std::string overload =
+      dot == std::string::npos ? "default" : rest.substr(dot + 1);
+  // kiln's own ops (grad mode switches) are Python functions in kiln._ops.
+  if (space == "kiln")
+    return py::module_::import("kiln._ops").attr(name.c_str());
+  try {
+    py::object op = TorchHandles::get()
+                        .torch.attr("ops")
+                        .attr(space.c_str())
+                        .attr(name.c_str())
+                        .attr(overload.c_str());
+    // OpOverload.__call__ only forwards to `_op`, the dispatcher's entry:
+    // calling it directly saves a Python frame per node.
+    if (py::hasattr(op, "_op"))
+      return op.attr("_op");
+    return op;
+  } catch (py::error_already_set &error) {
+    throw Error("torch has no operator " + qualifiedName + " (" +
+                std::string(error.what()) + ")");
+  }
+}
+
+py::object constantTensor(const ConstantData &data) {
+  using namespace pybind11::literals;
+  const TorchHandles &torch = TorchHandles::get();
+  py::tuple sizes(data.meta.sizes.size());
+  for (size_t i = 0; i < data.meta.sizes.size(); ++i)
+    sizes[i] = py::int_(data.meta.sizes[i]);
+  py::object tensor = torch.torch.attr("empty")(
+      sizes, "dtype"_a = dtypeToTorch(data.meta.dtype));
+  if (!data.bytes.empty()) {
+    auto address = tensor.attr("data_ptr")().cast<uintptr_t>();
+    std::memcpy(reinterpret_cast<void *>(address), data.bytes.data(),
+                data.bytes.size());
+  }
+  if (data.meta.device.type != DeviceType::CPU)
+    tensor = tensor.attr("to")(deviceToTorch(data.meta.device));
+  return tensor;
+}
+
+CallOperand
+operandForArgument(const Argument &argument,
+                   const std::function<CallOperand(Value *)> &tensorOperand) {
+  auto valueOperand = [&](Value *value) {
+    if (!value) {
+      CallOperand none;
+      none.fixed = py::none();
+      return none;
+    }
+    return tensorOperand(value);
+  };
+  if (argument.isTensor())
+    return valueOperand(argument.toTensor());
+  CallOperand operand;
+  if (argument.isTensorList()) {
+    operand.isList = true;
+    for (Value *value : argument.toTensorList())
+      operand.items.push_back(valueOperand(value));
+    return operand;
+  }
+  operand.fixed = argumentToPython(argument, [](Value *) -> py::object {
+    throw Error("torch call: unexpected tensor argument");
+  });
+  return operand;
+}
+
+TorchCall::TorchCall(const Node &node,
+                     const std::function<CallOperand(Value *)> &tensorOperand) {
+  const OpSchema &schema = *node.schema();
+  description_ = schema.qualifiedName();
+  if (!node.origin().empty())
+    description_ += " (from " + node.origin() + ")";
+  callable_ = resolveTorchOperator(schema.qualifiedName());
+  std::vector<CallOperand> keywordValues;
+  std::vector<std::string> keywordNames;
+  for (size_t i = 0; i < schema.arguments.size(); ++i) {
+    const SchemaArgument &formal = schema.arguments[i];
+    const Argument &actual = node.arguments()[i];
+    if (!formal.kwargOnly) {
+      arguments_.push_back(operandForArgument(actual, tensorOperand));
+      continue;
+    }
+    // Keyword-only arguments left at their defaults need not be passed.
+    if (formal.defaultValue && *formal.defaultValue == actual)
+      continue;
+    keywordValues.push_back(operandForArgument(actual, tensorOperand));
+    keywordNames.push_back(formal.name);
+  }
+  positionalCount_ = arguments_.size();
+  for (CallOperand &value : keywordValues)
+    arguments_.push_back(std::move(value));
+  if (!keywordNames.empty()) {
+    keywordNames_ = py::tuple(keywordNames.size());
+    for (size_t i = 0; i < keywordNames.size(); ++i)
+      keywordNames_[i] = py::str(keywordNames[i]);
+  }
+  singleResult_ = schema.returns.size() == 1 && !schema.returns[0].type.isList;
+}
+
+void TorchCall::raiseWithOrigin() const {
+  py::error_already_set error;
+  std::string message = "kiln: " + description_ + " failed: " +
+                        py::str(error.value()).cast<std::string>();
+  // The same exception type, so that callers catching torch's errors still
+  // catch them; the original stays attached as the cause.
+  try {
+    py::object replacement = error.type()(message);
+    PyException_SetCause(replacement.ptr(), error.value().inc_ref().ptr());
+    PyErr_SetObject(error.type().ptr(), replacement.ptr());
+  } catch (py::error_already_set &) {
+    error.restore();
+  }
+  throw py::error_already_set();
+}
+
+PyObject *resolveOperand(const CallOperand &operand,
+                         const std::vector<py::object> &slots,
+                         std::vector<py::object> &lists) {
+  if (operand.slot >= 0)
+    return slots[operand.slot].ptr();
+  if (!operand.isList)
+    return operand.fixed.ptr();
+  py::list list(operand.items.size());
+  for (size_t i = 0; i < operand.items.size(); ++i)
+    PyList_SET_ITEM(list.ptr(), i,
+                    py::handle(resolveOperand(operand.items[i], slots, lists))
+                        .inc_ref()
+                        .ptr());
+  lists.push_back(std::move(list));
+  return lists.back().ptr();
+}
+
+namespace {
+
+// A `Tensor[]` return comes back as a list, several returns as a tuple, and
+// `(Tensor, Tensor[])` nests them: flattened in return order. None stands
+// for a result the op left out (a gradient its output mask did not ask for),
+// which the graph holds no value for.
+void flattenResult(PyObject *object, std::vector<PyObject *> &items) {
+  if (PyTuple_Check(object) || PyList_Check(object)) {
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(object);
+    PyObject **elements = PySequence_Fast_ITEMS(object);
+    for (Py_ssize_t i = 0; i < size; ++i)
+      flattenResult(elements[i], items);
+    return;
+  }
+  if (object != Py_None)
+    items.push_back(object);
+}
+
+} // namespace
+
+void TorchCall::run(std::vector<py::object> &slots,
+                    const std::vector<int32_t> &resultSlots) const {
+  std::vector<py::object> lists;
+  // One spare entry in front lets torch prepend `self` without copying.
+  constexpr size_t kInline = 16;
+  PyObject *inlineArguments[kInline + 1];
+  std::vector<PyObject *> heapArguments;
+  PyObject **arguments = inlineArguments;
+  if (arguments_.size() > kInline) {
+    heapArguments.resize(arguments_.size() + 1);
+    arguments = heapArguments.data();
+  }
+  for (size_t i = 0; i < arguments_.size(); ++i)
+    arguments[i + 1] = resolveOperand(arguments_[i], slots, lists);
+  PyObject *result =
+      PyObject_Vectorcall(callable_.ptr(), arguments + 1,
+                          positionalCount_ | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                          keywordNames_ ? keywordNames_.ptr() : nullptr);
+  if (!result)
+    raiseWithOrigin();
+  py::object owned = py::reinterpret_steal<py::object>(result);
+  if (resultSlots.empty())
+    return;
+  if (singleResult_) {
+    slots[resultSlots[0]] = std::move(owned);
+    return;
+  }
+  std::vector<PyObject *> items;
+  flattenResult(result, items);
+  if (items.size() != resultSlots.size())
+    throw Error(
+        "kiln: " + description_ + " returned " + std::to_string(items.size()) +
+        " values but the graph expects " + std::to_string(resultSlots.size()));
+  for (size_t i = 0; i < items.size(); ++i)
+    slots[resultSlots[i]] = py::reinterpret_borrow<py::object>(items[i]);
+}
+
+} // namespace kiln::python

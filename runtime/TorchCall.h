@@ -1,0 +1,75 @@
+// One call of torch's own operator for a graph node, resolved ahead of time:
+// the callable, fixed arguments as Python objects, tensors read from slots.
+// Shared by the eager runner and the native runner's extern steps.
+// Depends on ir/, runtime/PythonConversion.h and pybind11.
+#pragma once
+
+#include "ir/Graph.h"
+#include "runtime/PythonConversion.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kiln::python {
+
+/// Where an argument comes from at run time: a slot (a value computed by
+/// the call), a fixed object, or a list built from such items.
+struct CallOperand {
+  int32_t slot = -1;
+  py::object fixed;
+  std::vector<CallOperand> items;
+  bool isList = false;
+};
+
+class TorchCall {
+public:
+  /// `tensorOperand` says where each tensor value of the node's arguments
+  /// comes from (null values, for `Tensor?` arguments, are None).
+  TorchCall(const Node &node,
+            const std::function<CallOperand(Value *)> &tensorOperand);
+
+  /// Calls torch with its arguments read from `slots`, then stores the
+  /// node's results in `resultSlots` (in result order). A torch error is
+  /// raised again as the same exception type naming the node and its
+  /// origin. Needs the GIL.
+  void run(std::vector<py::object> &slots,
+           const std::vector<int32_t> &resultSlots) const;
+
+  /// The operands, positional first (for liveness bookkeeping).
+  const std::vector<CallOperand> &arguments() const { return arguments_; }
+  const std::string &description() const { return description_; }
+
+private:
+  [[noreturn]] void raiseWithOrigin() const;
+
+  py::object callable_;
+  std::vector<CallOperand> arguments_;
+  py::tuple keywordNames_; // empty when every argument is positional
+  size_t positionalCount_ = 0;
+  /// The call's result is unpacked (tuples and lists, nested for `Tensor[]`
+  /// returns) unless the op returns one tensor.
+  bool singleResult_ = true;
+  std::string description_; // "aten::mm (from FX node 'mm')"
+};
+
+/// The Python object an operand stands for; lists are built and kept in
+/// `lists` until the caller clears it.
+PyObject *resolveOperand(const CallOperand &operand,
+                         const std::vector<py::object> &slots,
+                         std::vector<py::object> &lists);
+
+/// The operand for a non-tensor argument, or one whose tensors `tensorOperand`
+/// maps.
+CallOperand
+operandForArgument(const Argument &argument,
+                   const std::function<CallOperand(Value *)> &tensorOperand);
+
+/// `torch.ops.<namespace>.<op>.<overload>` for "aten::mm" or
+/// "aten::add.Tensor"; throws Error where torch has no such operator.
+py::object resolveTorchOperator(const std::string &qualifiedName);
+
+/// A graph constant as a torch tensor (on its device).
+py::object constantTensor(const ConstantData &data);
+
+} // namespace kiln::python
