@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 
 namespace kiln::backend {
@@ -75,7 +76,7 @@ struct SharedJit {
     auto builder = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(),
                           "cannot describe the host CPU to LLVM");
     builder.setCPU(host.cpuName);
-    builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
     machine = unwrap(builder.createTargetMachine(),
                      "cannot create an LLVM target machine for the host");
     jit = unwrap(llvm::orc::LLJITBuilder()
@@ -101,11 +102,15 @@ SharedJit &sharedJit() {
 }
 
 void optimise(llvm::Module &module, llvm::TargetMachine &machine) {
-  // Kernels are vectorised explicitly; LLVM's vectorisers would only add
-  // compile time.
+  // Kernels are vectorised explicitly; LLVM's vectorisers and unrolling
+  // would mostly add compile time. KILN_CPU_OPT=1 picks the cheaper O1
+  // pipeline.
   llvm::PipelineTuningOptions tuning;
   tuning.LoopVectorization = false;
   tuning.SLPVectorization = false;
+  tuning.LoopUnrolling = false;
+  const char *level = std::getenv("KILN_CPU_OPT");
+  bool cheap = level && std::string(level) == "1";
   llvm::LoopAnalysisManager loopAnalyses;
   llvm::FunctionAnalysisManager functionAnalyses;
   llvm::CGSCCAnalysisManager cgsccAnalyses;
@@ -117,8 +122,8 @@ void optimise(llvm::Module &module, llvm::TargetMachine &machine) {
   builder.registerLoopAnalyses(loopAnalyses);
   builder.crossRegisterProxies(loopAnalyses, functionAnalyses, cgsccAnalyses,
                                moduleAnalyses);
-  llvm::ModulePassManager passes =
-      builder.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+  llvm::ModulePassManager passes = builder.buildPerModuleDefaultPipeline(
+      cheap ? llvm::OptimizationLevel::O1 : llvm::OptimizationLevel::O2);
   passes.run(module, moduleAnalyses);
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -760,10 +761,17 @@ TEST(CpuCompileTime, TenKernelProgramIsReported) {
                              e.binary(BinaryOp::Mul, e.unary(ops[index % 5], x),
                                       e.constant(0.5, DType::Float32))));
   }
-  auto compiled = backend::CpuProgram::compile(test.program);
-  std::printf("[ timing ] 10-kernel program compiled in %.1f ms\n",
-              compiled->compileMilliseconds());
-  EXPECT_GT(compiled->compileMilliseconds(), 0.0);
+  // The first compile also creates the process's JIT: time later ones.
+  backend::CpuProgram::compile(test.program);
+  std::vector<double> milliseconds;
+  for (int repeat = 0; repeat < 5; ++repeat)
+    milliseconds.push_back(
+        backend::CpuProgram::compile(test.program)->compileMilliseconds());
+  std::sort(milliseconds.begin(), milliseconds.end());
+  std::printf(
+      "[ timing ] 10-kernel program compiled in %.1f ms (median of 5)\n",
+      milliseconds[2]);
+  EXPECT_GT(milliseconds[0], 0.0);
 }
 
 TEST(CpuErrors, ComplexBuffersAreUnsupported) {
