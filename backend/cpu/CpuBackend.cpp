@@ -1,0 +1,287 @@
+// The CPU backend's compile pipeline: emit every kernel into one module,
+// optimise it with the new pass manager, JIT it into the process-wide LLJIT
+// under the program's own resource tracker, and run kernels on the pool.
+// Depends on backend/cpu/*.h, backend/LlvmTargets.h, ir/, LLVM.
+#include "backend/cpu/CpuBackend.h"
+
+#include "backend/LlvmTargets.h"
+#include "backend/cpu/KernelEmitter.h"
+#include "backend/cpu/MathLibrary.h"
+#include "backend/cpu/ThreadPool.h"
+#include "ir/Error.h"
+#include "ir/Logging.h"
+
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+
+namespace kiln::backend {
+namespace {
+
+template <typename T> T unwrap(llvm::Expected<T> value, const char *what) {
+  if (!value)
+    throw Error(std::string(what) + ": " + llvm::toString(value.takeError()));
+  return std::move(*value);
+}
+
+void check(llvm::Error error, const char *what) {
+  if (error)
+    throw Error(std::string(what) + ": " + llvm::toString(std::move(error)));
+}
+
+HostTarget detectHostTarget() {
+  HostTarget host;
+  host.cpuName = llvm::sys::getHostCPUName().str();
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  std::vector<std::string> sorted;
+  for (const auto &feature : features)
+    sorted.push_back((feature.getValue() ? "+" : "-") + feature.getKey().str());
+  std::sort(sorted.begin(), sorted.end());
+  for (const std::string &feature : sorted)
+    host.features += (host.features.empty() ? "" : ",") + feature;
+  auto has = [&](const char *name) {
+    auto found = features.find(name);
+    return found != features.end() && found->getValue();
+  };
+  host.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
+  return host;
+}
+
+/// One LLJIT for the process (creating one is slow); every program's code
+/// lives under its own resource tracker in the main JITDylib.
+struct SharedJit {
+  HostTarget host;
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::unique_ptr<llvm::TargetMachine> machine; // optimisation, asm logs
+  std::mutex machineMutex;
+  std::atomic<uint64_t> programCount{0};
+
+  SharedJit() {
+    initializeLlvmTargets();
+    host = detectHostTarget();
+    auto builder = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(),
+                          "cannot describe the host CPU to LLVM");
+    builder.setCPU(host.cpuName);
+    builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
+    machine = unwrap(builder.createTargetMachine(),
+                     "cannot create an LLVM target machine for the host");
+    jit = unwrap(llvm::orc::LLJITBuilder()
+                     .setJITTargetMachineBuilder(std::move(builder))
+                     .create(),
+                 "cannot create the LLVM JIT");
+    const MathLibrary &math = MathLibrary::instance(host.vectorBits);
+    llvm::orc::SymbolMap symbols;
+    for (const auto &[name, address] : math.symbols())
+      symbols[jit->mangleAndIntern(name)] = llvm::orc::ExecutorSymbolDef(
+          llvm::orc::ExecutorAddr(address),
+          llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+    check(jit->getMainJITDylib().define(
+              llvm::orc::absoluteSymbols(std::move(symbols))),
+          "cannot define the math functions in the JIT");
+  }
+};
+
+SharedJit &sharedJit() {
+  // Never destroyed: programs may outlive static destruction order.
+  static SharedJit *shared = new SharedJit();
+  return *shared;
+}
+
+void optimise(llvm::Module &module, llvm::TargetMachine &machine) {
+  // Kernels are vectorised explicitly; LLVM's vectorisers and unrolling
+  // would mostly add compile time. KILN_CPU_OPT=1 picks the cheaper O1
+  // pipeline.
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = false;
+  tuning.SLPVectorization = false;
+  tuning.LoopUnrolling = false;
+  const char *level = std::getenv("KILN_CPU_OPT");
+  bool cheap = level && std::string(level) == "1";
+  llvm::LoopAnalysisManager loopAnalyses;
+  llvm::FunctionAnalysisManager functionAnalyses;
+  llvm::CGSCCAnalysisManager cgsccAnalyses;
+  llvm::ModuleAnalysisManager moduleAnalyses;
+  llvm::PassBuilder builder(&machine, tuning);
+  builder.registerModuleAnalyses(moduleAnalyses);
+  builder.registerCGSCCAnalyses(cgsccAnalyses);
+  builder.registerFunctionAnalyses(functionAnalyses);
+  builder.registerLoopAnalyses(loopAnalyses);
+  builder.crossRegisterProxies(loopAnalyses, functionAnalyses, cgsccAnalyses,
+                               moduleAnalyses);
+  llvm::ModulePassManager passes = builder.buildPerModuleDefaultPipeline(
+      cheap ? llvm::OptimizationLevel::O1 : llvm::OptimizationLevel::O2);
+  passes.run(module, moduleAnalyses);
+}
+
+std::string moduleText(const llvm::Module &module) {
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  module.print(stream, nullptr);
+  return text;
+}
+
+std::string assemblyOf(const llvm::Module &module,
+                       llvm::TargetMachine &machine) {
+  std::unique_ptr<llvm::Module> copy = llvm::CloneModule(module);
+  llvm::SmallString<0> text;
+  llvm::raw_svector_ostream stream(text);
+  llvm::legacy::PassManager passes;
+  if (machine.addPassesToEmitFile(passes, stream, nullptr,
+                                  llvm::CodeGenFileType::AssemblyFile))
+    return "; the target cannot emit assembly";
+  passes.run(*copy);
+  return std::string(text);
+}
+
+using KernelFunction = void (*)(char *const *, int64_t, int64_t);
+
+struct CompiledKernel {
+  KernelFunction function = nullptr;
+  std::vector<int64_t> outerRanges;
+  int64_t work = 0;      // elements the kernel touches, roughly
+  int64_t alignment = 1; // chunk boundaries on the first outer range
+};
+
+} // namespace
+
+struct CpuProgram::Impl {
+  llvm::orc::ResourceTrackerSP tracker;
+  std::vector<std::optional<CompiledKernel>> kernels; // by step
+  double compileMilliseconds = 0;
+};
+
+CpuProgram::CpuProgram() : impl_(std::make_unique<Impl>()) {}
+
+CpuProgram::~CpuProgram() {
+  if (impl_->tracker)
+    llvm::consumeError(impl_->tracker->remove());
+}
+
+double CpuProgram::compileMilliseconds() const {
+  return impl_->compileMilliseconds;
+}
+
+std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
+  auto start = std::chrono::steady_clock::now();
+  SharedJit &shared = sharedJit();
+  const MathLibrary &math = MathLibrary::instance(shared.host.vectorBits);
+  std::unique_ptr<CpuProgram> result(new CpuProgram());
+  uint64_t programNumber = shared.programCount.fetch_add(1);
+
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>(
+      "kiln_program_" + std::to_string(programNumber), *context);
+  module->setDataLayout(shared.jit->getDataLayout());
+  module->setTargetTriple(shared.jit->getTargetTriple().str());
+
+  std::vector<std::string> names(program.steps.size());
+  result->impl_->kernels.resize(program.steps.size());
+  for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
+    const loop::Step &step = program.steps[stepIndex];
+    if (step.kind != loop::Step::Kind::Kernel)
+      continue;
+    const loop::Kernel &kernel = step.kernel;
+    names[stepIndex] = "kiln_" + std::to_string(programNumber) + "_" +
+                       std::to_string(stepIndex) + "_" + kernel.name;
+    EmittedKernel emitted = emitKernel(*module, program, kernel,
+                                       names[stepIndex], shared.host, math);
+    CompiledKernel compiled;
+    compiled.outerRanges = kernel.outerRanges;
+    int64_t outerPoints = 1;
+    for (int64_t range : kernel.outerRanges)
+      outerPoints *= std::max<int64_t>(range, 0);
+    int64_t inner = 0;
+    for (const loop::Loop &loop : kernel.loops) {
+      int64_t points = 1;
+      for (int64_t range : loop.ranges)
+        points *= std::max<int64_t>(range, 0);
+      inner += points;
+    }
+    compiled.work = outerPoints * std::max<int64_t>(inner, 1);
+    if (emitted.strategy == VectorStrategy::Outer &&
+        kernel.outerRanges.size() == 1)
+      compiled.alignment = emitted.lanes;
+    result->impl_->kernels[stepIndex] = compiled;
+  }
+
+  if (logEnabled("llvm"))
+    logArtifact("llvm", moduleText(*module));
+  std::string problems;
+  llvm::raw_string_ostream problemStream(problems);
+  if (llvm::verifyModule(*module, &problemStream))
+    throw Error("the CPU code generator made invalid LLVM IR: " + problems);
+  {
+    std::lock_guard<std::mutex> lock(shared.machineMutex);
+    optimise(*module, *shared.machine);
+    if (logEnabled("llvm_opt"))
+      logArtifact("llvm_opt", moduleText(*module));
+    if (logEnabled("asm"))
+      logArtifact("asm", assemblyOf(*module, *shared.machine));
+  }
+
+  llvm::orc::JITDylib &dylib = shared.jit->getMainJITDylib();
+  result->impl_->tracker = dylib.createResourceTracker();
+  check(shared.jit->addIRModule(
+            result->impl_->tracker,
+            llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
+        "cannot add the program's module to the JIT");
+  for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
+    if (!result->impl_->kernels[stepIndex])
+      continue;
+    auto address = unwrap(shared.jit->lookup(dylib, names[stepIndex]),
+                          "cannot JIT-compile a kernel");
+    result->impl_->kernels[stepIndex]->function =
+        address.toPtr<KernelFunction>();
+  }
+  result->impl_->compileMilliseconds =
+      std::chrono::duration<double, std::milli>(
+          std::chrono::steady_clock::now() - start)
+          .count();
+  return result;
+}
+
+void CpuProgram::runKernel(size_t stepIndex, char *const *buffers) const {
+  if (stepIndex >= impl_->kernels.size() || !impl_->kernels[stepIndex])
+    throw Error("CpuProgram::runKernel: step " + std::to_string(stepIndex) +
+                " is not a kernel");
+  const CompiledKernel &kernel = *impl_->kernels[stepIndex];
+  int64_t outer = kernel.outerRanges.empty() ? 1 : kernel.outerRanges[0];
+  ThreadPool &pool = ThreadPool::instance();
+  int threads = pool.threadCount();
+  constexpr int64_t kInlineWork = 32768;
+  if (threads == 1 || kernel.work < kInlineWork || outer < 2) {
+    kernel.function(buffers, 0, outer);
+    return;
+  }
+  // A few chunks per thread balance uneven progress; chunk boundaries on
+  // whole vectors keep every chunk but the last free of scalar tails.
+  int64_t chunkCount = std::min<int64_t>(threads * 4, outer);
+  int64_t chunkSize = (outer + chunkCount - 1) / chunkCount;
+  chunkSize =
+      (chunkSize + kernel.alignment - 1) / kernel.alignment * kernel.alignment;
+  chunkCount = (outer + chunkSize - 1) / chunkSize;
+  pool.run(chunkCount, [&](int64_t chunk) {
+    int64_t begin = chunk * chunkSize;
+    kernel.function(buffers, begin, std::min(outer, begin + chunkSize));
+  });
+}
+
+void setNumThreads(int count) { ThreadPool::instance().setThreadCount(count); }
+
+int numThreads() { return ThreadPool::instance().threadCount(); }
+
+} // namespace kiln::backend

@@ -1,0 +1,783 @@
+// Tests of the CPU backend: hand-built loop-IR programs compiled to machine
+// code and checked against results computed in C++.
+// Depends on backend/cpu/CpuBackend.h, ir/LoopIR.h, GoogleTest.
+#include "backend/cpu/CpuBackend.h"
+#include "ir/Error.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <thread>
+
+using namespace kiln;
+using loop::BinaryOp;
+using loop::Expr;
+using loop::ReduceOp;
+using loop::UnaryOp;
+
+namespace {
+
+/// A program under construction, with the buffers' memory.
+struct TestProgram {
+  loop::Program program;
+  std::vector<std::vector<char>> memory;
+
+  loop::ExprContext &exprs() { return *program.exprs; }
+
+  int64_t buffer(DType dtype, int64_t elements) {
+    loop::Buffer buffer;
+    buffer.kind = loop::BufferKind::Tensor;
+    buffer.meta = TensorMeta(dtype, {elements});
+    memory.emplace_back(static_cast<size_t>(elements * itemSize(dtype)) + 1);
+    return program.addBuffer(std::move(buffer));
+  }
+  template <typename T> T *data(int64_t buffer) {
+    return reinterpret_cast<T *>(memory[buffer].data());
+  }
+  template <typename T>
+  void fill(int64_t buffer, const std::vector<T> &values) {
+    std::memcpy(memory[buffer].data(), values.data(),
+                values.size() * sizeof(T));
+  }
+  const Expr *var(int64_t number) { return exprs().var(number); }
+  const Expr *load(int64_t buffer, const Expr *index) {
+    return exprs().load(buffer, program.buffers[buffer].dtype(), index);
+  }
+  void addKernel(loop::Kernel kernel) {
+    loop::Step step;
+    step.kind = loop::Step::Kind::Kernel;
+    step.kernel = std::move(kernel);
+    program.steps.push_back(std::move(step));
+  }
+  /// Compiles and runs every step.
+  std::unique_ptr<backend::CpuProgram> run() {
+    auto compiled = backend::CpuProgram::compile(program);
+    runAgain(*compiled);
+    return compiled;
+  }
+  void runAgain(const backend::CpuProgram &compiled) {
+    std::vector<char *> pointers;
+    for (auto &bytes : memory)
+      pointers.push_back(bytes.data());
+    for (size_t step = 0; step < program.steps.size(); ++step)
+      compiled.runKernel(step, pointers.data());
+  }
+};
+
+/// out[i] = f(in0[i], in1[i], ...) over `size` elements.
+loop::Kernel pointwise(TestProgram &test, int64_t size, int64_t out,
+                       const Expr *value) {
+  loop::Kernel kernel;
+  kernel.name = "pointwise";
+  kernel.outerRanges = {size};
+  loop::Loop body;
+  body.stores.push_back({out, test.var(0), value});
+  kernel.loops.push_back(body);
+  return kernel;
+}
+
+float roundToBFloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+float bfloat16ToFloat(uint16_t half) {
+  uint32_t bits = static_cast<uint32_t>(half) << 16;
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+uint16_t floatToBFloat16(float value) {
+  float rounded = roundToBFloat16(value);
+  uint32_t bits;
+  std::memcpy(&bits, &rounded, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+std::vector<float> randomFloats(size_t count, float low, float high,
+                                unsigned seed = 1) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> distribution(low, high);
+  std::vector<float> values(count);
+  for (float &value : values)
+    value = distribution(generator);
+  return values;
+}
+
+} // namespace
+
+TEST(CpuPointwise, AddMulFloat32AtOddSizes) {
+  for (int64_t size : {1, 7, 8, 33, 1000}) {
+    TestProgram test;
+    int64_t a = test.buffer(DType::Float32, size);
+    int64_t b = test.buffer(DType::Float32, size);
+    int64_t out = test.buffer(DType::Float32, size);
+    auto &e = test.exprs();
+    const Expr *x = test.load(a, test.var(0)), *y = test.load(b, test.var(0));
+    test.addKernel(
+        pointwise(test, size, out,
+                  e.binary(BinaryOp::Add, e.binary(BinaryOp::Mul, x, y), x)));
+    auto values = randomFloats(size, -3, 3),
+         others = randomFloats(size, -3, 3, 2);
+    test.fill(a, values);
+    test.fill(b, others);
+    test.run();
+    for (int64_t i = 0; i < size; ++i)
+      EXPECT_EQ(test.data<float>(out)[i], values[i] * others[i] + values[i])
+          << "size " << size << " at " << i;
+  }
+}
+
+TEST(CpuMath, Float32AndFloat64FunctionsMatchTheCLibrary) {
+  struct Case {
+    UnaryOp op;
+    double (*reference)(double);
+    float low, high;
+  };
+  const Case cases[] = {
+      {UnaryOp::Exp, [](double x) { return std::exp(x); }, -20, 20},
+      {UnaryOp::Tanh, [](double x) { return std::tanh(x); }, -5, 5},
+      {UnaryOp::Erf, [](double x) { return std::erf(x); }, -3, 3},
+      {UnaryOp::Sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, -10,
+       10},
+      {UnaryOp::Log1p, [](double x) { return std::log1p(x); }, -0.9f, 10},
+      {UnaryOp::Sin, [](double x) { return std::sin(x); }, -6, 6},
+      {UnaryOp::Log, [](double x) { return std::log(x); }, 0.01f, 100},
+      {UnaryOp::Sqrt, [](double x) { return std::sqrt(x); }, 0, 100},
+      {UnaryOp::Rsqrt, [](double x) { return 1 / std::sqrt(x); }, 0.1f, 100},
+      {UnaryOp::Expm1, [](double x) { return std::expm1(x); }, -3, 3},
+  };
+  const int64_t size = 37;
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const Case &c : cases) {
+      TestProgram test;
+      int64_t in = test.buffer(dtype, size), out = test.buffer(dtype, size);
+      test.addKernel(
+          pointwise(test, size, out,
+                    test.exprs().unary(c.op, test.load(in, test.var(0)))));
+      auto values = randomFloats(size, c.low, c.high);
+      if (dtype == DType::Float32) {
+        test.fill(in, values);
+      } else {
+        test.fill(in, std::vector<double>(values.begin(), values.end()));
+      }
+      test.run();
+      for (int64_t i = 0; i < size; ++i) {
+        double expected = c.reference(values[i]);
+        double actual = dtype == DType::Float32 ? test.data<float>(out)[i]
+                                                : test.data<double>(out)[i];
+        double ulp = dtype == DType::Float32 ? 1.2e-7 : 2.3e-16;
+        EXPECT_NEAR(actual, expected, 4 * ulp * std::abs(expected) + 1e-30)
+            << loop::unaryOpName(c.op) << " " << dtypeName(dtype) << " of "
+            << values[i];
+      }
+    }
+  }
+}
+
+TEST(CpuTypes, Float16AndBFloat16RoundAfterEveryOperation) {
+  const int64_t size = 19;
+  auto values = randomFloats(size, -100, 100),
+       others = randomFloats(size, -1, 1, 3);
+  {
+    TestProgram test;
+    int64_t a = test.buffer(DType::Float16, size),
+            b = test.buffer(DType::Float16, size);
+    int64_t out = test.buffer(DType::Float16, size);
+    auto &e = test.exprs();
+    const Expr *x = test.load(a, test.var(0)), *y = test.load(b, test.var(0));
+    test.addKernel(
+        pointwise(test, size, out,
+                  e.binary(BinaryOp::Mul, e.binary(BinaryOp::Add, x, y), y)));
+    std::vector<_Float16> halfA(size), halfB(size);
+    for (int64_t i = 0; i < size; ++i) {
+      halfA[i] = static_cast<_Float16>(values[i]);
+      halfB[i] = static_cast<_Float16>(others[i]);
+    }
+    test.fill(a, halfA);
+    test.fill(b, halfB);
+    test.run();
+    for (int64_t i = 0; i < size; ++i) {
+      _Float16 sum = static_cast<_Float16>(float(halfA[i]) + float(halfB[i]));
+      _Float16 expected = static_cast<_Float16>(float(sum) * float(halfB[i]));
+      EXPECT_EQ(float(test.data<_Float16>(out)[i]), float(expected)) << i;
+    }
+  }
+  {
+    TestProgram test;
+    int64_t a = test.buffer(DType::BFloat16, size),
+            b = test.buffer(DType::BFloat16, size);
+    int64_t out = test.buffer(DType::BFloat16, size);
+    auto &e = test.exprs();
+    const Expr *x = test.load(a, test.var(0)), *y = test.load(b, test.var(0));
+    test.addKernel(
+        pointwise(test, size, out,
+                  e.binary(BinaryOp::Mul, e.binary(BinaryOp::Add, x, y), y)));
+    std::vector<uint16_t> bitsA(size), bitsB(size);
+    for (int64_t i = 0; i < size; ++i) {
+      bitsA[i] = floatToBFloat16(values[i]);
+      bitsB[i] = floatToBFloat16(others[i]);
+    }
+    test.fill(a, bitsA);
+    test.fill(b, bitsB);
+    test.run();
+    for (int64_t i = 0; i < size; ++i) {
+      float x0 = bfloat16ToFloat(bitsA[i]), y0 = bfloat16ToFloat(bitsB[i]);
+      float expected = roundToBFloat16(roundToBFloat16(x0 + y0) * y0);
+      EXPECT_EQ(bfloat16ToFloat(test.data<uint16_t>(out)[i]), expected) << i;
+    }
+  }
+}
+
+TEST(CpuIntegers, PythonDivisionSignsAndDivisionByZero) {
+  const std::vector<int32_t> a = {
+      7, -7, 7, -7, 0, 5, std::numeric_limits<int32_t>::min(), 9, -3};
+  const std::vector<int32_t> b = {2, 2, -2, -2, 3, 0, -1, 0, 1};
+  int64_t size = static_cast<int64_t>(a.size());
+  for (BinaryOp op :
+       {BinaryOp::FloorDiv, BinaryOp::Mod, BinaryOp::Div, BinaryOp::Fmod}) {
+    TestProgram test;
+    int64_t x = test.buffer(DType::Int32, size),
+            y = test.buffer(DType::Int32, size);
+    int64_t out = test.buffer(DType::Int32, size);
+    test.addKernel(pointwise(test, size, out,
+                             test.exprs().binary(op, test.load(x, test.var(0)),
+                                                 test.load(y, test.var(0)))));
+    test.fill(x, a);
+    test.fill(y, b);
+    test.run();
+    for (int64_t i = 0; i < size; ++i) {
+      if (b[i] == 0)
+        continue; // any value, as long as nothing traps
+      int64_t quotient = static_cast<int64_t>(a[i]) / b[i];
+      int64_t remainder = static_cast<int64_t>(a[i]) % b[i];
+      bool adjust = remainder != 0 && ((remainder < 0) != (b[i] < 0));
+      int64_t expected = op == BinaryOp::Div    ? quotient
+                         : op == BinaryOp::Fmod ? remainder
+                         : op == BinaryOp::FloorDiv
+                             ? quotient - adjust
+                             : remainder + (adjust ? b[i] : 0);
+      EXPECT_EQ(test.data<int32_t>(out)[i], static_cast<int32_t>(expected))
+          << loop::binaryOpName(op) << " " << a[i] << ", " << b[i];
+    }
+  }
+}
+
+TEST(CpuFloats, FloorDivModAndNanPropagatingMaxMin) {
+  const std::vector<float> a = {7.5f, -7.5f, 7.5f,  -7.5f, NAN,
+                                1.0f, 3.0f,  -0.0f, 2.0f};
+  const std::vector<float> b = {2.0f, 2.0f, -2.0f, -2.0f,   1.0f,
+                                NAN,  3.0f, 1.0f,  INFINITY};
+  int64_t size = static_cast<int64_t>(a.size());
+  for (BinaryOp op :
+       {BinaryOp::FloorDiv, BinaryOp::Mod, BinaryOp::Max, BinaryOp::Min}) {
+    TestProgram test;
+    int64_t x = test.buffer(DType::Float32, size),
+            y = test.buffer(DType::Float32, size);
+    int64_t out = test.buffer(DType::Float32, size);
+    test.addKernel(pointwise(test, size, out,
+                             test.exprs().binary(op, test.load(x, test.var(0)),
+                                                 test.load(y, test.var(0)))));
+    test.fill(x, a);
+    test.fill(y, b);
+    test.run();
+    for (int64_t i = 0; i < size; ++i) {
+      float expected;
+      if (op == BinaryOp::FloorDiv) {
+        expected = std::floor(a[i] / b[i]);
+      } else if (op == BinaryOp::Mod) {
+        expected = std::fmod(a[i], b[i]);
+        if (expected != 0 && ((b[i] < 0) != (expected < 0)))
+          expected += b[i];
+      } else if (std::isnan(a[i]) || std::isnan(b[i])) {
+        expected = NAN;
+      } else {
+        expected =
+            op == BinaryOp::Max ? std::max(a[i], b[i]) : std::min(a[i], b[i]);
+      }
+      float actual = test.data<float>(out)[i];
+      if (std::isnan(expected))
+        EXPECT_TRUE(std::isnan(actual)) << loop::binaryOpName(op) << " " << i;
+      else
+        EXPECT_EQ(actual, expected) << loop::binaryOpName(op) << " " << i;
+    }
+  }
+}
+
+TEST(CpuCasts, SaturatingFloatToIntegerAndBool) {
+  const std::vector<float> values = {1.7f, -1.7f,  NAN,   1e20f,   -1e20f,
+                                     0.0f, 300.0f, -0.5f, INFINITY};
+  int64_t size = static_cast<int64_t>(values.size());
+  TestProgram test;
+  int64_t in = test.buffer(DType::Float32, size);
+  int64_t asInt = test.buffer(DType::Int64, size),
+          asInt8 = test.buffer(DType::Int8, size);
+  int64_t asBool = test.buffer(DType::Bool, size),
+          back = test.buffer(DType::Float32, size);
+  auto &e = test.exprs();
+  const Expr *x = test.load(in, test.var(0));
+  loop::Kernel kernel = pointwise(test, size, asInt, e.cast(x, DType::Int64));
+  kernel.loops[0].stores.push_back(
+      {asInt8, test.var(0), e.cast(x, DType::Int8)});
+  kernel.loops[0].stores.push_back(
+      {asBool, test.var(0), e.cast(x, DType::Bool)});
+  kernel.loops[0].stores.push_back(
+      {back, test.var(0), e.cast(e.cast(x, DType::Bool), DType::Float32)});
+  test.addKernel(kernel);
+  test.fill(in, values);
+  test.run();
+  const std::vector<int64_t> expectedInt = {
+      1,
+      -1,
+      0,
+      std::numeric_limits<int64_t>::max(),
+      std::numeric_limits<int64_t>::min(),
+      0,
+      300,
+      0,
+      std::numeric_limits<int64_t>::max()};
+  const std::vector<int8_t> expectedInt8 = {1, -1,  0, 127, -128,
+                                            0, 127, 0, 127};
+  for (int64_t i = 0; i < size; ++i) {
+    EXPECT_EQ(test.data<int64_t>(asInt)[i], expectedInt[i]) << i;
+    EXPECT_EQ(test.data<int8_t>(asInt8)[i], expectedInt8[i]) << i;
+    bool truth = values[i] != 0 || std::isnan(values[i]);
+    EXPECT_EQ(test.data<uint8_t>(asBool)[i], truth ? 1 : 0) << i;
+    EXPECT_EQ(test.data<float>(back)[i], truth ? 1.0f : 0.0f) << i;
+  }
+}
+
+TEST(CpuIntegers, BoolLogicShiftsPowerAndComparisons) {
+  const std::vector<int64_t> a = {3, -8, 5, 2, 0, -1, 7, 1};
+  const std::vector<int64_t> b = {2, 1, 70, 10, 0, 3, -1, 63};
+  int64_t size = static_cast<int64_t>(a.size());
+  TestProgram test;
+  int64_t x = test.buffer(DType::Int64, size),
+          y = test.buffer(DType::Int64, size);
+  int64_t shiftLeft = test.buffer(DType::Int64, size),
+          shiftRight = test.buffer(DType::Int64, size);
+  int64_t power = test.buffer(DType::Int64, size),
+          less = test.buffer(DType::Bool, size);
+  auto &e = test.exprs();
+  const Expr *lhs = test.load(x, test.var(0)), *rhs = test.load(y, test.var(0));
+  loop::Kernel kernel =
+      pointwise(test, size, shiftLeft, e.binary(BinaryOp::ShiftLeft, lhs, rhs));
+  kernel.loops[0].stores.push_back(
+      {shiftRight, test.var(0), e.binary(BinaryOp::ShiftRight, lhs, rhs)});
+  kernel.loops[0].stores.push_back(
+      {power, test.var(0), e.binary(BinaryOp::Pow, lhs, rhs)});
+  kernel.loops[0].stores.push_back(
+      {less, test.var(0),
+       e.binary(
+           BinaryOp::LogicalAnd, e.binary(BinaryOp::Lt, lhs, rhs),
+           e.unary(UnaryOp::LogicalNot, e.binary(BinaryOp::Eq, lhs, rhs)))});
+  test.addKernel(kernel);
+  test.fill(x, a);
+  test.fill(y, b);
+  test.run();
+  for (int64_t i = 0; i < size; ++i) {
+    int64_t expectedLeft =
+        b[i] >= 0 && b[i] < 64
+            ? static_cast<int64_t>(static_cast<uint64_t>(a[i]) << b[i])
+            : 0;
+    int64_t expectedRight = a[i] >> std::min<int64_t>(b[i] < 0 ? 63 : b[i], 63);
+    uint64_t expectedPower = 1;
+    if (b[i] >= 0)
+      for (int64_t k = 0; k < b[i]; ++k)
+        expectedPower *= static_cast<uint64_t>(a[i]);
+    else
+      expectedPower = a[i] == 1    ? 1
+                      : a[i] == -1 ? static_cast<uint64_t>((b[i] & 1) ? -1 : 1)
+                                   : 0;
+    EXPECT_EQ(test.data<int64_t>(shiftLeft)[i], expectedLeft) << i;
+    EXPECT_EQ(test.data<int64_t>(shiftRight)[i], expectedRight) << i;
+    EXPECT_EQ(test.data<int64_t>(power)[i], static_cast<int64_t>(expectedPower))
+        << i;
+    EXPECT_EQ(test.data<uint8_t>(less)[i], a[i] < b[i] ? 1 : 0) << i;
+  }
+}
+
+TEST(CpuLoads, TransposedBroadcastAndGatheredLoads) {
+  // out[i, j] = in[j, i] + row[j] + in.flat[(i*C + j) / 2 % (R*C)]
+  for (int64_t rows : {1, 5, 17}) {
+    for (int64_t columns : {1, 9, 40}) {
+      TestProgram test;
+      int64_t in = test.buffer(DType::Float32, rows * columns);
+      int64_t row = test.buffer(DType::Float32, columns);
+      int64_t out = test.buffer(DType::Float32, rows * columns);
+      auto &e = test.exprs();
+      const Expr *i = test.var(0), *j = test.var(1);
+      const Expr *flat = e.add(e.mul(i, e.integer(columns)), j);
+      const Expr *transposed = e.add(e.mul(j, e.integer(rows)), i);
+      const Expr *gathered = e.mod(e.floorDiv(flat, 2), rows * columns);
+      loop::Kernel kernel;
+      kernel.name = "transpose";
+      kernel.outerRanges = {rows, columns};
+      loop::Loop body;
+      body.stores.push_back(
+          {out, flat,
+           e.binary(BinaryOp::Add,
+                    e.binary(BinaryOp::Add, test.load(in, transposed),
+                             test.load(row, j)),
+                    test.load(in, gathered))});
+      kernel.loops.push_back(body);
+      test.addKernel(kernel);
+      auto values = randomFloats(rows * columns, -1, 1),
+           rowValues = randomFloats(columns, -1, 1, 5);
+      test.fill(in, values);
+      test.fill(row, rowValues);
+      test.run();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < columns; ++c)
+          EXPECT_EQ(test.data<float>(out)[r * columns + c],
+                    values[c * rows + r] + rowValues[c] +
+                        values[(r * columns + c) / 2])
+              << rows << "x" << columns << " at " << r << "," << c;
+    }
+  }
+}
+
+namespace {
+
+/// One reduction over the columns of a rows x columns float32 matrix,
+/// stored per row.
+struct RowReduction {
+  TestProgram test;
+  int64_t in, out;
+  RowReduction(int64_t rows, int64_t columns, ReduceOp op, DType outDType) {
+    in = test.buffer(DType::Float32, rows * columns);
+    out = test.buffer(outDType, rows);
+    auto &e = test.exprs();
+    loop::Kernel kernel;
+    kernel.name = "row_reduction";
+    kernel.outerRanges = {rows};
+    loop::Loop reduce;
+    reduce.ranges = {columns};
+    reduce.reductions.push_back(
+        {op, test.load(in, e.add(e.mul(test.var(0), e.integer(columns)),
+                                 test.var(1)))});
+    loop::Loop store;
+    store.stores.push_back({out, test.var(0), e.reductionValue(0, outDType)});
+    kernel.loops = {reduce, store};
+    test.addKernel(kernel);
+  }
+};
+
+} // namespace
+
+TEST(CpuReductions, RowSumMaxAndEmptyRows) {
+  for (int64_t columns : {0, 1, 7, 33, 1000}) {
+    const int64_t rows = 3;
+    auto values = randomFloats(rows * columns, -1, 1);
+    RowReduction sum(rows, columns, ReduceOp::Sum, DType::Float32);
+    RowReduction maximum(rows, columns, ReduceOp::Max, DType::Float32);
+    if (columns > 0)
+      values[columns + columns / 2] = NAN; // row 1
+    for (RowReduction *reduction : {&sum, &maximum}) {
+      reduction->test.fill(reduction->in, values);
+      reduction->test.run();
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      double expectedSum = 0;
+      float expectedMax = -INFINITY;
+      for (int64_t c = 0; c < columns; ++c) {
+        expectedSum += values[r * columns + c];
+        expectedMax =
+            std::isnan(values[r * columns + c]) || std::isnan(expectedMax)
+                ? NAN
+                : std::max(expectedMax, values[r * columns + c]);
+      }
+      float actualSum = sum.test.data<float>(sum.out)[r];
+      float actualMax = maximum.test.data<float>(maximum.out)[r];
+      if (std::isnan(expectedSum))
+        EXPECT_TRUE(std::isnan(actualSum));
+      else
+        EXPECT_NEAR(actualSum, expectedSum, 1e-5 * columns + 1e-6)
+            << columns << " row " << r;
+      if (std::isnan(expectedMax))
+        EXPECT_TRUE(std::isnan(actualMax)) << columns << " row " << r;
+      else
+        EXPECT_EQ(actualMax, expectedMax) << columns << " row " << r;
+    }
+  }
+}
+
+TEST(CpuReductions, ArgMaxArgMinTiesAndNan) {
+  const int64_t columns = 21;
+  std::vector<float> values(3 * columns, 0.0f);
+  values[4] = 5;
+  values[15] = 5;
+  values[2] = -3;
+  values[19] = -3; // ties
+  values[columns + 3] = 9;
+  values[columns + 10] = NAN;
+  values[columns + 12] = NAN;
+  values[2 * columns + 20] = 1;
+  values[2 * columns + 0] = -1;
+  RowReduction argmax(3, columns, ReduceOp::ArgMax, DType::Int64);
+  RowReduction argmin(3, columns, ReduceOp::ArgMin, DType::Int64);
+  for (RowReduction *reduction : {&argmax, &argmin}) {
+    reduction->test.fill(reduction->in, values);
+    reduction->test.run();
+  }
+  EXPECT_EQ(argmax.test.data<int64_t>(argmax.out)[0], 4);
+  EXPECT_EQ(argmax.test.data<int64_t>(argmax.out)[1], 10);
+  EXPECT_EQ(argmax.test.data<int64_t>(argmax.out)[2], 20);
+  EXPECT_EQ(argmin.test.data<int64_t>(argmin.out)[0], 2);
+  EXPECT_EQ(argmin.test.data<int64_t>(argmin.out)[1], 10);
+  EXPECT_EQ(argmin.test.data<int64_t>(argmin.out)[2], 0);
+  RowReduction empty(2, 0, ReduceOp::ArgMax, DType::Int64);
+  empty.test.data<int64_t>(empty.out)[0] = 77;
+  empty.test.run();
+  EXPECT_EQ(empty.test.data<int64_t>(empty.out)[0], 0);
+}
+
+TEST(CpuReductions, ColumnSumVectorisesTheOuterVariable) {
+  for (int64_t columns : {1, 7, 33}) {
+    const int64_t rows = 50;
+    TestProgram test;
+    int64_t in = test.buffer(DType::Float32, rows * columns);
+    int64_t out = test.buffer(DType::Float32, columns);
+    auto &e = test.exprs();
+    loop::Kernel kernel;
+    kernel.name = "column_sum";
+    kernel.outerRanges = {columns};
+    loop::Loop reduce;
+    reduce.ranges = {rows};
+    reduce.reductions.push_back(
+        {ReduceOp::Sum,
+         test.load(
+             in, e.add(e.mul(test.var(1), e.integer(columns)), test.var(0)))});
+    reduce.reductions.push_back(
+        {ReduceOp::Min,
+         test.load(
+             in, e.add(e.mul(test.var(1), e.integer(columns)), test.var(0)))});
+    loop::Loop store;
+    store.stores.push_back(
+        {out, test.var(0),
+         e.binary(BinaryOp::Add, e.reductionValue(0, DType::Float32),
+                  e.reductionValue(1, DType::Float32))});
+    kernel.loops = {reduce, store};
+    test.addKernel(kernel);
+    auto values = randomFloats(rows * columns, 0, 1);
+    test.fill(in, values);
+    test.run();
+    for (int64_t c = 0; c < columns; ++c) {
+      float sum = 0, minimum = INFINITY;
+      for (int64_t r = 0; r < rows; ++r) {
+        sum += values[r * columns + c];
+        minimum = std::min(minimum, values[r * columns + c]);
+      }
+      EXPECT_NEAR(test.data<float>(out)[c], sum + minimum, 1e-4) << c;
+    }
+  }
+}
+
+TEST(CpuReductions, SoftmaxShapedKernel) {
+  for (int64_t columns : {1, 10, 100}) {
+    const int64_t rows = 4;
+    TestProgram test;
+    int64_t in = test.buffer(DType::Float32, rows * columns);
+    int64_t out = test.buffer(DType::Float32, rows * columns);
+    auto &e = test.exprs();
+    const Expr *index =
+        e.add(e.mul(test.var(0), e.integer(columns)), test.var(1));
+    const Expr *x = test.load(in, index);
+    const Expr *maximum = e.reductionValue(0, DType::Float32);
+    const Expr *shifted =
+        e.unary(UnaryOp::Exp, e.binary(BinaryOp::Sub, x, maximum));
+    loop::Kernel kernel;
+    kernel.name = "softmax";
+    kernel.outerRanges = {rows};
+    loop::Loop maxLoop, sumLoop, storeLoop;
+    maxLoop.ranges = sumLoop.ranges = storeLoop.ranges = {columns};
+    maxLoop.reductions.push_back({ReduceOp::Max, x});
+    sumLoop.reductions.push_back({ReduceOp::Sum, shifted});
+    storeLoop.stores.push_back({out, index,
+                                e.binary(BinaryOp::Div, shifted,
+                                         e.reductionValue(1, DType::Float32))});
+    kernel.loops = {maxLoop, sumLoop, storeLoop};
+    test.addKernel(kernel);
+    auto values = randomFloats(rows * columns, -5, 5);
+    test.fill(in, values);
+    test.run();
+    for (int64_t r = 0; r < rows; ++r) {
+      double maxValue = -INFINITY, total = 0;
+      for (int64_t c = 0; c < columns; ++c)
+        maxValue = std::max<double>(maxValue, values[r * columns + c]);
+      for (int64_t c = 0; c < columns; ++c)
+        total += std::exp(values[r * columns + c] - maxValue);
+      for (int64_t c = 0; c < columns; ++c)
+        EXPECT_NEAR(test.data<float>(out)[r * columns + c],
+                    std::exp(values[r * columns + c] - maxValue) / total, 1e-6)
+            << columns << " at " << r << "," << c;
+    }
+  }
+}
+
+TEST(CpuReductions, LongSumStaysAccurate) {
+  const int64_t size = 1 << 20;
+  TestProgram test;
+  int64_t in = test.buffer(DType::Float32, size);
+  int64_t out = test.buffer(DType::Float32, 1);
+  loop::Kernel kernel;
+  kernel.name = "total";
+  loop::Loop reduce;
+  reduce.ranges = {size};
+  reduce.reductions.push_back({ReduceOp::Sum, test.load(in, test.var(0))});
+  loop::Loop store;
+  store.stores.push_back({out, test.exprs().integer(0),
+                          test.exprs().reductionValue(0, DType::Float32)});
+  kernel.loops = {reduce, store};
+  test.addKernel(kernel);
+  auto values = randomFloats(size, 0, 1);
+  test.fill(in, values);
+  test.run();
+  double expected = 0;
+  for (float value : values)
+    expected += value;
+  EXPECT_NEAR(test.data<float>(out)[0], expected, 1e-6 * expected);
+}
+
+namespace {
+
+// out = tanh(a) * b + 1 over `size` float32 elements.
+void buildLargePointwise(TestProgram &test, int64_t size, int64_t &a,
+                         int64_t &b, int64_t &out) {
+  a = test.buffer(DType::Float32, size);
+  b = test.buffer(DType::Float32, size);
+  out = test.buffer(DType::Float32, size);
+  auto &e = test.exprs();
+  test.addKernel(pointwise(
+      test, size, out,
+      e.binary(BinaryOp::Add,
+               e.binary(BinaryOp::Mul,
+                        e.unary(UnaryOp::Tanh, test.load(a, test.var(0))),
+                        test.load(b, test.var(0))),
+               e.constant(1.0, DType::Float32))));
+}
+
+} // namespace
+
+TEST(CpuThreads, LargePointwiseOnFourThreadsMatchesOneThread) {
+  const int64_t size = 1000003;
+  TestProgram test;
+  int64_t a, b, out;
+  buildLargePointwise(test, size, a, b, out);
+  test.fill(a, randomFloats(size, -3, 3));
+  test.fill(b, randomFloats(size, -3, 3, 7));
+  int previous = backend::numThreads();
+  backend::setNumThreads(1);
+  auto compiled = test.run();
+  std::vector<float> single(test.data<float>(out),
+                            test.data<float>(out) + size);
+  auto time = [&] {
+    auto start = std::chrono::steady_clock::now();
+    for (int repeat = 0; repeat < 10; ++repeat)
+      test.runAgain(*compiled);
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now() - start)
+               .count() /
+           10;
+  };
+  double singleMilliseconds = time();
+  backend::setNumThreads(4);
+  std::memset(test.data<float>(out), 0, size * sizeof(float));
+  test.runAgain(*compiled);
+  EXPECT_EQ(
+      std::memcmp(single.data(), test.data<float>(out), size * sizeof(float)),
+      0);
+  double threadedMilliseconds = time();
+  std::printf("[ timing ] 1M-element tanh(a)*b+1: %.3f ms on 1 thread, %.3f ms "
+              "on 4 threads (%.0f / %.0f Melem/s)\n",
+              singleMilliseconds, threadedMilliseconds,
+              size / singleMilliseconds / 1e3,
+              size / threadedMilliseconds / 1e3);
+  backend::setNumThreads(previous);
+}
+
+TEST(CpuThreads, TwoThreadsRunKernelsConcurrently) {
+  const int64_t size = 200000;
+  TestProgram first, second;
+  int64_t a1, b1, out1, a2, b2, out2;
+  buildLargePointwise(first, size, a1, b1, out1);
+  buildLargePointwise(second, size, a2, b2, out2);
+  auto values = randomFloats(size, -2, 2);
+  for (TestProgram *test : {&first, &second}) {
+    test->fill(0, values);
+    test->fill(1, values);
+  }
+  auto firstCompiled = backend::CpuProgram::compile(first.program);
+  auto secondCompiled = backend::CpuProgram::compile(second.program);
+  std::thread other([&] {
+    for (int repeat = 0; repeat < 50; ++repeat)
+      second.runAgain(*secondCompiled);
+  });
+  for (int repeat = 0; repeat < 50; ++repeat)
+    first.runAgain(*firstCompiled);
+  other.join();
+  for (int64_t i = 0; i < size; i += 997) {
+    float expected = std::tanh(values[i]) * values[i] + 1;
+    EXPECT_NEAR(first.data<float>(out1)[i], expected, 1e-5);
+    EXPECT_NEAR(second.data<float>(out2)[i], expected, 1e-5);
+  }
+}
+
+TEST(CpuProgramLifetime, ManyProgramsCompileRunAndFree) {
+  for (int round = 0; round < 30; ++round) {
+    TestProgram test;
+    int64_t a, b, out;
+    buildLargePointwise(test, 100, a, b, out);
+    test.fill(a, randomFloats(100, -1, 1, round));
+    test.fill(b, randomFloats(100, -1, 1, round + 1));
+    auto compiled = test.run();
+    EXPECT_NEAR(test.data<float>(out)[5],
+                std::tanh(test.data<float>(a)[5]) * test.data<float>(b)[5] + 1,
+                1e-6);
+  }
+}
+
+TEST(CpuCompileTime, TenKernelProgramIsReported) {
+  TestProgram test;
+  const int64_t size = 1000;
+  std::vector<int64_t> buffers;
+  for (int index = 0; index <= 10; ++index)
+    buffers.push_back(test.buffer(DType::Float32, size));
+  auto &e = test.exprs();
+  const UnaryOp ops[] = {UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid,
+                         UnaryOp::Erf, UnaryOp::Log1p};
+  for (int index = 0; index < 10; ++index) {
+    const Expr *x = test.load(buffers[index], test.var(0));
+    test.addKernel(pointwise(test, size, buffers[index + 1],
+                             e.binary(BinaryOp::Mul, e.unary(ops[index % 5], x),
+                                      e.constant(0.5, DType::Float32))));
+  }
+  // The first compile also creates the process's JIT: time later ones.
+  backend::CpuProgram::compile(test.program);
+  std::vector<double> milliseconds;
+  for (int repeat = 0; repeat < 5; ++repeat)
+    milliseconds.push_back(
+        backend::CpuProgram::compile(test.program)->compileMilliseconds());
+  std::sort(milliseconds.begin(), milliseconds.end());
+  std::printf(
+      "[ timing ] 10-kernel program compiled in %.1f ms (median of 5)\n",
+      milliseconds[2]);
+  EXPECT_GT(milliseconds[0], 0.0);
+}
+
+TEST(CpuErrors, ComplexBuffersAreUnsupported) {
+  TestProgram test;
+  int64_t in = test.buffer(DType::Complex64, 4),
+          out = test.buffer(DType::Complex64, 4);
+  test.addKernel(pointwise(test, 4, out, test.load(in, test.var(0))));
+  EXPECT_THROW(backend::CpuProgram::compile(test.program), Unsupported);
+}
