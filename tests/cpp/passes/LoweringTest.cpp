@@ -553,9 +553,6 @@ TEST(Lowering, SoftmaxAndLogSoftmaxOfAMatrix) {
   double e1 = std::exp(1.0), e2 = std::exp(2.0), e3 = std::exp(3.0);
   double total = e1 + e2 + e3;
   expectNear(run.output(0), {e1 / total, e2 / total, e3 / total, 0, 0, 1});
-  std::vector<double> expected;
-  for (int j = 0; j < 3; ++j)
-    expected.push_back(0); // placeholder, filled below
   std::vector<double> logExpected(6);
   for (int j = 0; j < 3; ++j) {
     double a = values[j], b = values[3 + j], m = std::max(a, b);
@@ -815,4 +812,96 @@ TEST(Lowering, RepresentativeCallsLowerOrBecomeExterns) {
   loop::Program program;
   EXPECT_NO_THROW(program = lowerGraph(graph));
   EXPECT_EQ(program.outputs.size(), outputs.size());
+}
+
+TEST(Lowering, RearrangingAndCreationOpsMatchHandComputedValues) {
+  auto graph = newGraph();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 3}));
+  Value *negated = op(*graph, "aten::neg", {x});
+  std::vector<Argument> outputs{
+      op(*graph, "aten::tril", {x}),
+      op(*graph, "aten::constant_pad_nd",
+         {x, std::vector<int64_t>{1, 0}, Argument(9)}),
+      op(*graph, "aten::flip", {x, std::vector<int64_t>{1}}),
+      op(*graph, "aten::roll",
+         {x, std::vector<int64_t>{1}, std::vector<int64_t>{1}}),
+      op(*graph, "aten::repeat", {x, std::vector<int64_t>{1, 2}}),
+      op(*graph, "aten::stack",
+         {std::vector<Value *>{x, negated}, Argument(2)}),
+      op(*graph, "aten::slice.Tensor",
+         {negated, Argument(1), Argument(1), Argument::none(), Argument(1)}),
+      op(*graph, "aten::select.int", {negated, Argument(0), Argument(-1)}),
+      op(*graph, "aten::arange.start_step",
+         {Argument(1), Argument(7), Argument(2)}),
+      op(*graph, "aten::div.Scalar_mode", {x, Argument(2)},
+         {{"rounding_mode", "floor"}}),
+      op(*graph, "aten::clamp", {x, Argument(-1), Argument(2)}),
+  };
+  graph->setOutputs(outputs);
+  loop::Program program = lowerGraph(graph);
+  EXPECT_EQ(countExterns(program), 0);
+  Interpreter run(program);
+  run.setInput(0, {1, -2, 3, -4, 5, 6});
+  run.run();
+  expectNear(run.output(0), {1, 0, 0, -4, 5, 0});
+  expectNear(run.output(1), {9, 1, -2, 3, 9, -4, 5, 6});
+  expectNear(run.output(2), {3, -2, 1, 6, 5, -4});
+  expectNear(run.output(3), {3, 1, -2, 6, -4, 5});
+  expectNear(run.output(4), {1, -2, 3, 1, -2, 3, -4, 5, 6, -4, 5, 6});
+  expectNear(run.output(5), {1, -1, -2, 2, 3, -3, -4, 4, 5, -5, 6, -6});
+  expectNear(run.output(6), {2, -3, -5, -6});
+  expectNear(run.output(7), {4, -5, -6});
+  expectNear(run.output(8), {1, 3, 5});
+  expectNear(run.output(9), {0, -1, 1, -2, 2, 3});
+  expectNear(run.output(10), {1, -1, 2, -1, 2, 2});
+}
+
+TEST(Lowering, LogsumexpNormsAndVarMean) {
+  auto graph = newGraph();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 3}));
+  Value *lse =
+      op(*graph, "aten::logsumexp", {x, std::vector<int64_t>{1}, false});
+  Value *norm = op(*graph, "aten::linalg_vector_norm", {x});
+  Node *varMean =
+      graph->addOp("aten::var_mean.correction", {x, std::vector<int64_t>{0}});
+  graph->setOutputs({lse, norm, varMean->result(0), varMean->result(1)});
+  loop::Program program = lowerGraph(graph);
+  Interpreter run(program);
+  std::vector<double> values{1, -2, 3, -4, 5, 6};
+  run.setInput(0, values);
+  run.run();
+  auto logsumexp = [](double a, double b, double c) {
+    return std::log(std::exp(a) + std::exp(b) + std::exp(c));
+  };
+  expectNear(run.output(0), {logsumexp(1, -2, 3), logsumexp(-4, 5, 6)}, 1e-4);
+  expectNear(run.output(1), {std::sqrt(91.0)});
+  expectNear(run.output(2), {12.5, 24.5, 4.5});
+  expectNear(run.output(3), {-1.5, 1.5, 4.5});
+}
+
+TEST(Lowering, GroupNormAndBatchNormInference) {
+  auto graph = newGraph();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {1, 2, 2}));
+  Value *scale = graph->addInput(TensorMeta(DType::Float32, {2}));
+  Value *shift = graph->addInput(TensorMeta(DType::Float32, {2}));
+  Node *group = graph->addOp("aten::native_group_norm",
+                             {x, scale, shift, Argument(1), Argument(2),
+                              Argument(2), Argument(1), Argument(0.0)});
+  Node *batch = graph->addOp(
+      "aten::_native_batch_norm_legit_no_training",
+      {x, scale, shift, shift, scale, Argument(0.1), Argument(0.0)});
+  graph->setOutputs({group->result(0), group->result(1), batch->result(0)});
+  loop::Program program = lowerGraph(graph);
+  Interpreter run(program);
+  run.setInput(0, {1, 3, 5, 7});
+  run.setInput(1, {1, 4});
+  run.setInput(2, {0, 1});
+  run.run();
+  // One group over all four: mean 4, var 5.
+  double r = 1 / std::sqrt(5.0);
+  expectNear(run.output(0), {-3 * r, -1 * r, 4 * r + 1, 12 * r + 1});
+  expectNear(run.output(1), {4});
+  // Channel c: (x - shift[c]) / sqrt(scale[c]) * scale[c] + shift[c].
+  expectNear(run.output(2),
+             {1, 3, (5 - 1) / 2.0 * 4 + 1, (7 - 1) / 2.0 * 4 + 1});
 }
