@@ -1,0 +1,547 @@
+// Lowering: walks the graph in order, lowering each op through the table of
+// lowerings into virtual tensors, realizing them into buffers where needed,
+// and leaving everything else to torch as extern steps.
+// Depends on ir/ and passes/lowerings/Lowerer.h.
+#include "passes/Lowering.h"
+
+#include "ir/Error.h"
+#include "passes/lowerings/Lowerer.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace kiln {
+
+using loop::BufferKind;
+
+loop::Program lowerGraph(std::shared_ptr<const Graph> graph) {
+  return lowering::Lowerer(std::move(graph)).run();
+}
+
+namespace lowering {
+
+const LoweringTable &loweringTable() {
+  static const LoweringTable table = [] {
+    LoweringTable built;
+    registerPointwiseLowerings(built);
+    registerReductionLowerings(built);
+    registerViewLowerings(built);
+    registerNormalizationLowerings(built);
+    registerTensorLowerings(built);
+    return built;
+  }();
+  return table;
+}
+
+namespace {
+
+// Each value a node reads, once.
+std::vector<const Value *> distinctOperands(const Node &node) {
+  std::vector<const Value *> values;
+  std::unordered_set<const Value *> seen;
+  for (const Value *value : node.operands())
+    if (value && seen.insert(value).second)
+      values.push_back(value);
+  return values;
+}
+
+std::string shortOpName(const Node &node) {
+  if (!node.schema())
+    return "value";
+  std::string name = node.schema()->name;
+  if (auto colons = name.rfind("::"); colons != std::string::npos)
+    name = name.substr(colons + 2);
+  while (!name.empty() && name.front() == '_')
+    name.erase(name.begin());
+  return name;
+}
+
+void checkDevice(const TensorMeta &meta, const Node &node) {
+  if (meta.device.type != DeviceType::CPU)
+    throw Unsupported("kiln compiles CPU tensors only; " +
+                      (node.schema() ? node.schema()->qualifiedName()
+                                     : std::string("a graph input")) +
+                      " uses " + meta.device.str() +
+                      " (the graph runs eagerly)");
+}
+
+bool hasComplex(const Node &node) {
+  for (const Value *value : node.operands())
+    if (value && isComplex(value->meta().dtype))
+      return true;
+  for (const auto &result : node.results())
+    if (isComplex(result->meta().dtype))
+      return true;
+  return false;
+}
+
+} // namespace
+
+Lowerer::Lowerer(std::shared_ptr<const Graph> graph)
+    : graph_(std::move(graph)) {
+  program_.graph = graph_;
+  for (const auto &node : graph_->nodes())
+    for (const Value *value : distinctOperands(*node)) {
+      ++users_[value];
+      ++remainingUses_[value];
+    }
+  for (const Argument &output : graph_->outputs()) {
+    if (!output.isTensor())
+      continue;
+    isOutput_[output.toTensor()] = true;
+    ++users_[output.toTensor()];
+    ++remainingUses_[output.toTensor()];
+  }
+}
+
+loop::Program Lowerer::run() {
+  for (const auto &node : graph_->nodes()) {
+    node_ = node.get();
+    lowerNode(*node);
+    for (const Value *value : distinctOperands(*node))
+      --remainingUses_[value];
+  }
+  for (const Argument &output : graph_->outputs()) {
+    loop::ProgramOutput result;
+    if (output.isTensor())
+      result.buffer = bufferOfValue(output.toTensor(), /*mustBeTensor=*/true);
+    else
+      result.constant = output;
+    program_.outputs.push_back(std::move(result));
+  }
+  // Every value that has a buffer of its own layout gets it in bufferOf.
+  for (const auto &node : graph_->nodes())
+    for (const auto &result : node->results()) {
+      auto found = tensors_.find(result.get());
+      if (found == tensors_.end() || !found->second.realized() ||
+          program_.bufferOf.count(result.get()))
+        continue;
+      const Placement &placement = *found->second.placement;
+      const TensorMeta &meta = program_.buffers[placement.buffer].meta;
+      if (placement.offset == 0 && placement.strides == meta.strides &&
+          found->second.sizes == meta.sizes)
+        program_.bufferOf[result.get()] = placement.buffer;
+    }
+  return std::move(program_);
+}
+
+void Lowerer::lowerNode(const Node &node) {
+  for (const Value *value : node.operands())
+    if (value)
+      checkDevice(value->meta(), node);
+  for (const auto &result : node.results())
+    checkDevice(result->meta(), node);
+
+  if (node.kind() == Node::Kind::Input) {
+    const Value *value = node.result();
+    loop::Buffer buffer;
+    buffer.name = value->name();
+    buffer.kind = BufferKind::Input;
+    buffer.meta = value->meta();
+    const auto &inputs = graph_->inputs();
+    buffer.graphInput =
+        std::find(inputs.begin(), inputs.end(), value) - inputs.begin();
+    int64_t index = program_.addBuffer(std::move(buffer));
+    tensors_[value] = placed({index, value->meta().strides, 0},
+                             value->meta().dtype, value->meta().sizes);
+    program_.bufferOf[value] = index;
+    return;
+  }
+  if (node.kind() == Node::Kind::Constant) {
+    const Value *value = node.result();
+    loop::Buffer buffer;
+    buffer.name = value->name();
+    buffer.kind = BufferKind::Constant;
+    buffer.meta = node.constant()->meta;
+    buffer.constant = node.constant();
+    int64_t index = program_.addBuffer(std::move(buffer));
+    tensors_[value] = placed({index, node.constant()->meta.strides, 0},
+                             value->meta().dtype, value->meta().sizes);
+    program_.bufferOf[value] = index;
+    return;
+  }
+  if (!node.isOp() || node.schema()->isMutable() || hasComplex(node)) {
+    lowerExtern(node);
+    return;
+  }
+  const LoweringTable &table = loweringTable();
+  auto found = table.find(node.schema()->qualifiedName());
+  if (found == table.end()) {
+    lowerExtern(node);
+    return;
+  }
+  LoweringResult results = found->second(*this, node);
+  if (!results) {
+    lowerExtern(node);
+    return;
+  }
+  if (results->size() != node.results().size())
+    throw Error("lowering of " + node.schema()->qualifiedName() + " gave " +
+                std::to_string(results->size()) + " results, expected " +
+                std::to_string(node.results().size()));
+  for (size_t i = 0; i < results->size(); ++i)
+    tensors_[node.result(static_cast<unsigned>(i))] = (*results)[i];
+  afterNode(node);
+}
+
+void Lowerer::afterNode(const Node &node) {
+  for (const auto &result : node.results()) {
+    LoweredTensor &tensor = tensors_.at(result.get());
+    if (tensor.realized())
+      continue;
+    if (isOutput_.count(result.get()))
+      tensor = realize(tensor, result->meta(), BufferKind::Tensor,
+                       shortOpName(node));
+    else if (users_[result.get()] >= 2 && !tensor.cheap)
+      tensor = realize(tensor, result->meta(), BufferKind::Temporary,
+                       shortOpName(node));
+  }
+}
+
+void Lowerer::realizeBeforeMutation() {
+  const Node &current = *node_;
+  std::vector<const Value *> operands = distinctOperands(current);
+  for (const auto &node : graph_->nodes()) {
+    if (node.get() == &current)
+      break;
+    for (const auto &result : node->results()) {
+      auto found = tensors_.find(result.get());
+      if (found == tensors_.end() || found->second.realized())
+        continue;
+      int uses = remainingUses_[result.get()];
+      if (std::find(operands.begin(), operands.end(), result.get()) !=
+          operands.end())
+        --uses;
+      if (uses > 0)
+        found->second = realize(found->second, result->meta(),
+                                BufferKind::Temporary, shortOpName(*node));
+    }
+  }
+}
+
+void Lowerer::lowerExtern(const Node &node) {
+  if (node.schema() && node.schema()->isMutable())
+    realizeBeforeMutation();
+  for (const Value *value : distinctOperands(node))
+    bufferOfValue(value, /*mustBeTensor=*/true);
+  loop::Step step;
+  step.kind = loop::Step::Kind::Extern;
+  step.node = &node;
+  for (const auto &result : node.results()) {
+    int64_t buffer =
+        addBuffer(result->meta(), BufferKind::Tensor, result->name());
+    program_.buffers[buffer].name = result->name();
+    tensors_[result.get()] = placed({buffer, result->meta().strides, 0},
+                                    result->meta().dtype, result->meta().sizes);
+    program_.bufferOf[result.get()] = buffer;
+    step.results.push_back(buffer);
+  }
+  program_.steps.push_back(std::move(step));
+}
+
+int64_t Lowerer::bufferOfValue(const Value *value, bool mustBeTensor) {
+  int64_t buffer;
+  if (auto known = program_.bufferOf.find(value);
+      known != program_.bufferOf.end()) {
+    buffer = known->second;
+  } else {
+    LoweredTensor &tensor = tensors_.at(value);
+    if (!tensor.realized())
+      tensor = realize(
+          tensor, value->meta(),
+          mustBeTensor ? BufferKind::Tensor : BufferKind::Temporary,
+          value->producer() ? shortOpName(*value->producer()) : "value");
+    const Placement &placement = *tensor.placement;
+    const TensorMeta &meta = program_.buffers[placement.buffer].meta;
+    if (placement.offset == 0 && placement.strides == meta.strides &&
+        tensor.sizes == meta.sizes) {
+      buffer = placement.buffer;
+    } else {
+      loop::Buffer view;
+      view.name = value->name();
+      view.kind = BufferKind::View;
+      view.base = placement.buffer;
+      view.meta = TensorMeta(tensor.dtype, tensor.sizes, placement.strides,
+                             placement.offset);
+      buffer = program_.addBuffer(std::move(view));
+    }
+    program_.bufferOf[value] = buffer;
+  }
+  if (mustBeTensor) {
+    loop::Buffer &target = program_.buffers[buffer];
+    loop::Buffer &root = target.kind == BufferKind::View
+                             ? program_.buffers[target.base]
+                             : target;
+    if (root.kind == BufferKind::Temporary)
+      root.kind = BufferKind::Tensor;
+  }
+  return buffer;
+}
+
+LoweredTensor Lowerer::input(const Node &node, size_t argument) {
+  const Argument &arg = node.arguments().at(argument);
+  if (arg.isTensor())
+    return lowered(arg.toTensor());
+  DType dtype = arg.kind() == Argument::Kind::Bool  ? DType::Bool
+                : arg.kind() == Argument::Kind::Int ? DType::Int64
+                                                    : DType::Float64;
+  return full(arg.toDouble(), dtype, {});
+}
+
+LoweredTensor Lowerer::lowered(const Value *value) const {
+  return tensors_.at(value);
+}
+
+LoweredTensor Lowerer::full(double value, DType dtype, Shape sizes) {
+  LoweredTensor tensor;
+  tensor.dtype = dtype;
+  tensor.sizes = std::move(sizes);
+  const Expr *element = constant(value, dtype);
+  tensor.loader = [element](const Index &) { return element; };
+  tensor.cheap = true;
+  return tensor;
+}
+
+LoweredTensor Lowerer::placed(const Placement &placement, DType dtype,
+                              Shape sizes) {
+  LoweredTensor tensor;
+  tensor.dtype = dtype;
+  tensor.sizes = std::move(sizes);
+  tensor.placement = placement;
+  tensor.cheap = true;
+  loop::ExprContext *context = &exprs();
+  tensor.loader = [context, placement, dtype](const Index &index) {
+    const Expr *offset = context->integer(placement.offset);
+    for (size_t d = 0; d < index.size(); ++d)
+      offset = context->add(
+          offset,
+          context->mul(index[d], context->integer(placement.strides[d])));
+    return context->load(placement.buffer, dtype, offset);
+  };
+  return tensor;
+}
+
+LoweredTensor Lowerer::pointwise(Shape sizes, DType computation, DType result,
+                                 const std::vector<LoweredTensor> &inputs,
+                                 const PointwiseBody &body) {
+  return pointwise(std::move(sizes),
+                   std::vector<DType>(inputs.size(), computation), result,
+                   inputs, body);
+}
+
+LoweredTensor Lowerer::pointwise(Shape sizes,
+                                 const std::vector<DType> &computations,
+                                 DType result,
+                                 const std::vector<LoweredTensor> &inputs,
+                                 const PointwiseBody &body) {
+  LoweredTensor tensor;
+  tensor.dtype = result;
+  tensor.sizes = sizes;
+  loop::ExprContext *context = &exprs();
+  tensor.loader = [context, inputs, computations, result,
+                   body](const Index &index) {
+    std::vector<const Expr *> values;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const LoweredTensor &input = inputs[i];
+      // Broadcasting: align trailing dims; size-1 dims read index 0.
+      size_t skip = index.size() - input.sizes.size();
+      Index inner;
+      for (size_t d = 0; d < input.sizes.size(); ++d)
+        inner.push_back(input.sizes[d] == 1 ? context->integer(0)
+                                            : index[skip + d]);
+      values.push_back(context->cast(input.loader(inner), computations[i]));
+    }
+    return context->cast(body(values), result);
+  };
+  return tensor;
+}
+
+LoweredTensor Lowerer::remap(const LoweredTensor &source, Shape sizes,
+                             std::function<Index(const Index &)> map) {
+  LoweredTensor tensor;
+  tensor.dtype = source.dtype;
+  tensor.sizes = std::move(sizes);
+  tensor.cheap = source.cheap;
+  Loader inner = source.loader;
+  tensor.loader = [inner, map](const Index &index) {
+    return inner(map(index));
+  };
+  return tensor;
+}
+
+int64_t Lowerer::addBuffer(const TensorMeta &meta, BufferKind kind,
+                           const std::string &what) {
+  loop::Buffer buffer;
+  buffer.kind = kind;
+  buffer.meta = meta;
+  buffer.meta.storageOffset = 0;
+  buffer.name = what + std::to_string(program_.buffers.size());
+  return program_.addBuffer(std::move(buffer));
+}
+
+std::string Lowerer::origin() const {
+  if (!node_ || !node_->schema())
+    return "";
+  std::string text = node_->schema()->qualifiedName();
+  if (!node_->origin().empty())
+    text += " (from " + node_->origin() + ")";
+  return text;
+}
+
+void Lowerer::addKernel(loop::Kernel kernel, const std::string &what) {
+  kernel.name = "kernel_" + what + "_" + std::to_string(kernelCount_++);
+  kernel.origin = origin();
+  loop::Step step;
+  step.kind = loop::Step::Kind::Kernel;
+  step.kernel = std::move(kernel);
+  program_.steps.push_back(std::move(step));
+}
+
+LoweredTensor Lowerer::realize(const LoweredTensor &tensor,
+                               const TensorMeta &meta, BufferKind kind,
+                               const std::string &what) {
+  int64_t buffer = addBuffer(meta, kind, what);
+  loop::Kernel kernel;
+  kernel.outerRanges = meta.sizes;
+  Index index;
+  const Expr *offset = exprs().integer(0);
+  for (int64_t d = 0; d < meta.dim(); ++d) {
+    index.push_back(exprs().var(d));
+    offset = exprs().add(
+        offset, exprs().mul(index.back(), exprs().integer(meta.strides[d])));
+  }
+  loop::Loop body;
+  body.stores.push_back(
+      {buffer, offset, cast(tensor.loader(index), meta.dtype)});
+  kernel.loops.push_back(std::move(body));
+  addKernel(std::move(kernel), what);
+  return placed({buffer, meta.strides, 0}, meta.dtype, meta.sizes);
+}
+
+// --- Reduction kernels ---
+
+ReductionKernel::ReductionKernel(Lowerer &lowerer, const Shape &inputSizes,
+                                 std::vector<int64_t> dims)
+    : lowerer_(lowerer), inputSizes_(inputSizes), dims_(std::move(dims)),
+      reduced_(inputSizes.size(), false) {
+  for (int64_t dim : dims_)
+    reduced_[dim] = true;
+  loop::ExprContext &exprs = lowerer.exprs();
+  int64_t kept = 0;
+  for (size_t d = 0; d < inputSizes.size(); ++d)
+    if (!reduced_[d])
+      kernel_.outerRanges.push_back(inputSizes[d]), ++kept;
+  loop::Loop pass;
+  int64_t reducedVar = kept, keptVar = 0;
+  for (size_t d = 0; d < inputSizes.size(); ++d) {
+    if (reduced_[d]) {
+      pass.ranges.push_back(inputSizes[d]);
+      reducedNumel_ *= inputSizes[d];
+      index_.push_back(exprs.var(reducedVar++));
+    } else {
+      index_.push_back(exprs.var(keptVar++));
+    }
+  }
+  kernel_.loops.push_back(std::move(pass));
+}
+
+const Expr *ReductionKernel::reduce(ReduceOp op, const Expr *value) {
+  loop::Reduction reduction{op, value};
+  kernel_.loops.back().reductions.push_back(reduction);
+  return lowerer_.exprs().reductionValue(reductions_++, reduction.dtype());
+}
+
+void ReductionKernel::newPass() {
+  loop::Loop pass;
+  pass.ranges = kernel_.loops.back().ranges;
+  kernel_.loops.push_back(std::move(pass));
+}
+
+LoweredTensor ReductionKernel::store(const Expr *value,
+                                     const TensorMeta &meta) {
+  int64_t buffer =
+      lowerer_.addBuffer(meta, loop::BufferKind::Temporary, "reduction");
+  loop::ExprContext &exprs = lowerer_.exprs();
+  const Expr *offset = exprs.integer(0);
+  bool keepdim = meta.dim() == static_cast<int64_t>(inputSizes_.size());
+  int64_t keptVar = 0;
+  for (int64_t d = 0; d < meta.dim(); ++d) {
+    if (keepdim && reduced_[d])
+      continue;
+    offset = exprs.add(offset, exprs.mul(exprs.var(keptVar++),
+                                         exprs.integer(meta.strides[d])));
+  }
+  final_.stores.push_back({buffer, offset, exprs.cast(value, meta.dtype)});
+  return lowerer_.placed({buffer, meta.strides, 0}, meta.dtype, meta.sizes);
+}
+
+void ReductionKernel::emit(const std::string &what) {
+  kernel_.loops.push_back(std::move(final_));
+  lowerer_.addKernel(std::move(kernel_), what);
+}
+
+// --- Shared helpers ---
+
+int64_t wrapDim(int64_t dim, int64_t ndim) {
+  int64_t wrapped = dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
+  if (wrapped < 0 || wrapped >= std::max<int64_t>(ndim, 1))
+    throw Error("lowering: dimension " + std::to_string(dim) + " out of range");
+  return wrapped;
+}
+
+std::vector<int64_t> reductionDims(const Argument &dims, int64_t ndim) {
+  std::vector<int64_t> result;
+  if (!dims.isNone())
+    for (int64_t dim : dims.toIntList())
+      if (ndim > 0)
+        result.push_back(wrapDim(dim, ndim));
+  if (dims.isNone() || dims.toIntList().empty())
+    for (int64_t d = 0; d < ndim; ++d)
+      result.push_back(d);
+  std::sort(result.begin(), result.end());
+  return result;
+}
+
+bool isReducedFloat(DType dtype) {
+  return dtype == DType::Float16 || dtype == DType::BFloat16;
+}
+
+DType accumulationType(DType dtype) {
+  return isReducedFloat(dtype) ? DType::Float32 : dtype;
+}
+
+LoweredTensor
+reduceTensor(Lowerer &lowerer, const LoweredTensor &input,
+             const std::vector<int64_t> &dims, ReduceOp op, DType accumulate,
+             const TensorMeta &meta, const std::string &what,
+             const std::function<const Expr *(const Expr *)> &epilogue) {
+  ReductionKernel kernel(lowerer, input.sizes, dims);
+  const Expr *value = lowerer.cast(input.loader(kernel.index()), accumulate);
+  const Expr *result = kernel.reduce(op, value);
+  if (epilogue)
+    result = epilogue(result);
+  LoweredTensor stored = kernel.store(result, meta);
+  kernel.emit(what);
+  return stored;
+}
+
+Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
+                   bool keepdim) {
+  Shape result;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    bool reduced = std::find(dims.begin(), dims.end(),
+                             static_cast<int64_t>(d)) != dims.end();
+    if (!reduced)
+      result.push_back(sizes[d]);
+    else if (keepdim)
+      result.push_back(1);
+  }
+  return result;
+}
+
+TensorMeta contiguousMeta(DType dtype, const Shape &sizes) {
+  return TensorMeta(dtype, sizes);
+}
+
+} // namespace lowering
+} // namespace kiln

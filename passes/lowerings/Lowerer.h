@@ -1,0 +1,210 @@
+// The lowering's working state and the building blocks every op's lowering
+// is written with: virtual tensors (loaders), pointwise maps, views,
+// reduction kernels, and the table of lowerings by op name.
+// Depends on ir/Graph.h and ir/LoopIR.h.
+#pragma once
+
+#include "ir/Graph.h"
+#include "ir/LoopIR.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::lowering {
+
+using loop::BinaryOp;
+using loop::Expr;
+using loop::ReduceOp;
+using loop::UnaryOp;
+using Index = std::vector<const Expr *>;
+/// Inductor's `inner_fn`: one Int64 index per dimension to an element.
+using Loader = std::function<const Expr *(const Index &)>;
+
+/// Where a realized tensor's elements are: a buffer that is not a View, and
+/// the strides and element offset of the tensor relative to its data.
+struct Placement {
+  int64_t buffer = -1;
+  Shape strides;
+  int64_t offset = 0;
+};
+
+/// A tensor during lowering: realized (placed in a buffer, possibly as a
+/// view of it) or virtual (only a loader).
+struct LoweredTensor {
+  DType dtype = DType::Float32;
+  Shape sizes;
+  Loader loader;
+  std::optional<Placement> placement;
+  /// A load, or a cast or index rewrite of one: recomputed, not realized.
+  bool cheap = false;
+
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  bool realized() const { return placement.has_value(); }
+};
+
+/// The element of a pointwise tensor from its inputs' elements.
+using PointwiseBody =
+    std::function<const Expr *(const std::vector<const Expr *> &)>;
+
+class Lowerer;
+/// One op's lowering: a tensor per result, or nullopt to leave the node to
+/// torch as an extern step.
+using LoweringResult = std::optional<std::vector<LoweredTensor>>;
+using LoweringFunction = LoweringResult (*)(Lowerer &, const Node &);
+using LoweringTable = std::unordered_map<std::string, LoweringFunction>;
+
+// One registration function per family (passes/lowerings/*.cpp).
+void registerPointwiseLowerings(LoweringTable &table);
+void registerReductionLowerings(LoweringTable &table);
+void registerViewLowerings(LoweringTable &table);
+void registerNormalizationLowerings(LoweringTable &table);
+void registerTensorLowerings(LoweringTable &table);
+
+/// Every lowering, by qualified op name ("aten::add.Tensor").
+const LoweringTable &loweringTable();
+
+class Lowerer {
+public:
+  explicit Lowerer(std::shared_ptr<const Graph> graph);
+  loop::Program run();
+
+  loop::ExprContext &exprs() { return *program_.exprs; }
+  const Node &node() const { return *node_; }
+
+  /// Argument `argument` of `node` as a tensor: a graph value's lowering,
+  /// or a 0-d constant for a Python number (Bool, Int64 or Float64).
+  LoweredTensor input(const Node &node, size_t argument);
+  LoweredTensor lowered(const Value *value) const;
+  const TensorMeta &resultMeta(const Node &node, unsigned result = 0) const {
+    return node.result(result)->meta();
+  }
+
+  // --- Expressions ---
+  const Expr *constant(double value, DType dtype) {
+    return exprs().constant(value, dtype);
+  }
+  const Expr *cast(const Expr *value, DType dtype) {
+    return exprs().cast(value, dtype);
+  }
+  const Expr *unary(UnaryOp op, const Expr *value) {
+    return exprs().unary(op, value);
+  }
+  const Expr *binary(BinaryOp op, const Expr *a, const Expr *b) {
+    return exprs().binary(op, a, b);
+  }
+  const Expr *where(const Expr *condition, const Expr *then,
+                    const Expr *otherwise) {
+    return exprs().where(condition, then, otherwise);
+  }
+
+  // --- Tensors ---
+  /// A constant of `dtype` broadcast to `sizes`.
+  LoweredTensor full(double value, DType dtype, Shape sizes);
+  /// The tensor at `placement`: strided loads.
+  LoweredTensor placed(const Placement &placement, DType dtype, Shape sizes);
+  /// A virtual tensor of `sizes` computed from `inputs` (broadcast to
+  /// `sizes`, each cast to `computation`); the body's result is cast to
+  /// `result`.
+  LoweredTensor pointwise(Shape sizes, DType computation, DType result,
+                          const std::vector<LoweredTensor> &inputs,
+                          const PointwiseBody &body);
+  /// The same, with a computation dtype per input.
+  LoweredTensor pointwise(Shape sizes, const std::vector<DType> &computations,
+                          DType result,
+                          const std::vector<LoweredTensor> &inputs,
+                          const PointwiseBody &body);
+  /// A virtual tensor whose element at index i is `source` at `map(i)`.
+  LoweredTensor remap(const LoweredTensor &source, Shape sizes,
+                      std::function<Index(const Index &)> map);
+  /// Realizes `tensor` in a new buffer laid out as `meta` says (offset 0),
+  /// storing it with a pointwise kernel; returns the placed tensor.
+  LoweredTensor realize(const LoweredTensor &tensor, const TensorMeta &meta,
+                        loop::BufferKind kind, const std::string &what);
+  /// A new buffer of `kind` with `meta` (storage offset 0).
+  int64_t addBuffer(const TensorMeta &meta, loop::BufferKind kind,
+                    const std::string &what);
+  /// Appends a kernel, named after `what` and origin'ed after the node.
+  void addKernel(loop::Kernel kernel, const std::string &what);
+  /// "aten::_softmax (from x.softmax(-1))".
+  std::string origin() const;
+
+private:
+  friend class ReductionKernel;
+  void lowerNode(const Node &node);
+  void lowerExtern(const Node &node);
+  void afterNode(const Node &node);
+  int64_t bufferOfValue(const Value *value, bool mustBeTensor);
+  int64_t viewBufferFor(const Placement &placement, const Shape &sizes,
+                        bool mustBeTensor);
+  void realizeBeforeMutation();
+
+  std::shared_ptr<const Graph> graph_;
+  loop::Program program_;
+  const Node *node_ = nullptr;
+  std::unordered_map<const Value *, LoweredTensor> tensors_;
+  std::unordered_map<const Value *, int> users_;
+  std::unordered_map<const Value *, int> remainingUses_;
+  std::unordered_map<const Value *, bool> isOutput_;
+  int kernelCount_ = 0;
+};
+
+/// One reduction kernel: outer loops over the kept dims of `inputSizes`, a
+/// loop per pass over the reduced `dims`, and a final loop storing results.
+class ReductionKernel {
+public:
+  ReductionKernel(Lowerer &lowerer, const Shape &inputSizes,
+                  std::vector<int64_t> dims);
+  /// The input's index inside a pass: outer and reduction variables.
+  const Index &index() const { return index_; }
+  int64_t reducedNumel() const { return reducedNumel_; }
+  /// Adds a reduction to the current pass; its value for later passes and
+  /// the final stores.
+  const Expr *reduce(ReduceOp op, const Expr *value);
+  /// Starts another pass over the reduced dims (reads earlier results).
+  void newPass();
+  /// Stores `value` into a new buffer laid out as `meta` (the kept dims,
+  /// with or without size-1 reduced dims).
+  LoweredTensor store(const Expr *value, const TensorMeta &meta);
+  void emit(const std::string &what);
+
+private:
+  Lowerer &lowerer_;
+  Shape inputSizes_;
+  std::vector<int64_t> dims_;
+  std::vector<bool> reduced_;
+  Index index_;
+  int64_t reducedNumel_ = 1;
+  loop::Kernel kernel_;
+  loop::Loop final_;
+  int64_t reductions_ = 0;
+};
+
+// --- Helpers shared by the families ---
+
+/// Wraps a possibly negative dim.
+int64_t wrapDim(int64_t dim, int64_t ndim);
+/// The reduced dims of a `dim` argument (None or [] means all).
+std::vector<int64_t> reductionDims(const Argument &dims, int64_t ndim);
+/// Whether `dtype` is computed in float32 by eager's reductions and
+/// normalizations (float16, bfloat16).
+bool isReducedFloat(DType dtype);
+/// The dtype eager accumulates in: float32 for half types.
+DType accumulationType(DType dtype);
+/// A reduction of `input` over `dims` in one kernel: `op`'s value cast to
+/// `accumulate`, and `epilogue` applied to the result before it is stored
+/// in `meta`'s dtype and layout.
+LoweredTensor
+reduceTensor(Lowerer &lowerer, const LoweredTensor &input,
+             const std::vector<int64_t> &dims, ReduceOp op, DType accumulate,
+             const TensorMeta &meta, const std::string &what,
+             const std::function<const Expr *(const Expr *)> &epilogue = {});
+/// `sizes` with `dims` kept as size 1 (keepdim) or removed.
+Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
+                   bool keepdim);
+/// A contiguous meta.
+TensorMeta contiguousMeta(DType dtype, const Shape &sizes);
+
+} // namespace kiln::lowering

@@ -1,0 +1,239 @@
+// Lowerings of softmax, log_softmax, layer, batch (inference) and group
+// norm as decompositions into reductions and virtual pointwise tensors, in
+// float32 for half inputs as eager computes them.
+// Depends on passes/lowerings/Lowerer.h.
+#include "passes/lowerings/Lowerer.h"
+
+namespace kiln::lowering {
+namespace {
+
+using Values = std::vector<const Expr *>;
+
+// softmax and log_softmax over one dim: max, exp(x - max), sum, combine.
+template <bool Log> LoweringResult softmax(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  DType math = accumulationType(meta.dtype);
+  std::vector<int64_t> dims;
+  if (input.dim() > 0)
+    dims.push_back(wrapDim(node.arguments().at(1).toInt(), input.dim()));
+  TensorMeta kept = contiguousMeta(math, reducedShape(input.sizes, dims, true));
+  std::string name = Log ? "log_softmax" : "softmax";
+  LoweredTensor maximum = reduceTensor(lowerer, input, dims, ReduceOp::Max,
+                                       math, kept, name + "_max");
+  LoweredTensor shifted = lowerer.pointwise(
+      input.sizes, math, math, {input, maximum}, [&lowerer](const Values &v) {
+        return lowerer.binary(BinaryOp::Sub, v[0], v[1]);
+      });
+  LoweredTensor exponentials = lowerer.pointwise(
+      input.sizes, math, math, {shifted}, [&lowerer](const Values &v) {
+        return lowerer.unary(UnaryOp::Exp, v[0]);
+      });
+  LoweredTensor sum = reduceTensor(lowerer, exponentials, dims, ReduceOp::Sum,
+                                   math, kept, name + "_sum");
+  LoweredTensor combined = lowerer.pointwise(
+      input.sizes, math, meta.dtype, {Log ? shifted : exponentials, sum},
+      [&lowerer](const Values &v) {
+        return Log ? lowerer.binary(BinaryOp::Sub, v[0],
+                                    lowerer.unary(UnaryOp::Log, v[1]))
+                   : lowerer.binary(BinaryOp::Div, v[0], v[1]);
+      });
+  return std::vector<LoweredTensor>{combined};
+}
+
+// (x - mean) * rstd * weight + bias in `result`; weight and bias are
+// optional and already shaped to broadcast against x.
+LoweredTensor normalize(Lowerer &lowerer, const LoweredTensor &input,
+                        const LoweredTensor &mean, const LoweredTensor &rstd,
+                        const std::optional<LoweredTensor> &weight,
+                        const std::optional<LoweredTensor> &bias, DType math,
+                        DType result) {
+  std::vector<LoweredTensor> inputs{input, mean, rstd};
+  if (weight)
+    inputs.push_back(*weight);
+  if (bias)
+    inputs.push_back(*bias);
+  bool hasWeight = weight.has_value(), hasBias = bias.has_value();
+  return lowerer.pointwise(
+      input.sizes, math, result, inputs,
+      [&lowerer, hasWeight, hasBias](const Values &v) {
+        const Expr *value = lowerer.binary(
+            BinaryOp::Mul, lowerer.binary(BinaryOp::Sub, v[0], v[1]), v[2]);
+        if (hasWeight)
+          value = lowerer.binary(BinaryOp::Mul, value, v[3]);
+        if (hasBias)
+          value = lowerer.binary(BinaryOp::Add, value, v[hasWeight ? 4 : 3]);
+        return value;
+      });
+}
+
+std::optional<LoweredTensor> optionalInput(Lowerer &lowerer, const Node &node,
+                                           size_t index) {
+  if (node.arguments().at(index).isNone())
+    return std::nullopt;
+  return lowerer.input(node, index);
+}
+
+// Mean and 1/sqrt(var + eps) of `input` over `dims` (biased variance), in
+// one two-pass kernel, stored as `meanMeta` and `rstdMeta`.
+std::pair<LoweredTensor, LoweredTensor>
+statistics(Lowerer &lowerer, const LoweredTensor &input,
+           const std::vector<int64_t> &dims, double eps, DType math,
+           const TensorMeta &meanMeta, const TensorMeta &rstdMeta,
+           const std::string &what) {
+  ReductionKernel kernel(lowerer, input.sizes, dims);
+  double count = static_cast<double>(kernel.reducedNumel());
+  const Expr *element = lowerer.cast(input.loader(kernel.index()), math);
+  const Expr *mean =
+      lowerer.binary(BinaryOp::Div, kernel.reduce(ReduceOp::Sum, element),
+                     lowerer.constant(count, math));
+  kernel.newPass();
+  const Expr *deviation = lowerer.binary(BinaryOp::Sub, element, mean);
+  const Expr *variance = lowerer.binary(
+      BinaryOp::Div,
+      kernel.reduce(ReduceOp::Sum,
+                    lowerer.binary(BinaryOp::Mul, deviation, deviation)),
+      lowerer.constant(count, math));
+  const Expr *rstd = lowerer.unary(
+      UnaryOp::Rsqrt,
+      lowerer.binary(BinaryOp::Add, variance, lowerer.constant(eps, math)));
+  LoweredTensor meanTensor = kernel.store(mean, meanMeta);
+  LoweredTensor rstdTensor = kernel.store(rstd, rstdMeta);
+  kernel.emit(what);
+  return {meanTensor, rstdTensor};
+}
+
+// native_layer_norm (out, mean, rstd) and layer_norm (out).
+template <bool Native>
+LoweringResult layerNorm(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  int64_t normalized =
+      static_cast<int64_t>(node.arguments().at(1).toIntList().size());
+  std::vector<int64_t> dims;
+  for (int64_t d = input.dim() - normalized; d < input.dim(); ++d)
+    dims.push_back(d);
+  DType math = accumulationType(input.dtype);
+  TensorMeta statsMeta =
+      Native ? lowerer.resultMeta(node, 1)
+             : contiguousMeta(math, reducedShape(input.sizes, dims, true));
+  TensorMeta rstdMeta = Native ? lowerer.resultMeta(node, 2) : statsMeta;
+  auto [mean, rstd] =
+      statistics(lowerer, input, dims, node.arguments().at(4).toDouble(), math,
+                 statsMeta, rstdMeta, "layer_norm");
+  LoweredTensor out = normalize(
+      lowerer, input, mean, rstd, optionalInput(lowerer, node, 2),
+      optionalInput(lowerer, node, 3), math, lowerer.resultMeta(node, 0).dtype);
+  if (!Native)
+    return std::vector<LoweredTensor>{out};
+  return std::vector<LoweredTensor>{out, mean, rstd};
+}
+
+// A per-channel vector [C] as a tensor of `sizes` (channels at dim 1).
+LoweredTensor perChannel(Lowerer &lowerer, const LoweredTensor &channels,
+                         const Shape &sizes, int64_t groupSize = 1) {
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return lowerer.remap(channels, sizes, [exprs, groupSize](const Index &index) {
+    return Index{exprs->floorDiv(index.at(1), groupSize)};
+  });
+}
+
+LoweringResult batchNormInference(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  if (input.dim() < 2)
+    return std::nullopt;
+  DType math = accumulationType(input.dtype);
+  double eps = node.arguments().at(6).toDouble();
+  LoweredTensor mean = perChannel(lowerer, lowerer.input(node, 3), input.sizes);
+  LoweredTensor variance = lowerer.input(node, 4);
+  LoweredTensor rstd = perChannel(
+      lowerer,
+      lowerer.pointwise(variance.sizes, math, math, {variance},
+                        [&lowerer, eps, math](const Values &v) {
+                          return lowerer.unary(
+                              UnaryOp::Rsqrt,
+                              lowerer.binary(BinaryOp::Add, v[0],
+                                             lowerer.constant(eps, math)));
+                        }),
+      input.sizes);
+  auto channel = [&](size_t index) -> std::optional<LoweredTensor> {
+    if (auto tensor = optionalInput(lowerer, node, index))
+      return perChannel(lowerer, *tensor, input.sizes);
+    return std::nullopt;
+  };
+  LoweredTensor out =
+      normalize(lowerer, input, mean, rstd, channel(1), channel(2), math,
+                lowerer.resultMeta(node, 0).dtype);
+  // The saved statistics are empty in inference.
+  std::vector<LoweredTensor> results{out};
+  for (unsigned r = 1; r < node.results().size(); ++r)
+    results.push_back(lowerer.full(0, lowerer.resultMeta(node, r).dtype,
+                                   lowerer.resultMeta(node, r).sizes));
+  return results;
+}
+
+// native_group_norm: statistics over [N, G, C/G * HxW], applied per
+// channel group.
+LoweringResult groupNorm(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const auto &arguments = node.arguments();
+  int64_t batch = arguments.at(3).toInt(), channels = arguments.at(4).toInt(),
+          spatial = arguments.at(5).toInt(), groups = arguments.at(6).toInt();
+  if (input.dim() < 2 || groups <= 0 || channels % groups != 0)
+    return std::nullopt;
+  int64_t groupSize = channels / groups;
+  DType math = accumulationType(input.dtype);
+  loop::ExprContext *exprs = &lowerer.exprs();
+  Shape inputStrides = contiguousStrides(input.sizes);
+  Shape inputSizes = input.sizes;
+  LoweredTensor grouped = lowerer.remap(
+      input, {batch, groups, groupSize * spatial}, [=](const Index &index) {
+        // Channel-major within a sample: (n, g, r) is element
+        // n*C*HxW + g*(C/G)*HxW + r of the contiguous order.
+        const Expr *linear = exprs->add(
+            exprs->add(
+                exprs->mul(index[0], exprs->integer(channels * spatial)),
+                exprs->mul(index[1], exprs->integer(groupSize * spatial))),
+            index[2]);
+        Index source;
+        for (size_t d = 0; d < inputSizes.size(); ++d) {
+          const Expr *position = exprs->floorDiv(linear, inputStrides[d]);
+          source.push_back(d == 0 ? position
+                                  : exprs->mod(position, inputSizes[d]));
+        }
+        return source;
+      });
+  auto [mean, rstd] = statistics(
+      lowerer, grouped, {2}, arguments.at(7).toDouble(), math,
+      lowerer.resultMeta(node, 1), lowerer.resultMeta(node, 2), "group_norm");
+  auto perGroup = [&](const LoweredTensor &statistic) {
+    return lowerer.remap(statistic, input.sizes, [=](const Index &index) {
+      return Index{index[0], exprs->floorDiv(index[1], groupSize)};
+    });
+  };
+  auto channel = [&](size_t index) -> std::optional<LoweredTensor> {
+    if (auto tensor = optionalInput(lowerer, node, index))
+      return perChannel(lowerer, *tensor, input.sizes);
+    return std::nullopt;
+  };
+  LoweredTensor out =
+      normalize(lowerer, input, perGroup(mean), perGroup(rstd), channel(1),
+                channel(2), math, lowerer.resultMeta(node, 0).dtype);
+  return std::vector<LoweredTensor>{out, mean, rstd};
+}
+
+} // namespace
+
+void registerNormalizationLowerings(LoweringTable &table) {
+  table.insert({
+      {"aten::_softmax", softmax<false>},
+      {"aten::softmax.int", softmax<false>},
+      {"aten::_log_softmax", softmax<true>},
+      {"aten::log_softmax.int", softmax<true>},
+      {"aten::native_layer_norm", layerNorm<true>},
+      {"aten::layer_norm", layerNorm<false>},
+      {"aten::_native_batch_norm_legit_no_training", batchNormInference},
+      {"aten::native_group_norm", groupNorm},
+  });
+}
+
+} // namespace kiln::lowering

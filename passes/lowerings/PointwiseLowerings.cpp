@@ -1,0 +1,604 @@
+// Lowerings of the elementwise ops: math, activations, comparisons, logical
+// and bitwise ops, where, clamp and casts, as virtual pointwise tensors.
+// Depends on passes/lowerings/Lowerer.h and ir/ops/MetaUtils.h.
+#include "ir/ops/MetaUtils.h"
+#include "passes/lowerings/Lowerer.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kiln::lowering {
+namespace {
+
+using Values = std::vector<const Expr *>;
+
+// torch.result_type of the node's arguments `arguments` (tensors and
+// Python numbers; None is skipped).
+DType promotedType(const Node &node, std::initializer_list<size_t> arguments) {
+  std::vector<meta::PromotionOperand> operands;
+  for (size_t index : arguments) {
+    const Argument &argument = node.arguments().at(index);
+    if (argument.isTensor())
+      operands.push_back(meta::operandOf(argument.toTensor()->meta()));
+    else if (argument.isScalar())
+      operands.push_back(meta::operandOf(argument));
+  }
+  return meta::resultType(operands);
+}
+
+// The node's result, computed from `arguments` cast to `computation`.
+LoweringResult map(Lowerer &lowerer, const Node &node,
+                   std::initializer_list<size_t> arguments, DType computation,
+                   const PointwiseBody &body) {
+  std::vector<LoweredTensor> inputs;
+  for (size_t index : arguments)
+    if (!node.arguments().at(index).isNone())
+      inputs.push_back(lowerer.input(node, index));
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  return std::vector<LoweredTensor>{
+      lowerer.pointwise(meta.sizes, computation, meta.dtype, inputs, body)};
+}
+
+DType resultType(Lowerer &lowerer, const Node &node) {
+  return lowerer.resultMeta(node).dtype;
+}
+
+// Multi-node formulas (gelu, softplus) run in float32 for half types, as
+// eager's kernels do.
+DType mathType(Lowerer &lowerer, const Node &node) {
+  return accumulationType(resultType(lowerer, node));
+}
+
+double scalarArgument(const Node &node, size_t index) {
+  return node.arguments().at(index).toDouble();
+}
+
+// --- Families of ops, one template each ---
+
+template <UnaryOp Op>
+LoweringResult unaryOp(Lowerer &lowerer, const Node &node) {
+  return map(lowerer, node, {0}, resultType(lowerer, node),
+             [&lowerer](const Values &v) { return lowerer.unary(Op, v[0]); });
+}
+
+// floor, ceil, round and trunc keep integers as they are.
+template <UnaryOp Op>
+LoweringResult roundingOp(Lowerer &lowerer, const Node &node) {
+  bool integral = !isFloatingPoint(resultType(lowerer, node));
+  return map(lowerer, node, {0}, resultType(lowerer, node),
+             [&lowerer, integral](const Values &v) {
+               return integral ? v[0] : lowerer.unary(Op, v[0]);
+             });
+}
+
+template <BinaryOp Op>
+LoweringResult binaryOp(Lowerer &lowerer, const Node &node) {
+  return map(
+      lowerer, node, {0, 1}, resultType(lowerer, node),
+      [&lowerer](const Values &v) { return lowerer.binary(Op, v[0], v[1]); });
+}
+
+// Ops whose integer forms raise on a zero divisor or a negative power:
+// native only for floating results.
+template <BinaryOp Op>
+LoweringResult floatOnlyBinaryOp(Lowerer &lowerer, const Node &node) {
+  if (!isFloatingPoint(resultType(lowerer, node)))
+    return std::nullopt;
+  return binaryOp<Op>(lowerer, node);
+}
+
+template <BinaryOp Op>
+LoweringResult comparisonOp(Lowerer &lowerer, const Node &node) {
+  return map(
+      lowerer, node, {0, 1}, promotedType(node, {0, 1}),
+      [&lowerer](const Values &v) { return lowerer.binary(Op, v[0], v[1]); });
+}
+
+template <BinaryOp Op>
+LoweringResult logicalOp(Lowerer &lowerer, const Node &node) {
+  return map(lowerer, node, {0, 1}, DType::Bool, [&lowerer](const Values &v) {
+    return lowerer.binary(Op, v[0], v[1]);
+  });
+}
+
+// add, sub: self + alpha * other; rsub: other - alpha * self.
+template <BinaryOp Op, bool Reversed>
+LoweringResult alphaOp(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  double alpha = scalarArgument(node, 2);
+  return map(lowerer, node, {0, 1}, dtype,
+             [&lowerer, dtype, alpha](const Values &v) {
+               const Expr *self = Reversed ? v[1] : v[0];
+               const Expr *other = Reversed ? v[0] : v[1];
+               if (alpha != 1)
+                 other = lowerer.binary(BinaryOp::Mul, other,
+                                        lowerer.constant(alpha, dtype));
+               if (dtype == DType::Bool)
+                 return lowerer.binary(BinaryOp::LogicalOr, self, other);
+               return lowerer.binary(Op, self, other);
+             });
+}
+
+LoweringResult divideWithMode(Lowerer &lowerer, const Node &node) {
+  const Argument &mode = node.arguments().at(2);
+  if (mode.isNone())
+    return binaryOp<BinaryOp::Div>(lowerer, node);
+  if (!isFloatingPoint(resultType(lowerer, node)))
+    return std::nullopt;
+  UnaryOp rounding =
+      mode.toString() == "trunc" ? UnaryOp::Trunc : UnaryOp::Floor;
+  return map(lowerer, node, {0, 1}, resultType(lowerer, node),
+             [&lowerer, rounding](const Values &v) {
+               return lowerer.unary(rounding,
+                                    lowerer.binary(BinaryOp::Div, v[0], v[1]));
+             });
+}
+
+LoweringResult floorDivide(Lowerer &lowerer, const Node &node) {
+  if (!isFloatingPoint(resultType(lowerer, node)))
+    return std::nullopt;
+  return map(lowerer, node, {0, 1}, resultType(lowerer, node),
+             [&lowerer](const Values &v) {
+               return lowerer.unary(UnaryOp::Floor,
+                                    lowerer.binary(BinaryOp::Div, v[0], v[1]));
+             });
+}
+
+LoweringResult neg(Lowerer &lowerer, const Node &node) {
+  if (resultType(lowerer, node) == DType::Bool)
+    return std::nullopt; // torch refuses `-` on bool
+  return unaryOp<UnaryOp::Neg>(lowerer, node);
+}
+
+LoweringResult abs(Lowerer &lowerer, const Node &node) {
+  bool isBool = resultType(lowerer, node) == DType::Bool;
+  return map(lowerer, node, {0}, resultType(lowerer, node),
+             [&lowerer, isBool](const Values &v) {
+               return isBool ? v[0] : lowerer.unary(UnaryOp::Abs, v[0]);
+             });
+}
+
+LoweringResult frac(Lowerer &lowerer, const Node &node) {
+  return map(lowerer, node, {0}, resultType(lowerer, node),
+             [&lowerer](const Values &v) {
+               return lowerer.binary(BinaryOp::Sub, v[0],
+                                     lowerer.unary(UnaryOp::Trunc, v[0]));
+             });
+}
+
+LoweringResult roundDecimals(Lowerer &lowerer, const Node &node) {
+  if (node.arguments().at(1).toInt() != 0)
+    return std::nullopt;
+  return roundingOp<UnaryOp::Round>(lowerer, node);
+}
+
+template <UnaryOp Op>
+LoweringResult floatPredicate(Lowerer &lowerer, const Node &node) {
+  DType input = node.arguments().at(0).toTensor()->meta().dtype;
+  bool floating = isFloatingPoint(input);
+  return map(lowerer, node, {0}, input, [&lowerer, floating](const Values &v) {
+    return floating ? lowerer.unary(Op, v[0])
+                    : lowerer.constant(0, DType::Bool);
+  });
+}
+
+LoweringResult isFinite(Lowerer &lowerer, const Node &node) {
+  DType input = node.arguments().at(0).toTensor()->meta().dtype;
+  bool floating = isFloatingPoint(input);
+  return map(lowerer, node, {0}, input, [&lowerer, floating](const Values &v) {
+    if (!floating)
+      return lowerer.constant(1, DType::Bool);
+    // x - x is 0 for finite x and NaN for infinities and NaN.
+    const Expr *difference = lowerer.binary(BinaryOp::Sub, v[0], v[0]);
+    return lowerer.binary(BinaryOp::Eq, difference,
+                          lowerer.constant(0, v[0]->dtype()));
+  });
+}
+
+LoweringResult logicalNot(Lowerer &lowerer, const Node &node) {
+  return map(lowerer, node, {0}, DType::Bool, [&lowerer](const Values &v) {
+    return lowerer.unary(UnaryOp::LogicalNot, v[0]);
+  });
+}
+
+LoweringResult bitwiseNot(Lowerer &lowerer, const Node &node) {
+  bool isBool = resultType(lowerer, node) == DType::Bool;
+  return map(lowerer, node, {0}, resultType(lowerer, node),
+             [&lowerer, isBool](const Values &v) {
+               return lowerer.unary(
+                   isBool ? UnaryOp::LogicalNot : UnaryOp::BitwiseNot, v[0]);
+             });
+}
+
+// The largest finite value of a floating dtype.
+double largestFinite(DType dtype) {
+  switch (dtype) {
+  case DType::Float16:
+    return 65504.0;
+  case DType::BFloat16:
+    return 3.3895313892515355e38;
+  case DType::Float32:
+    return std::numeric_limits<float>::max();
+  default:
+    return std::numeric_limits<double>::max();
+  }
+}
+
+LoweringResult nanToNum(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  if (!isFloatingPoint(dtype))
+    return map(lowerer, node, {0}, dtype, [](const Values &v) { return v[0]; });
+  auto option = [&](size_t index, double otherwise) {
+    const Argument &argument = node.arguments().at(index);
+    return argument.isNone() ? otherwise : argument.toDouble();
+  };
+  double nan = option(1, 0), posinf = option(2, largestFinite(dtype)),
+         neginf = option(3, -largestFinite(dtype));
+  return map(lowerer, node, {0}, dtype, [=, &lowerer](const Values &v) {
+    const Expr *infinity =
+        lowerer.constant(std::numeric_limits<double>::infinity(), dtype);
+    const Expr *result =
+        lowerer.where(lowerer.binary(BinaryOp::Eq, v[0], infinity),
+                      lowerer.constant(posinf, dtype), v[0]);
+    result =
+        lowerer.where(lowerer.binary(BinaryOp::Eq, v[0],
+                                     lowerer.unary(UnaryOp::Neg, infinity)),
+                      lowerer.constant(neginf, dtype), result);
+    return lowerer.where(lowerer.unary(UnaryOp::IsNan, v[0]),
+                         lowerer.constant(nan, dtype), result);
+  });
+}
+
+// --- Activations ---
+
+LoweringResult relu(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  return map(lowerer, node, {0}, dtype, [&lowerer, dtype](const Values &v) {
+    return lowerer.binary(BinaryOp::Max, v[0], lowerer.constant(0, dtype));
+  });
+}
+
+LoweringResult gelu(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  bool tanhApproximation = node.arguments().at(1).toString() == "tanh";
+  return map(
+      lowerer, node, {0}, math,
+      [&lowerer, math, tanhApproximation](const Values &v) {
+        auto c = [&](double value) { return lowerer.constant(value, math); };
+        const Expr *x = v[0];
+        const Expr *inner;
+        if (tanhApproximation) {
+          const Expr *cube = lowerer.binary(
+              BinaryOp::Mul, x, lowerer.binary(BinaryOp::Mul, x, x));
+          const Expr *sum =
+              lowerer.binary(BinaryOp::Add, x,
+                             lowerer.binary(BinaryOp::Mul, c(0.044715), cube));
+          inner = lowerer.unary(
+              UnaryOp::Tanh,
+              lowerer.binary(BinaryOp::Mul, c(std::sqrt(2.0 / M_PI)), sum));
+        } else {
+          inner = lowerer.unary(UnaryOp::Erf,
+                                lowerer.binary(BinaryOp::Mul, x, c(M_SQRT1_2)));
+        }
+        const Expr *half = lowerer.binary(BinaryOp::Mul, x, c(0.5));
+        return lowerer.binary(BinaryOp::Mul, half,
+                              lowerer.binary(BinaryOp::Add, c(1), inner));
+      });
+}
+
+LoweringResult silu(Lowerer &lowerer, const Node &node) {
+  return map(lowerer, node, {0}, mathType(lowerer, node),
+             [&lowerer](const Values &v) {
+               return lowerer.binary(BinaryOp::Mul, v[0],
+                                     lowerer.unary(UnaryOp::Sigmoid, v[0]));
+             });
+}
+
+// softplus(x) = log1p(exp(beta x)) / beta, or x where beta x > threshold.
+const Expr *softplus(Lowerer &lowerer, const Expr *x, double beta,
+                     double threshold) {
+  DType dtype = x->dtype();
+  const Expr *scaled =
+      lowerer.binary(BinaryOp::Mul, x, lowerer.constant(beta, dtype));
+  const Expr *soft = lowerer.binary(
+      BinaryOp::Div,
+      lowerer.unary(UnaryOp::Log1p, lowerer.unary(UnaryOp::Exp, scaled)),
+      lowerer.constant(beta, dtype));
+  return lowerer.where(
+      lowerer.binary(BinaryOp::Gt, scaled, lowerer.constant(threshold, dtype)),
+      x, soft);
+}
+
+LoweringResult softplusOp(Lowerer &lowerer, const Node &node) {
+  double beta = scalarArgument(node, 1), threshold = scalarArgument(node, 2);
+  return map(lowerer, node, {0}, mathType(lowerer, node),
+             [&lowerer, beta, threshold](const Values &v) {
+               return softplus(lowerer, v[0], beta, threshold);
+             });
+}
+
+LoweringResult mish(Lowerer &lowerer, const Node &node) {
+  return map(
+      lowerer, node, {0}, mathType(lowerer, node), [&lowerer](const Values &v) {
+        return lowerer.binary(
+            BinaryOp::Mul, v[0],
+            lowerer.unary(UnaryOp::Tanh, softplus(lowerer, v[0], 1, 20)));
+      });
+}
+
+LoweringResult elu(Lowerer &lowerer, const Node &node) {
+  double alpha = scalarArgument(node, 1), scale = scalarArgument(node, 2),
+         inputScale = scalarArgument(node, 3);
+  DType math = mathType(lowerer, node);
+  return map(lowerer, node, {0}, math, [=, &lowerer](const Values &v) {
+    auto c = [&](double value) { return lowerer.constant(value, math); };
+    const Expr *negative = lowerer.binary(
+        BinaryOp::Mul,
+        lowerer.unary(UnaryOp::Expm1,
+                      lowerer.binary(BinaryOp::Mul, v[0], c(inputScale))),
+        c(alpha * scale));
+    return lowerer.where(lowerer.binary(BinaryOp::Gt, v[0], c(0)),
+                         lowerer.binary(BinaryOp::Mul, v[0], c(scale)),
+                         negative);
+  });
+}
+
+LoweringResult leakyRelu(Lowerer &lowerer, const Node &node) {
+  double slope = scalarArgument(node, 1);
+  DType dtype = resultType(lowerer, node);
+  return map(lowerer, node, {0}, dtype, [=, &lowerer](const Values &v) {
+    return lowerer.where(
+        lowerer.binary(BinaryOp::Gt, v[0], lowerer.constant(0, dtype)), v[0],
+        lowerer.binary(BinaryOp::Mul, v[0], lowerer.constant(slope, dtype)));
+  });
+}
+
+// min(max(x, low), high): NaN propagates, and low > high gives high, as
+// torch.clamp does.
+const Expr *clampExpr(Lowerer &lowerer, const Expr *x, const Expr *low,
+                      const Expr *high) {
+  if (low)
+    x = lowerer.binary(BinaryOp::Max, x, low);
+  if (high)
+    x = lowerer.binary(BinaryOp::Min, x, high);
+  return x;
+}
+
+LoweringResult hardtanh(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  double low = scalarArgument(node, 1), high = scalarArgument(node, 2);
+  return map(lowerer, node, {0}, dtype, [=, &lowerer](const Values &v) {
+    return clampExpr(lowerer, v[0], lowerer.constant(low, dtype),
+                     lowerer.constant(high, dtype));
+  });
+}
+
+// relu6(x + 3) / 6, times x for hardswish.
+template <bool TimesInput>
+LoweringResult hardActivation(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  return map(lowerer, node, {0}, math, [&lowerer, math](const Values &v) {
+    auto c = [&](double value) { return lowerer.constant(value, math); };
+    const Expr *gate = lowerer.binary(
+        BinaryOp::Div,
+        clampExpr(lowerer, lowerer.binary(BinaryOp::Add, v[0], c(3)), c(0),
+                  c(6)),
+        c(6));
+    return TimesInput ? lowerer.binary(BinaryOp::Mul, v[0], gate) : gate;
+  });
+}
+
+// clamp, clamp_min and clamp_max, with Scalar or Tensor bounds: arguments
+// `low` and `high` of the node (0 where the op has none).
+template <size_t Low, size_t High>
+LoweringResult clamp(Lowerer &lowerer, const Node &node) {
+  const auto &arguments = node.arguments();
+  bool hasLow = Low && !arguments.at(Low).isNone();
+  bool hasHigh = High && !arguments.at(High).isNone();
+  if (!hasLow && !hasHigh)
+    return std::nullopt; // torch raises
+  std::vector<LoweredTensor> inputs{lowerer.input(node, 0)};
+  if (hasLow)
+    inputs.push_back(lowerer.input(node, Low));
+  if (hasHigh)
+    inputs.push_back(lowerer.input(node, High));
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  return std::vector<LoweredTensor>{lowerer.pointwise(
+      meta.sizes, meta.dtype, meta.dtype, inputs,
+      [&lowerer, hasLow, hasHigh](const Values &v) {
+        return clampExpr(lowerer, v[0], hasLow ? v[1] : nullptr,
+                         hasHigh ? v[hasLow ? 2 : 1] : nullptr);
+      })};
+}
+
+// lerp: self + weight (end - self), from the nearer end for weights >= 0.5
+// as torch computes it.
+LoweringResult lerp(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  return map(
+      lowerer, node, {0, 1, 2}, mathType(lowerer, node),
+      [&lowerer, dtype](const Values &v) {
+        DType math = v[0]->dtype();
+        (void)dtype;
+        const Expr *difference = lowerer.binary(BinaryOp::Sub, v[1], v[0]);
+        const Expr *low =
+            lowerer.binary(BinaryOp::Add, v[0],
+                           lowerer.binary(BinaryOp::Mul, v[2], difference));
+        const Expr *high = lowerer.binary(
+            BinaryOp::Sub, v[1],
+            lowerer.binary(BinaryOp::Mul, difference,
+                           lowerer.binary(BinaryOp::Sub,
+                                          lowerer.constant(1, math), v[2])));
+        return lowerer.where(lowerer.binary(BinaryOp::Lt,
+                                            lowerer.unary(UnaryOp::Abs, v[2]),
+                                            lowerer.constant(0.5, math)),
+                             low, high);
+      });
+}
+
+// --- Selection and casts ---
+
+// where(condition, self, other) with the condition at argument `condition`
+// and the selected values at `then` and `otherwise`.
+template <size_t Condition, size_t Then, size_t Otherwise>
+LoweringResult select(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  std::vector<LoweredTensor> inputs{lowerer.input(node, Condition),
+                                    lowerer.input(node, Then),
+                                    lowerer.input(node, Otherwise)};
+  return std::vector<LoweredTensor>{lowerer.pointwise(
+      meta.sizes, {DType::Bool, meta.dtype, meta.dtype}, meta.dtype, inputs,
+      [&lowerer](const Values &v) { return lowerer.where(v[0], v[1], v[2]); })};
+}
+
+// _to_copy, to, clone, lift_fresh_copy: the input in the result's dtype.
+LoweringResult copy(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  LoweredTensor input = lowerer.input(node, 0);
+  LoweredTensor result =
+      lowerer.pointwise(meta.sizes, input.dtype, meta.dtype, {input},
+                        [](const Values &v) { return v[0]; });
+  result.cheap = input.cheap;
+  return std::vector<LoweredTensor>{result};
+}
+
+// copy(self, src): src broadcast to self's shape and dtype.
+LoweringResult copyFrom(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  LoweredTensor source = lowerer.input(node, 1);
+  LoweredTensor result =
+      lowerer.pointwise(meta.sizes, source.dtype, meta.dtype, {source},
+                        [](const Values &v) { return v[0]; });
+  result.cheap = source.cheap;
+  return std::vector<LoweredTensor>{result};
+}
+
+} // namespace
+
+void registerPointwiseLowerings(LoweringTable &table) {
+  using B = BinaryOp;
+  using U = UnaryOp;
+  table.insert({
+      {"aten::add.Tensor", alphaOp<B::Add, false>},
+      {"aten::add.Scalar", alphaOp<B::Add, false>},
+      {"aten::sub.Tensor", alphaOp<B::Sub, false>},
+      {"aten::sub.Scalar", alphaOp<B::Sub, false>},
+      {"aten::rsub.Tensor", alphaOp<B::Sub, true>},
+      {"aten::rsub.Scalar", alphaOp<B::Sub, true>},
+      {"aten::mul.Tensor", binaryOp<B::Mul>},
+      {"aten::mul.Scalar", binaryOp<B::Mul>},
+      {"aten::div.Tensor", binaryOp<B::Div>},
+      {"aten::div.Scalar", binaryOp<B::Div>},
+      {"aten::div.Tensor_mode", divideWithMode},
+      {"aten::div.Scalar_mode", divideWithMode},
+      {"aten::floor_divide", floorDivide},
+      {"aten::floor_divide.Scalar", floorDivide},
+      {"aten::fmod.Tensor", floatOnlyBinaryOp<B::Fmod>},
+      {"aten::fmod.Scalar", floatOnlyBinaryOp<B::Fmod>},
+      {"aten::remainder.Tensor", floatOnlyBinaryOp<B::Mod>},
+      {"aten::remainder.Scalar", floatOnlyBinaryOp<B::Mod>},
+      {"aten::remainder.Scalar_Tensor", floatOnlyBinaryOp<B::Mod>},
+      {"aten::pow.Tensor_Tensor", floatOnlyBinaryOp<B::Pow>},
+      {"aten::pow.Tensor_Scalar", floatOnlyBinaryOp<B::Pow>},
+      {"aten::pow.Scalar", floatOnlyBinaryOp<B::Pow>},
+      {"aten::atan2", binaryOp<B::Atan2>},
+      {"aten::minimum", binaryOp<B::Min>},
+      {"aten::maximum", binaryOp<B::Max>},
+      {"aten::lerp.Scalar", lerp},
+      {"aten::lerp.Tensor", lerp},
+      {"aten::exp", unaryOp<U::Exp>},
+      {"aten::exp2", unaryOp<U::Exp2>},
+      {"aten::expm1", unaryOp<U::Expm1>},
+      {"aten::log", unaryOp<U::Log>},
+      {"aten::log2", unaryOp<U::Log2>},
+      {"aten::log10", unaryOp<U::Log10>},
+      {"aten::log1p", unaryOp<U::Log1p>},
+      {"aten::sqrt", unaryOp<U::Sqrt>},
+      {"aten::rsqrt", unaryOp<U::Rsqrt>},
+      {"aten::reciprocal", unaryOp<U::Reciprocal>},
+      {"aten::sin", unaryOp<U::Sin>},
+      {"aten::cos", unaryOp<U::Cos>},
+      {"aten::tan", unaryOp<U::Tan>},
+      {"aten::asin", unaryOp<U::Asin>},
+      {"aten::acos", unaryOp<U::Acos>},
+      {"aten::atan", unaryOp<U::Atan>},
+      {"aten::sinh", unaryOp<U::Sinh>},
+      {"aten::cosh", unaryOp<U::Cosh>},
+      {"aten::tanh", unaryOp<U::Tanh>},
+      {"aten::sigmoid", unaryOp<U::Sigmoid>},
+      {"aten::erf", unaryOp<U::Erf>},
+      {"aten::erfc", unaryOp<U::Erfc>},
+      {"aten::neg", neg},
+      {"aten::abs", abs},
+      {"aten::sign", unaryOp<U::Sign>},
+      {"aten::sgn", unaryOp<U::Sign>},
+      {"aten::floor", roundingOp<U::Floor>},
+      {"aten::ceil", roundingOp<U::Ceil>},
+      {"aten::round", roundingOp<U::Round>},
+      {"aten::round.decimals", roundDecimals},
+      {"aten::trunc", roundingOp<U::Trunc>},
+      {"aten::frac", frac},
+      {"aten::nan_to_num", nanToNum},
+      {"aten::relu", relu},
+      {"aten::gelu", gelu},
+      {"aten::silu", silu},
+      {"aten::mish", mish},
+      {"aten::hardswish", hardActivation<true>},
+      {"aten::hardsigmoid", hardActivation<false>},
+      {"aten::hardtanh", hardtanh},
+      {"aten::leaky_relu", leakyRelu},
+      {"aten::elu", elu},
+      {"aten::softplus", softplusOp},
+      {"aten::clamp", clamp<1, 2>},
+      {"aten::clamp.Tensor", clamp<1, 2>},
+      {"aten::clamp_min", clamp<1, 0>},
+      {"aten::clamp_min.Tensor", clamp<1, 0>},
+      {"aten::clamp_max", clamp<0, 1>},
+      {"aten::clamp_max.Tensor", clamp<0, 1>},
+      {"aten::eq.Tensor", comparisonOp<B::Eq>},
+      {"aten::eq.Scalar", comparisonOp<B::Eq>},
+      {"aten::ne.Tensor", comparisonOp<B::Ne>},
+      {"aten::ne.Scalar", comparisonOp<B::Ne>},
+      {"aten::lt.Tensor", comparisonOp<B::Lt>},
+      {"aten::lt.Scalar", comparisonOp<B::Lt>},
+      {"aten::le.Tensor", comparisonOp<B::Le>},
+      {"aten::le.Scalar", comparisonOp<B::Le>},
+      {"aten::gt.Tensor", comparisonOp<B::Gt>},
+      {"aten::gt.Scalar", comparisonOp<B::Gt>},
+      {"aten::ge.Tensor", comparisonOp<B::Ge>},
+      {"aten::ge.Scalar", comparisonOp<B::Ge>},
+      {"aten::logical_and", logicalOp<B::LogicalAnd>},
+      {"aten::logical_or", logicalOp<B::LogicalOr>},
+      {"aten::logical_xor", logicalOp<B::LogicalXor>},
+      {"aten::logical_not", logicalNot},
+      {"aten::isnan", floatPredicate<U::IsNan>},
+      {"aten::isinf", floatPredicate<U::IsInf>},
+      {"aten::isfinite", isFinite},
+      {"aten::bitwise_and.Tensor", binaryOp<B::BitwiseAnd>},
+      {"aten::bitwise_and.Scalar", binaryOp<B::BitwiseAnd>},
+      {"aten::bitwise_and.Scalar_Tensor", binaryOp<B::BitwiseAnd>},
+      {"aten::bitwise_or.Tensor", binaryOp<B::BitwiseOr>},
+      {"aten::bitwise_or.Scalar", binaryOp<B::BitwiseOr>},
+      {"aten::bitwise_or.Scalar_Tensor", binaryOp<B::BitwiseOr>},
+      {"aten::bitwise_xor.Tensor", binaryOp<B::BitwiseXor>},
+      {"aten::bitwise_xor.Scalar", binaryOp<B::BitwiseXor>},
+      {"aten::bitwise_xor.Scalar_Tensor", binaryOp<B::BitwiseXor>},
+      {"aten::bitwise_not", bitwiseNot},
+      {"aten::where.self", select<0, 1, 2>},
+      {"aten::where.ScalarSelf", select<0, 1, 2>},
+      {"aten::where.ScalarOther", select<0, 1, 2>},
+      {"aten::where.Scalar", select<0, 1, 2>},
+      {"aten::masked_fill.Scalar", select<1, 2, 0>},
+      {"aten::masked_fill.Tensor", select<1, 2, 0>},
+      {"aten::_to_copy", copy},
+      {"aten::to.dtype", copy},
+      {"aten::to.dtype_layout", copy},
+      {"aten::to.device", copy},
+      {"aten::to.other", copy},
+      {"aten::clone", copy},
+      {"aten::lift_fresh_copy", copy},
+      {"aten::copy", copyFrom},
+  });
+}
+
+} // namespace kiln::lowering

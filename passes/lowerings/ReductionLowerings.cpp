@@ -1,0 +1,271 @@
+// Lowerings of the reductions (sum, mean, amax, argmax, var, logsumexp,
+// norms, ...) as reduction kernels: outer loops over the kept dims, a pass
+// over the reduced dims per dependent reduction, and a storing epilogue.
+// Depends on passes/lowerings/Lowerer.h.
+#include "passes/lowerings/Lowerer.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kiln::lowering {
+namespace {
+
+LoweredTensor self(Lowerer &lowerer, const Node &node) {
+  return lowerer.input(node, 0);
+}
+
+int64_t inputDim(const Node &node) {
+  return node.arguments().at(0).toTensor()->meta().dim();
+}
+
+// The reduced dims of a node whose `dim` argument is at `index` (an int,
+// a list, or None), or every dim where the op has none (`index` < 0).
+std::vector<int64_t> dimsOf(const Node &node, int index) {
+  if (index < 0)
+    return reductionDims(Argument(), inputDim(node));
+  return reductionDims(node.arguments().at(index), inputDim(node));
+}
+
+// The dtype a sum-like reduction accumulates in: the result's, with half
+// types accumulated in float32.
+DType sumType(Lowerer &lowerer, const Node &node) {
+  return accumulationType(lowerer.resultMeta(node).dtype);
+}
+
+std::string what(const Node &node) {
+  std::string name = node.schema()->name;
+  return name.substr(name.rfind(':') + 1);
+}
+
+// sum, prod, nansum: `DimArgument` < 0 when the op reduces everything.
+template <ReduceOp Op, int DimArgument, bool SkipNan = false>
+LoweringResult accumulate(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = self(lowerer, node);
+  DType dtype = sumType(lowerer, node);
+  if (SkipNan && isFloatingPoint(input.dtype)) {
+    DType inputType = input.dtype;
+    input = lowerer.pointwise(
+        input.sizes, inputType, inputType, {input},
+        [&lowerer, inputType](const std::vector<const Expr *> &v) {
+          return lowerer.where(lowerer.unary(UnaryOp::IsNan, v[0]),
+                               lowerer.constant(0, inputType), v[0]);
+        });
+  }
+  return std::vector<LoweredTensor>{
+      reduceTensor(lowerer, input, dimsOf(node, DimArgument), Op, dtype,
+                   lowerer.resultMeta(node), what(node))};
+}
+
+template <int DimArgument>
+LoweringResult mean(Lowerer &lowerer, const Node &node) {
+  std::vector<int64_t> dims = dimsOf(node, DimArgument);
+  LoweredTensor input = self(lowerer, node);
+  DType dtype = sumType(lowerer, node);
+  int64_t count = 1;
+  for (int64_t dim : dims)
+    count *= input.sizes[dim];
+  return std::vector<LoweredTensor>{reduceTensor(
+      lowerer, input, dims, ReduceOp::Sum, dtype, lowerer.resultMeta(node),
+      "mean", [&lowerer, dtype, count](const Expr *sum) {
+        return lowerer.binary(
+            BinaryOp::Div, sum,
+            lowerer.constant(static_cast<double>(count), dtype));
+      })};
+}
+
+int64_t reducedNumel(const Shape &sizes, const std::vector<int64_t> &dims) {
+  int64_t numel = 1;
+  for (int64_t dim : dims)
+    numel *= sizes[dim];
+  return numel;
+}
+
+// amax, amin, max, min, any, all: `DimArgument` < 0 reduces everything.
+// Extremes of nothing raise in torch: those stay externs.
+template <ReduceOp Op, int DimArgument>
+LoweringResult extremum(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = self(lowerer, node);
+  std::vector<int64_t> dims = dimsOf(node, DimArgument);
+  bool logical = Op == ReduceOp::Any || Op == ReduceOp::All;
+  if (!logical && reducedNumel(input.sizes, dims) == 0)
+    return std::nullopt;
+  return std::vector<LoweredTensor>{reduceTensor(
+      lowerer, input, dims, Op, logical ? DType::Bool : input.dtype,
+      lowerer.resultMeta(node), what(node))};
+}
+
+// max.dim, min.dim: values and indices from one kernel.
+template <ReduceOp Value, ReduceOp Position>
+LoweringResult extremumWithIndex(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = self(lowerer, node);
+  std::vector<int64_t> dims = dimsOf(node, 1);
+  if (reducedNumel(input.sizes, dims) == 0)
+    return std::nullopt;
+  ReductionKernel kernel(lowerer, input.sizes, dims);
+  const Expr *element = input.loader(kernel.index());
+  const Expr *value = kernel.reduce(Value, element);
+  const Expr *position = kernel.reduce(Position, element);
+  std::vector<LoweredTensor> results{
+      kernel.store(value, lowerer.resultMeta(node, 0)),
+      kernel.store(position, lowerer.resultMeta(node, 1))};
+  kernel.emit(what(node));
+  return results;
+}
+
+// argmax, argmin: dim=None ranks positions in the flattened tensor, which
+// is the row-major position over every dim.
+template <ReduceOp Op>
+LoweringResult position(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = self(lowerer, node);
+  std::vector<int64_t> dims = dimsOf(node, 1);
+  if (reducedNumel(input.sizes, dims) == 0)
+    return std::nullopt;
+  return std::vector<LoweredTensor>{
+      reduceTensor(lowerer, input, dims, Op, input.dtype,
+                   lowerer.resultMeta(node), what(node))};
+}
+
+// var, std and their _mean forms, with the correction each overload reads.
+enum class Moments { Var, Std, VarMean, StdMean };
+enum class CorrectionFrom { Unbiased, UnbiasedWithDim, Correction };
+
+template <Moments Kind, CorrectionFrom From>
+LoweringResult moments(Lowerer &lowerer, const Node &node) {
+  const auto &arguments = node.arguments();
+  LoweredTensor input = self(lowerer, node);
+  std::vector<int64_t> dims =
+      dimsOf(node, From == CorrectionFrom::Unbiased ? -1 : 1);
+  double correction = 1;
+  if (From == CorrectionFrom::Unbiased)
+    correction = arguments.at(1).toBool() ? 1 : 0;
+  else if (From == CorrectionFrom::UnbiasedWithDim)
+    correction = arguments.at(2).toBool() ? 1 : 0;
+  else if (!arguments.at(2).isNone())
+    correction = arguments.at(2).toDouble();
+  DType dtype = sumType(lowerer, node);
+  double count = static_cast<double>(reducedNumel(input.sizes, dims));
+
+  ReductionKernel kernel(lowerer, input.sizes, dims);
+  const Expr *element = lowerer.cast(input.loader(kernel.index()), dtype);
+  const Expr *mean =
+      lowerer.binary(BinaryOp::Div, kernel.reduce(ReduceOp::Sum, element),
+                     lowerer.constant(count, dtype));
+  kernel.newPass();
+  const Expr *deviation = lowerer.binary(BinaryOp::Sub, element, mean);
+  const Expr *squares = kernel.reduce(
+      ReduceOp::Sum, lowerer.binary(BinaryOp::Mul, deviation, deviation));
+  const Expr *result = lowerer.binary(
+      BinaryOp::Div, squares,
+      lowerer.constant(std::max(count - correction, 0.0), dtype));
+  if (Kind == Moments::Std || Kind == Moments::StdMean)
+    result = lowerer.unary(UnaryOp::Sqrt, result);
+  std::vector<LoweredTensor> results{
+      kernel.store(result, lowerer.resultMeta(node, 0))};
+  if (Kind == Moments::VarMean || Kind == Moments::StdMean)
+    results.push_back(kernel.store(mean, lowerer.resultMeta(node, 1)));
+  kernel.emit(what(node));
+  return results;
+}
+
+// log(sum(exp(x - m))) + m with m the maximum (0 where it is infinite, so
+// all -inf gives -inf and +inf gives +inf, as torch does).
+LoweringResult logsumexp(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = self(lowerer, node);
+  std::vector<int64_t> dims = dimsOf(node, 1);
+  DType dtype = sumType(lowerer, node);
+  ReductionKernel kernel(lowerer, input.sizes, dims);
+  const Expr *element = lowerer.cast(input.loader(kernel.index()), dtype);
+  const Expr *maximum = kernel.reduce(ReduceOp::Max, element);
+  const Expr *shift = lowerer.where(lowerer.unary(UnaryOp::IsInf, maximum),
+                                    lowerer.constant(0, dtype), maximum);
+  kernel.newPass();
+  const Expr *sum = kernel.reduce(
+      ReduceOp::Sum,
+      lowerer.unary(UnaryOp::Exp,
+                    lowerer.binary(BinaryOp::Sub, element, shift)));
+  const Expr *result =
+      lowerer.binary(BinaryOp::Add, lowerer.unary(UnaryOp::Log, sum), shift);
+  std::vector<LoweredTensor> results{
+      kernel.store(result, lowerer.resultMeta(node))};
+  kernel.emit("logsumexp");
+  return results;
+}
+
+// linalg_vector_norm for ord 2, 1, 0, inf and -inf; other orders are
+// left to torch.
+LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
+  double order = node.arguments().at(1).toDouble();
+  LoweredTensor input = self(lowerer, node);
+  std::vector<int64_t> dims = dimsOf(node, 2);
+  DType dtype = sumType(lowerer, node);
+  bool infinite = std::isinf(order);
+  if (!(order == 2 || order == 1 || order == 0 || infinite))
+    return std::nullopt;
+  if (infinite && reducedNumel(input.sizes, dims) == 0)
+    return std::nullopt;
+  LoweredTensor terms = lowerer.pointwise(
+      input.sizes, dtype, dtype, {input},
+      [&lowerer, order, dtype](const std::vector<const Expr *> &v) {
+        if (order == 0)
+          return lowerer.cast(
+              lowerer.binary(BinaryOp::Ne, v[0], lowerer.constant(0, dtype)),
+              dtype);
+        if (order == 2)
+          return lowerer.binary(BinaryOp::Mul, v[0], v[0]);
+        return lowerer.unary(UnaryOp::Abs, v[0]);
+      });
+  ReduceOp op = !infinite   ? ReduceOp::Sum
+                : order > 0 ? ReduceOp::Max
+                            : ReduceOp::Min;
+  return std::vector<LoweredTensor>{reduceTensor(
+      lowerer, terms, dims, op, dtype, lowerer.resultMeta(node), "vector_norm",
+      [&lowerer, order](const Expr *value) {
+        return order == 2 ? lowerer.unary(UnaryOp::Sqrt, value) : value;
+      })};
+}
+
+} // namespace
+
+void registerReductionLowerings(LoweringTable &table) {
+  using R = ReduceOp;
+  using C = CorrectionFrom;
+  table.insert({
+      {"aten::sum", accumulate<R::Sum, -1>},
+      {"aten::sum.dim_IntList", accumulate<R::Sum, 1>},
+      {"aten::nansum", accumulate<R::Sum, 1, true>},
+      {"aten::prod", accumulate<R::Prod, -1>},
+      {"aten::prod.dim_int", accumulate<R::Prod, 1>},
+      {"aten::mean", mean<-1>},
+      {"aten::mean.dim", mean<1>},
+      {"aten::amax", extremum<R::Max, 1>},
+      {"aten::amin", extremum<R::Min, 1>},
+      {"aten::max", extremum<R::Max, -1>},
+      {"aten::min", extremum<R::Min, -1>},
+      {"aten::max.dim", extremumWithIndex<R::Max, R::ArgMax>},
+      {"aten::min.dim", extremumWithIndex<R::Min, R::ArgMin>},
+      {"aten::argmax", position<R::ArgMax>},
+      {"aten::argmin", position<R::ArgMin>},
+      {"aten::any", extremum<R::Any, -1>},
+      {"aten::any.dim", extremum<R::Any, 1>},
+      {"aten::any.dims", extremum<R::Any, 1>},
+      {"aten::all", extremum<R::All, -1>},
+      {"aten::all.dim", extremum<R::All, 1>},
+      {"aten::all.dims", extremum<R::All, 1>},
+      {"aten::var", moments<Moments::Var, C::Unbiased>},
+      {"aten::var.dim", moments<Moments::Var, C::UnbiasedWithDim>},
+      {"aten::var.correction", moments<Moments::Var, C::Correction>},
+      {"aten::std", moments<Moments::Std, C::Unbiased>},
+      {"aten::std.dim", moments<Moments::Std, C::UnbiasedWithDim>},
+      {"aten::std.correction", moments<Moments::Std, C::Correction>},
+      {"aten::var_mean", moments<Moments::VarMean, C::Unbiased>},
+      {"aten::var_mean.dim", moments<Moments::VarMean, C::UnbiasedWithDim>},
+      {"aten::var_mean.correction", moments<Moments::VarMean, C::Correction>},
+      {"aten::std_mean", moments<Moments::StdMean, C::Unbiased>},
+      {"aten::std_mean.dim", moments<Moments::StdMean, C::UnbiasedWithDim>},
+      {"aten::std_mean.correction", moments<Moments::StdMean, C::Correction>},
+      {"aten::logsumexp", logsumexp},
+      {"aten::linalg_vector_norm", vectorNorm},
+  });
+}
+
+} // namespace kiln::lowering

@@ -1,0 +1,303 @@
+// Lowerings of the tensor-creating and rearranging ops: full, zeros, arange,
+// fill, cat, stack, tril/triu, flip, roll, repeat, constant_pad_nd.
+// Depends on passes/lowerings/Lowerer.h.
+#include "passes/lowerings/Lowerer.h"
+
+#include <algorithm>
+
+namespace kiln::lowering {
+namespace {
+
+using Values = std::vector<const Expr *>;
+
+LoweringResult one(LoweredTensor tensor) {
+  return std::vector<LoweredTensor>{std::move(tensor)};
+}
+
+// full, zeros, ones, *_like, new_*, scalar_tensor, empty*: a constant
+// (argument `Value`, or `Fill` where there is none). Eager's empty is
+// undefined, so zeros serve.
+template <int Value, int Fill>
+LoweringResult constant(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  double value =
+      Value >= 0 ? node.arguments().at(Value).toDouble() : double(Fill);
+  return one(lowerer.full(value, meta.dtype, meta.sizes));
+}
+
+LoweringResult fillTensor(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  LoweredTensor value = lowerer.input(node, 1);
+  return one(lowerer.pointwise(meta.sizes, meta.dtype, meta.dtype, {value},
+                               [](const Values &v) { return v[0]; }));
+}
+
+// arange(end), arange.start(start, end), arange.start_step(...): start +
+// i * step, computed in float64 (int64 for integer results).
+template <int Start, int Step>
+LoweringResult arange(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  double start = Start >= 0 ? node.arguments().at(Start).toDouble() : 0;
+  double step = Step >= 0 ? node.arguments().at(Step).toDouble() : 1;
+  DType math = isFloatingPoint(meta.dtype) ? DType::Float64 : DType::Int64;
+  LoweredTensor result;
+  result.dtype = meta.dtype;
+  result.sizes = meta.sizes;
+  DType dtype = meta.dtype;
+  result.loader = [&lowerer, start, step, math, dtype](const Index &index) {
+    const Expr *value = lowerer.binary(
+        BinaryOp::Add,
+        lowerer.binary(BinaryOp::Mul, lowerer.cast(index.at(0), math),
+                       lowerer.constant(step, math)),
+        lowerer.constant(start, math));
+    return lowerer.cast(value, dtype);
+  };
+  return one(result);
+}
+
+// An index clamped into [0, size): selects whose other branch is taken
+// may still be evaluated, and must not read out of bounds.
+const Expr *clampIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
+  loop::ExprContext &exprs = lowerer.exprs();
+  return lowerer.binary(
+      BinaryOp::Max,
+      lowerer.binary(BinaryOp::Min, index,
+                     exprs.integer(std::max<int64_t>(size - 1, 0))),
+      exprs.integer(0));
+}
+
+// cat: a where-chain over the position along `dim`.
+LoweringResult cat(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), meta.dim());
+  std::vector<LoweredTensor> pieces;
+  std::vector<int64_t> starts;
+  int64_t start = 0;
+  for (const Value *value : node.arguments().at(0).toTensorList()) {
+    const TensorMeta &piece = value->meta();
+    // torch skips legacy empty 1-d tensors.
+    if (piece.dim() != meta.dim() || piece.sizes[dim] == 0)
+      continue;
+    pieces.push_back(lowerer.lowered(value));
+    starts.push_back(start);
+    start += piece.sizes[dim];
+  }
+  if (pieces.empty())
+    return one(lowerer.full(0, meta.dtype, meta.sizes));
+  LoweredTensor result;
+  result.dtype = meta.dtype;
+  result.sizes = meta.sizes;
+  DType dtype = meta.dtype;
+  result.loader = [&lowerer, pieces, starts, dim, dtype](const Index &index) {
+    loop::ExprContext &exprs = lowerer.exprs();
+    const Expr *value = nullptr;
+    for (size_t k = pieces.size(); k-- > 0;) {
+      Index inner = index;
+      inner[dim] =
+          clampIndex(lowerer, exprs.add(index[dim], exprs.integer(-starts[k])),
+                     pieces[k].sizes[dim]);
+      const Expr *element = lowerer.cast(pieces[k].loader(inner), dtype);
+      value = !value
+                  ? element
+                  : lowerer.where(lowerer.binary(BinaryOp::Lt, index[dim],
+                                                 exprs.integer(starts[k + 1])),
+                                  element, value);
+    }
+    return value;
+  };
+  return one(result);
+}
+
+// stack: piece k at position k of the new dim.
+LoweringResult stack(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), meta.dim());
+  std::vector<LoweredTensor> pieces;
+  for (const Value *value : node.arguments().at(0).toTensorList())
+    pieces.push_back(lowerer.lowered(value));
+  LoweredTensor result;
+  result.dtype = meta.dtype;
+  result.sizes = meta.sizes;
+  DType dtype = meta.dtype;
+  result.loader = [&lowerer, pieces, dim, dtype](const Index &index) {
+    Index inner = index;
+    inner.erase(inner.begin() + dim);
+    const Expr *value = nullptr;
+    for (size_t k = pieces.size(); k-- > 0;) {
+      const Expr *element = lowerer.cast(pieces[k].loader(inner), dtype);
+      value = !value
+                  ? element
+                  : lowerer.where(lowerer.binary(BinaryOp::Eq, index[dim],
+                                                 lowerer.exprs().integer(
+                                                     static_cast<int64_t>(k))),
+                                  element, value);
+    }
+    return value;
+  };
+  return one(result);
+}
+
+// tril and triu: x where column - row is on the kept side of `diagonal`.
+template <bool Lower>
+LoweringResult triangle(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  if (input.dim() < 2)
+    return std::nullopt;
+  int64_t diagonal = node.arguments().at(1).toInt();
+  LoweredTensor result = input;
+  result.placement.reset();
+  result.cheap = false;
+  DType dtype = input.dtype;
+  Loader inner = input.loader;
+  result.loader = [&lowerer, inner, diagonal, dtype](const Index &index) {
+    loop::ExprContext &exprs = lowerer.exprs();
+    const Expr *offset =
+        lowerer.binary(BinaryOp::Sub, index.back(), index[index.size() - 2]);
+    const Expr *keep = lowerer.binary(Lower ? BinaryOp::Le : BinaryOp::Ge,
+                                      offset, exprs.integer(diagonal));
+    return lowerer.where(keep, inner(index), lowerer.constant(0, dtype));
+  };
+  return one(result);
+}
+
+// A virtual tensor of `sizes` reading `input` at `map(index)`, never
+// placed (the result is a copy).
+LoweredTensor copyThrough(Lowerer &lowerer, const LoweredTensor &input,
+                          Shape sizes,
+                          std::function<Index(const Index &)> map) {
+  LoweredTensor result = lowerer.remap(input, std::move(sizes), std::move(map));
+  result.placement.reset();
+  return result;
+}
+
+LoweringResult flip(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  std::vector<int64_t> dims;
+  for (int64_t dim : node.arguments().at(1).toIntList())
+    dims.push_back(wrapDim(dim, input.dim()));
+  Shape sizes = input.sizes;
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return one(copyThrough(lowerer, input, sizes, [=](const Index &index) {
+    Index source = index;
+    for (int64_t dim : dims)
+      source[dim] = exprs->add(exprs->mul(index[dim], exprs->integer(-1)),
+                               exprs->integer(sizes[dim] - 1));
+    return source;
+  }));
+}
+
+LoweringResult roll(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  std::vector<int64_t> shifts = node.arguments().at(1).toIntList();
+  std::vector<int64_t> dims = node.arguments().at(2).toIntList();
+  if (dims.empty() || dims.size() != shifts.size())
+    return std::nullopt;
+  for (int64_t &dim : dims)
+    dim = wrapDim(dim, input.dim());
+  Shape sizes = input.sizes;
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return one(copyThrough(lowerer, input, sizes, [=](const Index &index) {
+    Index source = index;
+    for (size_t k = 0; k < dims.size(); ++k) {
+      int64_t size = sizes[dims[k]];
+      if (size == 0)
+        continue;
+      int64_t shift = ((shifts[k] % size) + size) % size;
+      source[dims[k]] = exprs->mod(
+          exprs->add(source[dims[k]], exprs->integer(size - shift)), size);
+    }
+    return source;
+  }));
+}
+
+LoweringResult repeat(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  Shape from = input.sizes;
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return one(copyThrough(lowerer, input, meta.sizes, [=](const Index &index) {
+    Index source;
+    size_t skip = index.size() - from.size();
+    for (size_t d = 0; d < from.size(); ++d)
+      source.push_back(exprs->mod(index[skip + d], from[d]));
+    return source;
+  }));
+}
+
+// constant_pad_nd: pads (or crops, for negative pads) the last dims.
+LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  std::vector<int64_t> pad = node.arguments().at(1).toIntList();
+  double fill = node.arguments().at(2).toDouble();
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  Shape from = input.sizes;
+  std::vector<int64_t> before(from.size(), 0);
+  for (size_t i = 0; 2 * i < pad.size(); ++i)
+    before[from.size() - 1 - i] = pad[2 * i];
+  LoweredTensor result;
+  result.dtype = meta.dtype;
+  result.sizes = meta.sizes;
+  Loader inner = input.loader;
+  DType dtype = meta.dtype;
+  result.loader = [&lowerer, inner, from, before, fill,
+                   dtype](const Index &index) {
+    loop::ExprContext &exprs = lowerer.exprs();
+    Index source;
+    const Expr *inside = nullptr;
+    for (size_t d = 0; d < from.size(); ++d) {
+      if (before[d] == 0 && from[d] > 0) {
+        source.push_back(index[d]);
+        continue;
+      }
+      const Expr *position = exprs.add(index[d], exprs.integer(-before[d]));
+      const Expr *valid = lowerer.binary(
+          BinaryOp::LogicalAnd,
+          lowerer.binary(BinaryOp::Ge, position, exprs.integer(0)),
+          lowerer.binary(BinaryOp::Lt, position, exprs.integer(from[d])));
+      inside =
+          inside ? lowerer.binary(BinaryOp::LogicalAnd, inside, valid) : valid;
+      source.push_back(clampIndex(lowerer, position, from[d]));
+    }
+    const Expr *element = lowerer.cast(inner(source), dtype);
+    if (!inside)
+      return element;
+    return lowerer.where(inside, element, lowerer.constant(fill, dtype));
+  };
+  return one(result);
+}
+
+} // namespace
+
+void registerTensorLowerings(LoweringTable &table) {
+  table.insert({
+      {"aten::full", constant<1, 0>},
+      {"aten::zeros", constant<-1, 0>},
+      {"aten::ones", constant<-1, 1>},
+      {"aten::empty.memory_format", constant<-1, 0>},
+      {"aten::empty_strided", constant<-1, 0>},
+      {"aten::scalar_tensor", constant<0, 0>},
+      {"aten::full_like", constant<1, 0>},
+      {"aten::zeros_like", constant<-1, 0>},
+      {"aten::ones_like", constant<-1, 1>},
+      {"aten::empty_like", constant<-1, 0>},
+      {"aten::new_zeros", constant<-1, 0>},
+      {"aten::new_ones", constant<-1, 1>},
+      {"aten::new_empty", constant<-1, 0>},
+      {"aten::new_full", constant<2, 0>},
+      {"aten::fill.Scalar", constant<1, 0>},
+      {"aten::fill.Tensor", fillTensor},
+      {"aten::arange", arange<-1, -1>},
+      {"aten::arange.start", arange<0, -1>},
+      {"aten::arange.start_step", arange<0, 2>},
+      {"aten::cat", cat},
+      {"aten::stack", stack},
+      {"aten::tril", triangle<true>},
+      {"aten::triu", triangle<false>},
+      {"aten::flip", flip},
+      {"aten::roll", roll},
+      {"aten::repeat", repeat},
+      {"aten::constant_pad_nd", constantPad},
+  });
+}
+
+} // namespace kiln::lowering

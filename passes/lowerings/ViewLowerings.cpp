@@ -1,0 +1,363 @@
+// Lowerings of the view ops: of a realized tensor, a new placement in the
+// same buffer (the view's own strides and offset); of a virtual one, an
+// index rewrite of its loader.
+// Depends on passes/lowerings/Lowerer.h and ir/ops/MetaUtils.h.
+#include "ir/ops/MetaUtils.h"
+#include "passes/lowerings/Lowerer.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace kiln::lowering {
+namespace {
+
+using IndexMap = std::function<Index(const Index &)>;
+
+const TensorMeta &sourceMeta(const Node &node) {
+  return node.arguments().at(0).toTensor()->meta();
+}
+
+// Result `result` of `node` as a view of argument 0: placed where the
+// source is realized (the graph's metadata gives the view's strides and
+// storage offset), else `map` applied to the source's loader.
+LoweredTensor viewResult(Lowerer &lowerer, const Node &node, unsigned result,
+                         const IndexMap &map) {
+  LoweredTensor source = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node, result);
+  if (source.realized()) {
+    Placement placement = *source.placement;
+    placement.strides = meta.strides;
+    placement.offset += meta.storageOffset - sourceMeta(node).storageOffset;
+    return lowerer.placed(placement, meta.dtype, meta.sizes);
+  }
+  return lowerer.remap(source, meta.sizes, map);
+}
+
+LoweringResult one(LoweredTensor tensor) {
+  return std::vector<LoweredTensor>{std::move(tensor)};
+}
+
+// The row-major linear position of `index` in `sizes`.
+const Expr *linearize(loop::ExprContext &exprs, const Index &index,
+                      const Shape &sizes) {
+  const Expr *linear = exprs.integer(0);
+  Shape strides = contiguousStrides(sizes);
+  for (size_t d = 0; d < index.size(); ++d)
+    if (sizes[d] != 1)
+      linear =
+          exprs.add(linear, exprs.mul(index[d], exprs.integer(strides[d])));
+  return linear;
+}
+
+Index delinearize(loop::ExprContext &exprs, const Expr *linear,
+                  const Shape &sizes) {
+  Index index;
+  Shape strides = contiguousStrides(sizes);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) {
+      index.push_back(exprs.integer(0));
+      continue;
+    }
+    const Expr *position = exprs.floorDiv(linear, strides[d]);
+    index.push_back(d == 0 ? position : exprs.mod(position, sizes[d]));
+  }
+  return index;
+}
+
+// view, reshape, flatten, unflatten, _unsafe_view: the same elements in
+// row-major order. A realized source whose layout allows it is viewed in
+// place (torch's computeStride); otherwise the index goes through the
+// linear position.
+LoweringResult reshape(Lowerer &lowerer, const Node &node) {
+  LoweredTensor source = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (source.realized())
+    if (auto strides = meta::viewStrides(
+            source.sizes, source.placement->strides, meta.sizes)) {
+      Placement placement = *source.placement;
+      placement.strides = *strides;
+      return one(lowerer.placed(placement, meta.dtype, meta.sizes));
+    }
+  loop::ExprContext *exprs = &lowerer.exprs();
+  Shape from = source.sizes, to = meta.sizes;
+  return one(lowerer.remap(source, to, [exprs, from, to](const Index &index) {
+    return delinearize(*exprs, linearize(*exprs, index, to), from);
+  }));
+}
+
+LoweringResult identity(Lowerer &lowerer, const Node &node) {
+  return one(
+      viewResult(lowerer, node, 0, [](const Index &index) { return index; }));
+}
+
+// Output dim k reads source dim order[k].
+LoweringResult permuted(Lowerer &lowerer, const Node &node,
+                        std::vector<int64_t> order) {
+  return one(viewResult(lowerer, node, 0, [order](const Index &index) {
+    Index source(index.size());
+    for (size_t k = 0; k < order.size(); ++k)
+      source[order[k]] = index[k];
+    return source;
+  }));
+}
+
+LoweringResult permute(Lowerer &lowerer, const Node &node) {
+  int64_t ndim = sourceMeta(node).dim();
+  std::vector<int64_t> order;
+  for (int64_t dim : node.arguments().at(1).toIntList())
+    order.push_back(wrapDim(dim, ndim));
+  return permuted(lowerer, node, order);
+}
+
+LoweringResult transpose(Lowerer &lowerer, const Node &node) {
+  int64_t ndim = sourceMeta(node).dim();
+  std::vector<int64_t> order(ndim);
+  std::iota(order.begin(), order.end(), 0);
+  if (ndim > 0)
+    std::swap(order[wrapDim(node.arguments().at(1).toInt(), ndim)],
+              order[wrapDim(node.arguments().at(2).toInt(), ndim)]);
+  return permuted(lowerer, node, order);
+}
+
+LoweringResult matrixTranspose(Lowerer &lowerer, const Node &node) {
+  int64_t ndim = sourceMeta(node).dim();
+  std::vector<int64_t> order(ndim);
+  std::iota(order.begin(), order.end(), 0);
+  if (ndim == 2)
+    std::swap(order[0], order[1]);
+  return permuted(lowerer, node, order);
+}
+
+LoweringResult movedim(Lowerer &lowerer, const Node &node) {
+  int64_t ndim = sourceMeta(node).dim();
+  int64_t from = wrapDim(node.arguments().at(1).toInt(), ndim);
+  int64_t to = wrapDim(node.arguments().at(2).toInt(), ndim);
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < ndim; ++d)
+    if (d != from)
+      order.push_back(d);
+  order.insert(order.begin() + to, from);
+  return permuted(lowerer, node, order);
+}
+
+// expand, expand_as: source dims align with the trailing output dims and
+// size-1 source dims read index 0.
+LoweringResult expand(Lowerer &lowerer, const Node &node) {
+  Shape from = sourceMeta(node).sizes;
+  const Expr *zero = lowerer.exprs().integer(0);
+  return one(viewResult(lowerer, node, 0, [from, zero](const Index &index) {
+    Index source;
+    size_t skip = index.size() - from.size();
+    for (size_t d = 0; d < from.size(); ++d)
+      source.push_back(from[d] == 1 ? zero : index[skip + d]);
+    return source;
+  }));
+}
+
+// Dims that exist in the source but not in the view (squeeze), read at
+// index 0; `removed` flags them.
+LoweredTensor dropDims(Lowerer &lowerer, const Node &node,
+                       std::vector<bool> removed) {
+  const Expr *zero = lowerer.exprs().integer(0);
+  return viewResult(lowerer, node, 0, [removed, zero](const Index &index) {
+    Index source;
+    size_t next = 0;
+    for (bool gone : removed)
+      source.push_back(gone ? zero : index[next++]);
+    return source;
+  });
+}
+
+LoweringResult squeeze(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &from = sourceMeta(node);
+  std::vector<int64_t> dims;
+  if (node.arguments().size() > 1)
+    for (int64_t dim : node.arguments().at(1).toIntList())
+      dims.push_back(wrapDim(dim, from.dim()));
+  std::vector<bool> removed(from.dim(), false);
+  for (int64_t d = 0; d < from.dim(); ++d)
+    removed[d] = from.sizes[d] == 1 &&
+                 (node.arguments().size() == 1 ||
+                  std::find(dims.begin(), dims.end(), d) != dims.end());
+  return one(dropDims(lowerer, node, removed));
+}
+
+LoweringResult unsqueeze(Lowerer &lowerer, const Node &node) {
+  int64_t ndim = sourceMeta(node).dim() + 1;
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), ndim);
+  return one(viewResult(lowerer, node, 0, [dim](const Index &index) {
+    Index source = index;
+    source.erase(source.begin() + dim);
+    return source;
+  }));
+}
+
+// A view that reads dim `dim` at start + step * i.
+LoweredTensor strided(Lowerer &lowerer, const Node &node, unsigned result,
+                      int64_t dim, int64_t start, int64_t step) {
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return viewResult(
+      lowerer, node, result, [exprs, dim, start, step](const Index &index) {
+        Index source = index;
+        source[dim] = exprs->add(exprs->mul(index[dim], exprs->integer(step)),
+                                 exprs->integer(start));
+        return source;
+      });
+}
+
+int64_t clampedStart(const Argument &argument, int64_t size,
+                     int64_t otherwise) {
+  if (argument.isNone())
+    return otherwise;
+  int64_t value = argument.toInt();
+  if (value < 0)
+    value += size;
+  return std::clamp<int64_t>(value, 0, size);
+}
+
+LoweringResult slice(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &from = sourceMeta(node);
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), from.dim());
+  int64_t start = clampedStart(node.arguments().at(2), from.sizes[dim], 0);
+  return one(
+      strided(lowerer, node, 0, dim, start, node.arguments().at(4).toInt()));
+}
+
+LoweringResult narrow(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &from = sourceMeta(node);
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), from.dim());
+  int64_t start = node.arguments().at(2).toInt();
+  if (start < 0)
+    start += from.sizes[dim];
+  return one(strided(lowerer, node, 0, dim, start, 1));
+}
+
+// Each result is a stretch of dim `dim`, in order.
+LoweringResult pieces(Lowerer &lowerer, const Node &node, int64_t dim) {
+  std::vector<LoweredTensor> results;
+  int64_t start = 0;
+  for (unsigned r = 0; r < node.results().size(); ++r) {
+    results.push_back(strided(lowerer, node, r, dim, start, 1));
+    start += lowerer.resultMeta(node, r).sizes[dim];
+  }
+  return results;
+}
+
+LoweringResult split(Lowerer &lowerer, const Node &node) {
+  return pieces(
+      lowerer, node,
+      wrapDim(node.arguments().at(2).toInt(), sourceMeta(node).dim()));
+}
+
+LoweredTensor selectAt(Lowerer &lowerer, const Node &node, unsigned result,
+                       int64_t dim, int64_t position) {
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return viewResult(
+      lowerer, node, result, [exprs, dim, position](const Index &index) {
+        Index source = index;
+        source.insert(source.begin() + dim, exprs->integer(position));
+        return source;
+      });
+}
+
+LoweringResult select(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &from = sourceMeta(node);
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), from.dim());
+  int64_t position = node.arguments().at(2).toInt();
+  if (position < 0)
+    position += from.sizes[dim];
+  return one(selectAt(lowerer, node, 0, dim, position));
+}
+
+LoweringResult unbind(Lowerer &lowerer, const Node &node) {
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), sourceMeta(node).dim());
+  std::vector<LoweredTensor> results;
+  for (unsigned r = 0; r < node.results().size(); ++r)
+    results.push_back(selectAt(lowerer, node, r, dim, r));
+  return results;
+}
+
+LoweringResult diagonal(Lowerer &lowerer, const Node &node) {
+  int64_t ndim = sourceMeta(node).dim();
+  int64_t offset = node.arguments().at(1).toInt();
+  int64_t first = wrapDim(node.arguments().at(2).toInt(), ndim);
+  int64_t second = wrapDim(node.arguments().at(3).toInt(), ndim);
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return one(viewResult(lowerer, node, 0, [=](const Index &index) {
+    Index source(ndim);
+    size_t next = 0;
+    for (int64_t d = 0; d < ndim; ++d)
+      if (d != first && d != second)
+        source[d] = index[next++];
+    const Expr *position = index.back();
+    source[first] =
+        exprs->add(position, exprs->integer(std::max<int64_t>(-offset, 0)));
+    source[second] =
+        exprs->add(position, exprs->integer(std::max<int64_t>(offset, 0)));
+    return source;
+  }));
+}
+
+// as_strided and _reshape_alias: the caller's strides, so only of a
+// realized tensor (a virtual one is realized first).
+LoweringResult asStrided(Lowerer &lowerer, const Node &node) {
+  LoweredTensor source = lowerer.input(node, 0);
+  const TensorMeta &from = sourceMeta(node);
+  if (!source.realized())
+    source = lowerer.realize(source, from, loop::BufferKind::Temporary,
+                             "as_strided_source");
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  Placement placement = *source.placement;
+  placement.strides = meta.strides;
+  placement.offset += meta.storageOffset - from.storageOffset;
+  return one(lowerer.placed(placement, meta.dtype, meta.sizes));
+}
+
+// contiguous: the tensor itself where it already is contiguous, else a
+// copy (the result's metadata is contiguous).
+LoweringResult contiguous(Lowerer &lowerer, const Node &node) {
+  LoweredTensor source = lowerer.input(node, 0);
+  if (source.realized() && sourceMeta(node).isContiguous())
+    return identity(lowerer, node);
+  LoweredTensor copy = lowerer.remap(source, source.sizes,
+                                     [](const Index &index) { return index; });
+  copy.placement.reset();
+  return one(copy);
+}
+
+} // namespace
+
+void registerViewLowerings(LoweringTable &table) {
+  table.insert({
+      {"aten::view", reshape},
+      {"aten::_unsafe_view", reshape},
+      {"aten::reshape", reshape},
+      {"aten::flatten.using_ints", reshape},
+      {"aten::unflatten.int", reshape},
+      {"aten::_reshape_alias", asStrided},
+      {"aten::as_strided", asStrided},
+      {"aten::permute", permute},
+      {"aten::transpose.int", transpose},
+      {"aten::t", matrixTranspose},
+      {"aten::movedim.int", movedim},
+      {"aten::expand", expand},
+      {"aten::expand_as", expand},
+      {"aten::squeeze", squeeze},
+      {"aten::squeeze.dim", squeeze},
+      {"aten::squeeze.dims", squeeze},
+      {"aten::unsqueeze", unsqueeze},
+      {"aten::slice.Tensor", slice},
+      {"aten::narrow", narrow},
+      {"aten::select.int", select},
+      {"aten::unbind.int", unbind},
+      {"aten::split.Tensor", split},
+      {"aten::split_with_sizes", split},
+      {"aten::chunk", split},
+      {"aten::diagonal", diagonal},
+      {"aten::alias", identity},
+      {"aten::detach", identity},
+      {"aten::contiguous", contiguous},
+  });
+}
+
+} // namespace kiln::lowering
