@@ -1,18 +1,20 @@
 // The cache of compiled graphs for one code object or compiled function.
-// Depends on frontend/, runtime/EagerRunner.h, ir/Logging.h, CPython.
+// Depends on frontend/, runtime/EagerRunner.h, runtime/NativeRunner.h,
+// ir/Logging.h, CPython.
 #include "frontend/CodeCache.h"
 
 #include "frontend/EvalFrameHook.h"
 #include "frontend/SymbolicEvaluator.h"
 #include "ir/Error.h"
-#include "runtime/EagerRunner.h"
 #include "ir/Logging.h"
+#include "runtime/EagerRunner.h"
+#include "runtime/NativeRunner.h"
 
 namespace kiln::frontend {
 
 struct CacheEntry {
   GuardTree guards;
-  std::unique_ptr<python::EagerRunner> runner;
+  std::unique_ptr<python::GraphRunner> runner;
   OutputTemplate output;
   std::string graphText;
 };
@@ -41,6 +43,52 @@ PyObject *runEntry(const CacheEntry &entry,
 }
 
 } // namespace
+
+// Native kernels compute values, not autograd history: a graph whose
+// outputs need a grad_fn (grad mode on, an input requiring grad) runs
+// through torch's own operators.
+static bool needsAutograd(const Graph &graph,
+                          const std::vector<py::object> &graphInputs) {
+  bool switchesGradMode = false;
+  for (const auto &node : graph.nodes())
+    switchesGradMode |= node->schema() &&
+                        node->schema()->name == "kiln::set_grad_enabled";
+  if (!switchesGradMode &&
+      !PyObject_IsTrue(
+          python::TorchHandles::get().torch.attr("is_grad_enabled")().ptr()))
+    return false;
+  for (const py::object &input : graphInputs)
+    if (python::isTensor(input) &&
+        py::cast<bool>(input.attr("requires_grad")))
+      return true;
+  return false;
+}
+
+std::unique_ptr<python::GraphRunner>
+CodeCache::makeRunner(const std::shared_ptr<const Graph> &graph,
+                      const std::vector<py::object> &graphInputs,
+                      const std::string &name) const {
+  std::string reason;
+  if (options_.backend != "llvm")
+    reason = "backend '" + options_.backend + "' was asked for";
+  else if (needsAutograd(*graph, graphInputs))
+    reason = "autograd records its history (an input requires grad)";
+  if (reason.empty()) {
+    try {
+      return std::make_unique<python::NativeRunner>(
+          graph, python::OutputForm::Tuple, /*checkInputs=*/false);
+    } catch (const Unsupported &error) {
+      reason = error.what();
+    } catch (const Error &error) {
+      // A compiler bug must not break the user's program: torch runs it.
+      reason = std::string("internal error: ") + error.what();
+    }
+  }
+  if (options_.backend == "llvm" && logEnabled("breaks"))
+    logArtifact("breaks", name + " runs through torch's operators: " + reason);
+  return std::make_unique<python::EagerRunner>(graph,
+                                               python::OutputForm::Tuple);
+}
 
 PyObject *unsupportedErrorType() {
   static PyObject *type = [] {
@@ -117,8 +165,6 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     }
     if (logEnabled("guards"))
       logArtifact("guards", "guards of " + name + "\n" + capture.guards.str());
-    entry->runner = std::make_unique<python::EagerRunner>(
-        capture.graph, python::OutputForm::Tuple);
     entry->output = std::move(capture.output);
     entry->guards = std::move(capture.guards);
     // The graph's inputs are exactly what the guard tree collects.
@@ -126,6 +172,7 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
       throw Error("the guards of a fresh capture of " + name +
                   " fail on the call that made them (" + firstFailure +
                   "); please report this");
+    entry->runner = makeRunner(capture.graph, graphInputs, name);
     auto updated = std::make_shared<EntryList>(*entries_);
     updated->push_back(entry);
     entries_ = updated;
@@ -143,10 +190,11 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
 }
 
 py::dict CodeCache::info() const {
-  py::list graphs, guards;
+  py::list graphs, guards, runners;
   for (const auto &entry : *entries_) {
     graphs.append(entry->graphText);
     guards.append(entry->guards.str());
+    runners.append(entry->runner->describe());
   }
   py::dict info;
   info["entries"] = py::int_(entries_->size());
@@ -157,6 +205,7 @@ py::dict CodeCache::info() const {
   info["fallback_reason"] = py::str(fallbackReason_);
   info["graphs"] = graphs;
   info["guards"] = guards;
+  info["runners"] = runners;
   return info;
 }
 

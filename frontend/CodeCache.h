@@ -5,6 +5,8 @@
 #pragma once
 
 #include "frontend/GuardTree.h"
+#include "ir/Graph.h"
+#include "runtime/GraphRunner.h"
 
 #include <pybind11/pybind11.h>
 
@@ -42,6 +44,11 @@ public:
   const CacheOptions &options() const { return options_; }
 
 private:
+  std::unique_ptr<python::GraphRunner>
+  makeRunner(const std::shared_ptr<const Graph> &graph,
+             const std::vector<py::object> &graphInputs,
+             const std::string &name) const;
+
   using EntryList = std::vector<std::shared_ptr<const CacheEntry>>;
 
   CacheOptions options_;

@@ -160,7 +160,7 @@ void Lowerer::lowerNode(const Node &node) {
     program_.bufferOf[value] = index;
     return;
   }
-  if (!node.isOp() || node.schema()->isMutable() || hasComplex(node)) {
+  if (node.schema()->isMutable() || hasComplex(node)) {
     lowerExtern(node);
     return;
   }
@@ -170,7 +170,20 @@ void Lowerer::lowerNode(const Node &node) {
     lowerExtern(node);
     return;
   }
-  LoweringResult results = found->second(*this, node);
+  LoweringResult results;
+  if (node.isOp()) {
+    results = found->second(*this, node);
+  } else {
+    // An extern of a lowered op: the frontend keeps e.g. `x * 2` (a number
+    // where the schema says Tensor) as an extern with torch's metadata. Its
+    // arguments sit where the op's lowering reads them; where they do not
+    // fit, torch runs it.
+    try {
+      results = found->second(*this, node);
+    } catch (const Error &) {
+      results.reset();
+    }
+  }
   if (!results) {
     lowerExtern(node);
     return;

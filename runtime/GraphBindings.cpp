@@ -1,9 +1,11 @@
 // Python bindings of the graph IR and the eager runner: build graphs from
 // Python (tests, tools), print and verify them, run them.
-// Depends on ir/, runtime/EagerRunner.h, runtime/PythonConversion.h, pybind11.
+// Depends on ir/, runtime/EagerRunner.h, runtime/NativeRunner.h,
+// runtime/PythonConversion.h, pybind11.
 #include "ir/Error.h"
 #include "ir/Graph.h"
 #include "runtime/EagerRunner.h"
+#include "runtime/NativeRunner.h"
 #include "runtime/PythonConversion.h"
 
 #include <pybind11/stl.h>
@@ -201,28 +203,18 @@ void defineGraphBindings(py::module_ &module) {
            "Checks the graph; raises RuntimeError naming the first problem.")
       .def("__str__", &Graph::str);
 
-  py::class_<EagerRunner, std::shared_ptr<EagerRunner>>(
-      module, "EagerRunner",
-      "Runs a kiln graph by calling torch's ATen operators node by node.")
-      .def(
-          py::init([](std::shared_ptr<Graph> graph, const std::string &output) {
-            if (!graph)
-              throw py::type_error("EagerRunner needs a kiln Graph, not None");
-            return std::make_shared<EagerRunner>(std::move(graph),
-                                                 outputFormFromName(output));
-          }),
-          "graph"_a, "output"_a = "tuple",
-          "output: 'tuple', 'list' or 'single' (the graph's one output).")
+  py::class_<GraphRunner, std::shared_ptr<GraphRunner>>(
+      module, "GraphRunner", "What runs a compiled graph.")
       .def(
           "__call__",
-          [](const EagerRunner &runner, py::args args) {
+          [](const GraphRunner &runner, py::args args) {
             return runner.run(PySequence_Fast_ITEMS(args.ptr()),
                               static_cast<size_t>(args.size()));
           },
           "Runs the graph on its input tensors.")
       .def(
           "run_boxed",
-          [](const EagerRunner &runner, py::list args) {
+          [](const GraphRunner &runner, py::list args) {
             // The boxed convention of aot_autograd: the callee empties the
             // list, so that inputs can be freed as soon as it is done.
             std::vector<PyObject *> inputs;
@@ -236,12 +228,53 @@ void defineGraphBindings(py::module_ &module) {
             return runner.run(inputs.data(), inputs.size());
           },
           "args"_a, "Runs the graph on a list of inputs, which it empties.")
+      .def("describe", &GraphRunner::describe,
+           "What runs how: 'native: 2 kernel(s), 1 extern(s) [aten::mm]'.");
+
+  py::class_<EagerRunner, GraphRunner, std::shared_ptr<EagerRunner>>(
+      module, "EagerRunner",
+      "Runs a kiln graph by calling torch's ATen operators node by node.")
+      .def(
+          py::init([](std::shared_ptr<Graph> graph, const std::string &output) {
+            if (!graph)
+              throw py::type_error("EagerRunner needs a kiln Graph, not None");
+            return std::make_shared<EagerRunner>(std::move(graph),
+                                                 outputFormFromName(output));
+          }),
+          "graph"_a, "output"_a = "tuple",
+          "output: 'tuple', 'list' or 'single' (the graph's one output).")
       .def_property_readonly("output_form",
                              [](const EagerRunner &runner) {
                                return std::string(
                                    outputFormName(runner.outputForm()));
                              })
       .def_property_readonly("slot_count", &EagerRunner::slotCount);
+
+  py::class_<NativeRunner, GraphRunner, std::shared_ptr<NativeRunner>>(
+      module, "NativeRunner",
+      "Runs a kiln graph compiled to native CPU kernels (externs call "
+      "torch). Raises kiln.Unsupported when the graph cannot be compiled.")
+      .def(py::init([](std::shared_ptr<Graph> graph, const std::string &output,
+                       bool checkInputs) {
+             if (!graph)
+               throw py::type_error("NativeRunner needs a kiln Graph, not None");
+             return std::make_shared<NativeRunner>(
+                 std::move(graph), outputFormFromName(output), checkInputs);
+           }),
+           "graph"_a, "output"_a = "tuple", "check_inputs"_a = true,
+           "check_inputs: check each call's tensors against the graph's "
+           "dtypes, sizes and strides.")
+      .def_property_readonly(
+          "program",
+          [](const NativeRunner &runner) { return runner.program().str(); },
+          "The scheduled loop-IR program, as text.")
+      .def_property_readonly("compile_ms", &NativeRunner::compileMilliseconds,
+                             "Milliseconds from graph to machine code.");
+
+  module.def("set_num_threads", &backend::setNumThreads, "count"_a,
+             "Threads kiln's CPU kernels use (default: KILN_NUM_THREADS, "
+             "else the machine's cores).");
+  module.def("num_threads", &backend::numThreads);
 }
 
 } // namespace kiln::python

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs what building kiln needs from LLVM 19 (headers, libLLVM and the
-# libraries it links) into .bundle/llvm-19.tar.xz, for a machine without
+# libraries it links) and SLEEF's vector math library into
+# .bundle/llvm-19.tar.xz, for a machine without
 # LLVM: the GPU machine, where scripts/device_build.sh unpacks and builds.
 # Idempotent: the bundle is rebuilt only when missing.
 set -euo pipefail
@@ -20,5 +21,7 @@ for library in $(ldd /usr/lib/llvm-19/lib/libLLVM-19.so | awk '/=>/ {print $3}')
     *) cp -L "$library" "$stage/llvm/lib/" ;;
   esac
 done
+# kiln's CPU kernels load SLEEF at run time; found through the rpath.
+cp -L /usr/lib/x86_64-linux-gnu/libsleef.so.3 "$stage/llvm/lib/"
 tar -C "$stage" -cf - llvm | xz -T0 -6 > "$out"
 ls -la "$out"

@@ -1,6 +1,6 @@
 # kiln as a torch.compile backend: TorchDynamo captures, aot_autograd turns
-# the capture into ATen graphs, and each graph is imported into kiln (C++)
-# and run by kiln's eager graph runner. Registered as "kiln" on import and
+# the capture into ATen graphs, and each graph is imported into kiln (C++),
+# compiled to native CPU kernels and run by kiln's native runner. Registered as "kiln" on import and
 # through the `torch_dynamo_backends` entry point.
 # Depends on kiln._C, kiln._logging, torch._dynamo and torch._functorch.
 import collections
@@ -21,15 +21,16 @@ def _run_fx_graph(gm):
 
 
 def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
-    """aot_autograd's compiler: imports one ATen FX graph into a kiln graph
-    and returns a boxed callable that runs it.
+    """aot_autograd's compiler: imports one ATen FX graph into a kiln graph,
+    compiles it and returns a boxed callable that runs it.
 
-    Both backends run every node through kiln's eager graph runner, which
-    calls torch's own ATen operators: "eager" by design (the reference), and
-    "llvm" because no op has a native lowering yet, so every node of the
-    native backend is still an extern call. A graph kiln cannot represent
-    (symbolic sizes, non-tensor results, non-ATen calls) runs as the FX graph
-    it is, and the reason goes to KILN_LOGS=breaks.
+    Backend "llvm" compiles the graph to native CPU kernels (ops without a
+    lowering, such as mm or conv, call torch from inside the compiled
+    program); "eager" runs every node through torch's own operators, the
+    reference. A graph the native backend cannot take (another device) runs
+    eagerly, and a graph kiln cannot represent at all (symbolic sizes,
+    non-tensor results, non-ATen calls) runs as the FX graph it is; the
+    reason goes to KILN_LOGS=breaks.
     """
     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -42,7 +43,16 @@ def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
             counters["fallbacks"] += 1
             _logging.log("breaks", f"kiln cannot take this graph, running it as it is: {error}")
             return _run_fx_graph(gm)
-        runner = _C.EagerRunner(imported.graph, imported.output_form)
+        runner = None
+        if backend == "llvm":
+            try:
+                runner = _C.NativeRunner(imported.graph, imported.output_form)
+                counters["native_graphs"] += 1
+            except (_C.Unsupported, RuntimeError) as error:
+                # RuntimeError: a compiler bug must not break the program.
+                _logging.log("breaks", f"kiln runs this graph through torch's operators: {error}")
+        if runner is None:
+            runner = _C.EagerRunner(imported.graph, imported.output_form)
     for note in imported.notes:
         _logging.log("meta", note)
     nodes = imported.graph.nodes()
@@ -50,10 +60,7 @@ def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
     counters["nodes"] += sum(kind in ("op", "extern") for kind, _, _ in nodes)
     counters["extern_nodes"] += sum(kind == "extern" for kind, _, _ in nodes)
     if _logging.enabled("graph"):
-        _logging.log(
-            "graph",
-            f"backend {backend!r}; every node runs through torch for now:\n{imported.graph}",
-        )
+        _logging.log("graph", f"backend {backend!r}, {runner.describe()}:\n{imported.graph}")
     run = runner.run_boxed
 
     def compiled(args):
@@ -61,6 +68,7 @@ def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
 
     compiled._boxed_call = True
     compiled.kiln_graph = imported.graph
+    compiled.kiln_runner = runner
     return compiled
 
 
