@@ -36,7 +36,7 @@ NATIVE_OPS = [
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
           torch.int32, torch.int64, torch.bool]
-SAMPLES_PER_CASE = 4
+SAMPLES_PER_CASE = 8
 
 OPS = {op.name if not op.variant_test_name else f"{op.name}.{op.variant_test_name}": op
        for op in op_db}
@@ -63,21 +63,29 @@ def _tolerance(dtype, op_name):
 
 
 def _as_function(op, sample):
-    """A function of the sample's tensors (as graph inputs) that calls the op
-    with the sample's other arguments fixed."""
-    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
-    tensor_positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-    tensors = [leaves[i] for i in tensor_positions]
-    fixed = list(leaves)
+    """A plain Python function of the sample's tensors (graph inputs) that
+    calls the op with the sample's other arguments as constants, written out
+    as source so that kiln's frontend sees an ordinary call."""
+    tensors, constants = [], {}
 
-    def call(*tensors):
-        values = list(fixed)
-        for position, tensor in zip(tensor_positions, tensors):
-            values[position] = tensor
-        first, args, kwargs = pytree.tree_unflatten(values, spec)
-        return op.op(first, *args, **kwargs)
+    def encode(value):
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+            return f"t{len(tensors) - 1}"
+        if isinstance(value, list):
+            return "[" + ", ".join(encode(item) for item in value) + "]"
+        if isinstance(value, tuple):
+            return "(" + "".join(encode(item) + ", " for item in value) + ")"
+        name = f"c{len(constants)}"
+        constants[name] = value
+        return name
 
-    return call, tensors
+    arguments = [encode(sample.input)] + [encode(arg) for arg in sample.args]
+    arguments += [f"{key}={encode(value)}" for key, value in sample.kwargs.items()]
+    parameters = ", ".join(f"t{i}" for i in range(len(tensors)))
+    namespace = dict(constants, op=op.op)
+    exec(f"def call({parameters}):\n    return op({', '.join(arguments)})\n", namespace)
+    return namespace["call"], tensors
 
 
 @pytest.mark.parametrize("op,dtype", list(_cases()))
