@@ -31,10 +31,9 @@ compileGraphForCpu(std::shared_ptr<const Graph> graph) {
 
   compiled->code = CpuProgram::compile(program);
 
-  compiled->compileMilliseconds =
-      std::chrono::duration<double, std::milli>(
-          std::chrono::steady_clock::now() - start)
-          .count();
+  compiled->compileMilliseconds = std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count();
   return compiled;
 }
 

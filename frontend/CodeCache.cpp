@@ -51,15 +51,14 @@ static bool needsAutograd(const Graph &graph,
                           const std::vector<py::object> &graphInputs) {
   bool switchesGradMode = false;
   for (const auto &node : graph.nodes())
-    switchesGradMode |= node->schema() &&
-                        node->schema()->name == "kiln::set_grad_enabled";
+    switchesGradMode |=
+        node->schema() && node->schema()->name == "kiln::set_grad_enabled";
   if (!switchesGradMode &&
       !PyObject_IsTrue(
           python::TorchHandles::get().torch.attr("is_grad_enabled")().ptr()))
     return false;
   for (const py::object &input : graphInputs)
-    if (python::isTensor(input) &&
-        py::cast<bool>(input.attr("requires_grad")))
+    if (python::isTensor(input) && py::cast<bool>(input.attr("requires_grad")))
       return true;
   return false;
 }

@@ -59,10 +59,12 @@ void planMemory(Program &program) {
   int64_t total = 0;
   for (size_t b = 0; b < count; ++b) {
     Buffer &buffer = program.buffers[b];
-    if (buffer.kind != BufferKind::Temporary)
+    // Temporaries fusion forwarded away are never written: no memory.
+    if (buffer.kind != BufferKind::Temporary || firstWrite[b] < 0) {
       continue;
+    }
     int64_t bytes = alignUp(std::max<int64_t>(bufferBytes(buffer), 1));
-    int64_t born = firstWrite[b] < 0 ? 0 : firstWrite[b];
+    int64_t born = firstWrite[b];
     int64_t dies = std::max(lastRead[b], born);
     // First fit among blocks whose last reader ran before this is written.
     Block *reuse = nullptr;

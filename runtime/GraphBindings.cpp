@@ -257,7 +257,8 @@ void defineGraphBindings(py::module_ &module) {
       .def(py::init([](std::shared_ptr<Graph> graph, const std::string &output,
                        bool checkInputs) {
              if (!graph)
-               throw py::type_error("NativeRunner needs a kiln Graph, not None");
+               throw py::type_error(
+                   "NativeRunner needs a kiln Graph, not None");
              return std::make_shared<NativeRunner>(
                  std::move(graph), outputFormFromName(output), checkInputs);
            }),

@@ -150,8 +150,7 @@ NativeRunner::NativeRunner(std::shared_ptr<const Graph> graph,
       int64_t root = buffer.base;
       while (program.buffers.at(root).kind == BufferKind::View)
         root = program.buffers[root].base;
-      viewsReadyAfter_[producedBy[root] + 1].push_back(
-          static_cast<int64_t>(b));
+      viewsReadyAfter_[producedBy[root] + 1].push_back(static_cast<int64_t>(b));
       break;
     }
     case BufferKind::Temporary:
@@ -230,23 +229,20 @@ void NativeRunner::checkInput(size_t index, PyObject *tensor) const {
     throw py::type_error("kiln: input " + std::to_string(index) +
                          " of the compiled graph must be a tensor");
   TensorMeta actual = tensorMetaOf(tensor);
-  if (actual.device != buffer.meta.device ||
-      !sameLayout(actual, buffer.meta))
-    throw py::value_error("kiln: input " + std::to_string(index) + " is " +
-                          actual.str() + " on " + actual.device.str() +
-                          ", but the graph was compiled for " +
-                          buffer.meta.str() +
-                          "; compile again for these inputs");
+  if (actual.device != buffer.meta.device || !sameLayout(actual, buffer.meta))
+    throw py::value_error(
+        "kiln: input " + std::to_string(index) + " is " + actual.str() +
+        " on " + actual.device.str() + ", but the graph was compiled for " +
+        buffer.meta.str() + "; compile again for these inputs");
 }
 
-void NativeRunner::readyViews(int64_t afterStep,
-                              std::vector<py::object> &slots,
+void NativeRunner::readyViews(int64_t afterStep, std::vector<py::object> &slots,
                               std::vector<char *> &pointers) const {
   const loop::Program &program = compiled_->program;
   for (int64_t view : viewsReadyAfter_[afterStep + 1]) {
     const Buffer &buffer = program.buffers[view];
-    pointers[view] = pointers[buffer.base] + buffer.meta.storageOffset *
-                                                  itemSize(buffer.dtype());
+    pointers[view] = pointers[buffer.base] +
+                     buffer.meta.storageOffset * itemSize(buffer.dtype());
     if (!viewNeedsTensor_[view])
       continue;
     py::object base = slots[buffer.base];
@@ -308,9 +304,9 @@ py::object NativeRunner::run(PyObject *const *inputs, size_t count) const {
     PyObject *arguments[] = {nullptr, allocation.sizes.ptr(),
                              allocation.strides.ptr(),
                              dtypes_[allocation.buffer].ptr()};
-    PyObject *tensor = PyObject_Vectorcall(
-        emptyStrided_.ptr(), arguments + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-        dtypeKeyword);
+    PyObject *tensor =
+        PyObject_Vectorcall(emptyStrided_.ptr(), arguments + 1,
+                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, dtypeKeyword);
     if (!tensor)
       throw py::error_already_set();
     slots[allocation.buffer] = py::reinterpret_steal<py::object>(tensor);
@@ -354,7 +350,8 @@ std::string NativeRunner::describe() const {
   out << "native: " << kernels << " kernel(s), " << externs.size()
       << " extern(s)";
   for (size_t i = 0; i < externs.size(); ++i)
-    out << (i ? ", " : " [") << externs[i] << (i + 1 == externs.size() ? "]" : "");
+    out << (i ? ", " : " [") << externs[i]
+        << (i + 1 == externs.size() ? "]" : "");
   return out.str();
 }
 

@@ -1,0 +1,190 @@
+// The scheduler's decisions: what fuses into one kernel, what never fuses
+// (across externs, different domains), loop order and coalescing, and the
+// reuse of workspace memory.
+// Depends on passes/Lowering.h, passes/Scheduler.h and gtest.
+#include "passes/Scheduler.h"
+
+#include "ir/Graph.h"
+#include "passes/Lowering.h"
+
+#include <gtest/gtest.h>
+
+using namespace kiln;
+using loop::BufferKind;
+using loop::Step;
+
+namespace {
+
+Value *op(Graph &graph, std::string_view name,
+          const std::vector<Argument> &arguments) {
+  return graph.addOp(name, arguments)->result(0);
+}
+
+loop::Program schedule(std::shared_ptr<Graph> graph) {
+  loop::Program program = lowerGraph(std::move(graph));
+  fuseKernels(program);
+  chooseLoopOrder(program);
+  planMemory(program);
+  return program;
+}
+
+std::vector<const loop::Kernel *> kernelsOf(const loop::Program &program) {
+  std::vector<const loop::Kernel *> kernels;
+  for (const Step &step : program.steps)
+    if (step.kind == Step::Kind::Kernel)
+      kernels.push_back(&step.kernel);
+  return kernels;
+}
+
+std::string stepKinds(const loop::Program &program) {
+  std::string kinds;
+  for (const Step &step : program.steps)
+    kinds += step.kind == Step::Kind::Kernel ? "K" : "E";
+  return kinds;
+}
+
+} // namespace
+
+TEST(Scheduler, PointwiseChainIsOneContiguousLoop) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {64, 32}));
+  Value *y = graph->addInput(TensorMeta(DType::Float32, {64, 32}));
+  Value *sum = op(*graph, "aten::add.Tensor", {x, y});
+  Value *exp = op(*graph, "aten::exp", {sum});
+  // `exp` has two readers: realized, then forwarded inside the one kernel.
+  Value *product = op(*graph, "aten::mul.Tensor", {exp, exp});
+  Value *out = op(*graph, "aten::tanh",
+                  {op(*graph, "aten::sub.Tensor", {product, exp})});
+  graph->setOutputs({out});
+  loop::Program program = schedule(graph);
+  auto kernels = kernelsOf(program);
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0]->loops.size(), 1u);
+  // Both dims walk memory in order: one loop of 64*32 points.
+  EXPECT_EQ(kernels[0]->outerRanges, std::vector<int64_t>({64 * 32}));
+  // The temporary is gone: only the output is stored.
+  EXPECT_EQ(kernels[0]->loops[0].stores.size(), 1u);
+  EXPECT_EQ(program.workspaceBytes, 0);
+}
+
+TEST(Scheduler, SoftmaxIsOneKernelWithThreeLoops) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {16, 100}));
+  Value *soft = op(*graph, "aten::_softmax", {x, Argument(-1), false});
+  graph->setOutputs({soft});
+  loop::Program program = schedule(graph);
+  auto kernels = kernelsOf(program);
+  ASSERT_EQ(kernels.size(), 1u) << program.str();
+  EXPECT_EQ(kernels[0]->outerRanges, std::vector<int64_t>({16}));
+  // max, sum of exp, then the normalised store: per row, no temporaries.
+  ASSERT_EQ(kernels[0]->loops.size(), 3u) << program.str();
+  EXPECT_EQ(kernels[0]->reductionCount(), 2);
+  EXPECT_EQ(program.workspaceBytes, 0);
+}
+
+TEST(Scheduler, LayerNormIsOneKernel) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {8, 64}));
+  Value *weight = graph->addInput(TensorMeta(DType::Float32, {64}));
+  Value *bias = graph->addInput(TensorMeta(DType::Float32, {64}));
+  Node *norm =
+      graph->addOp("aten::native_layer_norm",
+                   {x, Argument(std::vector<int64_t>{64}), weight, bias, 1e-5});
+  graph->setOutputs({norm->result(0)});
+  loop::Program program = schedule(graph);
+  EXPECT_EQ(kernelsOf(program).size(), 1u) << program.str();
+}
+
+TEST(Scheduler, NeverFusesAcrossAnExtern) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {8, 16}));
+  Value *w = graph->addInput(TensorMeta(DType::Float32, {16, 4}));
+  Value *a = op(*graph, "aten::exp", {x});
+  Value *d = op(*graph, "aten::sigmoid", {x});
+  Value *b = op(*graph, "aten::mm", {a, w});
+  Value *c = op(*graph, "aten::relu", {b});
+  graph->setOutputs({c, d});
+  loop::Program program = schedule(graph);
+  // exp feeds the extern (a torch tensor), mm runs, relu after it; sigmoid
+  // is an output in its own right and fuses with exp (same domain).
+  EXPECT_EQ(stepKinds(program), "KEK") << program.str();
+  EXPECT_EQ(program.buffers[program.steps[1].results[0]].kind,
+            BufferKind::Tensor);
+}
+
+TEST(Scheduler, ReductionsOverDifferentDomainsStaySeparate) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {8, 16}));
+  Value *rows = op(*graph, "aten::sum.dim_IntList",
+                   {x, Argument(std::vector<int64_t>{1})});
+  Value *columns = op(*graph, "aten::sum.dim_IntList",
+                      {x, Argument(std::vector<int64_t>{0})});
+  graph->setOutputs({rows, columns});
+  loop::Program program = schedule(graph);
+  EXPECT_EQ(kernelsOf(program).size(), 2u) << program.str();
+}
+
+TEST(Scheduler, EpilogueOfAReductionFusesIntoItsKernel) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {128, 32}));
+  Value *mean = op(*graph, "aten::mean.dim",
+                   {x, Argument(std::vector<int64_t>{1}), true});
+  Value *centered = op(*graph, "aten::sub.Tensor", {x, mean});
+  graph->setOutputs({centered});
+  loop::Program program = schedule(graph);
+  auto kernels = kernelsOf(program);
+  ASSERT_EQ(kernels.size(), 1u) << program.str();
+  EXPECT_EQ(program.workspaceBytes, 0);
+}
+
+TEST(Scheduler, TransposedStoreWalksTheOutputInOrder) {
+  auto graph = std::make_shared<Graph>();
+  // The output of exp keeps the input's (transposed) layout, so the
+  // innermost loop must be the input's first dimension.
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {32, 8}, {1, 32}));
+  graph->setOutputs({op(*graph, "aten::exp", {x})});
+  loop::Program program = schedule(graph);
+  auto kernels = kernelsOf(program);
+  ASSERT_EQ(kernels.size(), 1u);
+  const loop::Store &store = kernels[0]->loops[0].stores[0];
+  int64_t last = static_cast<int64_t>(kernels[0]->outerRanges.size()) - 1;
+  EXPECT_EQ(loop::affineCoefficient(store.index, last), 1) << program.str();
+}
+
+TEST(Scheduler, MemoryPlanningReusesDeadTemporaries) {
+  loop::Program program;
+  loop::ExprContext &e = *program.exprs;
+  auto buffer = [&](BufferKind kind) {
+    loop::Buffer b;
+    b.kind = kind;
+    b.meta = TensorMeta(DType::Float32, {256});
+    if (kind == BufferKind::Input)
+      b.graphInput = 0;
+    return program.addBuffer(b);
+  };
+  int64_t input = buffer(BufferKind::Input);
+  int64_t first = buffer(BufferKind::Temporary);
+  int64_t second = buffer(BufferKind::Temporary);
+  int64_t third = buffer(BufferKind::Temporary);
+  int64_t output = buffer(BufferKind::Tensor);
+  auto copyKernel = [&](int64_t from, int64_t to) {
+    Step step;
+    step.kernel.name = "copy";
+    step.kernel.outerRanges = {256};
+    loop::Loop loop;
+    loop.stores.push_back(
+        {to, e.var(0), e.load(from, DType::Float32, e.var(0))});
+    step.kernel.loops.push_back(loop);
+    program.steps.push_back(step);
+  };
+  copyKernel(input, first);
+  copyKernel(first, second);
+  copyKernel(second, third); // `first` is dead: `third` takes its bytes
+  copyKernel(third, output);
+  planMemory(program);
+  EXPECT_EQ(program.buffers[third].workspaceOffset,
+            program.buffers[first].workspaceOffset);
+  EXPECT_NE(program.buffers[second].workspaceOffset,
+            program.buffers[first].workspaceOffset);
+  EXPECT_EQ(program.workspaceBytes, 2 * 1024);
+}

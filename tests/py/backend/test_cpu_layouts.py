@@ -1,0 +1,181 @@
+# The CPU backend on the layouts eager torch must handle: contiguous,
+# transposed, sliced, broadcast, expanded, empty, size-1 and NaN/Inf inputs,
+# for pointwise ops, reductions and normalizations, over the float dtypes;
+# plus fusion as a user sees it (kernel counts) and outputs that alias.
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import kiln
+from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+
+
+def layouts(shape, dtype):
+    """(name, tensor) pairs of one logical shape in different layouts."""
+    full = torch.randn(*shape).to(dtype)
+    yield "contiguous", full
+    yield "transposed", torch.randn(*reversed(shape)).to(dtype).permute(*reversed(range(len(shape))))
+    yield "sliced", torch.randn(*shape[:-1], shape[-1] * 2).to(dtype)[..., ::2]
+    yield "expanded", torch.randn(1, *shape[1:]).to(dtype).expand(*shape)
+    special = full.clone()
+    flat = special.view(-1)
+    flat[::3] = float("nan")
+    flat[1::5] = float("inf")
+    flat[2::7] = -float("inf")
+    yield "nan_inf", special
+    yield "size1", torch.randn(1, *shape[1:]).to(dtype)
+    yield "empty", torch.randn(0, *shape[1:]).to(dtype)
+
+
+UNARY = {
+    "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
+    "log1p": lambda x: torch.log1p(x.abs()), "relu": F.relu, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+    "sqrt_abs": lambda x: torch.sqrt(x.abs()), "chain": lambda x: ((x * 2 + 1).sin() - x.cos()).abs(),
+    "clamp": lambda x: x.clamp(-0.5, 0.5), "round": torch.round, "sign": torch.sign,
+}
+BINARY = {
+    "add": torch.add, "mul": torch.mul, "div": torch.div, "maximum": torch.maximum,
+    "pow": lambda a, b: torch.pow(a.abs(), b), "atan2": torch.atan2,
+    "where": lambda a, b: torch.where(a > b, a, b), "remainder": torch.remainder,
+}
+REDUCTIONS = {
+    "sum_last": lambda x: x.sum(-1), "sum_first": lambda x: x.sum(0), "sum_all": lambda x: x.sum(),
+    "amax": lambda x: x.amax(-1), "mean_keepdim": lambda x: x.mean(0, keepdim=True),
+    "var": lambda x: x.var(-1), "argmax": lambda x: x.argmax(-1),
+    "softmax": lambda x: x.softmax(-1), "log_softmax": lambda x: x.log_softmax(0),
+    "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),
+    "logsumexp": lambda x: x.logsumexp(-1),
+}
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: {},
+             torch.float16: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
+
+
+def check(fn, *inputs, dtype):
+    expected = fn(*inputs)
+    compiled = kiln.compile(fn, fullgraph=True)
+    actual = compiled(*inputs)
+    assert_close(actual, expected, equal_nan=True, **TOLERANCE[dtype])
+    if expected.numel() > 1 and is_non_overlapping_and_dense(expected):
+        assert actual.stride() == expected.stride()
+    runner = kiln.cache_info(compiled)["runners"][0]
+    assert runner.startswith("native"), runner
+    return runner
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_layouts(name, dtype):
+    for layout, x in layouts((6, 37), dtype):
+        check(UNARY[name], x, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_layouts_and_broadcast(name, dtype):
+    for layout, x in layouts((5, 19), dtype):
+        check(BINARY[name], x, torch.randn(x.shape).to(dtype), dtype=dtype)
+        check(BINARY[name], x, torch.randn(19).to(dtype), dtype=dtype)  # broadcast
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_reductions_and_normalizations(name, dtype):
+    for layout, x in layouts((7, 130), dtype):
+        if layout == "empty" and name in ("amax", "argmax", "softmax", "log_softmax", "logsumexp", "var", "layer_norm"):
+            continue
+        if layout == "empty" and name in ("sum_first", "mean_keepdim"):
+            pass
+        check(REDUCTIONS[name], x, dtype=dtype)
+
+
+def test_integer_and_bool_ops():
+    a = torch.randint(-50, 50, (9, 13), dtype=torch.int32)
+    b = torch.randint(-50, 50, (13,), dtype=torch.int64)
+    for fn in (lambda a, b: a + b * 3, lambda a, b: (a > b) & (a < 10), lambda a, b: a.abs().sum(-1),
+               lambda a, b: torch.maximum(a, b), lambda a, b: (a * 1.5 + b).floor(),
+               lambda a, b: a.to(torch.float16) * 2, lambda a, b: (a != 0).any(-1)):
+        expected = fn(a, b)
+        compiled = kiln.compile(fn)
+        assert_close(compiled(a, b), expected)
+        assert kiln.cache_info(compiled)["runners"][0].startswith("native")
+
+
+def kernels_of(compiled):
+    runner = kiln.cache_info(compiled)["runners"][0]
+    return int(runner.split()[1]), int(runner.split()[3])
+
+
+def test_fusion_as_a_user_sees_it():
+    x = torch.randn(64, 256)
+    w = torch.randn(256)
+    chain = kiln.compile(lambda x: ((x + 1) * 2).exp().tanh().sigmoid() - x)
+    chain(x)
+    assert kernels_of(chain) == (1, 0)
+    softmax = kiln.compile(lambda x: torch.softmax(x * 0.5, -1))
+    softmax(x)
+    assert kernels_of(softmax) == (1, 0)
+    norm = kiln.compile(lambda x, w: F.layer_norm(x, (256,), w, w) * 2)
+    norm(x, w)
+    assert kernels_of(norm) == (1, 0)
+
+
+def test_outputs_alias_like_eager():
+    def f(x):
+        y = x * 2
+        return y, y.t(), x.t(), x[1:]
+
+    x = torch.randn(4, 6)
+    y, yt, xt, xs = kiln.compile(f)(x)
+    assert yt.data_ptr() == y.data_ptr() and yt.stride() == (1, 6)
+    assert xt.data_ptr() == x.data_ptr() and xs.data_ptr() == x[1:].data_ptr()
+    assert_close(yt, (x * 2).t())
+
+
+def test_large_pointwise_uses_threads_and_matches():
+    x = torch.randn(1 << 20)
+    fn = kiln.compile(lambda x: torch.tanh(x) * x + 1)
+    assert_close(fn(x), torch.tanh(x) * x + 1)
+
+
+def test_mutation_inside_the_graph_is_seen_by_later_reads():
+    def f(x):
+        y = x * 2
+        z = y + 1
+        y.add_(10)
+        return z, y * 3
+
+    x = torch.randn(5, 5)
+    assert_close(kiln.compile(f)(x), f(x))
+
+
+def test_extern_between_kernels():
+    def f(x, w):
+        return torch.relu(torch.sigmoid(x) @ w + 1).sum(-1)
+
+    x, w = torch.randn(16, 32), torch.randn(32, 8)
+    compiled = kiln.compile(f)
+    assert_close(compiled(x, w), f(x, w))
+    assert "extern" in kiln.cache_info(compiled)["runners"][0]
+
+
+def test_autograd_inputs_run_through_torch():
+    x = torch.randn(4, 4, requires_grad=True)
+    compiled = kiln.compile(lambda x: (x * 2).sin().sum())
+    compiled(x).backward()
+    assert_close(x.grad, 2 * torch.cos(2 * x.detach()))
+    assert kiln.cache_info(compiled)["runners"][0].startswith("eager")
+
+
+def test_torch_compile_backend_runs_native():
+    from kiln import _backend
+    torch._dynamo.reset()
+    before = _backend.counters["native_graphs"]
+    fn = torch.compile(lambda x: torch.softmax(x, -1) * 3, backend="kiln")
+    x = torch.randn(8, 33)
+    assert_close(fn(x), torch.softmax(x, -1) * 3)
+    assert _backend.counters["native_graphs"] > before
