@@ -58,6 +58,13 @@ HostTarget detectHostTarget() {
     return found != features.end() && found->getValue();
   };
   host.vectorBits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
+  // KILN_CPU_VECTOR_BITS=128|256 narrows the vectors (to compare widths, or
+  // to avoid AVX-512's clock penalty); it never widens them.
+  if (const char *text = std::getenv("KILN_CPU_VECTOR_BITS")) {
+    int bits = std::atoi(text);
+    if (bits == 128 || bits == 256 || bits == 512)
+      host.vectorBits = std::min(host.vectorBits, bits);
+  }
   return host;
 }
 
