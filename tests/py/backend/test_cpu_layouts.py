@@ -10,7 +10,11 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import kiln
-from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+import torch._prims_common as _prims
+
+# torch 2.13 names it `..._or_false`; 2.11 (the GPU machine) without the suffix.
+is_non_overlapping_and_dense = getattr(_prims, "is_non_overlapping_and_dense_or_false", None) or \
+    getattr(_prims, "is_non_overlapping_and_dense")
 
 
 def layouts(shape, dtype):

@@ -11,7 +11,11 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils import _pytree as pytree
 
 import kiln
-from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
+import torch._prims_common as _prims
+
+# torch 2.13 names it `..._or_false`; 2.11 (the GPU machine) without the suffix.
+is_non_overlapping_and_dense = getattr(_prims, "is_non_overlapping_and_dense_or_false", None) or \
+    getattr(_prims, "is_non_overlapping_and_dense")
 
 # Ops lowered to loop IR (no extern in the program), by op_db name.
 NATIVE_OPS = [
