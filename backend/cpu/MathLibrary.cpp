@@ -56,9 +56,11 @@ std::string key(std::string_view name, bool isDouble, int lanes) {
 
 const MathLibrary &MathLibrary::instance(int vectorBits) {
   static std::mutex mutex;
-  static std::map<int, const MathLibrary *> libraries;
+  // Lives as long as the process (the JIT's symbols point into it), and
+  // stays reachable at exit so leak checkers see it as owned.
+  static auto *libraries = new std::map<int, const MathLibrary *>();
   std::lock_guard<std::mutex> lock(mutex);
-  const MathLibrary *&library = libraries[vectorBits];
+  const MathLibrary *&library = (*libraries)[vectorBits];
   if (!library)
     library = new MathLibrary(vectorBits);
   return *library;
