@@ -523,6 +523,19 @@ DType accumulationType(DType dtype) {
   return isReducedFloat(dtype) ? DType::Float32 : dtype;
 }
 
+Deviations meanAndSquaredDeviations(Lowerer &lowerer, ReductionKernel &kernel,
+                                    const Expr *element, DType dtype) {
+  double count = static_cast<double>(kernel.reducedNumel());
+  const Expr *mean =
+      lowerer.binary(BinaryOp::Div, kernel.reduce(ReduceOp::Sum, element),
+                     lowerer.constant(count, dtype));
+  kernel.newPass();
+  const Expr *deviation = lowerer.binary(BinaryOp::Sub, element, mean);
+  const Expr *squares = kernel.reduce(
+      ReduceOp::Sum, lowerer.binary(BinaryOp::Mul, deviation, deviation));
+  return {mean, squares};
+}
+
 LoweredTensor
 reduceTensor(Lowerer &lowerer, const LoweredTensor &input,
              const std::vector<int64_t> &dims, ReduceOp op, DType accumulate,

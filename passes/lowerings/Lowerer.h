@@ -201,6 +201,16 @@ reduceTensor(Lowerer &lowerer, const LoweredTensor &input,
              const std::vector<int64_t> &dims, ReduceOp op, DType accumulate,
              const TensorMeta &meta, const std::string &what,
              const std::function<const Expr *(const Expr *)> &epilogue = {});
+/// The mean of `element` (an input element at `kernel.index()`, in
+/// `dtype`) over the kernel's reduced dims, and in a second pass the sum of
+/// squared deviations from it: the two-pass variance that var/std and the
+/// normalizations share.
+struct Deviations {
+  const Expr *mean;
+  const Expr *squaredDeviations;
+};
+Deviations meanAndSquaredDeviations(Lowerer &lowerer, ReductionKernel &kernel,
+                                    const Expr *element, DType dtype);
 /// `sizes` with `dims` kept as size 1 (keepdim) or removed.
 Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
                    bool keepdim);

@@ -84,16 +84,10 @@ statistics(Lowerer &lowerer, const LoweredTensor &input,
   ReductionKernel kernel(lowerer, input.sizes, dims);
   double count = static_cast<double>(kernel.reducedNumel());
   const Expr *element = lowerer.cast(input.loader(kernel.index()), math);
-  const Expr *mean =
-      lowerer.binary(BinaryOp::Div, kernel.reduce(ReduceOp::Sum, element),
-                     lowerer.constant(count, math));
-  kernel.newPass();
-  const Expr *deviation = lowerer.binary(BinaryOp::Sub, element, mean);
-  const Expr *variance = lowerer.binary(
-      BinaryOp::Div,
-      kernel.reduce(ReduceOp::Sum,
-                    lowerer.binary(BinaryOp::Mul, deviation, deviation)),
-      lowerer.constant(count, math));
+  auto [mean, squares] =
+      meanAndSquaredDeviations(lowerer, kernel, element, math);
+  const Expr *variance =
+      lowerer.binary(BinaryOp::Div, squares, lowerer.constant(count, math));
   const Expr *rstd = lowerer.unary(
       UnaryOp::Rsqrt,
       lowerer.binary(BinaryOp::Add, variance, lowerer.constant(eps, math)));

@@ -147,13 +147,8 @@ LoweringResult moments(Lowerer &lowerer, const Node &node) {
 
   ReductionKernel kernel(lowerer, input.sizes, dims);
   const Expr *element = lowerer.cast(input.loader(kernel.index()), dtype);
-  const Expr *mean =
-      lowerer.binary(BinaryOp::Div, kernel.reduce(ReduceOp::Sum, element),
-                     lowerer.constant(count, dtype));
-  kernel.newPass();
-  const Expr *deviation = lowerer.binary(BinaryOp::Sub, element, mean);
-  const Expr *squares = kernel.reduce(
-      ReduceOp::Sum, lowerer.binary(BinaryOp::Mul, deviation, deviation));
+  auto [mean, squares] =
+      meanAndSquaredDeviations(lowerer, kernel, element, dtype);
   const Expr *result = lowerer.binary(
       BinaryOp::Div, squares,
       lowerer.constant(std::max(count - correction, 0.0), dtype));
