@@ -4,6 +4,7 @@
 // Depends on backend/cpu/*.h, backend/LlvmTargets.h, ir/, LLVM.
 #include "backend/cpu/CpuBackend.h"
 
+#include "backend/LlvmErrors.h"
 #include "backend/LlvmTargets.h"
 #include "backend/cpu/KernelEmitter.h"
 #include "backend/cpu/MathLibrary.h"
@@ -31,17 +32,6 @@
 
 namespace kiln::backend {
 namespace {
-
-template <typename T> T unwrap(llvm::Expected<T> value, const char *what) {
-  if (!value)
-    throw Error(std::string(what) + ": " + llvm::toString(value.takeError()));
-  return std::move(*value);
-}
-
-void check(llvm::Error error, const char *what) {
-  if (error)
-    throw Error(std::string(what) + ": " + llvm::toString(std::move(error)));
-}
 
 HostTarget detectHostTarget() {
   HostTarget host;
@@ -80,25 +70,25 @@ struct SharedJit {
   SharedJit() {
     initializeLlvmTargets();
     host = detectHostTarget();
-    auto builder = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(),
-                          "cannot describe the host CPU to LLVM");
+    auto builder = unwrapLlvm(llvm::orc::JITTargetMachineBuilder::detectHost(),
+                              "cannot describe the host CPU to LLVM");
     builder.setCPU(host.cpuName);
     builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
-    machine = unwrap(builder.createTargetMachine(),
-                     "cannot create an LLVM target machine for the host");
-    jit = unwrap(llvm::orc::LLJITBuilder()
-                     .setJITTargetMachineBuilder(std::move(builder))
-                     .create(),
-                 "cannot create the LLVM JIT");
+    machine = unwrapLlvm(builder.createTargetMachine(),
+                         "cannot create an LLVM target machine for the host");
+    jit = unwrapLlvm(llvm::orc::LLJITBuilder()
+                         .setJITTargetMachineBuilder(std::move(builder))
+                         .create(),
+                     "cannot create the LLVM JIT");
     const MathLibrary &math = MathLibrary::instance(host.vectorBits);
     llvm::orc::SymbolMap symbols;
     for (const auto &[name, address] : math.symbols())
       symbols[jit->mangleAndIntern(name)] = llvm::orc::ExecutorSymbolDef(
           llvm::orc::ExecutorAddr(address),
           llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
-    check(jit->getMainJITDylib().define(
-              llvm::orc::absoluteSymbols(std::move(symbols))),
-          "cannot define the math functions in the JIT");
+    checkLlvm(jit->getMainJITDylib().define(
+                  llvm::orc::absoluteSymbols(std::move(symbols))),
+              "cannot define the math functions in the JIT");
   }
 };
 
@@ -242,15 +232,15 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
 
   llvm::orc::JITDylib &dylib = shared.jit->getMainJITDylib();
   result->impl_->tracker = dylib.createResourceTracker();
-  check(shared.jit->addIRModule(
-            result->impl_->tracker,
-            llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
-        "cannot add the program's module to the JIT");
+  checkLlvm(shared.jit->addIRModule(result->impl_->tracker,
+                                    llvm::orc::ThreadSafeModule(
+                                        std::move(module), std::move(context))),
+            "cannot add the program's module to the JIT");
   for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
     if (!result->impl_->kernels[stepIndex])
       continue;
-    auto address = unwrap(shared.jit->lookup(dylib, names[stepIndex]),
-                          "cannot JIT-compile a kernel");
+    auto address = unwrapLlvm(shared.jit->lookup(dylib, names[stepIndex]),
+                              "cannot JIT-compile a kernel");
     result->impl_->kernels[stepIndex]->function =
         address.toPtr<KernelFunction>();
   }

@@ -2,6 +2,7 @@
 // Depends on LLVM and backend/LlvmTargets.h.
 #include "backend/cpu/OrcJit.h"
 
+#include "backend/LlvmErrors.h"
 #include "backend/LlvmTargets.h"
 #include "ir/Error.h"
 
@@ -14,31 +15,17 @@
 #include <llvm/TargetParser/Host.h>
 
 namespace kiln::backend {
-namespace {
-
-template <typename T> T unwrap(llvm::Expected<T> value, const char *what) {
-  if (!value)
-    throw Error(std::string(what) + ": " + llvm::toString(value.takeError()));
-  return std::move(*value);
-}
-
-void check(llvm::Error error, const char *what) {
-  if (error)
-    throw Error(std::string(what) + ": " + llvm::toString(std::move(error)));
-}
-
-} // namespace
 
 OrcJit::OrcJit() {
   initializeLlvmTargets();
-  auto machine = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(),
-                        "cannot describe the host CPU to LLVM");
+  auto machine = unwrapLlvm(llvm::orc::JITTargetMachineBuilder::detectHost(),
+                            "cannot describe the host CPU to LLVM");
   machine.setCPU(llvm::sys::getHostCPUName().str());
   machine.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  jit_ = unwrap(llvm::orc::LLJITBuilder()
-                    .setJITTargetMachineBuilder(std::move(machine))
-                    .create(),
-                "cannot create the LLVM JIT");
+  jit_ = unwrapLlvm(llvm::orc::LLJITBuilder()
+                        .setJITTargetMachineBuilder(std::move(machine))
+                        .create(),
+                    "cannot create the LLVM JIT");
 }
 
 OrcJit::~OrcJit() = default;
@@ -47,14 +34,14 @@ void OrcJit::addModule(std::unique_ptr<llvm::Module> module,
                        std::unique_ptr<llvm::LLVMContext> context) {
   module->setDataLayout(jit_->getDataLayout());
   module->setTargetTriple(jit_->getTargetTriple().str());
-  check(jit_->addIRModule(
-            llvm::orc::ThreadSafeModule(std::move(module), std::move(context))),
-        "cannot add a module to the JIT");
+  checkLlvm(jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(module),
+                                                          std::move(context))),
+            "cannot add a module to the JIT");
 }
 
 uint64_t OrcJit::lookup(const std::string &symbol) {
   auto address =
-      unwrap(jit_->lookup(symbol), "cannot find a JIT-compiled function");
+      unwrapLlvm(jit_->lookup(symbol), "cannot find a JIT-compiled function");
   return address.getValue();
 }
 
