@@ -474,6 +474,38 @@ DType Reduction::dtype() const {
   }
 }
 
+void forEachExpr(const Loop &loop,
+                 const std::function<void(const Expr *)> &visit) {
+  for (const Reduction &reduction : loop.reductions)
+    visit(reduction.value);
+  for (const Store &store : loop.stores) {
+    visit(store.index);
+    visit(store.value);
+  }
+}
+
+void rewriteExprs(Loop &loop,
+                  const std::function<const Expr *(const Expr *)> &rewrite) {
+  for (Reduction &reduction : loop.reductions)
+    reduction.value = rewrite(reduction.value);
+  for (Store &store : loop.stores) {
+    store.index = rewrite(store.index);
+    store.value = rewrite(store.value);
+  }
+}
+
+void forEachExpr(const Kernel &kernel,
+                 const std::function<void(const Expr *)> &visit) {
+  for (const Loop &loop : kernel.loops)
+    forEachExpr(loop, visit);
+}
+
+void rewriteExprs(Kernel &kernel,
+                  const std::function<const Expr *(const Expr *)> &rewrite) {
+  for (Loop &loop : kernel.loops)
+    rewriteExprs(loop, rewrite);
+}
+
 int64_t Kernel::reductionCount() const {
   int64_t count = 0;
   for (const Loop &loop : loops)

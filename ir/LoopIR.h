@@ -9,6 +9,7 @@
 #include "ir/TensorMeta.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -224,6 +225,15 @@ struct Loop {
   std::vector<Store> stores;
 };
 
+/// Calls `visit` on every expression of `loop`: each reduction's value, then
+/// each store's index and value.
+void forEachExpr(const Loop &loop,
+                 const std::function<void(const Expr *)> &visit);
+/// Replaces every expression of `loop` (as forEachExpr lists them) by
+/// `rewrite` of it.
+void rewriteExprs(Loop &loop,
+                  const std::function<const Expr *(const Expr *)> &rewrite);
+
 /// A kernel: `outerRanges` are its parallel loops (Var(0)..Var(n-1)); at
 /// each outer point its loops run in order. A pointwise kernel has one loop
 /// with no ranges.
@@ -294,6 +304,12 @@ struct Program {
   /// The readable text form (KILN_LOGS=loop_ir).
   std::string str() const;
 };
+
+/// forEachExpr and rewriteExprs over every loop of a kernel.
+void forEachExpr(const Kernel &kernel,
+                 const std::function<void(const Expr *)> &visit);
+void rewriteExprs(Kernel &kernel,
+                  const std::function<const Expr *(const Expr *)> &rewrite);
 
 std::string kernelToString(const Kernel &kernel, const Program &program);
 

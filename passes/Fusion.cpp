@@ -65,14 +65,9 @@ void collectLoads(const Expr *expr, size_t loop, std::vector<Access> &out) {
 
 std::vector<Access> loadsOfKernel(const Kernel &kernel) {
   std::vector<Access> loads;
-  for (size_t l = 0; l < kernel.loops.size(); ++l) {
-    for (const Reduction &reduction : kernel.loops[l].reductions)
-      collectLoads(reduction.value, l, loads);
-    for (const Store &store : kernel.loops[l].stores) {
-      collectLoads(store.value, l, loads);
-      collectLoads(store.index, l, loads);
-    }
-  }
+  for (size_t l = 0; l < kernel.loops.size(); ++l)
+    forEachExpr(kernel.loops[l],
+                [&](const Expr *expr) { collectLoads(expr, l, loads); });
   return loads;
 }
 
@@ -137,12 +132,7 @@ Kernel concatenate(ExprContext &exprs, const Kernel &first,
   };
   for (size_t l = 0; l < second.loops.size(); ++l) {
     Loop loop = second.loops[l];
-    for (Reduction &reduction : loop.reductions)
-      reduction.value = rewrite(reduction.value);
-    for (Store &store : loop.stores) {
-      store.index = rewrite(store.index);
-      store.value = rewrite(store.value);
-    }
+    rewriteExprs(loop, rewrite);
     // Two loops over the same points without reductions in the first
     // become one, so values stored there forward to the second's readers.
     Loop &last = merged.loops.back();
@@ -237,18 +227,6 @@ void forwardStores(ExprContext &exprs, Kernel &kernel) {
   }
 }
 
-void visitKernelExprs(const Kernel &kernel,
-                      const std::function<void(const Expr *)> &visit) {
-  for (const Loop &loop : kernel.loops) {
-    for (const Reduction &reduction : loop.reductions)
-      visit(reduction.value);
-    for (const Store &store : loop.stores) {
-      visit(store.index);
-      visit(store.value);
-    }
-  }
-}
-
 // Removes stores to temporaries nobody reads, then reductions nobody reads,
 // loops with nothing left and kernels with no loops. Returns whether
 // anything changed.
@@ -256,7 +234,7 @@ bool eliminateDeadStores(Program &program) {
   std::vector<bool> read(program.buffers.size(), false);
   for (const Step &step : program.steps)
     if (step.kind == Step::Kind::Kernel)
-      visitKernelExprs(step.kernel, [&](const Expr *expr) {
+      forEachExpr(step.kernel, [&](const Expr *expr) {
         for (const Expr *load : loadsOf(expr))
           read[load->id()] = true;
       });
@@ -288,7 +266,7 @@ bool eliminateDeadStores(Program &program) {
       for (const Expr *operand : expr->operands())
         markUsed(operand);
     };
-    visitKernelExprs(kernel, markUsed);
+    forEachExpr(kernel, markUsed);
     std::unordered_map<const Expr *, const Expr *> renumber;
     int64_t oldIndex = 0, newIndex = 0;
     for (Loop &loop : kernel.loops) {
@@ -309,12 +287,9 @@ bool eliminateDeadStores(Program &program) {
       loop.reductions = std::move(kept);
     }
     if (!renumber.empty())
-      for (Loop &loop : kernel.loops) {
-        for (Reduction &reduction : loop.reductions)
-          reduction.value = program.exprs->replace(reduction.value, renumber);
-        for (Store &store : loop.stores)
-          store.value = program.exprs->replace(store.value, renumber);
-      }
+      rewriteExprs(kernel, [&](const Expr *expr) {
+        return program.exprs->replace(expr, renumber);
+      });
     size_t loopsBefore = kernel.loops.size();
     kernel.loops.erase(std::remove_if(kernel.loops.begin(), kernel.loops.end(),
                                       [](const Loop &loop) {

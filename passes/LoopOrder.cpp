@@ -13,18 +13,6 @@ using namespace loop;
 
 namespace {
 
-void rewriteKernelExprs(Kernel &kernel,
-                        const std::function<const Expr *(const Expr *)> &f) {
-  for (Loop &loop : kernel.loops) {
-    for (Reduction &reduction : loop.reductions)
-      reduction.value = f(reduction.value);
-    for (Store &store : loop.stores) {
-      store.index = f(store.index);
-      store.value = f(store.value);
-    }
-  }
-}
-
 // Whether `var` occurs somewhere other than inside an index (a value that
 // depends on its position, like tril's mask or arange).
 bool usedAsValue(const Expr *expr, int64_t var) {
@@ -98,7 +86,7 @@ KernelExprs exprsOf(const Kernel &kernel, int loopIndex) {
 // whole kernel.
 void renumberVars(ExprContext &exprs, Kernel &kernel,
                   const std::vector<const Expr *> &mapping) {
-  rewriteKernelExprs(kernel, [&](const Expr *expr) {
+  rewriteExprs(kernel, [&](const Expr *expr) {
     return exprs.substituteVars(expr, mapping);
   });
 }
@@ -149,15 +137,9 @@ bool coalesceLoopOnce(ExprContext &exprs, Kernel &kernel, size_t loopIndex) {
                      : old == v     ? exprs.integer(0)
                      : old == v + 1 ? exprs.var(v)
                                     : exprs.var(old - 1);
-    auto rewrite = [&](const Expr *expr) {
+    rewriteExprs(loop, [&](const Expr *expr) {
       return exprs.substituteVars(expr, mapping);
-    };
-    for (Reduction &reduction : loop.reductions)
-      reduction.value = rewrite(reduction.value);
-    for (Store &store : loop.stores) {
-      store.index = rewrite(store.index);
-      store.value = rewrite(store.value);
-    }
+    });
     loop.ranges[j] *= innerRange;
     loop.ranges.erase(loop.ranges.begin() + j + 1);
     return true;

@@ -37,20 +37,14 @@ void planMemory(Program &program) {
     const Step &step = program.steps[s];
     if (step.kind != Step::Kind::Kernel)
       continue;
-    auto noteLoads = [&](const Expr *expr) {
+    forEachExpr(step.kernel, [&](const Expr *expr) {
       for (const Expr *load : loadsOf(expr))
         lastRead[load->id()] = static_cast<int64_t>(s);
-    };
-    for (const Loop &loop : step.kernel.loops) {
-      for (const Reduction &reduction : loop.reductions)
-        noteLoads(reduction.value);
-      for (const Store &store : loop.stores) {
-        noteLoads(store.value);
-        noteLoads(store.index);
+    });
+    for (const Loop &loop : step.kernel.loops)
+      for (const Store &store : loop.stores)
         if (firstWrite[store.buffer] < 0)
           firstWrite[store.buffer] = static_cast<int64_t>(s);
-      }
-    }
   }
   struct Block {
     int64_t offset, bytes, freeAfter;

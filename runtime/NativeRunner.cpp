@@ -176,18 +176,10 @@ NativeRunner::NativeRunner(std::shared_ptr<const Graph> graph,
   std::vector<bool> readByKernel(count, false);
   for (const Step &step : program.steps)
     if (step.kind == Step::Kind::Kernel)
-      for (const loop::Loop &loop : step.kernel.loops) {
-        auto mark = [&](const loop::Expr *expr) {
-          for (const loop::Expr *load : loop::loadsOf(expr))
-            readByKernel[load->id()] = true;
-        };
-        for (const loop::Reduction &reduction : loop.reductions)
-          mark(reduction.value);
-        for (const loop::Store &store : loop.stores) {
-          mark(store.value);
-          mark(store.index);
-        }
-      }
+      loop::forEachExpr(step.kernel, [&](const loop::Expr *expr) {
+        for (const loop::Expr *load : loop::loadsOf(expr))
+          readByKernel[load->id()] = true;
+      });
   for (size_t b = 0; b < count; ++b)
     if (readByKernel[b] && program.buffers[b].kind == BufferKind::View)
       readByKernel[program.buffers[b].base] = true;
