@@ -92,8 +92,6 @@ def test_reductions_and_normalizations(name, dtype):
     for layout, x in layouts((7, 130), dtype):
         if layout == "empty" and name in ("amax", "argmax", "softmax", "log_softmax", "logsumexp", "var", "layer_norm"):
             continue
-        if layout == "empty" and name in ("sum_first", "mean_keepdim"):
-            pass
         check(REDUCTIONS[name], x, dtype=dtype)
 
 
