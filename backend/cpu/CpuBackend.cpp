@@ -55,6 +55,14 @@ HostTarget detectHostTarget() {
     if (bits == 128 || bits == 256 || bits == 512)
       host.vectorBits = std::min(host.vectorBits, bits);
   }
+  // Vectors per step of a vector loop: four 256-bit or two 512-bit ones
+  // unless KILN_CPU_UNROLL=1..8 says otherwise.
+  host.unroll = host.vectorBits >= 512 ? 2 : 4;
+  if (const char *text = std::getenv("KILN_CPU_UNROLL")) {
+    int unroll = std::atoi(text);
+    if (unroll >= 1 && unroll <= 8)
+      host.unroll = unroll;
+  }
   return host;
 }
 
@@ -211,7 +219,7 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
     compiled.work = outerPoints * std::max<int64_t>(inner, 1);
     if (emitted.strategy == VectorStrategy::Outer &&
         kernel.outerRanges.size() == 1)
-      compiled.alignment = emitted.lanes;
+      compiled.alignment = emitted.lanes * emitted.unroll;
     result->impl_->kernels[stepIndex] = compiled;
   }
 

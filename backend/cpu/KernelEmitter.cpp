@@ -13,11 +13,13 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace kiln::backend {
 namespace {
@@ -67,8 +69,6 @@ public:
 private:
   // Planning.
   void chooseStrategy();
-  void countContiguity(const Expr *index, int64_t var, int64_t &contiguous,
-                       int64_t &other) const;
 
   // Types and constants.
   llvm::Type *computeType(DType dtype);
@@ -122,6 +122,10 @@ private:
   void resetPartials(const loop::Loop &loop, std::vector<Accumulator> &accs);
   void foldPartials(const loop::Loop &loop, std::vector<Accumulator> &accs);
   std::pair<llvm::Value *, llvm::Value *> finalValue(const Accumulator &acc);
+  std::pair<llvm::Value *, llvm::Value *> narrowLanes(ReduceOp op, DType dtype,
+                                                      llvm::Value *value,
+                                                      llvm::Value *position,
+                                                      int lanes);
   static bool isFloatSum(const loop::Reduction &reduction);
   void enterVector(int64_t var, int lanes);
   void leaveVector();
@@ -137,6 +141,11 @@ private:
 
   VectorStrategy strategy_ = VectorStrategy::Scalar;
   int lanes_ = 1;
+  // Vector registers one step of a vector loop covers: independent
+  // accumulators and more loads in flight, before a loop of single vectors
+  // and a scalar tail.
+  int unroll_ = 1;
+  std::vector<int> vectorWidths() const;
   std::vector<bool> innerVectorLoop_;
 
   llvm::Function *function_ = nullptr;
@@ -159,59 +168,124 @@ private:
 
 // ---------------------------------------------------------------- planning
 
-void KernelEmitter::countContiguity(const Expr *index, int64_t var,
-                                    int64_t &contiguous, int64_t &other) const {
-  std::optional<int64_t> coefficient = loop::affineCoefficient(index, var);
-  if (coefficient && *coefficient == 1)
-    ++contiguous;
-  else if (!coefficient || *coefficient != 0)
-    ++other;
+namespace {
+
+// The arithmetic nodes of a value, outside the index expressions of its loads.
+int64_t countOperations(const Expr *value) {
+  std::unordered_set<const Expr *> seen;
+  int64_t count = 0;
+  std::function<void(const Expr *)> visit = [&](const Expr *node) {
+    if (!seen.insert(node).second || node->kind() == ExprKind::Load)
+      return;
+    if (node->kind() != ExprKind::Constant && node->kind() != ExprKind::Var &&
+        node->kind() != ExprKind::ReductionValue)
+      ++count;
+    for (const Expr *operand : node->operands())
+      visit(operand);
+  };
+  visit(value);
+  return count;
 }
 
+} // namespace
+
+// Picks how to vectorise by estimating the instructions each choice issues
+// per outer point: a memory access costs one instruction per vector when its
+// index walks the vectorised variable contiguously or not at all, and one per
+// lane (a gather or scatter) otherwise; an operation costs one per vector.
+// Loops whose innermost variable has no contiguous access stay scalar under
+// the inner strategy.
 void KernelEmitter::chooseStrategy() {
   int maxBytes = 4;
-  int64_t outerContiguous = 0, outerOther = 0, innerContiguous = 0;
+  for (const loop::Loop &loop : kernel_.loops) {
+    for (const loop::Reduction &reduction : loop.reductions)
+      for (const Expr *load : loop::loadsOf(reduction.value))
+        maxBytes = std::max(maxBytes, computeBytes(load->dtype()));
+    for (const loop::Store &store : loop.stores) {
+      for (const Expr *load : loop::loadsOf(store.value))
+        maxBytes = std::max(maxBytes, computeBytes(load->dtype()));
+      maxBytes = std::max(
+          maxBytes, computeBytes(program_.buffers.at(store.buffer).dtype()));
+    }
+  }
+  int lanes = std::max(2, host_.vectorBits / (8 * maxBytes));
+
   int64_t lastOuter = outerCount_ - 1;
+  auto accessCost = [&](const Expr *index, int64_t var) -> double {
+    std::optional<int64_t> coefficient = loop::affineCoefficient(index, var);
+    return coefficient && (*coefficient == 0 || *coefficient == 1) ? 1.0
+                                                                   : lanes;
+  };
+  double outerCost = 0, innerCost = 0, scalarCost = 0;
+  bool outerContiguous = false;
   innerVectorLoop_.assign(kernel_.loops.size(), false);
   for (size_t loopIndex = 0; loopIndex < kernel_.loops.size(); ++loopIndex) {
     const loop::Loop &loop = kernel_.loops[loopIndex];
     int64_t lastVar =
         outerCount_ + static_cast<int64_t>(loop.ranges.size()) - 1;
+    double trip = 1;
+    for (int64_t range : loop.ranges)
+      trip *= static_cast<double>(std::max<int64_t>(range, 1));
+    double accesses = 0, operations = 0, outerAccess = 0, innerAccess = 0;
     int64_t contiguous = 0, other = 0;
-    auto visitIndex = [&](const Expr *index, DType dtype) {
-      maxBytes = std::max(maxBytes, computeBytes(dtype));
-      if (lastOuter >= 0)
-        countContiguity(index, lastOuter, outerContiguous, outerOther);
-      if (!loop.ranges.empty())
-        countContiguity(index, lastVar, contiguous, other);
+    auto visitIndex = [&](const Expr *index) {
+      accesses += 1;
+      if (lastOuter >= 0) {
+        outerAccess += accessCost(index, lastOuter);
+        std::optional<int64_t> coefficient =
+            loop::affineCoefficient(index, lastOuter);
+        outerContiguous = outerContiguous || (coefficient && *coefficient == 1);
+      }
+      if (!loop.ranges.empty()) {
+        innerAccess += accessCost(index, lastVar);
+        std::optional<int64_t> coefficient =
+            loop::affineCoefficient(index, lastVar);
+        if (coefficient && *coefficient == 1)
+          ++contiguous;
+        else if (!coefficient || *coefficient != 0)
+          ++other;
+      }
     };
     auto visitValue = [&](const Expr *value) {
+      operations += static_cast<double>(countOperations(value));
       for (const Expr *load : loop::loadsOf(value))
-        visitIndex(load->index(), load->dtype());
+        visitIndex(load->index());
     };
     for (const loop::Reduction &reduction : loop.reductions)
       visitValue(reduction.value);
     for (const loop::Store &store : loop.stores) {
       visitValue(store.value);
-      visitValue(store.index);
-      visitIndex(store.index, program_.buffers.at(store.buffer).dtype());
+      visitIndex(store.index);
     }
+    double scalar = trip * (accesses + operations);
+    scalarCost += scalar;
+    outerCost += trip * (outerAccess + operations) / lanes;
     if (!loop.ranges.empty() && contiguous > 0 && contiguous >= other) {
       innerVectorLoop_[loopIndex] = true;
-      innerContiguous += contiguous;
+      innerCost += trip * (innerAccess + operations) / lanes;
+    } else {
+      innerCost += scalar;
     }
   }
-  lanes_ = std::max(2, host_.vectorBits / (8 * maxBytes));
-  bool outerWorks =
-      outerCount_ > 0 && outerContiguous > 0 && outerContiguous >= outerOther;
-  if (innerContiguous > 0 && (innerContiguous > outerContiguous || !outerWorks))
+  bool outerWorks = outerCount_ > 0 && outerContiguous;
+  bool innerWorks = std::find(innerVectorLoop_.begin(), innerVectorLoop_.end(),
+                              true) != innerVectorLoop_.end();
+  strategy_ = VectorStrategy::Scalar;
+  double best = scalarCost;
+  if (innerWorks && innerCost < best) {
     strategy_ = VectorStrategy::Inner;
-  else if (outerWorks)
+    best = innerCost;
+  }
+  if (outerWorks && outerCost < best)
     strategy_ = VectorStrategy::Outer;
-  else
-    strategy_ = VectorStrategy::Scalar;
-  if (strategy_ == VectorStrategy::Scalar)
-    lanes_ = 1;
+  lanes_ = strategy_ == VectorStrategy::Scalar ? 1 : lanes;
+  unroll_ = strategy_ == VectorStrategy::Scalar ? 1 : host_.unroll;
+}
+
+std::vector<int> KernelEmitter::vectorWidths() const {
+  if (unroll_ > 1)
+    return {lanes_ * unroll_, lanes_};
+  return {lanes_};
 }
 
 // ------------------------------------------------------ types and constants
@@ -1120,14 +1194,18 @@ void KernelEmitter::emitOuter(size_t level) {
       level == 0 ? endArgument_ : builder_.getInt64(kernel_.outerRanges[level]);
   if (strategy_ == VectorStrategy::Outer &&
       level + 1 == kernel_.outerRanges.size()) {
-    llvm::Value *split = vectorEnd(builder_, start, end, lanes_);
-    emitCountedLoop(start, split, lanes_, [&](llvm::Value *index) {
-      vars_[level] = index;
-      enterVector(static_cast<int64_t>(level), lanes_);
-      emitPoint();
-      leaveVector();
-    });
-    emitCountedLoop(split, end, 1, [&](llvm::Value *index) {
+    llvm::Value *from = start;
+    for (int width : vectorWidths()) {
+      llvm::Value *split = vectorEnd(builder_, from, end, width);
+      emitCountedLoop(from, split, width, [&](llvm::Value *index) {
+        vars_[level] = index;
+        enterVector(static_cast<int64_t>(level), width);
+        emitPoint();
+        leaveVector();
+      });
+      from = split;
+    }
+    emitCountedLoop(from, end, 1, [&](llvm::Value *index) {
       vars_[level] = index;
       emitPoint();
     });
@@ -1369,6 +1447,33 @@ KernelEmitter::finalValue(const Accumulator &acc) {
   return {value, index};
 }
 
+// Combines the upper half of a vector accumulator's lanes into the lower
+// half until `lanes` remain.
+std::pair<llvm::Value *, llvm::Value *>
+KernelEmitter::narrowLanes(ReduceOp op, DType dtype, llvm::Value *value,
+                           llvm::Value *position, int lanes) {
+  bool isArg = op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+  while (lanesOf(value) > lanes) {
+    int half = lanesOf(value) / 2;
+    std::vector<int> low, high;
+    for (int lane = 0; lane < half; ++lane) {
+      low.push_back(lane);
+      high.push_back(half + lane);
+    }
+    auto part = [&](llvm::Value *whole, const std::vector<int> &mask) {
+      return builder_.CreateShuffleVector(whole, mask);
+    };
+    if (isArg) {
+      std::tie(value, position) =
+          combineArg(op, dtype, part(value, low), part(position, low),
+                     part(value, high), part(position, high));
+    } else {
+      value = combine(op, dtype, part(value, low), part(value, high));
+    }
+  }
+  return {value, position};
+}
+
 void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
   const loop::Loop &loop = kernel_.loops[loopIndex];
   size_t depth = loop.ranges.size();
@@ -1393,9 +1498,13 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
   bool innerVector = strategy_ == VectorStrategy::Inner && currentLanes_ == 1 &&
                      innerVectorLoop_[loopIndex];
   std::vector<Accumulator> pointAccs = makeAccumulators(loop, currentLanes_);
-  std::vector<Accumulator> vectorAccs;
+  // One set of accumulators per vector width, widest first.
+  std::vector<int> widths;
   if (innerVector)
-    vectorAccs = makeAccumulators(loop, lanes_);
+    widths = vectorWidths();
+  std::vector<std::vector<Accumulator>> vectorAccs;
+  for (int width : widths)
+    vectorAccs.push_back(makeAccumulators(loop, width));
   bool blocked = false;
   for (const loop::Reduction &reduction : loop.reductions)
     blocked = blocked || isFloatSum(reduction);
@@ -1415,13 +1524,16 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
           index);
     };
     llvm::Value *split = start;
-    if (innerVector) {
-      split = vectorEnd(builder_, start, end, lanes_);
-      emitCountedLoop(start, split, lanes_, [&](llvm::Value *index) {
+    for (size_t widthIndex = 0; widthIndex < widths.size(); ++widthIndex) {
+      int width = widths[widthIndex];
+      llvm::Value *from = split;
+      split = vectorEnd(builder_, from, end, width);
+      emitCountedLoop(from, split, width, [&](llvm::Value *index) {
         vars_[lastVar] = index;
-        enterVector(lastVar, lanes_);
-        point(vectorAccs, builder_.CreateAdd(splat(position(index), lanes_),
-                                             laneOffsets(lanes_)));
+        enterVector(lastVar, width);
+        point(vectorAccs[widthIndex],
+              builder_.CreateAdd(splat(position(index), width),
+                                 laneOffsets(width)));
         leaveVector();
       });
     }
@@ -1451,21 +1563,21 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
                outerPosition);
           return;
         }
-        int64_t block = kSumBlockPerLane * (innerVector ? lanes_ : 1);
+        int64_t block = kSumBlockPerLane * (innerVector ? lanes_ * unroll_ : 1);
         emitCountedLoop(
             builder_.getInt64(0), builder_.getInt64(innermostRange), block,
             [&](llvm::Value *blockStart) {
               resetPartials(loop, pointAccs);
-              if (innerVector)
-                resetPartials(loop, vectorAccs);
+              for (std::vector<Accumulator> &accs : vectorAccs)
+                resetPartials(loop, accs);
               llvm::Value *blockEnd = builder_.CreateBinaryIntrinsic(
                   llvm::Intrinsic::smin,
                   builder_.CreateAdd(blockStart, builder_.getInt64(block)),
                   builder_.getInt64(innermostRange));
               span(blockStart, blockEnd, outerPosition);
               foldPartials(loop, pointAccs);
-              if (innerVector)
-                foldPartials(loop, vectorAccs);
+              for (std::vector<Accumulator> &accs : vectorAccs)
+                foldPartials(loop, accs);
             });
       };
   level(0, builder_.getInt64(0));
@@ -1478,19 +1590,37 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
     bool isArg =
         reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin;
     auto [value, position] = finalValue(pointAccs[index]);
-    if (innerVector) {
-      auto [lanesValue, lanesPosition] = finalValue(vectorAccs[index]);
-      for (int lane = 0; lane < lanes_; ++lane) {
-        llvm::Value *laneValue =
-            builder_.CreateExtractElement(lanesValue, uint64_t(lane));
-        if (isArg) {
-          std::tie(value, position) = combineArg(
-              reduction.op, dtype, value, position, laneValue,
-              builder_.CreateExtractElement(lanesPosition, uint64_t(lane)));
-        } else {
-          value = combine(reduction.op, dtype, value, laneValue);
-        }
+    // Fold each vector width's accumulator into the next narrower one, then
+    // the lanes into one, then into the scalar tail's.
+    llvm::Value *lanesValue = nullptr, *lanesPosition = nullptr;
+    for (std::vector<Accumulator> &accs : vectorAccs) {
+      auto [widthValue, widthPosition] = finalValue(accs[index]);
+      if (lanesValue) {
+        std::tie(lanesValue, lanesPosition) =
+            narrowLanes(reduction.op, dtype, lanesValue, lanesPosition,
+                        lanesOf(widthValue));
+        if (isArg)
+          std::tie(lanesValue, lanesPosition) =
+              combineArg(reduction.op, dtype, lanesValue, lanesPosition,
+                         widthValue, widthPosition);
+        else
+          lanesValue = combine(reduction.op, dtype, lanesValue, widthValue);
+      } else {
+        lanesValue = widthValue;
+        lanesPosition = widthPosition;
       }
+    }
+    if (lanesValue) {
+      std::tie(lanesValue, lanesPosition) =
+          narrowLanes(reduction.op, dtype, lanesValue, lanesPosition, 1);
+      llvm::Value *laneValue =
+          builder_.CreateExtractElement(lanesValue, uint64_t(0));
+      if (isArg)
+        std::tie(value, position) = combineArg(
+            reduction.op, dtype, value, position, laneValue,
+            builder_.CreateExtractElement(lanesPosition, uint64_t(0)));
+      else
+        value = combine(reduction.op, dtype, value, laneValue);
     }
     if (isArg) {
       // No point at all (an empty range) gives 0.
@@ -1531,7 +1661,7 @@ EmittedKernel KernelEmitter::emit(const std::string &name) {
   scopes_.assign(1, Scope());
   emitOuter(0);
   builder_.CreateRetVoid();
-  return {function_, strategy_, lanes_};
+  return {function_, strategy_, lanes_, unroll_};
 }
 
 } // namespace

@@ -19,6 +19,7 @@ class MathLibrary;
 /// What the host's vector unit is, as the code generator targets it.
 struct HostTarget {
   int vectorBits = 128;
+  int unroll = 1; // vectors one step of a vector loop covers
   std::string cpuName;
   std::string features; // "+avx2,+fma,..."
 };
@@ -33,6 +34,7 @@ struct EmittedKernel {
   llvm::Function *function = nullptr;
   VectorStrategy strategy = VectorStrategy::Scalar;
   int lanes = 1;
+  int unroll = 1; // vectors one step of the vector loop covers
 };
 
 /// Emits `kernel` into `module` as the function `name`. Throws

@@ -95,6 +95,35 @@ def test_reductions_and_normalizations(name, dtype):
         check(REDUCTIONS[name], x, dtype=dtype)
 
 
+# Lengths around the code generator's vector widths (one vector, several
+# vectors per step, the scalar tail) and its summation blocks.
+LENGTHS = [1, 3, 8, 9, 31, 32, 33, 47, 64, 100, 257, 2049, 5000]
+REDUCE_OPS = {
+    "sum": lambda x, d: x.sum(d), "prod": lambda x, d: (x.sign() * 0.5 + 0.75).prod(d),
+    "amax": lambda x, d: x.amax(d), "amin": lambda x, d: x.amin(d),
+    "argmax": lambda x, d: x.argmax(d), "argmin": lambda x, d: x.argmin(d),
+    "any": lambda x, d: (x > 2).any(d), "all": lambda x, d: (x > -2).all(d),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("name", list(REDUCE_OPS))
+def test_reductions_over_vector_width_boundaries(name, dtype):
+    # Values from a few integers, so that arg reductions meet ties (the
+    # first position wins) across lanes and accumulators.
+    for length in LENGTHS:
+        for dim, shape in ((-1, (3, length)), (0, (length, 37))):
+            x = torch.randint(-3, 4, shape).to(dtype)
+            if dtype.is_floating_point and length > 1:  # NaN wins max/min/arg
+                x[(1, length // 2) if dim == -1 else (length // 2, 5)] = float("nan")
+                x[(2, length - 1) if dim == -1 else (length - 1, 6)] = float("nan")
+            fn = lambda x, name=name, dim=dim: REDUCE_OPS[name](x, dim)
+            expected = fn(x)
+            compiled = kiln.compile(fn, fullgraph=True)
+            assert_close(compiled(x), expected, equal_nan=True, check_dtype=True)
+            assert kiln.cache_info(compiled)["runners"][0].startswith("native")
+
+
 def test_integer_and_bool_ops():
     a = torch.randint(-50, 50, (9, 13), dtype=torch.int32)
     b = torch.randint(-50, 50, (13,), dtype=torch.int64)
