@@ -2,9 +2,11 @@
 // expressions are computed at one lane (scalar) or at the kernel's vector
 // width, loads are contiguous vectors, splats or gathers by their affine
 // coefficient in the vectorised variable.
-// Depends on backend/cpu/KernelEmitter.h, backend/cpu/MathLibrary.h, LLVM.
+// Depends on backend/cpu/KernelEmitter.h, backend/cpu/InlineMath.h,
+// backend/cpu/MathLibrary.h, LLVM.
 #include "backend/cpu/KernelEmitter.h"
 
+#include "backend/cpu/InlineMath.h"
 #include "backend/cpu/MathLibrary.h"
 #include "ir/Error.h"
 
@@ -146,6 +148,20 @@ private:
   // and a scalar tail.
   int unroll_ = 1;
   std::vector<int> vectorWidths() const;
+  // Values a loop computes that a later loop of the same point computes
+  // again (softmax's exp): the first stores them to a stack array by
+  // position, the later ones load them.
+  struct Carried {
+    size_t producer;
+    std::vector<size_t> consumers;
+    llvm::AllocaInst *scratch = nullptr;
+  };
+  std::unordered_map<const Expr *, Carried> carried_;
+  size_t currentLoop_ = 0;
+  llvm::Value *loopPosition_ = nullptr; // the first lane's point in its loop
+  void planCarried();
+  llvm::Value *loadCarried(const Expr *expr, bool vector);
+  void storeCarried(const Expr *expr, llvm::Value *value);
   std::vector<bool> innerVectorLoop_;
 
   llvm::Function *function_ = nullptr;
@@ -439,7 +455,11 @@ llvm::Value *KernelEmitter::emit(const Expr *expr, bool vector) {
     if (found != cache.end())
       return found->second;
   }
-  llvm::Value *value = emitNode(expr, vector);
+  llvm::Value *value = loadCarried(expr, vector);
+  if (!value) {
+    value = emitNode(expr, vector);
+    storeCarried(expr, value);
+  }
   (vector ? scopes_.back().vector : scopes_.back().scalar)[expr] = value;
   return value;
 }
@@ -776,6 +796,11 @@ llvm::Value *KernelEmitter::emitUnary(UnaryOp op, llvm::Value *x, DType dtype) {
                       std::string(dtypeName(dtype)));
   };
   if (isFloatingPoint(dtype)) {
+    bool isFloat = x->getType()->getScalarType()->isFloatTy();
+    if (isFloat && op == UnaryOp::Exp)
+      return emitInlineExpF32(builder_, x);
+    if (isFloat && op == UnaryOp::Tanh)
+      return emitInlineTanhF32(builder_, x);
     if (const char *name = mathFunctionName(op))
       return callMath(name, {x});
     switch (op) {
@@ -791,7 +816,8 @@ llvm::Value *KernelEmitter::emitUnary(UnaryOp op, llvm::Value *x, DType dtype) {
     case UnaryOp::Reciprocal:
       return builder_.CreateFDiv(floatLike(x, 1.0), x);
     case UnaryOp::Sigmoid: {
-      llvm::Value *exponential = callMath("exp", {builder_.CreateFNeg(x)});
+      llvm::Value *exponential =
+          emitUnary(UnaryOp::Exp, builder_.CreateFNeg(x), dtype);
       return builder_.CreateFDiv(
           floatLike(x, 1.0),
           builder_.CreateFAdd(floatLike(x, 1.0), exponential));
@@ -1512,9 +1538,13 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
   int64_t lastVar = outerCount_ + static_cast<int64_t>(depth) - 1;
   int64_t innermostRange = loop.ranges.back();
 
-  auto point = [&](std::vector<Accumulator> &accs, llvm::Value *position) {
+  auto point = [&](std::vector<Accumulator> &accs, llvm::Value *first,
+                   llvm::Value *position) {
+    currentLoop_ = loopIndex;
+    loopPosition_ = first;
     accumulate(loop, accs, position);
     emitStores(loop.stores);
+    loopPosition_ = nullptr;
   };
   auto span = [&](llvm::Value *start, llvm::Value *end,
                   llvm::Value *outerPosition) {
@@ -1531,15 +1561,16 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
       emitCountedLoop(from, split, width, [&](llvm::Value *index) {
         vars_[lastVar] = index;
         enterVector(lastVar, width);
-        point(vectorAccs[widthIndex],
-              builder_.CreateAdd(splat(position(index), width),
-                                 laneOffsets(width)));
+        llvm::Value *first = position(index);
+        point(vectorAccs[widthIndex], first,
+              builder_.CreateAdd(splat(first, width), laneOffsets(width)));
         leaveVector();
       });
     }
     emitCountedLoop(split, end, 1, [&](llvm::Value *index) {
       vars_[lastVar] = index;
-      point(pointAccs, position(index));
+      llvm::Value *first = position(index);
+      point(pointAccs, first, first);
     });
   };
   std::function<void(size_t, llvm::Value *)> level =
@@ -1635,6 +1666,155 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
   varyingMemo_.clear();
 }
 
+// Carrying pays for values with a math-library call, in kernels that
+// handle one outer point at a time, between loops over the same ranges of
+// at most kMaxCarried points, when no loop from the producer to the consumer
+// stores to a buffer the value reads.
+constexpr int64_t kMaxCarried = 16384;
+
+void KernelEmitter::planCarried() {
+  carried_.clear();
+  if (strategy_ == VectorStrategy::Outer)
+    return;
+  auto expensive = [](const Expr *root) {
+    std::unordered_set<const Expr *> seen;
+    std::function<bool(const Expr *)> visit = [&](const Expr *node) {
+      if (!seen.insert(node).second || node->kind() == ExprKind::Load)
+        return false;
+      if (node->kind() == ExprKind::Unary &&
+          mathFunctionName(node->unaryOp()) != nullptr)
+        return true;
+      for (const Expr *operand : node->operands())
+        if (visit(operand))
+          return true;
+      return false;
+    };
+    return visit(root);
+  };
+  auto nodesOf = [](const loop::Loop &loop) {
+    std::unordered_set<const Expr *> nodes;
+    std::function<void(const Expr *)> visit = [&](const Expr *node) {
+      if (!nodes.insert(node).second)
+        return;
+      for (const Expr *operand : node->operands())
+        visit(operand);
+    };
+    for (const loop::Reduction &reduction : loop.reductions)
+      visit(reduction.value);
+    for (const loop::Store &store : loop.stores)
+      visit(store.value);
+    return nodes;
+  };
+  auto storesTo = [&](size_t from, size_t to, const Expr *value) {
+    std::unordered_set<int64_t> written;
+    for (size_t index = from; index <= to; ++index)
+      for (const loop::Store &store : kernel_.loops[index].stores)
+        written.insert(store.buffer);
+    for (const Expr *load : loop::loadsOf(value))
+      if (written.count(load->id()))
+        return true;
+    return false;
+  };
+  for (size_t producer = 0; producer < kernel_.loops.size(); ++producer) {
+    const loop::Loop &loop = kernel_.loops[producer];
+    int64_t points = 1;
+    for (int64_t range : loop.ranges)
+      points *= range;
+    if (loop.ranges.empty() || points > kMaxCarried || points < 1)
+      continue;
+    int64_t lastVar =
+        outerCount_ + static_cast<int64_t>(loop.ranges.size()) - 1;
+    // The largest expensive subexpressions of the producer's reductions.
+    std::vector<const Expr *> candidates;
+    std::unordered_set<const Expr *> seen;
+    std::function<void(const Expr *)> collect = [&](const Expr *node) {
+      if (!seen.insert(node).second || node->kind() == ExprKind::Load ||
+          !loop::dependsOnVar(node, lastVar) || !expensive(node))
+        return;
+      candidates.push_back(node);
+      for (const Expr *operand : node->operands())
+        collect(operand);
+    };
+    for (const loop::Reduction &reduction : loop.reductions)
+      collect(reduction.value);
+    if (candidates.empty())
+      continue;
+    for (size_t consumer = producer + 1; consumer < kernel_.loops.size();
+         ++consumer) {
+      if (kernel_.loops[consumer].ranges != loop.ranges)
+        continue;
+      std::unordered_set<const Expr *> used = nodesOf(kernel_.loops[consumer]);
+      for (const Expr *candidate : candidates) {
+        if (!used.count(candidate) || storesTo(producer, consumer, candidate))
+          continue;
+        auto [entry, inserted] = carried_.try_emplace(candidate);
+        if (inserted)
+          entry->second.producer = producer;
+        if (entry->second.producer == producer)
+          entry->second.consumers.push_back(consumer);
+      }
+    }
+  }
+  // Keep only the outermost carried expressions of each consumer: an inner
+  // one is needed only where its outer one is not carried.
+  std::vector<const Expr *> redundant;
+  for (auto &[expr, carried] : carried_) {
+    std::unordered_set<const Expr *> visited;
+    std::function<void(const Expr *)> mark = [&](const Expr *node) {
+      if (!visited.insert(node).second)
+        return;
+      auto found = carried_.find(node);
+      if (node != expr && found != carried_.end() &&
+          found->second.consumers == carried.consumers &&
+          found->second.producer == carried.producer)
+        redundant.push_back(node);
+      for (const Expr *child : node->operands())
+        mark(child);
+    };
+    mark(expr);
+  }
+  for (const Expr *expr : redundant)
+    carried_.erase(expr);
+  llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
+  for (auto &[expr, carried] : carried_) {
+    int64_t points = 1;
+    for (int64_t range : kernel_.loops[carried.producer].ranges)
+      points *= range;
+    carried.scratch = entryBuilder.CreateAlloca(
+        computeType(expr->dtype()), entryBuilder.getInt64(points), "carried");
+    carried.scratch->setAlignment(llvm::Align(64));
+  }
+}
+
+llvm::Value *KernelEmitter::loadCarried(const Expr *expr, bool vector) {
+  auto found = carried_.find(expr);
+  if (found == carried_.end() || !loopPosition_)
+    return nullptr;
+  const Carried &carried = found->second;
+  if (std::find(carried.consumers.begin(), carried.consumers.end(),
+                currentLoop_) == carried.consumers.end())
+    return nullptr;
+  llvm::Type *element = carried.scratch->getAllocatedType();
+  llvm::Value *address =
+      builder_.CreateGEP(element, carried.scratch, loopPosition_);
+  int lanes = vector ? currentLanes_ : 1;
+  return builder_.CreateAlignedLoad(
+      withLanes(element, lanes), address,
+      llvm::Align(element->getScalarSizeInBits() / 8));
+}
+
+void KernelEmitter::storeCarried(const Expr *expr, llvm::Value *value) {
+  auto found = carried_.find(expr);
+  if (found == carried_.end() || !loopPosition_ ||
+      found->second.producer != currentLoop_)
+    return;
+  llvm::Type *element = found->second.scratch->getAllocatedType();
+  llvm::Value *address =
+      builder_.CreateGEP(element, found->second.scratch, loopPosition_);
+  builder_.CreateAlignedStore(value, address,
+                              llvm::Align(element->getScalarSizeInBits() / 8));
+}
+
 EmittedKernel KernelEmitter::emit(const std::string &name) {
   chooseStrategy();
   llvm::Type *pointer = builder_.getPtrTy();
@@ -1659,6 +1839,7 @@ EmittedKernel KernelEmitter::emit(const std::string &name) {
     maxRanges = std::max(maxRanges, loop.ranges.size());
   vars_.assign(kernel_.outerRanges.size() + maxRanges, nullptr);
   scopes_.assign(1, Scope());
+  planCarried();
   emitOuter(0);
   builder_.CreateRetVoid();
   return {function_, strategy_, lanes_, unroll_};

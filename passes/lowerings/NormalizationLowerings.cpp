@@ -9,7 +9,8 @@ namespace {
 
 using Values = std::vector<const Expr *>;
 
-// softmax and log_softmax over one dim: max, exp(x - max), sum, combine.
+// softmax and log_softmax over one dim: max, exp(x - max), sum, combine
+// (softmax multiplies by the sum's reciprocal, as eager does).
 template <bool Log> LoweringResult softmax(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = lowerer.input(node, 0);
   const TensorMeta &meta = lowerer.resultMeta(node);
@@ -36,7 +37,8 @@ template <bool Log> LoweringResult softmax(Lowerer &lowerer, const Node &node) {
       [&lowerer](const Values &v) {
         return Log ? lowerer.binary(BinaryOp::Sub, v[0],
                                     lowerer.unary(UnaryOp::Log, v[1]))
-                   : lowerer.binary(BinaryOp::Div, v[0], v[1]);
+                   : lowerer.binary(BinaryOp::Mul, v[0],
+                                    lowerer.unary(UnaryOp::Reciprocal, v[1]));
       });
   return std::vector<LoweredTensor>{combined};
 }

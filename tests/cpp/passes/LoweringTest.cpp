@@ -169,6 +169,9 @@ private:
       case UnaryOp::Sqrt:
         r = std::sqrt(x);
         break;
+      case UnaryOp::Reciprocal:
+        r = 1.0 / x;
+        break;
       case UnaryOp::Rsqrt:
         r = 1 / std::sqrt(x);
         break;

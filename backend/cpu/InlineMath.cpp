@@ -1,0 +1,117 @@
+// Float32 exp and tanh as inline LLVM IR.
+// Depends on backend/cpu/InlineMath.h and LLVM.
+#include "backend/cpu/InlineMath.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+
+#include <initializer_list>
+
+namespace kiln::backend {
+
+namespace {
+
+llvm::Value *constant(llvm::Value *like, double value) {
+  return llvm::ConstantFP::get(like->getType(), value);
+}
+
+llvm::Value *fma(llvm::IRBuilderBase &builder, llvm::Value *a, llvm::Value *b,
+                 llvm::Value *c) {
+  return builder.CreateIntrinsic(llvm::Intrinsic::fma, {a->getType()},
+                                 {a, b, c});
+}
+
+// c0 + x*(c1 + x*(c2 + ...)) by Horner's rule, coefficients lowest first.
+llvm::Value *polynomial(llvm::IRBuilderBase &builder, llvm::Value *x,
+                        std::initializer_list<double> coefficients) {
+  const double *last = coefficients.end() - 1;
+  llvm::Value *result = constant(x, *last);
+  for (const double *c = last - 1; c >= coefficients.begin(); --c)
+    result = fma(builder, result, x, constant(x, *c));
+  return result;
+}
+
+// 2^n for integers n in [-126, 127], as float bits.
+llvm::Value *powerOfTwo(llvm::IRBuilderBase &builder, llvm::Value *n,
+                        llvm::Type *floatType) {
+  llvm::Value *biased = builder.CreateAdd(
+      n, llvm::ConstantInt::get(n->getType(), 127), "", false, true);
+  llvm::Value *bits =
+      builder.CreateShl(biased, llvm::ConstantInt::get(n->getType(), 23));
+  return builder.CreateBitCast(bits, floatType);
+}
+
+} // namespace
+
+// exp(x) = 2^n * e^r with n = round(x / ln 2) and r = x - n ln 2 in
+// [-ln2/2, ln2/2], n ln 2 subtracted in two parts (Cody and Waite) so that r
+// is exact to float precision; e^r from its Taylor series to r^7, whose
+// truncation error (< 6e-9) is below half an ulp. 2^n is applied as two
+// factors so that results down to the smallest subnormal round once.
+llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
+  llvm::Type *floatType = x->getType();
+  llvm::Type *intType = floatType->getWithNewType(builder.getInt32Ty());
+  llvm::Value *isNan = builder.CreateFCmpUNO(x, x);
+  // Beyond these bounds the result is inf or 0 anyway; clamping keeps n in
+  // the range the two factors cover, and NaN becomes 0 until the end.
+  llvm::Value *clamped = builder.CreateSelect(
+      builder.CreateFCmpOGT(x, constant(x, 89.0)), constant(x, 89.0), x);
+  clamped =
+      builder.CreateSelect(builder.CreateFCmpOLT(clamped, constant(x, -104.0)),
+                           constant(x, -104.0), clamped);
+  clamped = builder.CreateSelect(isNan, constant(x, 0.0), clamped);
+
+  llvm::Value *rounded = builder.CreateIntrinsic(
+      llvm::Intrinsic::rint, {floatType},
+      {builder.CreateFMul(clamped, constant(x, 1.4426950408889634))});
+  constexpr double kLn2High = 0.693145751953125; // 16 significant bits
+  constexpr double kLn2Low = 1.4286068203094172321e-6;
+  llvm::Value *r = fma(builder, rounded, constant(x, -kLn2High), clamped);
+  r = fma(builder, rounded, constant(x, -kLn2Low), r);
+  // e^r = 1 + r + r^2 (1/2 + r/6 + ... + r^5/5040)
+  llvm::Value *tail = polynomial(
+      builder, r,
+      {1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040});
+  llvm::Value *square = builder.CreateFMul(r, r);
+  // 1 is added last: r + r^2 (...) has at most 0.42 in magnitude, so its
+  // rounding error stays a fraction of the result's ulp.
+  llvm::Value *mantissa = builder.CreateFAdd(
+      constant(x, 1.0), fma(builder, square, tail, r));
+
+  llvm::Value *n = builder.CreateFPToSI(rounded, intType);
+  llvm::Value *half = builder.CreateAShr(n, llvm::ConstantInt::get(intType, 1));
+  llvm::Value *rest = builder.CreateSub(n, half);
+  llvm::Value *result = builder.CreateFMul(
+      builder.CreateFMul(mantissa, powerOfTwo(builder, half, floatType)),
+      powerOfTwo(builder, rest, floatType));
+  return builder.CreateSelect(isNan, x, result);
+}
+
+// tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)) where the subtraction loses
+// little (|x| >= 0.55, the fraction is at most 0.6); below, the odd Taylor
+// series to x^19, whose truncation error there is below 1e-8 relative.
+llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
+  llvm::Value *magnitude =
+      builder.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
+  llvm::Value *exponential =
+      emitInlineExpF32(builder, builder.CreateFAdd(magnitude, magnitude));
+  llvm::Value *large = builder.CreateFSub(
+      constant(x, 1.0),
+      builder.CreateFDiv(constant(x, 2.0),
+                         builder.CreateFAdd(exponential, constant(x, 1.0))));
+  large = builder.CreateIntrinsic(llvm::Intrinsic::copysign, {x->getType()},
+                                  {large, x});
+  // x + x^3 (-1/3 + x^2 (2/15 + x^2 (-17/315 + ...)))
+  llvm::Value *square = builder.CreateFMul(x, x);
+  llvm::Value *series =
+      polynomial(builder, square,
+                 {-1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835,
+                  -1382.0 / 155925, 21844.0 / 6081075, -929569.0 / 638512875,
+                  6404582.0 / 10854718875, -443861162.0 / 1856156927625});
+  llvm::Value *small = fma(builder, builder.CreateFMul(x, square), series, x);
+  llvm::Value *useSeries = builder.CreateFCmpOLT(magnitude, constant(x, 0.55));
+  // NaN compares false above and flows through `large`.
+  return builder.CreateSelect(useSeries, small, large);
+}
+
+} // namespace kiln::backend

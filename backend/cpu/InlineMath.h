@@ -1,0 +1,21 @@
+// Float32 exp and tanh written as LLVM IR in the kernel itself (no call), so
+// that they vectorise, unroll and schedule with the code around them.
+// Accurate to about one ulp (exp) and two ulps (tanh) over all floats;
+// tests/py/backend/test_cpu_math.py measures both against float64.
+// Depends on LLVM.
+#pragma once
+
+namespace llvm {
+class Value;
+class IRBuilderBase;
+} // namespace llvm
+
+namespace kiln::backend {
+
+/// exp(x) for a float or a vector of floats.
+llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x);
+
+/// tanh(x) for a float or a vector of floats.
+llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x);
+
+} // namespace kiln::backend

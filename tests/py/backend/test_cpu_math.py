@@ -1,0 +1,48 @@
+# Accuracy of the CPU backend's own math (inline float32 exp and tanh, and
+# what is built on them) in units in the last place, against float64, over
+# a sample of all float32 bit patterns and a dense grid of the range where
+# results are finite and nonzero; NaNs and infinities must match eager's.
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+
+def float32_samples():
+    bits = torch.arange(0, 2**31, 997, dtype=torch.int64).to(torch.int32)
+    spread = torch.cat([bits.view(torch.float32), (-bits).view(torch.float32)])
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"),
+                            88.72283, 88.72284, -87.33654, -103.97, -104.0, 0.55, -0.55,
+                            1e-30, -1e-30, 1.1754944e-38])
+    return torch.cat([spread, torch.linspace(-110, 100, 1_000_001), special])
+
+
+def ulps(actual, exact):
+    """|actual - exact| over the float32 spacing at `exact`, where both are finite."""
+    rounded = exact.float().abs()
+    spacing = (torch.nextafter(rounded, torch.tensor(float("inf"))) - rounded).double()
+    spacing = spacing.clamp(min=2.0 ** -149)
+    finite = torch.isfinite(exact) & torch.isfinite(actual)
+    return ((actual.double() - exact).abs() / spacing)[finite].max().item()
+
+
+@pytest.mark.parametrize("name,fn,bound", [
+    ("exp", torch.exp, 1.1), ("tanh", torch.tanh, 1.6),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), None),
+    ("sigmoid", torch.sigmoid, None), ("silu", F.silu, None),
+])
+def test_inline_math_accuracy(name, fn, bound):
+    x = float32_samples()
+    compiled = kiln.compile(fn, fullgraph=True)
+    actual, expected = compiled(x), fn(x)
+    assert kiln.cache_info(compiled)["runners"][0].startswith("native")
+    # Special values: the same NaNs, infinities and zeros as eager.
+    assert torch.equal(actual.isnan(), expected.isnan())
+    assert torch.equal(actual.isinf(), expected.isinf())
+    assert torch.equal(actual[actual.isinf()], expected[expected.isinf()])
+    if bound is not None:
+        assert torch.equal(actual == 0, expected == 0)
+        assert ulps(actual, fn(x.double())) <= bound
+    else:  # composites: as close to eager as eager's float32 tolerance
+        torch.testing.assert_close(actual, expected, rtol=4e-6, atol=1e-6, equal_nan=True)
