@@ -210,3 +210,19 @@ def test_torch_compile_backend_runs_native():
     x = torch.randn(8, 33)
     assert_close(fn(x), torch.softmax(x, -1) * 3)
     assert _backend.counters["native_graphs"] > before
+
+
+def test_softmax_computes_each_exp_once(capfd, monkeypatch):
+    # The sum loop keeps exp(x - max) in a stack array that the store loop
+    # reads back; exp appears in the LLVM IR of the sum loop only.
+    monkeypatch.setenv("KILN_LOGS", "llvm")
+    try:
+        compiled = kiln.compile(lambda x: torch.softmax(x, -1), fullgraph=True)
+        x = torch.randn(5, 300)
+        assert_close(compiled(x), torch.softmax(x, -1))
+    finally:
+        monkeypatch.delenv("KILN_LOGS")
+    ir = capfd.readouterr().err
+    assert "%carried = alloca float, i64 300" in ir
+    # Each vector width and the scalar tail store to it once.
+    assert ir.count("ptr %carried") >= 3 + 3
