@@ -28,6 +28,7 @@ const LoweringTable &loweringTable() {
     registerViewLowerings(built);
     registerNormalizationLowerings(built);
     registerTensorLowerings(built);
+    registerLinearAlgebraLowerings(built);
     return built;
   }();
   return table;

@@ -62,6 +62,7 @@ void registerReductionLowerings(LoweringTable &table);
 void registerViewLowerings(LoweringTable &table);
 void registerNormalizationLowerings(LoweringTable &table);
 void registerTensorLowerings(LoweringTable &table);
+void registerLinearAlgebraLowerings(LoweringTable &table);
 
 /// Every lowering, by qualified op name ("aten::add.Tensor").
 const LoweringTable &loweringTable();

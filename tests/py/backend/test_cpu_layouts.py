@@ -226,3 +226,28 @@ def test_softmax_computes_each_exp_once(capfd, monkeypatch):
     assert "%carried = alloca float, i64 300" in ir
     # Each vector width and the scalar tail store to it once.
     assert ir.count("ptr %carried") >= 3 + 3
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: str(d)[6:])
+def test_small_matrix_products_are_fused_kernels(dtype):
+    a, b = torch.randn(6, 9).to(dtype), torch.randn(11, 9).to(dtype)
+    bias = torch.randn(11).to(dtype)
+    nan_bias = torch.full((6, 11), float("nan")).to(dtype)
+    cases = [
+        (lambda a, b, c: torch.relu(F.linear(a, b, c)), (a, b, bias)),
+        (lambda a, b, c: torch.addmm(c, a, b.t(), beta=0.5, alpha=2), (a, b, bias)),
+        (lambda a, b, c: torch.addmm(c, a, b.t(), beta=0), (a, b, nan_bias)),  # NaN ignored
+        (lambda a, b, c: torch.bmm(a.view(2, 3, 9), b[:, :, ::2]), (a, torch.randn(2, 9, 22).to(dtype), bias)),
+        (lambda a, b, c: (a[:, :0] @ b[:, :0].t()) + c, (a, b, bias)),  # empty reduction
+    ]
+    for fn, inputs in cases:
+        compiled = kiln.compile(fn, fullgraph=True)
+        assert_close(compiled(*inputs), fn(*inputs), equal_nan=True, **TOLERANCE[dtype])
+        assert kernels_of(compiled) == (1, 0), kiln.cache_info(compiled)["runners"]
+
+
+def test_large_matrix_products_call_blas():
+    a, b = torch.randn(128, 64), torch.randn(64, 96)
+    compiled = kiln.compile(lambda a, b: torch.relu(a @ b), fullgraph=True)
+    assert_close(compiled(a, b), torch.relu(a @ b))
+    assert kernels_of(compiled) == (1, 1)

@@ -37,7 +37,10 @@ NATIVE_OPS = [
     "nn.functional.pad", "clone", "contiguous", "permute", "transpose", "t",
     "expand", "reshape", "view", "squeeze", "unsqueeze", "narrow", "select",
     "flatten", "movedim", "full_like", "zeros_like", "ones_like",
+    "mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul",
 ]
+# Small floating-point matrix products are kernels; integer ones call torch.
+PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
           torch.int32, torch.int64, torch.bool]
@@ -118,6 +121,6 @@ def test_op_matches_eager(op, dtype):
         pytest.skip("no sample ran in eager")
     # Integer division-like ops stay torch calls: torch raises on a zero
     # divisor (or a negative integer power), which kernels cannot.
-    integer_extern = op.name in ("fmod", "remainder", "pow") and not dtype.is_floating_point
+    integer_extern = op.name in ("fmod", "remainder", "pow") + PRODUCTS and not dtype.is_floating_point
     if not integer_extern:
         assert native > 0, f"no sample of {op.name} ran without an extern call"

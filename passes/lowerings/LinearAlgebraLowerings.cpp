@@ -1,0 +1,103 @@
+// Lowerings of small matrix products (mm, addmm, bmm, baddbmm) to reduction
+// kernels, so that a small Linear layer with its bias and activation is one
+// fused kernel instead of a call into torch; products above kMaxNativeWork
+// multiply-adds stay externs that call torch's BLAS.
+// Depends on passes/lowerings/Lowerer.h.
+#include "passes/lowerings/Lowerer.h"
+
+namespace kiln::lowering {
+
+namespace {
+
+// Multiply-adds up to which a product is compiled rather than left to BLAS:
+// below it, calling torch costs more than the arithmetic.
+constexpr int64_t kMaxNativeWork = 1 << 13;
+
+double scalarArgument(const Node &node, size_t index, double otherwise) {
+  if (index >= node.arguments().size() || node.arguments()[index].isNone())
+    return otherwise;
+  return node.arguments()[index].toDouble();
+}
+
+// (batch) x M x K times (batch) x K x N, accumulated in `math`, then
+// `alpha * product + beta * bias` where a bias is given (baddbmm, addmm).
+LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
+                       std::optional<size_t> biasArgument) {
+  LoweredTensor a = lowerer.input(node, first);
+  LoweredTensor b = lowerer.input(node, first + 1);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (!isFloatingPoint(meta.dtype) || a.dtype != meta.dtype ||
+      b.dtype != meta.dtype || a.dim() != b.dim() ||
+      (a.dim() != 2 && a.dim() != 3))
+    return std::nullopt;
+  bool batched = a.dim() == 3;
+  int64_t batch = batched ? a.sizes[0] : 1;
+  int64_t m = a.sizes[a.dim() - 2], k = a.sizes[a.dim() - 1];
+  int64_t n = b.sizes[b.dim() - 1];
+  if (b.sizes[b.dim() - 2] != k || (batched && b.sizes[0] != batch) ||
+      batch * m * n * std::max<int64_t>(k, 1) > kMaxNativeWork)
+    return std::nullopt;
+  double alpha = biasArgument ? scalarArgument(node, first + 3, 1.0) : 1.0;
+  double beta = biasArgument ? scalarArgument(node, first + 2, 1.0) : 0.0;
+
+  DType math = accumulationType(meta.dtype);
+  Shape inputSizes = batched ? Shape{batch, m, k, n} : Shape{m, k, n};
+  int64_t reduced = batched ? 2 : 1;
+  ReductionKernel kernel(lowerer, inputSizes, {reduced});
+  const Index &index = kernel.index();
+  Index rowIndex(index.begin(), index.begin() + reduced + 1);    // (b,) i, k
+  Index columnIndex(index.begin(), index.begin() + reduced - 1); // (b,)
+  columnIndex.push_back(index[reduced]);                         // k
+  columnIndex.push_back(index[reduced + 1]);                     // j
+  const Expr *element =
+      lowerer.binary(BinaryOp::Mul, lowerer.cast(a.loader(rowIndex), math),
+                     lowerer.cast(b.loader(columnIndex), math));
+  const Expr *sum = kernel.reduce(ReduceOp::Sum, element);
+  Shape resultSizes = batched ? Shape{batch, m, n} : Shape{m, n};
+  LoweredTensor products = kernel.store(sum, contiguousMeta(math, resultSizes));
+  kernel.emit(batched ? "bmm" : "mm");
+
+  std::vector<LoweredTensor> inputs{products};
+  // beta == 0 ignores the bias, NaN and Inf included, as torch does.
+  bool withBias = biasArgument && beta != 0.0;
+  if (withBias)
+    inputs.push_back(lowerer.input(node, *biasArgument));
+  LoweredTensor result = lowerer.pointwise(
+      resultSizes, math, meta.dtype, inputs,
+      [&lowerer, alpha, beta, withBias,
+       math](const std::vector<const Expr *> &v) {
+        const Expr *value = v[0];
+        if (alpha != 1.0)
+          value = lowerer.binary(BinaryOp::Mul, value,
+                                 lowerer.constant(alpha, math));
+        if (!withBias)
+          return value;
+        const Expr *bias = v[1];
+        if (beta != 1.0)
+          bias =
+              lowerer.binary(BinaryOp::Mul, bias, lowerer.constant(beta, math));
+        return lowerer.binary(BinaryOp::Add, bias, value);
+      });
+  return std::vector<LoweredTensor>{result};
+}
+
+LoweringResult mm(Lowerer &lowerer, const Node &node) {
+  return product(lowerer, node, 0, std::nullopt);
+}
+
+LoweringResult addmm(Lowerer &lowerer, const Node &node) {
+  return product(lowerer, node, 1, 0);
+}
+
+} // namespace
+
+void registerLinearAlgebraLowerings(LoweringTable &table) {
+  table.insert({
+      {"aten::mm", mm},
+      {"aten::bmm", mm},
+      {"aten::addmm", addmm},
+      {"aten::baddbmm", addmm},
+  });
+}
+
+} // namespace kiln::lowering
