@@ -680,7 +680,7 @@ TEST(Lowering, OutputsYAndItsTransposeShareABuffer) {
              1e-4);
 }
 
-TEST(Lowering, ExternReadsARealizedVirtualValue) {
+TEST(Lowering, SmallMatrixProductIsAKernel) {
   auto graph = newGraph();
   Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 2}));
   Value *y = graph->addInput(TensorMeta(DType::Float32, {2, 2}));
@@ -689,15 +689,46 @@ TEST(Lowering, ExternReadsARealizedVirtualValue) {
   Value *out = op(*graph, "aten::relu", {product});
   graph->setOutputs({out});
   loop::Program program = lowerGraph(graph);
-  EXPECT_EQ(countExterns(program), 1);
-  EXPECT_EQ(program.buffers[program.bufferOf.at(shifted)].kind,
-            BufferKind::Tensor);
+  EXPECT_EQ(countExterns(program), 0);
   Interpreter run(program);
   run.setInput(0, {0, 1, 2, -5});
   run.setInput(1, {1, 0, 0, -1});
   run.run();
   // (x + 1) = [[1, 2], [3, -4]]; times diag(1, -1); relu.
   expectNear(run.output(0), {1, 0, 3, 4});
+}
+
+TEST(Lowering, ExternReadsARealizedVirtualValue) {
+  // A product too large for a kernel calls torch, which needs x + 1 in a
+  // tensor of its own.
+  constexpr int64_t m = 2, k = 64, n = 128;
+  auto graph = newGraph();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {m, k}));
+  Value *y = graph->addInput(TensorMeta(DType::Float32, {k, n}));
+  Value *shifted = op(*graph, "aten::add.Scalar", {x, Argument(1)});
+  Value *product = op(*graph, "aten::mm", {shifted, y});
+  Value *out = op(*graph, "aten::relu", {product});
+  graph->setOutputs({out});
+  loop::Program program = lowerGraph(graph);
+  EXPECT_EQ(countExterns(program), 1);
+  EXPECT_EQ(program.buffers[program.bufferOf.at(shifted)].kind,
+            BufferKind::Tensor);
+  std::vector<double> a(m * k), b(k * n), expected(m * n, 0);
+  for (int64_t i = 0; i < m * k; ++i)
+    a[i] = static_cast<double>(i % 7) - 3;
+  for (int64_t i = 0; i < k * n; ++i)
+    b[i] = static_cast<double>(i % 5) - 2;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p)
+        expected[i * n + j] += (a[i * k + p] + 1) * b[p * n + j];
+      expected[i * n + j] = std::max(expected[i * n + j], 0.0);
+    }
+  Interpreter run(program);
+  run.setInput(0, a);
+  run.setInput(1, b);
+  run.run();
+  expectNear(run.output(0), expected);
 }
 
 TEST(Lowering, MutatingExternIsSeenByLaterReads) {
