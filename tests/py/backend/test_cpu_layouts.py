@@ -59,8 +59,9 @@ TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: {},
              torch.float16: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
 
 
-def check(fn, *inputs, dtype):
-    expected = fn(*inputs)
+def check(fn, *inputs, dtype, expected=None):
+    if expected is None:
+        expected = fn(*inputs)
     compiled = kiln.compile(fn, fullgraph=True)
     actual = compiled(*inputs)
     assert_close(actual, expected, equal_nan=True, **TOLERANCE[dtype])
@@ -75,7 +76,13 @@ def check(fn, *inputs, dtype):
 @pytest.mark.parametrize("name", list(UNARY))
 def test_unary_layouts(name, dtype):
     for layout, x in layouts((6, 37), dtype):
-        check(UNARY[name], x, dtype=dtype)
+        expected = UNARY[name](x)
+        # torch 2.11's AVX-512 gelu gives NaN for +inf (its float64 and
+        # scalar paths give inf): where eager makes a NaN of a number, the
+        # float64 result is the reference.
+        exact = UNARY[name](x.double()).to(dtype)
+        expected = torch.where(expected.isnan() & ~x.isnan(), exact, expected)
+        check(UNARY[name], x, dtype=dtype, expected=expected)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: str(d)[6:])
