@@ -21,8 +21,10 @@ compileGraphForCpu(std::shared_ptr<const Graph> graph) {
   if (logEnabled("loop_ir"))
     logArtifact("loop_ir", "after lowering\n" + program.str());
 
+  simplifyIndices(program);
   fuseKernels(program);
   chooseLoopOrder(program);
+  simplifyIndices(program);
   planMemory(program);
   if (logEnabled("schedule"))
     logArtifact("schedule", scheduleSummary(program));

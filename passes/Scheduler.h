@@ -19,6 +19,11 @@ namespace kiln {
 /// program computes.
 void fuseKernels(loop::Program &program);
 
+/// Simplifies floor divisions and modulos in index expressions with the
+/// ranges of the kernel's variables, so that views' delinearised indices
+/// become affine where they are.
+void simplifyIndices(loop::Program &program);
+
 /// Reorders the outer loops of pointwise kernels so that the innermost has
 /// the smallest stride, and coalesces adjacent loops (outer and inner) that
 /// every index walks as one, so a contiguous tensor becomes one long loop.

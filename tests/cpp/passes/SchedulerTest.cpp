@@ -189,3 +189,36 @@ TEST(Scheduler, MemoryPlanningReusesDeadTemporaries) {
             program.buffers[first].workspaceOffset);
   EXPECT_EQ(program.workspaceBytes, 2 * 1024);
 }
+
+TEST(Scheduler, IndexSimplificationUsesVariableRanges) {
+  loop::Program program;
+  loop::ExprContext &e = *program.exprs;
+  const loop::Expr *v0 = e.var(0), *v1 = e.var(1), *v2 = e.var(2);
+  // v0*65536 + v1*256 + v2 with v0 < 16, v1 < 256, v2 < 256.
+  const loop::Expr *linear =
+      e.add(e.add(e.mul(v0, e.integer(65536)), e.mul(v1, e.integer(256))), v2);
+  loop::Kernel kernel;
+  kernel.outerRanges = {16, 256, 256};
+  loop::Loop body;
+  int64_t out = 0;
+  auto store = [&](const loop::Expr *index) {
+    body.stores.push_back({out, index, e.cast(index, DType::Float32)});
+  };
+  store(e.mod(linear, 256));                      // v2
+  store(e.floorDiv(linear, 256));                 // v0*256 + v1
+  store(e.mod(e.floorDiv(linear, 256), 256));     // v1
+  store(e.floorDiv(linear, 524288));              // v0 // 8
+  store(e.mod(e.add(linear, e.integer(3)), 256)); // not simplifiable
+  kernel.loops.push_back(body);
+  loop::Step step;
+  step.kernel = kernel;
+  program.steps.push_back(step);
+  simplifyIndices(program);
+  const auto &stores = program.steps[0].kernel.loops[0].stores;
+  EXPECT_EQ(stores[0].index, v2);
+  EXPECT_EQ(loop::affineCoefficient(stores[1].index, 0), 256);
+  EXPECT_EQ(loop::affineCoefficient(stores[1].index, 1), 1);
+  EXPECT_EQ(stores[2].index, v1);
+  EXPECT_EQ(stores[3].index, e.floorDiv(v0, 8));
+  EXPECT_FALSE(loop::affineCoefficient(stores[4].index, 2).has_value());
+}

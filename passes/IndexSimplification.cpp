@@ -1,0 +1,253 @@
+// Simplifies floor divisions and modulos of index expressions with the
+// ranges of the loop variables: a view's delinearised index such as
+// mod(v0*65536 + v1*256 + v2, 256) with v2 < 256 becomes v2, so that loads
+// and stores are affine again (contiguous vectors, no integer division).
+// Depends on passes/Scheduler.h and ir/LoopIR.h.
+#include "passes/Scheduler.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+using loop::BinaryOp;
+using loop::Expr;
+using loop::ExprKind;
+
+namespace {
+
+struct Interval {
+  int64_t low, high; // inclusive
+};
+
+// Floor division for a positive divisor.
+int64_t floorDivide(int64_t value, int64_t divisor) {
+  int64_t quotient = value / divisor;
+  return (value % divisor != 0 && value < 0) ? quotient - 1 : quotient;
+}
+
+class IndexSimplifier {
+public:
+  IndexSimplifier(loop::ExprContext &exprs, std::vector<int64_t> varRanges)
+      : exprs_(exprs), varRanges_(std::move(varRanges)) {}
+
+  const Expr *simplify(const Expr *root) {
+    // Post-order: inner divisions first, so outer ones see their results.
+    std::vector<const Expr *> order;
+    std::unordered_map<const Expr *, bool> seen;
+    std::function<void(const Expr *)> visit = [&](const Expr *node) {
+      if (seen[node])
+        return;
+      seen[node] = true;
+      for (const Expr *operand : node->operands())
+        visit(operand);
+      order.push_back(node);
+    };
+    visit(root);
+    for (const Expr *node : order) {
+      if (node->kind() != ExprKind::Binary ||
+          (node->binaryOp() != BinaryOp::FloorDiv &&
+           node->binaryOp() != BinaryOp::Mod) ||
+          node->dtype() != DType::Int64 || !node->operand(1)->isConstant())
+        continue;
+      int64_t divisor = node->operand(1)->integer();
+      if (divisor <= 0)
+        continue;
+      const Expr *dividend = exprs_.replace(node->operand(0), replacements_);
+      const Expr *simplified =
+          divide(dividend, divisor, node->binaryOp() == BinaryOp::Mod);
+      if (simplified && simplified != node)
+        replacements_[node] = simplified;
+    }
+    return replacements_.empty() ? root : exprs_.replace(root, replacements_);
+  }
+
+private:
+  struct Term {
+    const Expr *atom;
+    int64_t coefficient;
+  };
+
+  // expr = sum of coefficient * atom + constant.
+  void decompose(const Expr *expr, int64_t scale, std::vector<Term> &terms,
+                 int64_t &constant) {
+    if (expr->isConstant() && expr->dtype() == DType::Int64) {
+      constant += scale * expr->integer();
+      return;
+    }
+    if (expr->kind() == ExprKind::Binary && expr->dtype() == DType::Int64) {
+      if (expr->binaryOp() == BinaryOp::Add) {
+        decompose(expr->operand(0), scale, terms, constant);
+        decompose(expr->operand(1), scale, terms, constant);
+        return;
+      }
+      if (expr->binaryOp() == BinaryOp::Mul) {
+        for (int side = 0; side < 2; ++side)
+          if (expr->operand(side)->isConstant()) {
+            decompose(expr->operand(1 - side),
+                      scale * expr->operand(side)->integer(), terms, constant);
+            return;
+          }
+      }
+    }
+    terms.push_back({expr, scale});
+  }
+
+  std::optional<Interval> rangeOf(const Expr *expr) {
+    if (expr->dtype() != DType::Int64)
+      return std::nullopt;
+    switch (expr->kind()) {
+    case ExprKind::Constant:
+      return Interval{expr->integer(), expr->integer()};
+    case ExprKind::Var: {
+      size_t var = static_cast<size_t>(expr->id());
+      if (var >= varRanges_.size() || varRanges_[var] < 1)
+        return std::nullopt;
+      return Interval{0, varRanges_[var] - 1};
+    }
+    case ExprKind::Binary: {
+      std::optional<Interval> a = rangeOf(expr->operand(0));
+      if (expr->binaryOp() == BinaryOp::Mod && expr->operand(1)->isConstant() &&
+          expr->operand(1)->integer() > 0)
+        return Interval{0, expr->operand(1)->integer() - 1};
+      std::optional<Interval> b = rangeOf(expr->operand(1));
+      if (!a || !b)
+        return std::nullopt;
+      switch (expr->binaryOp()) {
+      case BinaryOp::Add:
+        return Interval{a->low + b->low, a->high + b->high};
+      case BinaryOp::Mul: {
+        int64_t corners[] = {a->low * b->low, a->low * b->high,
+                             a->high * b->low, a->high * b->high};
+        return Interval{*std::min_element(corners, corners + 4),
+                        *std::max_element(corners, corners + 4)};
+      }
+      case BinaryOp::FloorDiv:
+        if (b->low != b->high || b->low <= 0)
+          return std::nullopt;
+        return Interval{floorDivide(a->low, b->low),
+                        floorDivide(a->high, b->low)};
+      default:
+        return std::nullopt;
+      }
+    }
+    default:
+      return std::nullopt;
+    }
+  }
+
+  const Expr *build(const std::vector<Term> &terms, int64_t constant) {
+    const Expr *sum = exprs_.integer(constant);
+    for (const Term &term : terms)
+      sum = exprs_.add(sum,
+                       exprs_.mul(term.atom, exprs_.integer(term.coefficient)));
+    return sum;
+  }
+
+  // floordiv(dividend, divisor) or mod(dividend, divisor), simplified, or
+  // nullptr when nothing is known.
+  const Expr *divide(const Expr *dividend, int64_t divisor, bool modulo) {
+    std::vector<Term> terms;
+    int64_t constant = 0;
+    decompose(dividend, 1, terms, constant);
+    std::vector<Term> multiples, rest;
+    for (const Term &term : terms)
+      (term.coefficient % divisor == 0 ? multiples : rest).push_back(term);
+    // The constant's multiple of the divisor moves to the quotient.
+    int64_t constantQuotient = floorDivide(constant, divisor);
+    int64_t remainder = constant - constantQuotient * divisor;
+    std::optional<Interval> range = sumRange(rest, remainder);
+    bool bounded = range && floorDivide(range->low, divisor) ==
+                                floorDivide(range->high, divisor);
+    int64_t restQuotient = bounded ? floorDivide(range->low, divisor) : 0;
+    if (bounded) {
+      if (modulo) // the rest stays within one multiple of the divisor
+        return build(rest, remainder - restQuotient * divisor);
+      std::vector<Term> quotient;
+      for (const Term &term : multiples)
+        quotient.push_back({term.atom, term.coefficient / divisor});
+      return build(quotient, constantQuotient + restQuotient);
+    }
+    // Large terms with a common factor g of the divisor over small ones in
+    // [0, g): floor((g A + small) / c) = floor(A / (c / g)), and
+    // (g A + small) mod c = g (A mod (c / g)) + small.
+    std::sort(rest.begin(), rest.end(), [](const Term &a, const Term &b) {
+      return std::abs(a.coefficient) > std::abs(b.coefficient);
+    });
+    for (size_t split = 1; split < rest.size(); ++split) {
+      int64_t factor = divisor;
+      for (size_t index = 0; index < split; ++index)
+        factor = std::gcd(factor, std::abs(rest[index].coefficient));
+      if (factor <= 1)
+        continue;
+      std::vector<Term> large(rest.begin(), rest.begin() + split);
+      std::vector<Term> small(rest.begin() + split, rest.end());
+      std::optional<Interval> smallRange = sumRange(small, remainder);
+      if (!smallRange || smallRange->low < 0 || smallRange->high >= factor)
+        continue;
+      for (Term &term : large)
+        term.coefficient /= factor;
+      const Expr *reduced = build(large, 0);
+      if (modulo)
+        return exprs_.add(exprs_.mul(exprs_.mod(reduced, divisor / factor),
+                                     exprs_.integer(factor)),
+                          build(small, remainder));
+      std::vector<Term> quotient;
+      for (const Term &term : multiples)
+        quotient.push_back({term.atom, term.coefficient / divisor});
+      return exprs_.add(build(quotient, constantQuotient),
+                        exprs_.floorDiv(reduced, divisor / factor));
+    }
+    if (modulo) {
+      if (multiples.empty() && constantQuotient == 0)
+        return nullptr;
+      return exprs_.mod(build(rest, remainder), divisor);
+    }
+    return nullptr;
+  }
+
+  // The range of sum of terms + constant, when every atom's is known.
+  std::optional<Interval> sumRange(const std::vector<Term> &terms,
+                                   int64_t constant) {
+    Interval range{constant, constant};
+    for (const Term &term : terms) {
+      std::optional<Interval> atom = rangeOf(term.atom);
+      if (!atom)
+        return std::nullopt;
+      int64_t a = atom->low * term.coefficient,
+              b = atom->high * term.coefficient;
+      range.low += std::min(a, b);
+      range.high += std::max(a, b);
+    }
+    return range;
+  }
+
+  loop::ExprContext &exprs_;
+  std::vector<int64_t> varRanges_;
+  std::unordered_map<const Expr *, const Expr *> replacements_;
+};
+
+} // namespace
+
+void simplifyIndices(loop::Program &program) {
+  for (loop::Step &step : program.steps) {
+    if (step.kind != loop::Step::Kind::Kernel)
+      continue;
+    loop::Kernel &kernel = step.kernel;
+    for (loop::Loop &loop : kernel.loops) {
+      std::vector<int64_t> ranges = kernel.outerRanges;
+      ranges.insert(ranges.end(), loop.ranges.begin(), loop.ranges.end());
+      IndexSimplifier simplifier(*program.exprs, std::move(ranges));
+      loop::rewriteExprs(
+          loop, [&](const Expr *expr) { return simplifier.simplify(expr); });
+    }
+  }
+}
+
+} // namespace kiln
