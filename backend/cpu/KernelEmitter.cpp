@@ -160,6 +160,7 @@ private:
   size_t currentLoop_ = 0;
   llvm::Value *loopPosition_ = nullptr; // the first lane's point in its loop
   void planCarried();
+  llvm::Value *carriedSlot(const Expr *expr, bool producer);
   llvm::Value *loadCarried(const Expr *expr, bool vector);
   void storeCarried(const Expr *expr, llvm::Value *value);
   std::vector<bool> innerVectorLoop_;
@@ -206,82 +207,81 @@ int64_t countOperations(const Expr *value) {
 } // namespace
 
 // Picks how to vectorise by estimating the instructions each choice issues
-// per outer point: a memory access costs one instruction per vector when its
-// index walks the vectorised variable contiguously or not at all, and one per
-// lane (a gather or scatter) otherwise; an operation costs one per vector.
-// Loops whose innermost variable has no contiguous access stay scalar under
-// the inner strategy.
+// per outer point. Loops whose innermost variable has no contiguous access
+// stay scalar under the inner strategy.
 void KernelEmitter::chooseStrategy() {
-  int maxBytes = 4;
-  for (const loop::Loop &loop : kernel_.loops) {
-    for (const loop::Reduction &reduction : loop.reductions)
-      for (const Expr *load : loop::loadsOf(reduction.value))
-        maxBytes = std::max(maxBytes, computeBytes(load->dtype()));
-    for (const loop::Store &store : loop.stores) {
-      for (const Expr *load : loop::loadsOf(store.value))
-        maxBytes = std::max(maxBytes, computeBytes(load->dtype()));
-      maxBytes = std::max(
-          maxBytes, computeBytes(program_.buffers.at(store.buffer).dtype()));
-    }
-  }
-  int lanes = std::max(2, host_.vectorBits / (8 * maxBytes));
-
-  int64_t lastOuter = outerCount_ - 1;
-  auto accessCost = [&](const Expr *index, int64_t var) -> double {
-    std::optional<int64_t> coefficient = loop::affineCoefficient(index, var);
-    return coefficient && (*coefficient == 0 || *coefficient == 1) ? 1.0
-                                                                   : lanes;
+  // One walk over every access: what each loop does per point, counted
+  // before the vector width (which depends on the widest type) is known.
+  struct LoopCounts {
+    double trip = 1, accesses = 0, operations = 0;
+    double outerGathers = 0, innerGathers = 0;
   };
-  double outerCost = 0, innerCost = 0, scalarCost = 0;
+  std::vector<LoopCounts> counts(kernel_.loops.size());
+  int maxBytes = 4;
+  int64_t lastOuter = outerCount_ - 1;
   bool outerContiguous = false;
   innerVectorLoop_.assign(kernel_.loops.size(), false);
   for (size_t loopIndex = 0; loopIndex < kernel_.loops.size(); ++loopIndex) {
     const loop::Loop &loop = kernel_.loops[loopIndex];
+    LoopCounts &count = counts[loopIndex];
     int64_t lastVar =
         outerCount_ + static_cast<int64_t>(loop.ranges.size()) - 1;
-    double trip = 1;
     for (int64_t range : loop.ranges)
-      trip *= static_cast<double>(std::max<int64_t>(range, 1));
-    double accesses = 0, operations = 0, outerAccess = 0, innerAccess = 0;
+      count.trip *= static_cast<double>(std::max<int64_t>(range, 1));
     int64_t contiguous = 0, other = 0;
-    auto visitIndex = [&](const Expr *index) {
-      accesses += 1;
-      if (lastOuter >= 0) {
-        outerAccess += accessCost(index, lastOuter);
-        std::optional<int64_t> coefficient =
-            loop::affineCoefficient(index, lastOuter);
-        outerContiguous = outerContiguous || (coefficient && *coefficient == 1);
-      }
+    // A gather when the index walks `var` neither contiguously nor not at
+    // all; true when it walks it contiguously.
+    auto classify = [](const Expr *index, int64_t var, double &gathers) {
+      std::optional<int64_t> coefficient = loop::affineCoefficient(index, var);
+      if (!coefficient || (*coefficient != 0 && *coefficient != 1))
+        gathers += 1;
+      return coefficient && *coefficient == 1;
+    };
+    auto visitIndex = [&](const Expr *index, DType dtype) {
+      maxBytes = std::max(maxBytes, computeBytes(dtype));
+      count.accesses += 1;
+      if (lastOuter >= 0 && classify(index, lastOuter, count.outerGathers))
+        outerContiguous = true;
       if (!loop.ranges.empty()) {
-        innerAccess += accessCost(index, lastVar);
-        std::optional<int64_t> coefficient =
-            loop::affineCoefficient(index, lastVar);
-        if (coefficient && *coefficient == 1)
+        double gathers = 0;
+        if (classify(index, lastVar, gathers))
           ++contiguous;
-        else if (!coefficient || *coefficient != 0)
+        else if (gathers > 0)
           ++other;
+        count.innerGathers += gathers;
       }
     };
     auto visitValue = [&](const Expr *value) {
-      operations += static_cast<double>(countOperations(value));
+      count.operations += static_cast<double>(countOperations(value));
       for (const Expr *load : loop::loadsOf(value))
-        visitIndex(load->index());
+        visitIndex(load->index(), load->dtype());
     };
     for (const loop::Reduction &reduction : loop.reductions)
       visitValue(reduction.value);
     for (const loop::Store &store : loop.stores) {
       visitValue(store.value);
-      visitIndex(store.index);
+      visitIndex(store.index, program_.buffers.at(store.buffer).dtype());
     }
-    double scalar = trip * (accesses + operations);
+    innerVectorLoop_[loopIndex] =
+        !loop.ranges.empty() && contiguous > 0 && contiguous >= other;
+  }
+
+  // Instructions per outer point: an access costs one per vector, or one
+  // per lane when it is a gather or scatter; an operation one per vector.
+  int lanes = std::max(2, host_.vectorBits / (8 * maxBytes));
+  double outerCost = 0, innerCost = 0, scalarCost = 0;
+  for (size_t loopIndex = 0; loopIndex < counts.size(); ++loopIndex) {
+    const LoopCounts &count = counts[loopIndex];
+    double scalar = count.trip * (count.accesses + count.operations);
+    auto vectorCost = [&](double gathers) {
+      return count.trip *
+             (count.accesses + gathers * (lanes - 1) + count.operations) /
+             lanes;
+    };
     scalarCost += scalar;
-    outerCost += trip * (outerAccess + operations) / lanes;
-    if (!loop.ranges.empty() && contiguous > 0 && contiguous >= other) {
-      innerVectorLoop_[loopIndex] = true;
-      innerCost += trip * (innerAccess + operations) / lanes;
-    } else {
-      innerCost += scalar;
-    }
+    outerCost += vectorCost(count.outerGathers);
+    innerCost +=
+        innerVectorLoop_[loopIndex] ? vectorCost(count.innerGathers) : scalar;
   }
   bool outerWorks = outerCount_ > 0 && outerContiguous;
   bool innerWorks = std::find(innerVectorLoop_.begin(), innerVectorLoop_.end(),
@@ -1676,20 +1676,21 @@ void KernelEmitter::planCarried() {
   carried_.clear();
   if (strategy_ == VectorStrategy::Outer)
     return;
-  auto expensive = [](const Expr *root) {
-    std::unordered_set<const Expr *> seen;
-    std::function<bool(const Expr *)> visit = [&](const Expr *node) {
-      if (!seen.insert(node).second || node->kind() == ExprKind::Load)
-        return false;
-      if (node->kind() == ExprKind::Unary &&
-          mathFunctionName(node->unaryOp()) != nullptr)
-        return true;
+  // Whether a value calls the math library outside its loads' indices.
+  std::unordered_map<const Expr *, bool> expensiveMemo;
+  std::function<bool(const Expr *)> expensive = [&](const Expr *node) {
+    auto found = expensiveMemo.find(node);
+    if (found != expensiveMemo.end())
+      return found->second;
+    bool result = false;
+    if (node->kind() == ExprKind::Unary &&
+        mathFunctionName(node->unaryOp()) != nullptr)
+      result = true;
+    else if (node->kind() != ExprKind::Load)
       for (const Expr *operand : node->operands())
-        if (visit(operand))
-          return true;
-      return false;
-    };
-    return visit(root);
+        result = result || expensive(operand);
+    expensiveMemo[node] = result;
+    return result;
   };
   auto nodesOf = [](const loop::Loop &loop) {
     std::unordered_set<const Expr *> nodes;
@@ -1717,9 +1718,7 @@ void KernelEmitter::planCarried() {
   };
   for (size_t producer = 0; producer < kernel_.loops.size(); ++producer) {
     const loop::Loop &loop = kernel_.loops[producer];
-    int64_t points = 1;
-    for (int64_t range : loop.ranges)
-      points *= range;
+    int64_t points = numelOf(loop.ranges);
     if (loop.ranges.empty() || points > kMaxCarried || points < 1)
       continue;
     int64_t lastVar =
@@ -1731,7 +1730,9 @@ void KernelEmitter::planCarried() {
       if (!seen.insert(node).second || node->kind() == ExprKind::Load ||
           !loop::dependsOnVar(node, lastVar) || !expensive(node))
         return;
-      candidates.push_back(node);
+      // Stack arrays hold floats only (a Bool's i1 has no byte layout).
+      if (isFloatingPoint(node->dtype()))
+        candidates.push_back(node);
       for (const Expr *operand : node->operands())
         collect(operand);
     };
@@ -1777,42 +1778,45 @@ void KernelEmitter::planCarried() {
     carried_.erase(expr);
   llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
   for (auto &[expr, carried] : carried_) {
-    int64_t points = 1;
-    for (int64_t range : kernel_.loops[carried.producer].ranges)
-      points *= range;
+    int64_t points = numelOf(kernel_.loops[carried.producer].ranges);
     carried.scratch = entryBuilder.CreateAlloca(
         computeType(expr->dtype()), entryBuilder.getInt64(points), "carried");
     carried.scratch->setAlignment(llvm::Align(64));
   }
 }
 
-llvm::Value *KernelEmitter::loadCarried(const Expr *expr, bool vector) {
+// The carried value's slot at the current point of a consumer (load) or of
+// its producer (store); nullptr elsewhere.
+llvm::Value *KernelEmitter::carriedSlot(const Expr *expr, bool producer) {
   auto found = carried_.find(expr);
   if (found == carried_.end() || !loopPosition_)
     return nullptr;
   const Carried &carried = found->second;
-  if (std::find(carried.consumers.begin(), carried.consumers.end(),
-                currentLoop_) == carried.consumers.end())
+  bool here =
+      producer ? carried.producer == currentLoop_
+               : std::find(carried.consumers.begin(), carried.consumers.end(),
+                           currentLoop_) != carried.consumers.end();
+  if (!here)
     return nullptr;
-  llvm::Type *element = carried.scratch->getAllocatedType();
-  llvm::Value *address =
-      builder_.CreateGEP(element, carried.scratch, loopPosition_);
-  int lanes = vector ? currentLanes_ : 1;
+  return builder_.CreateGEP(carried.scratch->getAllocatedType(),
+                            carried.scratch, loopPosition_);
+}
+
+llvm::Value *KernelEmitter::loadCarried(const Expr *expr, bool vector) {
+  llvm::Value *address = carriedSlot(expr, false);
+  if (!address)
+    return nullptr;
+  llvm::Type *element = computeType(expr->dtype());
   return builder_.CreateAlignedLoad(
-      withLanes(element, lanes), address,
+      withLanes(element, vector ? currentLanes_ : 1), address,
       llvm::Align(element->getScalarSizeInBits() / 8));
 }
 
 void KernelEmitter::storeCarried(const Expr *expr, llvm::Value *value) {
-  auto found = carried_.find(expr);
-  if (found == carried_.end() || !loopPosition_ ||
-      found->second.producer != currentLoop_)
-    return;
-  llvm::Type *element = found->second.scratch->getAllocatedType();
-  llvm::Value *address =
-      builder_.CreateGEP(element, found->second.scratch, loopPosition_);
-  builder_.CreateAlignedStore(value, address,
-                              llvm::Align(element->getScalarSizeInBits() / 8));
+  if (llvm::Value *address = carriedSlot(expr, true))
+    builder_.CreateAlignedStore(
+        value, address,
+        llvm::Align(value->getType()->getScalarSizeInBits() / 8));
 }
 
 EmittedKernel KernelEmitter::emit(const std::string &name) {
