@@ -24,7 +24,7 @@ compileGraphForCpu(std::shared_ptr<const Graph> graph) {
   simplifyIndices(program);
   fuseKernels(program);
   chooseLoopOrder(program);
-  simplifyIndices(program);
+  simplifyIndices(program); // coalesced and dropped loops change the ranges
   planMemory(program);
   if (logEnabled("schedule"))
     logArtifact("schedule", scheduleSummary(program));

@@ -204,7 +204,7 @@ std::optional<int64_t> foldInteger(BinaryOp op, int64_t a, int64_t b) {
   case BinaryOp::FloorDiv:
     if (b == 0)
       return std::nullopt;
-    return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+    return floorDivide(a, b);
   case BinaryOp::Mod: {
     if (b == 0)
       return std::nullopt;
@@ -351,6 +351,11 @@ const Expr *ExprContext::substituteVars(const Expr *expr,
     if (vars[number])
       replacements[var(static_cast<int64_t>(number))] = vars[number];
   return replace(expr, replacements);
+}
+
+int64_t floorDivide(int64_t value, int64_t divisor) {
+  return value / divisor -
+         ((value % divisor != 0) && ((value < 0) != (divisor < 0)));
 }
 
 std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var) {

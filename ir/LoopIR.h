@@ -179,6 +179,9 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+/// Python's floor division of integers (`divisor` nonzero).
+int64_t floorDivide(int64_t value, int64_t divisor);
+
 /// The coefficient of Var(`var`) in `index` when `index` is affine in it
 /// (the variable occurs only under Add and under Mul by constants), 0 when
 /// the variable does not occur, and nullopt otherwise (under division,

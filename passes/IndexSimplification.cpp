@@ -11,6 +11,7 @@
 #include <numeric>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -19,18 +20,13 @@ namespace kiln {
 using loop::BinaryOp;
 using loop::Expr;
 using loop::ExprKind;
+using loop::floorDivide;
 
 namespace {
 
 struct Interval {
   int64_t low, high; // inclusive
 };
-
-// Floor division for a positive divisor.
-int64_t floorDivide(int64_t value, int64_t divisor) {
-  int64_t quotient = value / divisor;
-  return (value % divisor != 0 && value < 0) ? quotient - 1 : quotient;
-}
 
 class IndexSimplifier {
 public:
@@ -40,11 +36,10 @@ public:
   const Expr *simplify(const Expr *root) {
     // Post-order: inner divisions first, so outer ones see their results.
     std::vector<const Expr *> order;
-    std::unordered_map<const Expr *, bool> seen;
+    std::unordered_set<const Expr *> seen;
     std::function<void(const Expr *)> visit = [&](const Expr *node) {
-      if (seen[node])
+      if (!seen.insert(node).second)
         return;
-      seen[node] = true;
       for (const Expr *operand : node->operands())
         visit(operand);
       order.push_back(node);
@@ -166,12 +161,13 @@ private:
     bool bounded = range && floorDivide(range->low, divisor) ==
                                 floorDivide(range->high, divisor);
     int64_t restQuotient = bounded ? floorDivide(range->low, divisor) : 0;
+    // floor(dividend / divisor) = quotient + constantQuotient + floor(rest).
+    std::vector<Term> quotient;
+    for (const Term &term : multiples)
+      quotient.push_back({term.atom, term.coefficient / divisor});
     if (bounded) {
       if (modulo) // the rest stays within one multiple of the divisor
         return build(rest, remainder - restQuotient * divisor);
-      std::vector<Term> quotient;
-      for (const Term &term : multiples)
-        quotient.push_back({term.atom, term.coefficient / divisor});
       return build(quotient, constantQuotient + restQuotient);
     }
     // Large terms with a common factor g of the divisor over small ones in
@@ -198,9 +194,6 @@ private:
         return exprs_.add(exprs_.mul(exprs_.mod(reduced, divisor / factor),
                                      exprs_.integer(factor)),
                           build(small, remainder));
-      std::vector<Term> quotient;
-      for (const Term &term : multiples)
-        quotient.push_back({term.atom, term.coefficient / divisor});
       return exprs_.add(build(quotient, constantQuotient),
                         exprs_.floorDiv(reduced, divisor / factor));
     }

@@ -496,6 +496,12 @@ void ReductionKernel::emit(const std::string &what) {
 
 // --- Shared helpers ---
 
+double doubleArgument(const Node &node, size_t index, double otherwise) {
+  if (index >= node.arguments().size() || node.arguments()[index].isNone())
+    return otherwise;
+  return node.arguments()[index].toDouble();
+}
+
 int64_t wrapDim(int64_t dim, int64_t ndim) {
   int64_t wrapped = dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
   if (wrapped < 0 || wrapped >= std::max<int64_t>(ndim, 1))

@@ -13,12 +13,6 @@ namespace {
 // below it, calling torch costs more than the arithmetic.
 constexpr int64_t kMaxNativeWork = 1 << 13;
 
-double scalarArgument(const Node &node, size_t index, double otherwise) {
-  if (index >= node.arguments().size() || node.arguments()[index].isNone())
-    return otherwise;
-  return node.arguments()[index].toDouble();
-}
-
 // (batch) x M x K times (batch) x K x N, accumulated in `math`, then
 // `alpha * product + beta * bias` where a bias is given (baddbmm, addmm).
 LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
@@ -37,8 +31,8 @@ LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
   if (b.sizes[b.dim() - 2] != k || (batched && b.sizes[0] != batch) ||
       batch * m * n * std::max<int64_t>(k, 1) > kMaxNativeWork)
     return std::nullopt;
-  double alpha = biasArgument ? scalarArgument(node, first + 3, 1.0) : 1.0;
-  double beta = biasArgument ? scalarArgument(node, first + 2, 1.0) : 0.0;
+  double alpha = biasArgument ? doubleArgument(node, first + 3, 1.0) : 1.0;
+  double beta = biasArgument ? doubleArgument(node, first + 2, 1.0) : 0.0;
 
   DType math = accumulationType(meta.dtype);
   Shape inputSizes = batched ? Shape{batch, m, k, n} : Shape{m, k, n};

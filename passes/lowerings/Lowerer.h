@@ -185,6 +185,9 @@ private:
 
 // --- Helpers shared by the families ---
 
+/// Argument `index` of `node` as a number, or `otherwise` where it is None
+/// or not given.
+double doubleArgument(const Node &node, size_t index, double otherwise);
 /// Wraps a possibly negative dim.
 int64_t wrapDim(int64_t dim, int64_t ndim);
 /// The reduced dims of a `dim` argument (None or [] means all).

@@ -228,12 +228,9 @@ LoweringResult nanToNum(Lowerer &lowerer, const Node &node) {
   DType dtype = resultType(lowerer, node);
   if (!isFloatingPoint(dtype))
     return map(lowerer, node, {0}, dtype, [](const Values &v) { return v[0]; });
-  auto option = [&](size_t index, double otherwise) {
-    const Argument &argument = node.arguments().at(index);
-    return argument.isNone() ? otherwise : argument.toDouble();
-  };
-  double nan = option(1, 0), posinf = option(2, largestFinite(dtype)),
-         neginf = option(3, -largestFinite(dtype));
+  double nan = doubleArgument(node, 1, 0),
+         posinf = doubleArgument(node, 2, largestFinite(dtype)),
+         neginf = doubleArgument(node, 3, -largestFinite(dtype));
   return map(lowerer, node, {0}, dtype, [=, &lowerer](const Values &v) {
     const Expr *infinity =
         lowerer.constant(std::numeric_limits<double>::infinity(), dtype);
