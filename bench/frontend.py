@@ -10,7 +10,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +19,8 @@ import torch._dynamo
 import torch.nn as nn
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
+
+from bench.environment import describe, import_kiln, processor_name, repository_commit
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 OVERHEAD_TARGET = 0.2     # kiln's overhead at most 1/5 of Dynamo's
@@ -103,19 +104,6 @@ class TransformerStack(nn.Module):
 
 
 # ---- helpers ------------------------------------------------------------------
-
-def describe(error):
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
-
-
-def import_kiln():
-    try:
-        import kiln
-        return kiln, None
-    except Exception as error:  # a missing or broken build: reported, the rest still runs
-        return None, f"import kiln failed: {describe(error)}"
-
 
 def kiln_status(kiln, compiled):
     """kiln's cache_info without the graph and guard texts, and whether the
@@ -348,13 +336,8 @@ def measure_capture(compiler, kiln, captures):
 # ---- report -------------------------------------------------------------------------
 
 def environment(kiln, kiln_error):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root,
-                            capture_output=True, text=True).stdout.strip() or "unknown"
-    processor = platform.processor()
-    if os.path.exists("/proc/cpuinfo"):
-        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
-        processor = names[0] if names else processor
+    commit = repository_commit()
+    processor = processor_name()
     return {"processor": processor, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "python": platform.python_version(), "torch": torch.__version__, "commit": commit,
             "kiln": getattr(kiln, "__version__", "importable") if kiln else kiln_error,

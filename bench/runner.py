@@ -18,6 +18,8 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
+from bench.environment import describe, import_kiln, processor_name, repository_commit
+
 COLUMNS = ("eager", "inductor", "kiln")
 # Samples per column: as many as fit in timing_budget_s, within [min_samples, samples].
 QUICK = {"samples": 3, "min_samples": 3, "timing_budget_s": 1.0, "warmup": 1, "min_sample_s": 0.005}
@@ -66,19 +68,6 @@ def max_relative_error(output, reference):
         if difference.numel():
             worst = max(worst, difference.max().item() / max(scale, 1e-30))
     return worst
-
-
-def describe(error):
-    return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"[:300]
-
-
-def import_kiln():
-    """(kiln module, None) or (None, why it cannot be imported)."""
-    try:
-        import kiln
-        return kiln, None
-    except Exception as error:  # an ImportError or a broken build: shown in every kiln cell
-        return None, f"import kiln failed: {describe(error)}"
 
 
 def as_number(value):
@@ -283,13 +272,8 @@ def environment(device, kiln_via):
         transformers_version = transformers.__version__
     except ImportError:
         transformers_version = "not installed"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root,
-                            capture_output=True, text=True).stdout.strip() or "unknown"
-    processor = platform.processor()
-    if os.path.exists("/proc/cpuinfo"):
-        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
-        processor = names[0] if names else processor
+    commit = repository_commit()
+    processor = processor_name()
     if device == "cuda":
         processor = f"{torch.cuda.get_device_name()} (host: {processor})"
     return {"device": device, "processor": processor, "cores": os.cpu_count(), "python": platform.python_version(),

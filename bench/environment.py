@@ -1,0 +1,36 @@
+# What both benchmarks report about where they ran: the processor, the
+# repository's commit, and whether kiln imports. Depends on the standard
+# library only.
+import os
+import platform
+import subprocess
+
+
+def describe(error):
+    """The error's type and first line, short enough for a table cell."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+
+
+def import_kiln():
+    """(kiln module, None) or (None, why it cannot be imported)."""
+    try:
+        import kiln
+        return kiln, None
+    except Exception as error:  # an ImportError or a broken build: reported, the rest still runs
+        return None, f"import kiln failed: {describe(error)}"
+
+
+def repository_commit():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root,
+                          capture_output=True, text=True).stdout.strip() or "unknown"
+
+
+def processor_name():
+    processor = platform.processor()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as cpuinfo:
+            names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+        processor = names[0] if names else processor
+    return processor
