@@ -20,8 +20,24 @@ class Workload:
 
 
 def pointwise_chain(x):
-    # Eleven pointwise ops, mostly cheap arithmetic so the chain is memory-bound:
+    # Eleven cheap pointwise ops, so that the fused chain is memory-bound:
     # eager reads and writes memory eleven times, a fusing compiler once.
+    y = x * 1.5
+    y = y + 0.25
+    y = torch.relu(y)
+    y = y * x
+    y = y - 0.5
+    y = torch.abs(y)
+    y = torch.minimum(y, x)
+    y = y * 0.75
+    y = torch.clamp(y, -2.0, 2.0)
+    y = y + x
+    return y - 1.0
+
+
+def math_chain(x):
+    # Eleven pointwise ops with tanh, sqrt and a division among them: on few
+    # cores the fused chain is bound by arithmetic, not memory.
     y = x * 1.5
     y = y + 0.25
     y = torch.tanh(y)
@@ -112,6 +128,7 @@ def _overhead(device):
 KERNELS = [
     Workload("pointwise chain, 4M floats", "kernel", _function(pointwise_chain, (4 * 1024 * 1024,)), memory_bound=True),
     Workload("pointwise chain, 4K floats", "kernel", _function(pointwise_chain, (4 * 1024,)), memory_bound=True),
+    Workload("tanh/sqrt chain, 4M floats", "kernel", _function(math_chain, (4 * 1024 * 1024,)), memory_bound=True),
     Workload("softmax 4096x1024", "kernel", _function(softmax, (4096, 1024)), memory_bound=True),
     Workload("layer_norm 4096x1024", "kernel", _layer_norm, memory_bound=True),
     Workload("row sum 8192x1024", "kernel", _function(row_sum, (8192, 1024)), memory_bound=True),

@@ -13,6 +13,7 @@
 #include <llvm/ADT/APFloat.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
@@ -71,6 +72,7 @@ public:
 private:
   // Planning.
   void chooseStrategy();
+  void planStreaming();
 
   // Types and constants.
   llvm::Type *computeType(DType dtype);
@@ -110,6 +112,8 @@ private:
   void emitCountedLoop(llvm::Value *start, llvm::Value *end, int64_t step,
                        const std::function<void(llvm::Value *)> &body);
   void emitOuter(size_t level);
+  llvm::Value *emitAlignmentPeel(size_t level, llvm::Value *start,
+                                 llvm::Value *end);
   void emitPoint();
   void emitLoopNest(size_t loopIndex, size_t reductionBase);
   std::vector<Accumulator> makeAccumulators(const loop::Loop &loop, int lanes);
@@ -164,6 +168,10 @@ private:
   llvm::Value *loadCarried(const Expr *expr, bool vector);
   void storeCarried(const Expr *expr, llvm::Value *value);
   std::vector<bool> innerVectorLoop_;
+  // The store a large flat kernel writes with non-temporal vector stores,
+  // aligned to the vector's bytes by a scalar prologue.
+  const loop::Store *streamedStore_ = nullptr;
+  int64_t streamAlignment_ = 0;
 
   llvm::Function *function_ = nullptr;
   llvm::BasicBlock *entry_ = nullptr;
@@ -296,6 +304,29 @@ void KernelEmitter::chooseStrategy() {
     strategy_ = VectorStrategy::Outer;
   lanes_ = strategy_ == VectorStrategy::Scalar ? 1 : lanes;
   unroll_ = strategy_ == VectorStrategy::Scalar ? 1 : host_.unroll;
+}
+
+// A flat kernel whose vectorised output is at least host_.streamingBytes
+// writes it with non-temporal stores: they skip reading each line before
+// overwriting it and leave the caches to the inputs, where the output is
+// too large to stay in them for its reader anyway. One store per kernel
+// (its alignment prologue fits one address).
+void KernelEmitter::planStreaming() {
+  if (host_.streamingBytes <= 0 || strategy_ != VectorStrategy::Outer ||
+      kernel_.outerRanges.size() != 1 || kernel_.loops.size() != 1 ||
+      !kernel_.loops[0].ranges.empty())
+    return;
+  for (const loop::Store &store : kernel_.loops[0].stores) {
+    std::optional<int64_t> coefficient =
+        loop::affineCoefficient(store.index, 0);
+    int64_t size = itemSize(program_.buffers.at(store.buffer).dtype());
+    if (!coefficient || *coefficient != 1 ||
+        kernel_.outerRanges[0] * size < host_.streamingBytes)
+      continue;
+    streamedStore_ = &store;
+    streamAlignment_ = size * lanes_;
+    return;
+  }
 }
 
 std::vector<int> KernelEmitter::vectorWidths() const {
@@ -562,6 +593,7 @@ void KernelEmitter::emitStores(const std::vector<loop::Store> &stores) {
     bool contiguous;
     DType dtype;
     int64_t buffer;
+    bool streamed;
   };
   // Every value is computed before any store, so that the stores of one
   // point are one parallel assignment.
@@ -569,7 +601,7 @@ void KernelEmitter::emitStores(const std::vector<loop::Store> &stores) {
   bool vector = currentLanes_ > 1;
   for (const loop::Store &store : stores) {
     DType dtype = program_.buffers.at(store.buffer).dtype();
-    Pending item{nullptr, nullptr, false, dtype, store.buffer};
+    Pending item{nullptr, nullptr, false, dtype, store.buffer, false};
     bool indexVaries = vector && varying(store.index);
     if (indexVaries) {
       std::optional<int64_t> coefficient =
@@ -577,6 +609,7 @@ void KernelEmitter::emitStores(const std::vector<loop::Store> &stores) {
       item.contiguous = coefficient && *coefficient == 1 &&
                         !indexReadsVectorReduction(store.index);
     }
+    item.streamed = item.contiguous && &store == streamedStore_;
     item.index = emit(store.index, indexVaries && !item.contiguous);
     llvm::Value *value = emit(store.value, indexVaries);
     item.value = toStorage(dtype, emitCast(value, store.value->dtype(), dtype));
@@ -600,6 +633,15 @@ void KernelEmitter::emitStores(const std::vector<loop::Store> &stores) {
       continue;
     }
     llvm::Value *address = builder_.CreateGEP(storage, base, item.index);
+    if (item.streamed) {
+      llvm::StoreInst *stored = builder_.CreateAlignedStore(
+          item.value, address, llvm::Align(streamAlignment_));
+      stored->setMetadata(
+          llvm::LLVMContext::MD_nontemporal,
+          llvm::MDNode::get(
+              context_, llvm::ConstantAsMetadata::get(builder_.getInt32(1))));
+      continue;
+    }
     builder_.CreateAlignedStore(
         item.value, address,
         item.contiguous ? llvm::Align(1) : llvm::Align(itemSize(item.dtype)));
@@ -1220,7 +1262,8 @@ void KernelEmitter::emitOuter(size_t level) {
       level == 0 ? endArgument_ : builder_.getInt64(kernel_.outerRanges[level]);
   if (strategy_ == VectorStrategy::Outer &&
       level + 1 == kernel_.outerRanges.size()) {
-    llvm::Value *from = start;
+    llvm::Value *from =
+        streamedStore_ ? emitAlignmentPeel(level, start, end) : start;
     for (int width : vectorWidths()) {
       llvm::Value *split = vectorEnd(builder_, from, end, width);
       emitCountedLoop(from, split, width, [&](llvm::Value *index) {
@@ -1241,6 +1284,40 @@ void KernelEmitter::emitOuter(size_t level) {
     vars_[level] = index;
     emitOuter(level + 1);
   });
+}
+
+// Scalar points from `start` until the streamed store's address is a
+// multiple of the vector's bytes, so that the vector loops after it store
+// aligned (all of [start, end) where the address is not a multiple of the
+// element's size). Returns where the vector loops start.
+llvm::Value *KernelEmitter::emitAlignmentPeel(size_t level, llvm::Value *start,
+                                              llvm::Value *end) {
+  DType dtype = program_.buffers.at(streamedStore_->buffer).dtype();
+  int64_t size = itemSize(dtype);
+  scopes_.emplace_back();
+  vars_[level] = start;
+  llvm::Value *index = emit(streamedStore_->index, false);
+  scopes_.pop_back();
+  llvm::Value *address = builder_.CreatePtrToInt(
+      builder_.CreateGEP(storageType(dtype),
+                         bufferPointer(streamedStore_->buffer), index),
+      builder_.getInt64Ty());
+  llvm::Value *toBoundary = builder_.CreateAnd(
+      builder_.CreateNeg(address), builder_.getInt64(streamAlignment_ - 1));
+  llvm::Value *count = builder_.CreateSub(end, start);
+  llvm::Value *peel = builder_.CreateSelect(
+      builder_.CreateICmpEQ(
+          builder_.CreateAnd(address, builder_.getInt64(size - 1)),
+          builder_.getInt64(0)),
+      builder_.CreateUDiv(toBoundary, builder_.getInt64(size)), count);
+  peel =
+      builder_.CreateSelect(builder_.CreateICmpSLT(peel, count), peel, count);
+  llvm::Value *aligned = builder_.CreateAdd(start, peel);
+  emitCountedLoop(start, aligned, 1, [&](llvm::Value *position) {
+    vars_[level] = position;
+    emitPoint();
+  });
+  return aligned;
 }
 
 void KernelEmitter::emitPoint() {
@@ -1844,7 +1921,12 @@ EmittedKernel KernelEmitter::emit(const std::string &name) {
   vars_.assign(kernel_.outerRanges.size() + maxRanges, nullptr);
   scopes_.assign(1, Scope());
   planCarried();
+  planStreaming();
   emitOuter(0);
+  // Non-temporal stores are weakly ordered: fence them before the thread
+  // that waits for this one reads the output.
+  if (streamedStore_)
+    builder_.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
   builder_.CreateRetVoid();
   return {function_, strategy_, lanes_, unroll_};
 }

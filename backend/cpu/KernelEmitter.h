@@ -20,6 +20,9 @@ class MathLibrary;
 struct HostTarget {
   int vectorBits = 128;
   int unroll = 1; // vectors one step of a vector loop covers
+  /// Bytes from which a flat kernel writes its output with non-temporal
+  /// stores (0: never; x86 only).
+  int64_t streamingBytes = 0;
   std::string cpuName;
   std::string features; // "+avx2,+fma,..."
 };
