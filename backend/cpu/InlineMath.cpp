@@ -1,4 +1,4 @@
-// Float32 exp and tanh as inline LLVM IR.
+// Float32 exp, tanh and erf as inline LLVM IR.
 // Depends on backend/cpu/InlineMath.h and LLVM.
 #include "backend/cpu/InlineMath.h"
 
@@ -75,8 +75,8 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   llvm::Value *square = builder.CreateFMul(r, r);
   // 1 is added last: r + r^2 (...) has at most 0.42 in magnitude, so its
   // rounding error stays a fraction of the result's ulp.
-  llvm::Value *mantissa = builder.CreateFAdd(
-      constant(x, 1.0), fma(builder, square, tail, r));
+  llvm::Value *mantissa =
+      builder.CreateFAdd(constant(x, 1.0), fma(builder, square, tail, r));
 
   llvm::Value *n = builder.CreateFPToSI(rounded, intType);
   llvm::Value *half = builder.CreateAShr(n, llvm::ConstantInt::get(intType, 1));
@@ -112,6 +112,40 @@ llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   llvm::Value *useSeries = builder.CreateFCmpOLT(magnitude, constant(x, 0.55));
   // NaN compares false above and flows through `large`.
   return builder.CreateSelect(useSeries, small, large);
+}
+
+// erf(x) = x + x Q(x^2) for |x| < 1, Q a least-squares fit of erf(x)/x - 1
+// in x^2 (relative error 1.4e-9), whose final fma rounds once. Above,
+// erf(x) = sign(x) (1 - e^{-x^2 + L(|x|)}) with L(x) = ln erfc(x) + x^2, a
+// fit in x - 2.5 over [1, 4] (absolute error 1.3e-8, so erfc's relative
+// error): erfc is at most 0.16 there, so its error reaches the result
+// scaled down; beyond 4, erf rounds to 1.
+llvm::Value *emitInlineErfF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
+  llvm::Value *magnitude =
+      builder.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
+  llvm::Value *correction = polynomial(
+      builder, builder.CreateFMul(x, x),
+      {0.12837916651005227, -0.37612628843325058, 0.11283612428243961,
+       -0.026854808537186109, 0.0051900535777675699, -0.00080243541280931863,
+       7.8982102051941561e-05});
+  llvm::Value *small = fma(builder, x, correction, x);
+
+  llvm::Value *clamped = builder.CreateIntrinsic(
+      llvm::Intrinsic::minnum, {x->getType()}, {magnitude, constant(x, 4.0)});
+  llvm::Value *logTail = polynomial(
+      builder, builder.CreateFSub(clamped, constant(x, 2.5)),
+      {-1.5568152770519277, -0.35268068107285561, 0.056106359727480237,
+       -0.010858517012641768, 0.0021651603097354311, -0.00042014456752748985,
+       7.7394425536975175e-05, -1.3309390388136886e-05,
+       1.6140616191373525e-06});
+  llvm::Value *complement = emitInlineExpF32(
+      builder, fma(builder, builder.CreateFNeg(clamped), clamped, logTail));
+  llvm::Value *large = builder.CreateIntrinsic(
+      llvm::Intrinsic::copysign, {x->getType()},
+      {builder.CreateFSub(constant(x, 1.0), complement), x});
+  llvm::Value *result = builder.CreateSelect(
+      builder.CreateFCmpOLT(magnitude, constant(x, 1.0)), small, large);
+  return builder.CreateSelect(builder.CreateFCmpUNO(x, x), x, result);
 }
 
 } // namespace kiln::backend

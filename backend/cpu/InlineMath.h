@@ -1,7 +1,7 @@
-// Float32 exp and tanh written as LLVM IR in the kernel itself (no call), so
-// that they vectorise, unroll and schedule with the code around them.
-// Accurate to about one ulp (exp) and two ulps (tanh) over all floats;
-// tests/py/backend/test_cpu_math.py measures both against float64.
+// Float32 exp, tanh and erf written as LLVM IR in the kernel itself (no call),
+// so that they vectorise, unroll and schedule with the code around them.
+// Accurate to about one ulp (exp, erf) and two ulps (tanh) over all floats;
+// tests/py/backend/test_cpu_math.py measures them against float64.
 // Depends on LLVM.
 #pragma once
 
@@ -17,5 +17,8 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x);
 
 /// tanh(x) for a float or a vector of floats.
 llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x);
+
+/// erf(x) for a float or a vector of floats.
+llvm::Value *emitInlineErfF32(llvm::IRBuilderBase &builder, llvm::Value *x);
 
 } // namespace kiln::backend

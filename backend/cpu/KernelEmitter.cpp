@@ -843,6 +843,8 @@ llvm::Value *KernelEmitter::emitUnary(UnaryOp op, llvm::Value *x, DType dtype) {
       return emitInlineExpF32(builder_, x);
     if (isFloat && op == UnaryOp::Tanh)
       return emitInlineTanhF32(builder_, x);
+    if (isFloat && op == UnaryOp::Erf)
+      return emitInlineErfF32(builder_, x);
     if (const char *name = mathFunctionName(op))
       return callMath(name, {x});
     switch (op) {

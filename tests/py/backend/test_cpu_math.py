@@ -1,4 +1,4 @@
-# Accuracy of the CPU backend's own math (inline float32 exp and tanh, and
+# Accuracy of the CPU backend's own math (inline float32 exp, tanh and erf, and
 # what is built on them) in units in the last place, against float64, over
 # a sample of all float32 bit patterns and a dense grid of the range where
 # results are finite and nonzero; NaNs and infinities must match eager's.
@@ -28,8 +28,8 @@ def ulps(actual, exact):
 
 
 @pytest.mark.parametrize("name,fn,bound", [
-    ("exp", torch.exp, 1.1), ("tanh", torch.tanh, 1.6),
-    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), None),
+    ("exp", torch.exp, 1.1), ("tanh", torch.tanh, 1.6), ("erf", torch.erf, 1.1),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), None), ("gelu", F.gelu, None),
     ("sigmoid", torch.sigmoid, None), ("silu", F.silu, None),
 ])
 def test_inline_math_accuracy(name, fn, bound):
