@@ -276,6 +276,21 @@ void defineGraphBindings(py::module_ &module) {
              "Threads kiln's CPU kernels use (default: KILN_NUM_THREADS, "
              "else the machine's cores).");
   module.def("num_threads", &backend::numThreads);
+  module.def(
+      "kernel_cache_info",
+      [] {
+        backend::KernelCacheStats stats = backend::kernelCacheStats();
+        py::dict info;
+        info["compiled"] = stats.compiled;
+        info["reused"] = stats.reused;
+        info["live"] = stats.live;
+        return info;
+      },
+      "The CPU kernel cache: kernels compiled, kernels that reused cached "
+      "code, and cached kernels whose code is loaded.");
+  module.def("clear_kernel_cache", &backend::clearKernelCache,
+             "Forgets the cached CPU kernels, so that the next compile starts "
+             "cold (code in use stays loaded).");
 }
 
 } // namespace kiln::python

@@ -1,5 +1,6 @@
-// The CPU backend's compile pipeline: emit every kernel into one module,
-// optimise it with the new pass manager, JIT it into the process-wide LLJIT
+// The CPU backend's compile pipeline: emit every kernel into one module, take
+// the code of kernels already compiled from the kernel cache, optimise the
+// rest with the new pass manager, JIT them into the process-wide LLJIT
 // under the program's own resource tracker, and run kernels on the pool.
 // Depends on backend/cpu/*.h, backend/LlvmTargets.h, ir/, LLVM.
 #include "backend/cpu/CpuBackend.h"
@@ -15,6 +16,7 @@
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/InstIterator.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -30,6 +32,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <unordered_map>
 
 namespace kiln::backend {
 namespace {
@@ -164,26 +167,96 @@ std::string assemblyOf(const llvm::Module &module,
 
 using KernelFunction = void (*)(char *const *, int64_t, int64_t);
 
+/// Machine code in the JIT: removed when the last program using it goes.
+struct LoadedCode {
+  llvm::orc::ResourceTrackerSP tracker;
+  ~LoadedCode() {
+    if (tracker)
+      llvm::consumeError(tracker->remove());
+  }
+};
+
+struct KernelCache {
+  struct Entry {
+    std::weak_ptr<LoadedCode> code;
+    KernelFunction function = nullptr;
+  };
+  std::mutex mutex;
+  std::unordered_map<std::string, Entry> entries;
+  KernelCacheStats stats;
+};
+
+KernelCache &kernelCache() {
+  static KernelCache *cache = new KernelCache(); // outlives every program
+  return *cache;
+}
+
+/// The key of a kernel: its function's LLVM IR before optimisation, under
+/// one name. The IR is all its code depends on (the host is the process's).
+std::string kernelKey(llvm::Function &function) {
+  std::string name = function.getName().str();
+  function.setName("kiln_kernel");
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  function.print(stream);
+  function.setName(name);
+  // The define line names its attributes by a module-wide group number:
+  // spell them out instead.
+  size_t lineEnd = text.find('\n', text.find("define "));
+  size_t group = text.rfind(" #", lineEnd);
+  if (lineEnd != std::string::npos && group != std::string::npos &&
+      group > text.find("define "))
+    text.replace(group, text.find(" {", group) - group,
+                 " " + function.getAttributes().getAsString(
+                           llvm::AttributeList::FunctionIndex));
+  // Metadata prints as slot numbers: add what each attachment holds.
+  llvm::SmallVector<std::pair<unsigned, llvm::MDNode *>, 4> attached;
+  for (llvm::Instruction &instruction : llvm::instructions(function)) {
+    instruction.getAllMetadata(attached);
+    for (const auto &[kind, node] : attached) {
+      stream << kind << ' ';
+      node->print(stream, function.getParent());
+      stream << '\n';
+    }
+  }
+  return text;
+}
+
 struct CompiledKernel {
   KernelFunction function = nullptr;
   std::vector<int64_t> outerRanges;
-  int64_t work = 0;      // elements the kernel touches, roughly
-  int64_t alignment = 1; // chunk boundaries on the first outer range
+  int64_t work = 0;             // elements the kernel touches, roughly
+  int64_t alignment = 1;        // chunk boundaries on the first outer range
+  std::vector<int64_t> buffers; // the program buffer of each argument slot
 };
 
 } // namespace
 
 struct CpuProgram::Impl {
-  llvm::orc::ResourceTrackerSP tracker;
+  // Its own code and the cached code it shares.
+  std::vector<std::shared_ptr<LoadedCode>> code;
   std::vector<std::optional<CompiledKernel>> kernels; // by step
   double compileMilliseconds = 0;
 };
 
 CpuProgram::CpuProgram() : impl_(std::make_unique<Impl>()) {}
 
-CpuProgram::~CpuProgram() {
-  if (impl_->tracker)
-    llvm::consumeError(impl_->tracker->remove());
+CpuProgram::~CpuProgram() = default;
+
+KernelCacheStats kernelCacheStats() {
+  KernelCache &cache = kernelCache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  KernelCacheStats stats = cache.stats;
+  stats.live = 0;
+  for (const auto &[key, entry] : cache.entries)
+    stats.live += entry.code.expired() ? 0 : 1;
+  return stats;
+}
+
+void clearKernelCache() {
+  KernelCache &cache = kernelCache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.entries.clear();
 }
 
 double CpuProgram::compileMilliseconds() const {
@@ -203,6 +276,13 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
   module->setDataLayout(shared.jit->getDataLayout());
   module->setTargetTriple(shared.jit->getTargetTriple().str());
 
+  // IR logs show every kernel, so they bypass the cache.
+  bool cached =
+      !logEnabled("llvm") && !logEnabled("llvm_opt") && !logEnabled("asm");
+  KernelCache &cache = kernelCache();
+  std::unordered_map<std::string, size_t> firstStepOf; // key -> step
+  std::vector<std::string> keys(program.steps.size());
+  std::vector<size_t> sameAs(program.steps.size()); // step compiling its code
   std::vector<std::string> names(program.steps.size());
   result->impl_->kernels.resize(program.steps.size());
   for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
@@ -216,6 +296,7 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
                                        names[stepIndex], shared.host, math);
     CompiledKernel compiled;
     compiled.outerRanges = kernel.outerRanges;
+    compiled.buffers = emitted.buffers;
     int64_t outerPoints = 1;
     for (int64_t range : kernel.outerRanges)
       outerPoints *= std::max<int64_t>(range, 0);
@@ -230,38 +311,79 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
     if (emitted.strategy == VectorStrategy::Outer &&
         kernel.outerRanges.size() == 1)
       compiled.alignment = emitted.lanes * emitted.unroll;
+    sameAs[stepIndex] = stepIndex;
+    if (cached) {
+      std::string key = kernelKey(*emitted.function);
+      auto found = firstStepOf.find(key);
+      std::shared_ptr<LoadedCode> code;
+      KernelFunction function = nullptr;
+      if (found == firstStepOf.end()) {
+        std::lock_guard<std::mutex> lock(cache.mutex);
+        auto entry = cache.entries.find(key);
+        if (entry != cache.entries.end()) {
+          code = entry->second.code.lock();
+          function = entry->second.function;
+        }
+      }
+      if (found != firstStepOf.end() || code) {
+        emitted.function->eraseFromParent();
+        if (code) {
+          result->impl_->code.push_back(std::move(code));
+          compiled.function = function;
+        } else {
+          sameAs[stepIndex] = found->second;
+        }
+        std::lock_guard<std::mutex> lock(cache.mutex);
+        ++cache.stats.reused;
+      } else {
+        firstStepOf.emplace(key, stepIndex);
+        keys[stepIndex] = std::move(key);
+      }
+    }
     result->impl_->kernels[stepIndex] = compiled;
   }
+  auto ownCode = std::make_shared<LoadedCode>();
+  if (!firstStepOf.empty() || !cached) {
+    if (logEnabled("llvm"))
+      logArtifact("llvm", moduleText(*module));
+    std::string problems;
+    llvm::raw_string_ostream problemStream(problems);
+    if (llvm::verifyModule(*module, &problemStream))
+      throw Error("the CPU code generator made invalid LLVM IR: " + problems);
+    {
+      std::lock_guard<std::mutex> lock(shared.machineMutex);
+      optimise(*module, *shared.machine);
+      if (logEnabled("llvm_opt"))
+        logArtifact("llvm_opt", moduleText(*module));
+      if (logEnabled("asm"))
+        logArtifact("asm", assemblyOf(*module, *shared.machine));
+    }
 
-  if (logEnabled("llvm"))
-    logArtifact("llvm", moduleText(*module));
-  std::string problems;
-  llvm::raw_string_ostream problemStream(problems);
-  if (llvm::verifyModule(*module, &problemStream))
-    throw Error("the CPU code generator made invalid LLVM IR: " + problems);
-  {
-    std::lock_guard<std::mutex> lock(shared.machineMutex);
-    optimise(*module, *shared.machine);
-    if (logEnabled("llvm_opt"))
-      logArtifact("llvm_opt", moduleText(*module));
-    if (logEnabled("asm"))
-      logArtifact("asm", assemblyOf(*module, *shared.machine));
-  }
-
-  llvm::orc::JITDylib &dylib = shared.jit->getMainJITDylib();
-  result->impl_->tracker = dylib.createResourceTracker();
-  checkLlvm(shared.jit->addIRModule(result->impl_->tracker,
-                                    llvm::orc::ThreadSafeModule(
+    llvm::orc::JITDylib &dylib = shared.jit->getMainJITDylib();
+    ownCode->tracker = dylib.createResourceTracker();
+    checkLlvm(shared.jit->addIRModule(
+                  ownCode->tracker, llvm::orc::ThreadSafeModule(
                                         std::move(module), std::move(context))),
-            "cannot add the program's module to the JIT");
-  for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
-    if (!result->impl_->kernels[stepIndex])
-      continue;
-    auto address = unwrapLlvm(shared.jit->lookup(dylib, names[stepIndex]),
-                              "cannot JIT-compile a kernel");
-    result->impl_->kernels[stepIndex]->function =
-        address.toPtr<KernelFunction>();
+              "cannot add the program's module to the JIT");
+    result->impl_->code.push_back(ownCode);
+    for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
+      std::optional<CompiledKernel> &kernel = result->impl_->kernels[stepIndex];
+      if (!kernel || kernel->function || sameAs[stepIndex] != stepIndex)
+        continue;
+      auto address = unwrapLlvm(shared.jit->lookup(dylib, names[stepIndex]),
+                                "cannot JIT-compile a kernel");
+      kernel->function = address.toPtr<KernelFunction>();
+      if (!cached)
+        continue;
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      cache.entries[keys[stepIndex]] = {ownCode, kernel->function};
+      ++cache.stats.compiled;
+    }
   }
+  for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex)
+    if (result->impl_->kernels[stepIndex] && sameAs[stepIndex] != stepIndex)
+      result->impl_->kernels[stepIndex]->function =
+          result->impl_->kernels[sameAs[stepIndex]]->function;
   result->impl_->compileMilliseconds =
       std::chrono::duration<double, std::milli>(
           std::chrono::steady_clock::now() - start)
@@ -269,11 +391,16 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
   return result;
 }
 
-void CpuProgram::runKernel(size_t stepIndex, char *const *buffers) const {
+void CpuProgram::runKernel(size_t stepIndex,
+                           char *const *programBuffers) const {
   if (stepIndex >= impl_->kernels.size() || !impl_->kernels[stepIndex])
     throw Error("CpuProgram::runKernel: step " + std::to_string(stepIndex) +
                 " is not a kernel");
   const CompiledKernel &kernel = *impl_->kernels[stepIndex];
+  llvm::SmallVector<char *, 16> arguments;
+  for (int64_t buffer : kernel.buffers)
+    arguments.push_back(programBuffers[buffer]);
+  char *const *buffers = arguments.data();
   int64_t outer = kernel.outerRanges.empty() ? 1 : kernel.outerRanges[0];
   ThreadPool &pool = ThreadPool::instance();
   int threads = pool.threadCount();

@@ -13,8 +13,9 @@ namespace kiln::backend {
 /// when this object is.
 class CpuProgram {
 public:
-  /// Compiles every Kernel step of `program` (one LLVM module, optimised
-  /// with the new pass manager at O2-like level, JIT-compiled by ORC).
+  /// Compiles every Kernel step of `program` whose code is not cached (one
+  /// LLVM module, optimised with the new pass manager at O2-like level,
+  /// JIT-compiled by ORC).
   /// Throws kiln::Unsupported for what the codegen cannot do.
   static std::unique_ptr<CpuProgram> compile(const loop::Program &program);
   ~CpuProgram();
@@ -31,6 +32,20 @@ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// The process-wide cache of compiled kernels, keyed by their LLVM IR
+/// before optimisation: a program whose kernel has the same IR as a live
+/// program's (the layers of a model, a recompile for new guards) shares
+/// its machine code instead of compiling it again.
+struct KernelCacheStats {
+  int64_t compiled = 0; // kernels optimised and JIT-compiled
+  int64_t reused = 0;   // kernels that took existing code
+  int64_t live = 0;     // cached kernels whose code is still loaded
+};
+KernelCacheStats kernelCacheStats();
+/// Forgets every cached kernel (code in use stays loaded until its programs
+/// are freed), so that the next compile starts cold: for benchmarks.
+void clearKernelCache();
 
 /// The process-wide pool: persistent worker threads; thread count from
 /// KILN_NUM_THREADS, else std::thread::hardware_concurrency(); setNumThreads

@@ -178,6 +178,7 @@ private:
   llvm::Value *beginArgument_ = nullptr;
   llvm::Value *endArgument_ = nullptr;
   std::unordered_map<int64_t, llvm::Value *> bufferPointers_;
+  std::vector<int64_t> slots_; // the program buffer of each argument slot
 
   // The emission context.
   int64_t vectorVar_ = -1;
@@ -545,13 +546,16 @@ llvm::Value *KernelEmitter::bufferPointer(int64_t buffer) {
   auto found = bufferPointers_.find(buffer);
   if (found != bufferPointers_.end())
     return found->second;
+  // Slots in order of first use, named by slot: kernels of the same shape
+  // over different buffers have the same IR (and share cached code).
+  int64_t slot = static_cast<int64_t>(slots_.size());
+  slots_.push_back(buffer);
   llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
-  llvm::Value *slot = entryBuilder.CreateConstGEP1_64(
-      entryBuilder.getPtrTy(), function_->getArg(0), buffer);
   llvm::Value *pointer = entryBuilder.CreateLoad(
-      entryBuilder.getPtrTy(), slot,
-      program_.buffers.at(buffer).name.empty() ? "buffer"
-                                               : program_.buffers[buffer].name);
+      entryBuilder.getPtrTy(),
+      entryBuilder.CreateConstGEP1_64(entryBuilder.getPtrTy(),
+                                      function_->getArg(0), slot),
+      "buffer" + std::to_string(slot));
   bufferPointers_[buffer] = pointer;
   return pointer;
 }
@@ -1603,19 +1607,32 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
   bool innerVector = strategy_ == VectorStrategy::Inner && currentLanes_ == 1 &&
                      innerVectorLoop_[loopIndex];
   std::vector<Accumulator> pointAccs = makeAccumulators(loop, currentLanes_);
-  // One set of accumulators per vector width, widest first.
-  std::vector<int> widths;
-  if (innerVector)
-    widths = vectorWidths();
-  std::vector<std::vector<Accumulator>> vectorAccs;
-  for (int width : widths)
-    vectorAccs.push_back(makeAccumulators(loop, width));
   bool blocked = false;
   for (const loop::Reduction &reduction : loop.reductions)
     blocked = blocked || isFloatSum(reduction);
   int64_t firstVar = outerCount_;
   int64_t lastVar = outerCount_ + static_cast<int64_t>(depth) - 1;
   int64_t innermostRange = loop.ranges.back();
+  int64_t block = kSumBlockPerLane * (innerVector ? lanes_ * unroll_ : 1);
+  // Where every span is the whole innermost range, only the vector widths
+  // and the scalar tail that some point of it takes are emitted (a range of
+  // 64 is two wide steps and nothing else).
+  bool wholeSpans = !blocked || innermostRange <= block;
+  int64_t leftOver = innermostRange;
+  // One set of accumulators per vector width, widest first.
+  std::vector<int> widths;
+  if (innerVector) {
+    for (int width : vectorWidths()) {
+      if (wholeSpans && leftOver < width)
+        continue;
+      widths.push_back(width);
+      leftOver %= width;
+    }
+  }
+  bool scalarTail = !wholeSpans || leftOver > 0;
+  std::vector<std::vector<Accumulator>> vectorAccs;
+  for (int width : widths)
+    vectorAccs.push_back(makeAccumulators(loop, width));
 
   auto point = [&](std::vector<Accumulator> &accs, llvm::Value *first,
                    llvm::Value *position) {
@@ -1646,6 +1663,8 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
         leaveVector();
       });
     }
+    if (!scalarTail)
+      return;
     emitCountedLoop(split, end, 1, [&](llvm::Value *index) {
       vars_[lastVar] = index;
       llvm::Value *first = position(index);
@@ -1673,7 +1692,6 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
                outerPosition);
           return;
         }
-        int64_t block = kSumBlockPerLane * (innerVector ? lanes_ * unroll_ : 1);
         emitCountedLoop(
             builder_.getInt64(0), builder_.getInt64(innermostRange), block,
             [&](llvm::Value *blockStart) {
@@ -1930,7 +1948,7 @@ EmittedKernel KernelEmitter::emit(const std::string &name) {
   if (streamedStore_)
     builder_.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
   builder_.CreateRetVoid();
-  return {function_, strategy_, lanes_, unroll_};
+  return {function_, strategy_, lanes_, unroll_, slots_};
 }
 
 } // namespace

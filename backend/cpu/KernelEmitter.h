@@ -1,11 +1,14 @@
 // Turns one kernel of the loop IR into an LLVM function
 // `void name(char *const *buffers, int64_t begin, int64_t end)`, vectorised
-// for the host. Depends on ir/LoopIR.h, backend/cpu/MathLibrary.h and LLVM.
+// for the host; `buffers` holds the data pointers of the buffers it uses.
+// Depends on ir/LoopIR.h, backend/cpu/MathLibrary.h and LLVM.
 #pragma once
 
 #include "ir/LoopIR.h"
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace llvm {
 class Function;
@@ -38,6 +41,9 @@ struct EmittedKernel {
   VectorStrategy strategy = VectorStrategy::Scalar;
   int lanes = 1;
   int unroll = 1; // vectors one step of the vector loop covers
+  /// The program buffer whose data pointer each element of the function's
+  /// `buffers` argument is.
+  std::vector<int64_t> buffers;
 };
 
 /// Emits `kernel` into `module` as the function `name`. Throws
