@@ -36,6 +36,10 @@ def test_inline_math_accuracy(name, fn, bound):
     x = float32_samples()
     compiled = kiln.compile(fn, fullgraph=True)
     actual, expected = compiled(x), fn(x)
+    # Some eager builds make NaN of a number (torch 2.11's AVX-512 gelu(+inf));
+    # there the float64 result is the reference.
+    exact = fn(x.double())
+    expected = torch.where(expected.isnan() & ~exact.isnan(), exact.float(), expected)
     assert kiln.cache_info(compiled)["runners"][0].startswith("native")
     # Special values: the same NaNs, infinities and zeros as eager.
     assert torch.equal(actual.isnan(), expected.isnan())
@@ -43,6 +47,6 @@ def test_inline_math_accuracy(name, fn, bound):
     assert torch.equal(actual[actual.isinf()], expected[expected.isinf()])
     if bound is not None:
         assert torch.equal(actual == 0, expected == 0)
-        assert ulps(actual, fn(x.double())) <= bound
+        assert ulps(actual, exact) <= bound
     else:  # composites: as close to eager as eager's float32 tolerance
         torch.testing.assert_close(actual, expected, rtol=4e-6, atol=1e-6, equal_nan=True)
