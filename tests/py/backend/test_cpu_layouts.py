@@ -231,8 +231,10 @@ def test_softmax_computes_each_exp_once(capfd, monkeypatch):
         monkeypatch.delenv("KILN_LOGS")
     ir = capfd.readouterr().err
     assert "%carried = alloca float, i64 300" in ir
-    # Each vector width and the scalar tail store to it once.
-    assert ir.count("ptr %carried") >= 3 + 3
+    # The store loops of the widths that 300 takes (32 and 8 lanes and a
+    # tail of 4 with AVX2; 32 lanes and a tail of 12 with AVX-512) load what
+    # the sum loops stored: at least one vector width and the tail each way.
+    assert ir.count("ptr %carried") >= 2 + 2
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: str(d)[6:])
