@@ -81,6 +81,24 @@ loop::Kernel pointwise(TestProgram &test, int64_t size, int64_t out,
   return kernel;
 }
 
+/// `op` applied element by element to `a` and `b` (buffers of `dtype`) by a
+/// compiled kernel.
+template <typename T>
+std::vector<T> applyBinary(BinaryOp op, DType dtype, const std::vector<T> &a,
+                           const std::vector<T> &b) {
+  int64_t size = static_cast<int64_t>(a.size());
+  TestProgram test;
+  int64_t x = test.buffer(dtype, size), y = test.buffer(dtype, size);
+  int64_t out = test.buffer(dtype, size);
+  test.addKernel(pointwise(test, size, out,
+                           test.exprs().binary(op, test.load(x, test.var(0)),
+                                               test.load(y, test.var(0)))));
+  test.fill(x, a);
+  test.fill(y, b);
+  test.run();
+  return std::vector<T>(test.data<T>(out), test.data<T>(out) + size);
+}
+
 float roundToBFloat16(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, 4);
@@ -242,20 +260,10 @@ TEST(CpuIntegers, PythonDivisionSignsAndDivisionByZero) {
   const std::vector<int32_t> a = {
       7, -7, 7, -7, 0, 5, std::numeric_limits<int32_t>::min(), 9, -3};
   const std::vector<int32_t> b = {2, 2, -2, -2, 3, 0, -1, 0, 1};
-  int64_t size = static_cast<int64_t>(a.size());
   for (BinaryOp op :
        {BinaryOp::FloorDiv, BinaryOp::Mod, BinaryOp::Div, BinaryOp::Fmod}) {
-    TestProgram test;
-    int64_t x = test.buffer(DType::Int32, size),
-            y = test.buffer(DType::Int32, size);
-    int64_t out = test.buffer(DType::Int32, size);
-    test.addKernel(pointwise(test, size, out,
-                             test.exprs().binary(op, test.load(x, test.var(0)),
-                                                 test.load(y, test.var(0)))));
-    test.fill(x, a);
-    test.fill(y, b);
-    test.run();
-    for (int64_t i = 0; i < size; ++i) {
+    std::vector<int32_t> result = applyBinary(op, DType::Int32, a, b);
+    for (size_t i = 0; i < a.size(); ++i) {
       if (b[i] == 0)
         continue; // any value, as long as nothing traps
       int64_t quotient = static_cast<int64_t>(a[i]) / b[i];
@@ -266,7 +274,7 @@ TEST(CpuIntegers, PythonDivisionSignsAndDivisionByZero) {
                          : op == BinaryOp::FloorDiv
                              ? quotient - adjust
                              : remainder + (adjust ? b[i] : 0);
-      EXPECT_EQ(test.data<int32_t>(out)[i], static_cast<int32_t>(expected))
+      EXPECT_EQ(result[i], static_cast<int32_t>(expected))
           << loop::binaryOpName(op) << " " << a[i] << ", " << b[i];
     }
   }
@@ -277,20 +285,10 @@ TEST(CpuFloats, FloorDivModAndNanPropagatingMaxMin) {
                                 1.0f, 3.0f,  -0.0f, 2.0f};
   const std::vector<float> b = {2.0f, 2.0f, -2.0f, -2.0f,   1.0f,
                                 NAN,  3.0f, 1.0f,  INFINITY};
-  int64_t size = static_cast<int64_t>(a.size());
   for (BinaryOp op :
        {BinaryOp::FloorDiv, BinaryOp::Mod, BinaryOp::Max, BinaryOp::Min}) {
-    TestProgram test;
-    int64_t x = test.buffer(DType::Float32, size),
-            y = test.buffer(DType::Float32, size);
-    int64_t out = test.buffer(DType::Float32, size);
-    test.addKernel(pointwise(test, size, out,
-                             test.exprs().binary(op, test.load(x, test.var(0)),
-                                                 test.load(y, test.var(0)))));
-    test.fill(x, a);
-    test.fill(y, b);
-    test.run();
-    for (int64_t i = 0; i < size; ++i) {
+    std::vector<float> result = applyBinary(op, DType::Float32, a, b);
+    for (size_t i = 0; i < a.size(); ++i) {
       float expected;
       if (op == BinaryOp::FloorDiv) {
         expected = std::floor(a[i] / b[i]);
@@ -304,7 +302,7 @@ TEST(CpuFloats, FloorDivModAndNanPropagatingMaxMin) {
         expected =
             op == BinaryOp::Max ? std::max(a[i], b[i]) : std::min(a[i], b[i]);
       }
-      float actual = test.data<float>(out)[i];
+      float actual = result[i];
       if (std::isnan(expected))
         EXPECT_TRUE(std::isnan(actual)) << loop::binaryOpName(op) << " " << i;
       else
