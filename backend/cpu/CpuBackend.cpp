@@ -342,8 +342,8 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
     }
     result->impl_->kernels[stepIndex] = compiled;
   }
-  auto ownCode = std::make_shared<LoadedCode>();
   if (!firstStepOf.empty() || !cached) {
+    auto ownCode = std::make_shared<LoadedCode>();
     if (logEnabled("llvm"))
       logArtifact("llvm", moduleText(*module));
     std::string problems;

@@ -1316,8 +1316,7 @@ llvm::Value *KernelEmitter::emitAlignmentPeel(size_t level, llvm::Value *start,
           builder_.CreateAnd(address, builder_.getInt64(size - 1)),
           builder_.getInt64(0)),
       builder_.CreateUDiv(toBoundary, builder_.getInt64(size)), count);
-  peel =
-      builder_.CreateSelect(builder_.CreateICmpSLT(peel, count), peel, count);
+  peel = builder_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, peel, count);
   llvm::Value *aligned = builder_.CreateAdd(start, peel);
   emitCountedLoop(start, aligned, 1, [&](llvm::Value *position) {
     vars_[level] = position;
