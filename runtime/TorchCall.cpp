@@ -105,6 +105,16 @@ TorchCall::TorchCall(const Node &node,
     keywordValues.push_back(operandForArgument(actual, tensorOperand));
     keywordNames.push_back(formal.name);
   }
+  // Nor trailing positional ones: the call takes the form the op's Python
+  // binding documents, which torch's deprecated signatures (a Scalar moved
+  // in front, as in `add(input, alpha, other)`) never take.
+  for (size_t i = arguments_.size(); i > 0; --i) {
+    const SchemaArgument &formal = schema.arguments[i - 1];
+    if (formal.kwargOnly || !formal.defaultValue ||
+        !(*formal.defaultValue == node.arguments()[i - 1]))
+      break;
+    arguments_.pop_back();
+  }
   positionalCount_ = arguments_.size();
   for (CallOperand &value : keywordValues)
     arguments_.push_back(std::move(value));
@@ -114,6 +124,16 @@ TorchCall::TorchCall(const Node &node,
       keywordNames_[i] = py::str(keywordNames[i]);
   }
   singleResult_ = schema.returns.size() == 1 && !schema.returns[0].type.isList;
+  if (schema.name.rfind("aten::", 0) == 0 && !schema.isMutable()) {
+    py::object binding =
+        py::module_::import("kiln._ops")
+            .attr("generated_binding")(
+                schema.name.substr(6),
+                schema.overload.empty() ? "default" : schema.overload,
+                positionalCount_, keywordNames_ ? keywordNames_ : py::tuple());
+    if (!binding.is_none())
+      binding_ = std::move(binding);
+  }
 }
 
 void TorchCall::raiseWithOrigin() const {
@@ -183,10 +203,23 @@ void TorchCall::run(std::vector<py::object> &slots,
   }
   for (size_t i = 0; i < arguments_.size(); ++i)
     arguments[i + 1] = resolveOperand(arguments_[i], slots, lists);
-  PyObject *result =
-      PyObject_Vectorcall(callable_.ptr(), arguments + 1,
-                          positionalCount_ | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                          keywordNames_ ? keywordNames_.ptr() : nullptr);
+  auto call = [&](const py::object &callable) {
+    return PyObject_Vectorcall(callable.ptr(), arguments + 1,
+                               positionalCount_ |
+                                   PY_VECTORCALL_ARGUMENTS_OFFSET,
+                               keywordNames_ ? keywordNames_.ptr() : nullptr);
+  };
+  PyObject *result = nullptr;
+  if (binding_) {
+    result = call(binding_);
+    // The binding's parser may still refuse an argument the boxed call
+    // converts (or pick a named-tensor signature): the op is functional,
+    // so the boxed call can run it again from the start.
+    if (!result)
+      PyErr_Clear();
+  }
+  if (!result)
+    result = call(callable_);
   if (!result)
     raiseWithOrigin();
   py::object owned = py::reinterpret_steal<py::object>(result);

@@ -43,7 +43,10 @@ public:
 private:
   [[noreturn]] void raiseWithOrigin() const;
 
-  py::object callable_;
+  py::object callable_; // the OpOverload's boxed entry
+  /// torch's generated Python binding where it can only mean this overload
+  /// (kiln._ops.generated_binding): a faster call, tried first.
+  py::object binding_;
   std::vector<CallOperand> arguments_;
   py::tuple keywordNames_; // empty when every argument is positional
   size_t positionalCount_ = 0;

@@ -3,6 +3,7 @@
 # multi-result ops, None and number outputs, non-contiguous inputs; errors
 # name the node; nothing crashes the interpreter.
 import gc
+import warnings
 import weakref
 
 import pytest
@@ -283,3 +284,57 @@ def test_values_outlive_their_python_graph_handle():
     gc.collect()
     assert x.name == "x" and x.shape == [2, 2] and x.dtype == torch.float32
     assert repr(x) == "<kiln value %x: f32[2, 2]>"
+
+
+def test_generated_bindings_only_where_the_call_has_one_meaning():
+    from kiln._ops import generated_binding
+
+    # addmm's other overloads take an out_dtype or write to out=.
+    assert generated_binding("addmm", "default", 3, ()) is torch.addmm
+    assert generated_binding("add", "Tensor", 2, ("alpha",)) is torch.add
+    # add(x, 0.5) binds to add.Tensor in Python: add.Scalar stays boxed.
+    assert generated_binding("add", "Scalar", 2, ()) is None
+    # A method-only op binds to the Tensor method.
+    assert generated_binding("expand", "default", 2, ()) is not None
+    # In-place ops are never taken.
+    assert generated_binding("add_", "Tensor", 2, ()) is None
+
+
+def test_scalar_overloads_never_reach_deprecated_signatures():
+    # add.Scalar with alpha at its default is called as add(x, 0.5): were
+    # alpha passed too, torch's deprecated add(input, alpha, other) would
+    # take it (with a warning, an error here).
+    graph = _C.Graph()
+    x = graph.add_input(torch.empty(3, 4), name="x")
+    y = graph.add_input(torch.empty(3, 4), name="y")
+    scaled = graph.add_op("aten::add.Tensor", x, y, alpha=3)
+    shifted = graph.add_op("aten::add.Scalar", scaled, 0.5)
+    w = graph.add_input(torch.empty(4, 4), name="w")
+    product = graph.add_op("aten::addmm", y, x, graph.add_op("aten::t", w))
+    graph.set_outputs([shifted, product])
+    a, b, c = torch.randn(3, 4), torch.randn(3, 4), torch.randn(4, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = _C.EagerRunner(graph)(a, b, c)
+    assert_close(out[0], a + 3 * b + 0.5)
+    assert_close(out[1], torch.addmm(b, a, c.t()))
+
+
+def test_a_binding_that_refuses_its_arguments_falls_back_to_the_boxed_call(
+        monkeypatch):
+    import kiln._ops
+
+    calls = []
+
+    def refusing(*args, **kwargs):
+        calls.append(args)
+        raise TypeError("refused")
+
+    monkeypatch.setattr(kiln._ops, "generated_binding",
+                        lambda *args: refusing)
+    graph = _C.Graph()
+    x = graph.add_input(torch.empty(3, 4), name="x")
+    graph.set_outputs([graph.add_op("aten::relu", x)])
+    a = torch.randn(3, 4)
+    assert_close(_C.EagerRunner(graph)(a)[0], a.relu())
+    assert len(calls) == 1
