@@ -224,7 +224,7 @@ std::string kernelKey(llvm::Function &function) {
 
 struct CompiledKernel {
   KernelFunction function = nullptr;
-  std::vector<int64_t> outerRanges;
+  int64_t parallelRange = 1;    // the [begin, end) the function takes
   int64_t work = 0;             // elements the kernel touches, roughly
   int64_t alignment = 1;        // chunk boundaries on the first outer range
   std::vector<int64_t> buffers; // the program buffer of each argument slot
@@ -295,7 +295,8 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
     EmittedKernel emitted = emitKernel(*module, program, kernel,
                                        names[stepIndex], shared.host, math);
     CompiledKernel compiled;
-    compiled.outerRanges = kernel.outerRanges;
+    for (size_t level = 0; level < emitted.parallelDepth; ++level)
+      compiled.parallelRange *= kernel.outerRanges[level];
     compiled.buffers = emitted.buffers;
     int64_t outerPoints = 1;
     for (int64_t range : kernel.outerRanges)
@@ -401,7 +402,7 @@ void CpuProgram::runKernel(size_t stepIndex,
   for (int64_t buffer : kernel.buffers)
     arguments.push_back(programBuffers[buffer]);
   char *const *buffers = arguments.data();
-  int64_t outer = kernel.outerRanges.empty() ? 1 : kernel.outerRanges[0];
+  int64_t outer = kernel.parallelRange;
   ThreadPool &pool = ThreadPool::instance();
   int threads = pool.threadCount();
   constexpr int64_t kInlineWork = 32768;

@@ -73,6 +73,7 @@ private:
   // Planning.
   void chooseStrategy();
   void planStreaming();
+  void planParallel();
 
   // Types and constants.
   llvm::Type *computeType(DType dtype);
@@ -146,6 +147,8 @@ private:
   int64_t outerCount_;
 
   VectorStrategy strategy_ = VectorStrategy::Scalar;
+  /// Leading outer loops that the [begin, end) arguments flatten.
+  size_t parallelDepth_ = 0;
   int lanes_ = 1;
   // Vector registers one step of a vector loop covers: independent
   // accumulators and more loads in flight, before a loop of single vectors
@@ -1258,9 +1261,37 @@ llvm::Value *vectorEnd(llvm::IRBuilder<> &builder, llvm::Value *start,
   return builder.CreateAdd(start, whole);
 }
 
+// How many leading outer loops the [begin, end) arguments range over, as
+// one flat loop: enough that the thread pool has chunks to share out even
+// where the first loop is short (attention's batch of 2). The vectorised
+// outer loop stays a loop of its own.
+void KernelEmitter::planParallel() {
+  constexpr int64_t kParallelPoints = 256;
+  const std::vector<int64_t> &ranges = kernel_.outerRanges;
+  size_t limit = ranges.size();
+  if (strategy_ == VectorStrategy::Outer && limit > 0)
+    --limit;
+  parallelDepth_ = std::min<size_t>(ranges.size(), 1);
+  int64_t points = ranges.empty() ? 1 : ranges[0];
+  while (parallelDepth_ < limit && points < kParallelPoints)
+    points *= ranges[parallelDepth_++];
+}
+
 void KernelEmitter::emitOuter(size_t level) {
   if (level == kernel_.outerRanges.size()) {
     emitPoint();
+    return;
+  }
+  if (level == 0 && parallelDepth_ > 1) {
+    emitCountedLoop(beginArgument_, endArgument_, 1, [&](llvm::Value *flat) {
+      for (size_t inner = parallelDepth_ - 1; inner > 0; --inner) {
+        llvm::Value *range = builder_.getInt64(kernel_.outerRanges[inner]);
+        vars_[inner] = builder_.CreateURem(flat, range);
+        flat = builder_.CreateUDiv(flat, range);
+      }
+      vars_[0] = flat;
+      emitOuter(parallelDepth_);
+    });
     return;
   }
   llvm::Value *start = level == 0 ? beginArgument_ : builder_.getInt64(0);
@@ -1941,13 +1972,14 @@ EmittedKernel KernelEmitter::emit(const std::string &name) {
   scopes_.assign(1, Scope());
   planCarried();
   planStreaming();
+  planParallel();
   emitOuter(0);
   // Non-temporal stores are weakly ordered: fence them before the thread
   // that waits for this one reads the output.
   if (streamedStore_)
     builder_.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
   builder_.CreateRetVoid();
-  return {function_, strategy_, lanes_, unroll_, slots_};
+  return {function_, strategy_, lanes_, unroll_, slots_, parallelDepth_};
 }
 
 } // namespace

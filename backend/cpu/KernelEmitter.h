@@ -44,6 +44,9 @@ struct EmittedKernel {
   /// The program buffer whose data pointer each element of the function's
   /// `buffers` argument is.
   std::vector<int64_t> buffers;
+  /// The function's [begin, end) arguments range over the first
+  /// `parallelDepth` outer loops flattened (row-major); 0 without any.
+  size_t parallelDepth = 0;
 };
 
 /// Emits `kernel` into `module` as the function `name`. Throws

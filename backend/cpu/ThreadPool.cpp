@@ -177,7 +177,9 @@ void ThreadPool::run(int64_t chunkCount,
   if (state.sleepers.load() > 0) {
     // The lock orders this notification after a sleeper's last look at
     // the generation.
-    { std::lock_guard<std::mutex> lock(state.mutex); }
+    {
+      std::lock_guard<std::mutex> lock(state.mutex);
+    }
     state.wake.notify_all();
   }
   state.runChunks();

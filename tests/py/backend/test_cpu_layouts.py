@@ -180,6 +180,23 @@ def test_large_pointwise_uses_threads_and_matches():
     assert_close(fn(x), torch.tanh(x) * x + 1)
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 40, 129), (3, 100, 77), (1, 1, 5000, 33)])
+def test_kernels_whose_first_loop_is_short_split_over_several(shape):
+    # Leading outer loops are flattened into the range the thread pool
+    # splits: every point of each must still be computed exactly once.
+    def f(x, y):
+        return torch.softmax(x, -1) + y.sum(-1, keepdim=True), (x * y).amax(-2)
+
+    threads = kiln._C.num_threads()
+    kiln._C.set_num_threads(3)
+    try:
+        x, y = torch.randn(shape), torch.randn(shape).transpose(-1, -2).contiguous().transpose(-1, -2)
+        for got, want in zip(kiln.compile(f)(x, y), f(x, y)):
+            assert_close(got, want)
+    finally:
+        kiln._C.set_num_threads(threads)
+
+
 def test_mutation_inside_the_graph_is_seen_by_later_reads():
     def f(x):
         y = x * 2
