@@ -25,6 +25,10 @@ compileGraphForCpu(std::shared_ptr<const Graph> graph) {
   fuseKernels(program);
   chooseLoopOrder(program);
   simplifyIndices(program); // coalesced and dropped loops change the ranges
+  // Kernels whose domains only now agree (a reduction over [2, 8, 256]
+  // coalesced to [16, 256], and its epilogue over a [16, 256, 256] view)
+  // fuse on the second try.
+  fuseKernels(program);
   planMemory(program);
   if (logEnabled("schedule"))
     logArtifact("schedule", scheduleSummary(program));

@@ -60,6 +60,14 @@ public:
       if (simplified && simplified != node)
         replacements_[node] = simplified;
     }
+    // Then sums, outer ones after the sums inside them.
+    for (const Expr *node : order) {
+      if (node->kind() != ExprKind::Binary ||
+          node->binaryOp() != BinaryOp::Add || node->dtype() != DType::Int64)
+        continue;
+      if (const Expr *combined = recombine(exprs_.replace(node, replacements_)))
+        replacements_[node] = combined;
+    }
     return replacements_.empty() ? root : exprs_.replace(root, replacements_);
   }
 
@@ -92,6 +100,66 @@ private:
       }
     }
     terms.push_back({expr, scale});
+  }
+
+  static bool isDivision(const Expr *expr, BinaryOp op) {
+    return expr->kind() == ExprKind::Binary && expr->binaryOp() == op &&
+           expr->operand(1)->isConstant() && expr->operand(1)->integer() > 0;
+  }
+
+  // A sum in which c*k*floordiv(x, c) and k*mod(x, c) both appear, with x
+  // put back in their place (x = c*floordiv(x, c) + mod(x, c) for any
+  // integer x): a view's reshape of a reshape, such as
+  // floordiv(v0, 8)*2048 + mod(v0, 8)*256 + v1, is v0*256 + v1 again.
+  // nullptr when there is no such pair.
+  const Expr *recombine(const Expr *sum) {
+    std::vector<Term> terms;
+    int64_t constant = 0;
+    decompose(sum, 1, terms, constant);
+    bool changed = false;
+    for (bool found = true; found;) {
+      found = false;
+      for (size_t i = 0; i < terms.size() && !found; ++i) {
+        const Expr *quotient = terms[i].atom;
+        if (!isDivision(quotient, BinaryOp::FloorDiv))
+          continue;
+        int64_t divisor = quotient->operand(1)->integer();
+        for (size_t j = 0; j < terms.size() && !found; ++j) {
+          const Expr *remainder = terms[j].atom;
+          if (!isDivision(remainder, BinaryOp::Mod) ||
+              remainder->operand(0) != quotient->operand(0) ||
+              remainder->operand(1)->integer() != divisor ||
+              terms[i].coefficient != terms[j].coefficient * divisor)
+            continue;
+          std::vector<Term> whole;
+          decompose(quotient->operand(0), terms[j].coefficient, whole,
+                    constant);
+          size_t at = std::min(i, j);
+          terms.erase(terms.begin() + std::max(i, j));
+          terms.erase(terms.begin() + at);
+          terms.insert(terms.begin() + at, whole.begin(), whole.end());
+          found = changed = true;
+        }
+      }
+    }
+    if (!changed)
+      return nullptr;
+    // Like atoms add up; those that cancel go.
+    std::vector<Term> merged;
+    for (const Term &term : terms) {
+      auto same =
+          std::find_if(merged.begin(), merged.end(),
+                       [&](const Term &m) { return m.atom == term.atom; });
+      if (same == merged.end())
+        merged.push_back(term);
+      else
+        same->coefficient += term.coefficient;
+    }
+    merged.erase(
+        std::remove_if(merged.begin(), merged.end(),
+                       [](const Term &t) { return t.coefficient == 0; }),
+        merged.end());
+    return build(merged, constant);
   }
 
   std::optional<Interval> rangeOf(const Expr *expr) {

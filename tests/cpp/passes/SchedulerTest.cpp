@@ -222,3 +222,36 @@ TEST(Scheduler, IndexSimplificationUsesVariableRanges) {
   EXPECT_EQ(stores[3].index, e.floorDiv(v0, 8));
   EXPECT_FALSE(loop::affineCoefficient(stores[4].index, 2).has_value());
 }
+
+TEST(Scheduler, IndexSimplificationRecombinesQuotientAndRemainder) {
+  loop::Program program;
+  loop::ExprContext &e = *program.exprs;
+  const loop::Expr *v0 = e.var(0), *v1 = e.var(1);
+  // A [16, 256] buffer read through a [2, 8, 256] view of it:
+  // floordiv(v0, 8)*2048 + mod(v0, 8)*256 + v1 is v0*256 + v1.
+  auto viewed = [&](int64_t scale) {
+    return e.add(
+        e.add(e.mul(e.floorDiv(v0, 8), e.integer(2048 * scale)),
+              e.mul(e.mod(v0, 8), e.integer(256 * scale))),
+        v1);
+  };
+  loop::Kernel kernel;
+  kernel.outerRanges = {16, 256};
+  loop::Loop body;
+  auto store = [&](const loop::Expr *index) {
+    body.stores.push_back({0, index, e.cast(index, DType::Float32)});
+  };
+  store(viewed(1));
+  // Coefficients that do not pair up stay as they are.
+  store(e.add(e.add(e.mul(e.floorDiv(v0, 8), e.integer(1000)),
+                    e.mul(e.mod(v0, 8), e.integer(256))),
+              v1));
+  kernel.loops.push_back(body);
+  loop::Step step;
+  step.kernel = kernel;
+  program.steps.push_back(step);
+  simplifyIndices(program);
+  const auto &stores = program.steps[0].kernel.loops[0].stores;
+  EXPECT_EQ(stores[0].index, e.add(e.mul(v0, e.integer(256)), v1));
+  EXPECT_FALSE(loop::affineCoefficient(stores[1].index, 0).has_value());
+}

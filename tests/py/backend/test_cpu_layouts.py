@@ -160,6 +160,19 @@ def test_fusion_as_a_user_sees_it():
     norm = kiln.compile(lambda x, w: F.layer_norm(x, (256,), w, w) * 2)
     norm(x, w)
     assert kernels_of(norm) == (1, 0)
+    # Attention's masked softmax: its reductions run over [batch*heads,
+    # rows] once loops coalesce, and its normalising store over the
+    # [batch*heads, rows, cols] view the second bmm reads; one kernel.
+    mask = torch.ones(32, 32, dtype=torch.bool).tril()
+
+    def attention(q, k, v):
+        scores = (q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores / 4.0, -1) @ v
+
+    q, k, v = (torch.randn(2, 4, 32, 16) for _ in range(3))
+    compiled = kiln.compile(attention)
+    assert_close(compiled(q, k, v), attention(q, k, v))
+    assert kernels_of(compiled) == (1, 2)
 
 
 def test_outputs_alias_like_eager():
