@@ -273,9 +273,13 @@ void defineGraphBindings(py::module_ &module) {
                              "Milliseconds from graph to machine code.");
 
   module.def("set_num_threads", &backend::setNumThreads, "count"_a,
-             "Threads kiln's CPU kernels use (default: KILN_NUM_THREADS, "
-             "else the machine's cores).");
+             "Threads kiln's CPU kernels use; 0 returns to the default "
+             "(KILN_NUM_THREADS, else torch's OpenMP thread count, else the "
+             "machine's cores).");
   module.def("num_threads", &backend::numThreads);
+  module.def("threads_use_openmp", &backend::threadsUseOpenMp,
+             "Whether kernels run on the process's OpenMP thread team "
+             "(torch's) rather than kiln's own workers.");
   module.def(
       "kernel_cache_info",
       [] {

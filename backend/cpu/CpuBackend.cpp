@@ -427,4 +427,6 @@ void setNumThreads(int count) { ThreadPool::instance().setThreadCount(count); }
 
 int numThreads() { return ThreadPool::instance().threadCount(); }
 
+bool threadsUseOpenMp() { return ThreadPool::instance().usesOpenMp(); }
+
 } // namespace kiln::backend

@@ -47,10 +47,12 @@ KernelCacheStats kernelCacheStats();
 /// are freed), so that the next compile starts cold: for benchmarks.
 void clearKernelCache();
 
-/// The process-wide pool: persistent worker threads; thread count from
-/// KILN_NUM_THREADS, else std::thread::hardware_concurrency(); setNumThreads
-/// for tests/benchmarks.
+/// The threads kernels run on (backend/cpu/ThreadPool.h): torch's OpenMP
+/// team where it is loaded, with OpenMP's thread count unless
+/// KILN_NUM_THREADS or setNumThreads sets kiln's own; setNumThreads(0)
+/// returns to the default.
 void setNumThreads(int count);
 int numThreads();
+bool threadsUseOpenMp();
 
 } // namespace kiln::backend

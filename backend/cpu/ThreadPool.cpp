@@ -1,15 +1,22 @@
-// The process-wide pool of worker threads for CPU kernels. A job is
-// published through an atomic generation counter; workers take its chunks
-// from an atomic counter. Between jobs a worker spins for a short while
-// before it sleeps on a condition variable, so that the kernels of one
-// graph, which follow each other within microseconds, start without a
-// wake-up through the kernel. Depends on backend/cpu/ThreadPool.h.
+// The process-wide pool of threads for CPU kernels. Where the process has
+// an OpenMP runtime loaded (torch's), kernels run on its thread team, as
+// torch's own operators and Inductor's kernels do: a second pool of busy
+// threads would compete for the cores with OpenMP's, which spin for
+// milliseconds after each parallel region. Otherwise kiln keeps its own
+// workers: a job is published through an atomic generation counter and its
+// chunks taken from an atomic counter; between jobs a worker spins for a
+// short while before it sleeps on a condition variable, so that the kernels
+// of one graph start without a wake-up through the kernel.
+// Depends on backend/cpu/ThreadPool.h and libdl.
 #include "backend/cpu/ThreadPool.h"
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <link.h>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -123,15 +130,80 @@ struct ThreadPool::State {
 
 namespace {
 
-int defaultThreadCount() {
+/// The entry points kiln needs of a loaded OpenMP runtime (GNU libgomp's
+/// ABI, which LLVM's and Intel's runtimes export as well).
+struct HostOpenMp {
+  void (*parallel)(void (*)(void *), void *, unsigned, unsigned) = nullptr;
+  int (*maxThreads)() = nullptr;
+};
+
+// A loaded library whose file name names an OpenMP runtime, opened again
+// (without loading anything) to look its symbols up.
+int findOpenMpLibrary(struct dl_phdr_info *info, size_t, void *out) {
+  const char *name = info->dlpi_name;
+  if (!name || (!std::strstr(name, "libgomp") &&
+                !std::strstr(name, "libiomp") && !std::strstr(name, "libomp")))
+    return 0;
+  *static_cast<void **>(out) = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+  return *static_cast<void **>(out) ? 1 : 0;
+}
+
+/// The process's OpenMP runtime, looked up once; empty where none is
+/// loaded or KILN_OPENMP=0 asks for kiln's own workers.
+const HostOpenMp &hostOpenMp() {
+  static const HostOpenMp runtime = [] {
+    HostOpenMp found;
+    if (const char *text = std::getenv("KILN_OPENMP"))
+      if (std::strcmp(text, "0") == 0)
+        return found;
+    void *library = RTLD_DEFAULT;
+    if (!dlsym(library, "GOMP_parallel")) {
+      library = nullptr;
+      dl_iterate_phdr(findOpenMpLibrary, &library);
+      if (!library)
+        return found;
+    }
+    auto parallel = reinterpret_cast<decltype(HostOpenMp::parallel)>(
+        dlsym(library, "GOMP_parallel"));
+    auto maxThreads = reinterpret_cast<decltype(HostOpenMp::maxThreads)>(
+        dlsym(library, "omp_get_max_threads"));
+    if (parallel && maxThreads) {
+      found.parallel = parallel;
+      found.maxThreads = maxThreads;
+    }
+    return found;
+  }();
+  return runtime;
+}
+
+/// The thread count KILN_NUM_THREADS asks for; 0 where it says nothing.
+int requestedThreadCount() {
   if (const char *text = std::getenv("KILN_NUM_THREADS")) {
     int count = std::atoi(text);
     if (count > 0)
       return count;
   }
+  return 0;
+}
+
+int hardwareThreadCount() {
   unsigned hardware = std::thread::hardware_concurrency();
   return hardware == 0 ? 1 : static_cast<int>(hardware);
 }
+
+/// One job on the OpenMP team: every thread of it takes chunks.
+struct OpenMpJob {
+  const std::function<void(int64_t)> *task;
+  int64_t chunkCount;
+  std::atomic<int64_t> nextChunk{0};
+
+  static void run(void *data) {
+    auto &job = *static_cast<OpenMpJob *>(data);
+    for (int64_t chunk = job.nextChunk.fetch_add(1); chunk < job.chunkCount;
+         chunk = job.nextChunk.fetch_add(1))
+      (*job.task)(chunk);
+  }
+};
 
 } // namespace
 
@@ -141,7 +213,10 @@ ThreadPool &ThreadPool::instance() {
 }
 
 ThreadPool::ThreadPool() : state_(new State) {
-  state_->start(defaultThreadCount());
+  requested_.store(requestedThreadCount());
+  if (!hostOpenMp().parallel)
+    state_->start(requested_.load() > 0 ? requested_.load()
+                                        : hardwareThreadCount());
 }
 
 ThreadPool::~ThreadPool() {
@@ -149,18 +224,40 @@ ThreadPool::~ThreadPool() {
   delete state_;
 }
 
+bool ThreadPool::usesOpenMp() const { return hostOpenMp().parallel; }
+
 int ThreadPool::threadCount() const {
+  int requested = requested_.load();
+  if (usesOpenMp())
+    return requested > 0 ? requested : std::max(1, hostOpenMp().maxThreads());
   return static_cast<int>(state_->workers.size()) + 1;
 }
 
 void ThreadPool::setThreadCount(int count) {
   std::lock_guard<std::mutex> dispatch(state_->dispatchMutex);
+  requested_.store(count > 0 ? count : requestedThreadCount());
+  if (usesOpenMp())
+    return;
   state_->stop();
-  state_->start(count < 1 ? 1 : count);
+  state_->start(requested_.load() > 0 ? requested_.load()
+                                      : hardwareThreadCount());
 }
 
 void ThreadPool::run(int64_t chunkCount,
                      const std::function<void(int64_t)> &task) {
+  if (usesOpenMp()) {
+    int threads = static_cast<int>(
+        std::min<int64_t>(threadCount(), std::max<int64_t>(chunkCount, 1)));
+    if (threads <= 1) {
+      for (int64_t chunk = 0; chunk < chunkCount; ++chunk)
+        task(chunk);
+      return;
+    }
+    OpenMpJob job{&task, chunkCount};
+    hostOpenMp().parallel(&OpenMpJob::run, &job, static_cast<unsigned>(threads),
+                          0);
+    return;
+  }
   std::unique_lock<std::mutex> dispatch(state_->dispatchMutex,
                                         std::try_to_lock);
   if (!dispatch.owns_lock() || state_->workers.empty() || chunkCount <= 1) {

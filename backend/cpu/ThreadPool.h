@@ -2,22 +2,29 @@
 // kernel in parallel. Depends on the C++ standard library only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
 namespace kiln::backend {
 
-/// Persistent workers plus the calling thread. One parallel job runs at a
-/// time; a caller that finds the pool busy runs its job on its own thread.
+/// The process's OpenMP team where an OpenMP runtime is loaded (torch's;
+/// KILN_OPENMP=0 opts out), else persistent workers of kiln's own plus the
+/// calling thread, of which one parallel job runs at a time (a caller that
+/// finds them busy runs its job on its own thread).
 class ThreadPool {
 public:
   static ThreadPool &instance();
   ~ThreadPool();
 
-  /// Threads a job uses, the calling thread included.
+  /// Threads a job uses, the calling thread included: the count set by
+  /// setThreadCount or KILN_NUM_THREADS, else OpenMP's (torch's
+  /// set_num_threads), else the hardware's.
   int threadCount() const;
-  /// Restarts the workers so that jobs use `count` threads (at least 1).
+  /// Jobs use `count` threads from now on; 0 or less: the default again.
   void setThreadCount(int count);
+  /// Whether jobs run on the process's OpenMP runtime.
+  bool usesOpenMp() const;
   /// Runs `task(chunk)` for every chunk in [0, chunkCount) and returns when
   /// all have finished.
   void run(int64_t chunkCount, const std::function<void(int64_t)> &task);
@@ -26,6 +33,8 @@ private:
   ThreadPool();
   struct State;
   State *state_;
+  std::atomic<int> requested_{
+      0}; // set by setThreadCount or KILN_NUM_THREADS; 0: none
 };
 
 } // namespace kiln::backend
