@@ -1,0 +1,919 @@
+// The symbolic evaluator's instruction loop: each bytecode instruction of
+// CPython 3.11 and 3.12 applied to the symbolic stack and locals.
+// Depends on frontend/Evaluator.h, runtime/, pybind11, CPython.
+#include "frontend/Evaluator.h"
+
+#include "runtime/PythonConversion.h"
+
+namespace kiln::frontend::evaluation {
+
+void Evaluator::setUpFrame(Frame &frame, py::object code, py::object globals) {
+  frame.code = Bytecode::decode(code);
+  frame.codeObject = code;
+  py::object builtins =
+      globals.attr("get")("__builtins__", Handles::get().builtins);
+  if (py::isinstance(builtins, Handles::get().moduleType))
+    builtins = builtins.attr("__dict__");
+  frame.globals = std::move(globals);
+  frame.builtins = builtins;
+  auto *codeObject = reinterpret_cast<PyCodeObject *>(code.ptr());
+  frame.locals.resize(codeObject->co_nlocalsplus);
+  for (py::handle name :
+       py::reinterpret_borrow<py::tuple>(codeObject->co_localsplusnames))
+    frame.localNames.push_back(name.cast<std::string>());
+  const char *kinds = PyBytes_AsString(codeObject->co_localspluskinds);
+  frame.localKinds.assign(kinds, kinds + codeObject->co_nlocalsplus);
+}
+
+VariablePtr Evaluator::local(Frame &frame, int index) {
+  if (index < 0 || index >= static_cast<int>(frame.locals.size()))
+    throw Error("local index out of range");
+  VariablePtr &slot = frame.locals[index];
+  if (!slot && frame.isRoot &&
+      index < static_cast<int>(frame.rootArguments.size()) &&
+      frame.rootArguments[index]) {
+    slot = wrap(frame.rootArguments[index],
+                Source::local(index, frame.localNames[index]));
+    // *args and **kwargs are made fresh by each call.
+    auto *code = reinterpret_cast<PyCodeObject *>(frame.codeObject.ptr());
+    int named = code->co_argcount + code->co_kwonlyargcount;
+    if (index >= named)
+      slot->ownedByFrame = true;
+  }
+  if (!slot)
+    unsupported("local variable '" + frame.localNames[index] +
+                "' referenced before assignment");
+  return slot;
+}
+
+VariablePtr Evaluator::loadGlobal(Frame &frame, const std::string &name) {
+  py::str key(name);
+  bool rootGlobals = frame.globals.ptr() == inputs_.globals;
+  if (PyDict_Contains(frame.globals.ptr(), key.ptr()) == 1) {
+    SourcePtr source =
+        rootGlobals ? Source::global(name)
+                    : Source::item(Source::fixed(frame.globals,
+                                                 globalsName(frame.globals)),
+                                   key);
+    return wrap(frame.globals[key], source);
+  }
+  if (PyDict_Contains(frame.builtins.ptr(), key.ptr()) == 1) {
+    SourcePtr source = rootGlobals ? Source::builtin(name) : nullptr;
+    return wrap(frame.builtins[key], source);
+  }
+  unsupported("name '" + name + "' is not defined");
+}
+
+void Evaluator::doCall(Frame &frame, size_t argumentCount) {
+  std::vector<VariablePtr> args = popN(frame, argumentCount);
+  VariablePtr second = pop(frame);
+  VariablePtr first = pop(frame);
+  VariablePtr callable = second;
+  if (!first->is(Kind::Null)) {
+    callable = first;
+    args.insert(args.begin(), second);
+  }
+  std::vector<std::pair<std::string, VariablePtr>> kwargs;
+  if (frame.kwnames && !frame.kwnames.is_none()) {
+    py::tuple names = frame.kwnames;
+    size_t count = names.size();
+    for (size_t i = 0; i < count; ++i)
+      kwargs.emplace_back(names[i].cast<std::string>(),
+                          args[args.size() - count + i]);
+    args.resize(args.size() - count);
+    frame.kwnames = py::object();
+  }
+  frame.stack.push_back(call(callable, std::move(args), std::move(kwargs)));
+}
+
+void Evaluator::binaryOp(Frame &frame, int op) {
+  // CPython's NB_* numbering; the in-place forms follow at op + 13.
+  static const char *kOperators[] = {
+      "add", "and_", "floordiv", "lshift", "matmul",  "mul", "mod",
+      "or_", "pow",  "rshift",   "sub",    "truediv", "xor_"};
+  static const char *kInplace[] = {
+      "iadd", "iand", "ifloordiv", "ilshift", "imatmul",  "imul", "imod",
+      "ior",  "ipow", "irshift",   "isub",    "itruediv", "ixor"};
+  VariablePtr right = pop(frame);
+  VariablePtr left = pop(frame);
+  bool inplace = op >= 13;
+  int base = inplace ? op - 13 : op;
+  if (base < 0 || base >= 13)
+    unsupported("binary operator " + std::to_string(op));
+  const Handles &h = Handles::get();
+  std::optional<py::object> a = asConstant(left), b = asConstant(right);
+  bool tensorInvolved = left->is(Kind::Tensor) || right->is(Kind::Tensor);
+  if (!tensorInvolved && a && b && left->kind != Kind::List &&
+      left->kind != Kind::Dict && right->kind != Kind::List) {
+    py::object function = h.operatorModule.attr(kOperators[base]);
+    try {
+      frame.stack.push_back(Variable::constant(function(*a, *b)));
+    } catch (py::error_already_set &error) {
+      unsupported(std::string("an operation that raises during capture: ") +
+                  error.what());
+    }
+    return;
+  }
+  if (!tensorInvolved) {
+    // Sequences: concatenation and repetition build new symbolic sequences.
+    if ((left->is(Kind::List) || left->is(Kind::Tuple)) && base == 0 &&
+        right->kind == left->kind) {
+      if (inplace && left->is(Kind::List)) {
+        checkNotInput(left, "extending");
+        for (const VariablePtr &item : right->items)
+          left->items.push_back(item);
+        frame.stack.push_back(left);
+        return;
+      }
+      std::vector<VariablePtr> items = left->items;
+      items.insert(items.end(), right->items.begin(), right->items.end());
+      frame.stack.push_back(Variable::sequence(left->kind, std::move(items)));
+      return;
+    }
+    if ((left->is(Kind::List) || left->is(Kind::Tuple)) && base == 5 && b &&
+        PyLong_Check(b->ptr())) {
+      std::vector<VariablePtr> items;
+      for (int64_t i = 0; i < b->cast<int64_t>(); ++i)
+        items.insert(items.end(), left->items.begin(), left->items.end());
+      frame.stack.push_back(Variable::sequence(left->kind, std::move(items)));
+      return;
+    }
+    unsupported(std::string("operator ") + kOperators[base] + " on " +
+                kindNameOf(pythonTypeOf(left)) + " and " +
+                kindNameOf(pythonTypeOf(right)));
+  }
+  py::object function =
+      h.operatorModule.attr(inplace ? kInplace[base] : kOperators[base]);
+  frame.stack.push_back(torchCall(function, {left, right}, {}));
+}
+
+VariablePtr Evaluator::unaryOp(const char *name, const VariablePtr &operand) {
+  py::object function = Handles::get().operatorModule.attr(name);
+  if (std::optional<py::object> constant = asConstant(operand);
+      constant && !operand->is(Kind::Tensor))
+    return Variable::constant(function(*constant));
+  return torchCall(function, {operand}, {});
+}
+
+void Evaluator::compareOp(Frame &frame, const std::string &op) {
+  static const std::pair<const char *, const char *> kComparisons[] = {
+      {"<", "lt"},  {"<=", "le"}, {"==", "eq"},
+      {"!=", "ne"}, {">", "gt"},  {">=", "ge"}};
+  VariablePtr right = pop(frame);
+  VariablePtr left = pop(frame);
+  const char *name = nullptr;
+  for (const auto &[symbol, function] : kComparisons)
+    if (op == symbol)
+      name = function;
+  if (!name)
+    unsupported("comparison " + op);
+  const Handles &h = Handles::get();
+  py::object function = h.operatorModule.attr(name);
+  if (left->is(Kind::Tensor) || right->is(Kind::Tensor)) {
+    frame.stack.push_back(torchCall(function, {left, right}, {}));
+    return;
+  }
+  std::optional<py::object> a = asConstant(left), b = asConstant(right);
+  if (a && b) {
+    frame.stack.push_back(Variable::constant(function(*a, *b)));
+    return;
+  }
+  if ((op == "==" || op == "!=") && (a || b)) {
+    // A symbolic container or object against a constant (usually None).
+    bool equal = false;
+    if (a && !b && (right->kind == Kind::Object || right->kind == Kind::Module))
+      equal = right->object.equal(*a);
+    else if (b && !a &&
+             (left->kind == Kind::Object || left->kind == Kind::Module))
+      equal = left->object.equal(*b);
+    else if ((a && a->is_none()) || (b && b->is_none()))
+      equal = false;
+    else
+      unsupported("comparison of a " + kindNameOf(pythonTypeOf(left)) +
+                  " and a " + kindNameOf(pythonTypeOf(right)));
+    frame.stack.push_back(
+        Variable::constant(py::bool_(op == "==" ? equal : !equal)));
+    return;
+  }
+  unsupported("comparison of a " + kindNameOf(pythonTypeOf(left)) + " and a " +
+              kindNameOf(pythonTypeOf(right)));
+}
+
+VariablePtr Evaluator::runFrame(Frame &frame) {
+  const std::vector<Instruction> &instructions = frame.code->instructions;
+  while (!frame.returned) {
+    if (frame.pc >= instructions.size())
+      throw Error("ran past the end of " + frame.code->name);
+    const Instruction &instruction = instructions[frame.pc++];
+    if (++executed_ > kMaxInstructions)
+      unsupported("more than " + std::to_string(kMaxInstructions) +
+                  " instructions (a long unrolled loop)");
+    where_ = frame.code->filename + ":" + std::to_string(instruction.line);
+    try {
+      execute(frame, instruction);
+    } catch (const Unsupported &error) {
+      std::string message = error.what();
+      if (message.find(" [at ") == std::string::npos)
+        message += " [at " + where_ + " in " + frame.code->name + ", " +
+                   instruction.opname + "]";
+      throw Unsupported(message);
+    }
+  }
+  return frame.returned;
+}
+
+void Evaluator::execute(Frame &frame, const Instruction &instruction) {
+  const Handles &h = Handles::get();
+  int minor = frame.code->pythonMinor;
+  switch (instruction.opcode) {
+  case Opcode::NOP:
+  case Opcode::RESUME:
+  case Opcode::PRECALL:
+  case Opcode::CACHE:
+  case Opcode::EXTENDED_ARG:
+    return;
+  case Opcode::POP_TOP:
+    pop(frame);
+    return;
+  case Opcode::PUSH_NULL:
+    frame.stack.push_back(Variable::make(Kind::Null));
+    return;
+  case Opcode::END_FOR:
+    pop(frame);
+    pop(frame);
+    return;
+  case Opcode::COPY:
+    frame.stack.push_back(peek(frame, instruction.arg));
+    return;
+  case Opcode::SWAP:
+    std::swap(peek(frame, 1), peek(frame, instruction.arg));
+    return;
+  case Opcode::LOAD_CONST:
+    frame.stack.push_back(Variable::constant(instruction.argval));
+    return;
+  case Opcode::RETURN_CONST:
+    frame.returned = Variable::constant(instruction.argval);
+    return;
+  case Opcode::RETURN_VALUE:
+    frame.returned = pop(frame);
+    return;
+  case Opcode::LOAD_FAST:
+  case Opcode::LOAD_FAST_CHECK:
+    frame.stack.push_back(local(frame, instruction.arg));
+    return;
+  case Opcode::LOAD_FAST_AND_CLEAR: {
+    VariablePtr &slot = frame.locals.at(instruction.arg);
+    frame.stack.push_back(slot ? slot : Variable::make(Kind::Null));
+    slot = nullptr;
+    return;
+  }
+  case Opcode::STORE_FAST: {
+    VariablePtr value = pop(frame);
+    frame.locals.at(instruction.arg) = value->is(Kind::Null) ? nullptr : value;
+    return;
+  }
+  case Opcode::DELETE_FAST:
+    frame.locals.at(instruction.arg) = nullptr;
+    return;
+  case Opcode::LOAD_GLOBAL: {
+    // Both 3.11 and 3.12 push NULL first when the low bit is set.
+    if (instruction.arg & 1)
+      frame.stack.push_back(Variable::make(Kind::Null));
+    frame.stack.push_back(
+        loadGlobal(frame, instruction.argval.cast<std::string>()));
+    return;
+  }
+  case Opcode::LOAD_ATTR:
+  case Opcode::LOAD_METHOD: {
+    VariablePtr base = pop(frame);
+    bool methodForm = instruction.opcode == Opcode::LOAD_METHOD ||
+                      (minor >= 12 && (instruction.arg & 1));
+    VariablePtr attribute =
+        loadAttr(base, instruction.argval.cast<std::string>());
+    if (methodForm)
+      frame.stack.push_back(Variable::make(Kind::Null));
+    frame.stack.push_back(attribute);
+    return;
+  }
+  case Opcode::LOAD_SUPER_ATTR: {
+    VariablePtr self = pop(frame);
+    VariablePtr cls = pop(frame);
+    pop(frame); // the global `super`
+    auto super = Variable::make(Kind::Super);
+    super->object = asConstant(cls).value_or(cls->object);
+    super->items.push_back(self);
+    VariablePtr attribute =
+        loadAttr(super, instruction.argval.cast<std::string>());
+    if (instruction.arg & 1)
+      frame.stack.push_back(Variable::make(Kind::Null));
+    frame.stack.push_back(attribute);
+    return;
+  }
+  case Opcode::STORE_ATTR:
+    unsupported("setting attribute '" + instruction.argval.cast<std::string>() +
+                "' (a side effect on an object)");
+  case Opcode::STORE_GLOBAL:
+    unsupported("assigning global '" + instruction.argval.cast<std::string>() +
+                "'");
+  case Opcode::MAKE_CELL: {
+    VariablePtr &slot = frame.locals.at(instruction.arg);
+    auto cell = Variable::make(Kind::Cell);
+    if (slot ||
+        (frame.isRoot &&
+         instruction.arg < static_cast<int>(frame.rootArguments.size()) &&
+         frame.rootArguments[instruction.arg]))
+      cell->items.push_back(local(frame, instruction.arg));
+    slot = cell;
+    return;
+  }
+  case Opcode::COPY_FREE_VARS: {
+    size_t count = instruction.arg;
+    size_t start = frame.locals.size() - count;
+    for (size_t i = 0; i < count && i < frame.freeCells.size(); ++i)
+      frame.locals[start + i] = frame.freeCells[i];
+    return;
+  }
+  case Opcode::LOAD_CLOSURE:
+    frame.stack.push_back(frame.locals.at(instruction.arg));
+    return;
+  case Opcode::LOAD_DEREF: {
+    VariablePtr cell = frame.locals.at(instruction.arg);
+    if (!cell || !cell->is(Kind::Cell))
+      unsupported("free variable '" + frame.localNames[instruction.arg] + "'");
+    if (cell->items.empty() && cell->object) {
+      py::object contents =
+          py::reinterpret_steal<py::object>(PyCell_Get(cell->object.ptr()));
+      if (!contents) {
+        PyErr_Clear();
+        unsupported("free variable '" + frame.localNames[instruction.arg] +
+                    "' referenced before assignment");
+      }
+      cell->items.push_back(wrap(contents, cell->source));
+    }
+    if (cell->items.empty())
+      unsupported("free variable '" + frame.localNames[instruction.arg] +
+                  "' referenced before assignment");
+    frame.stack.push_back(cell->items[0]);
+    return;
+  }
+  case Opcode::STORE_DEREF: {
+    VariablePtr cell = frame.locals.at(instruction.arg);
+    if (!cell || !cell->is(Kind::Cell) || cell->object)
+      unsupported("assigning nonlocal '" + frame.localNames[instruction.arg] +
+                  "' of an enclosing function");
+    cell->items.assign(1, pop(frame));
+    return;
+  }
+  case Opcode::BINARY_OP:
+    binaryOp(frame, instruction.arg);
+    return;
+  case Opcode::COMPARE_OP:
+    compareOp(frame, instruction.argval.cast<std::string>());
+    return;
+  case Opcode::IS_OP: {
+    VariablePtr right = pop(frame);
+    VariablePtr left = pop(frame);
+    bool same;
+    auto objectOf = [](const VariablePtr &v) -> PyObject * {
+      if (v->is(Kind::Tensor) || v->is(Kind::Tuple) || v->is(Kind::List) ||
+          v->is(Kind::Dict) || v->is(Kind::Iterator) || v->is(Kind::Method))
+        return nullptr;
+      return v->object.ptr();
+    };
+    PyObject *a = objectOf(left), *b = objectOf(right);
+    if (a && b)
+      same = a == b;
+    else if (left == right)
+      same = true;
+    else if ((a && a == Py_None) || (b && b == Py_None))
+      same = false; // a symbolic value is never None
+    else
+      unsupported("`is` between symbolic values");
+    frame.stack.push_back(
+        Variable::constant(py::bool_(same != (instruction.arg == 1))));
+    return;
+  }
+  case Opcode::CONTAINS_OP: {
+    VariablePtr container = pop(frame);
+    VariablePtr item = pop(frame);
+    std::optional<py::object> key = asConstant(item);
+    bool found = false;
+    if (container->is(Kind::Dict) && key) {
+      for (const py::object &candidate : container->keys)
+        found |= candidate.equal(*key);
+    } else if (std::optional<py::object> all = asConstant(container);
+               all && key) {
+      found = PySequence_Contains(all->ptr(), key->ptr()) == 1;
+    } else if (container->is(Kind::Object) && key && container->source &&
+               PyDict_Check(container->object.ptr())) {
+      std::vector<VariablePtr> keyArgument{item};
+      found = truthy(readGuardedDict(container, "__contains__", keyArgument));
+    } else if (container->is(Kind::Module) && key) {
+      found = PySequence_Contains(container->object.ptr(), key->ptr()) == 1;
+    } else {
+      unsupported("`in` on a " + kindNameOf(pythonTypeOf(container)));
+    }
+    frame.stack.push_back(
+        Variable::constant(py::bool_(found != (instruction.arg == 1))));
+    return;
+  }
+  case Opcode::UNARY_NOT:
+    frame.stack.push_back(Variable::constant(py::bool_(!truthy(pop(frame)))));
+    return;
+  case Opcode::UNARY_NEGATIVE:
+  case Opcode::UNARY_INVERT:
+  case Opcode::UNARY_POSITIVE: {
+    const char *name = instruction.opcode == Opcode::UNARY_NEGATIVE ? "neg"
+                       : instruction.opcode == Opcode::UNARY_INVERT ? "invert"
+                                                                    : "pos";
+    frame.stack.push_back(unaryOp(name, pop(frame)));
+    return;
+  }
+  case Opcode::CALL_INTRINSIC_1: {
+    // 3.12: 5 is unary +, 6 list to tuple; others are not captured.
+    if (instruction.arg == 6) {
+      VariablePtr list = pop(frame);
+      frame.stack.push_back(Variable::sequence(Kind::Tuple, list->items));
+      return;
+    }
+    if (instruction.arg == 5) {
+      frame.stack.push_back(unaryOp("pos", pop(frame)));
+      return;
+    }
+    unsupported("intrinsic " + std::to_string(instruction.arg));
+  }
+  case Opcode::LIST_TO_TUPLE: {
+    VariablePtr list = pop(frame);
+    frame.stack.push_back(Variable::sequence(Kind::Tuple, list->items));
+    return;
+  }
+  case Opcode::BINARY_SUBSCR: {
+    VariablePtr key = pop(frame);
+    VariablePtr container = pop(frame);
+    std::optional<py::object> constantKey = asConstant(key);
+    switch (container->kind) {
+    case Kind::Tensor:
+      frame.stack.push_back(
+          torchCall(h.operatorModule.attr("getitem"), {container, key}, {}));
+      return;
+    case Kind::Tuple:
+    case Kind::List: {
+      if (!constantKey)
+        unsupported("indexing a sequence with a non-constant");
+      if (PySlice_Check(constantKey->ptr())) {
+        py::list indices;
+        for (size_t i = 0; i < container->items.size(); ++i)
+          indices.append(py::int_(i));
+        std::vector<VariablePtr> items;
+        for (py::handle index : indices[*constantKey])
+          items.push_back(container->items[index.cast<size_t>()]);
+        frame.stack.push_back(
+            Variable::sequence(container->kind, std::move(items)));
+        return;
+      }
+      int64_t index = constantKey->cast<int64_t>();
+      int64_t size = static_cast<int64_t>(container->items.size());
+      if (index < 0)
+        index += size;
+      if (index < 0 || index >= size)
+        unsupported("index out of range");
+      frame.stack.push_back(container->items[index]);
+      return;
+    }
+    case Kind::Dict: {
+      if (!constantKey)
+        unsupported("a dict key that is not a constant");
+      for (size_t i = 0; i < container->keys.size(); ++i)
+        if (container->keys[i].equal(*constantKey)) {
+          frame.stack.push_back(container->items[i]);
+          return;
+        }
+      unsupported("KeyError " + py::repr(*constantKey).cast<std::string>());
+    }
+    case Kind::Constant:
+      if (constantKey) {
+        frame.stack.push_back(wrap(container->object[*constantKey], nullptr));
+        return;
+      }
+      break;
+    case Kind::Module:
+      if (constantKey) {
+        py::object item = container->object[*constantKey];
+        SourcePtr source =
+            container->source && !PySlice_Check(constantKey->ptr())
+                ? Source::item(container->source, *constantKey)
+                : nullptr;
+        frame.stack.push_back(wrap(item, source));
+        return;
+      }
+      break;
+    default:
+      break;
+    }
+    unsupported("indexing a " + kindNameOf(pythonTypeOf(container)));
+  }
+  case Opcode::BINARY_SLICE: {
+    VariablePtr stop = pop(frame);
+    VariablePtr start = pop(frame);
+    auto slice = Variable::constant(py::reinterpret_steal<py::object>(
+        PySlice_New(asConstant(start).value().ptr(),
+                    asConstant(stop).value().ptr(), nullptr)));
+    frame.stack.push_back(slice);
+    Instruction subscript = instruction;
+    subscript.opcode = Opcode::BINARY_SUBSCR;
+    execute(frame, subscript);
+    return;
+  }
+  case Opcode::STORE_SUBSCR: {
+    VariablePtr key = pop(frame);
+    VariablePtr container = pop(frame);
+    VariablePtr value = pop(frame);
+    if (container->is(Kind::Tensor)) {
+      torchCall(h.operatorModule.attr("setitem"), {container, key, value}, {});
+      return;
+    }
+    std::optional<py::object> constantKey = asConstant(key);
+    if (!constantKey)
+      unsupported("a subscript assignment with a non-constant key");
+    if (container->is(Kind::List)) {
+      checkNotInput(container, "assigning into");
+      int64_t index = constantKey->cast<int64_t>();
+      int64_t size = static_cast<int64_t>(container->items.size());
+      if (index < 0)
+        index += size;
+      if (index < 0 || index >= size)
+        unsupported("list assignment index out of range");
+      container->items[index] = value;
+      return;
+    }
+    if (container->is(Kind::Dict)) {
+      checkNotInput(container, "assigning into");
+      for (size_t i = 0; i < container->keys.size(); ++i)
+        if (container->keys[i].equal(*constantKey)) {
+          container->items[i] = value;
+          return;
+        }
+      container->keys.push_back(*constantKey);
+      container->items.push_back(value);
+      return;
+    }
+    unsupported("assigning into a " + kindNameOf(pythonTypeOf(container)));
+  }
+  case Opcode::STORE_SLICE: {
+    VariablePtr stop = pop(frame);
+    VariablePtr start = pop(frame);
+    VariablePtr container = pop(frame);
+    VariablePtr value = pop(frame);
+    auto slice = Variable::constant(py::reinterpret_steal<py::object>(
+        PySlice_New(asConstant(start).value().ptr(),
+                    asConstant(stop).value().ptr(), nullptr)));
+    if (!container->is(Kind::Tensor))
+      unsupported("slice assignment into a " +
+                  kindNameOf(pythonTypeOf(container)));
+    torchCall(h.operatorModule.attr("setitem"), {container, slice, value}, {});
+    return;
+  }
+  case Opcode::BUILD_SLICE: {
+    std::vector<VariablePtr> parts = popN(frame, instruction.arg);
+    std::vector<py::object> values;
+    for (const VariablePtr &part : parts) {
+      std::optional<py::object> constant = asConstant(part);
+      if (!constant)
+        unsupported("a slice with a non-constant bound");
+      values.push_back(*constant);
+    }
+    PyObject *slice =
+        PySlice_New(values[0].ptr(), values[1].ptr(),
+                    values.size() > 2 ? values[2].ptr() : nullptr);
+    frame.stack.push_back(
+        Variable::constant(py::reinterpret_steal<py::object>(slice)));
+    return;
+  }
+  case Opcode::BUILD_TUPLE:
+    frame.stack.push_back(
+        Variable::sequence(Kind::Tuple, popN(frame, instruction.arg)));
+    return;
+  case Opcode::BUILD_LIST:
+    frame.stack.push_back(
+        Variable::sequence(Kind::List, popN(frame, instruction.arg)));
+    return;
+  case Opcode::BUILD_MAP: {
+    std::vector<VariablePtr> items = popN(frame, 2 * instruction.arg);
+    auto dict = Variable::make(Kind::Dict);
+    for (size_t i = 0; i < items.size(); i += 2) {
+      std::optional<py::object> key = asConstant(items[i]);
+      if (!key)
+        unsupported("a dict key that is not a constant");
+      dict->keys.push_back(*key);
+      dict->items.push_back(items[i + 1]);
+    }
+    frame.stack.push_back(dict);
+    return;
+  }
+  case Opcode::BUILD_CONST_KEY_MAP: {
+    VariablePtr keys = pop(frame);
+    std::vector<VariablePtr> values = popN(frame, instruction.arg);
+    auto dict = Variable::make(Kind::Dict);
+    for (py::handle key : keys->object)
+      dict->keys.push_back(py::reinterpret_borrow<py::object>(key));
+    dict->items = std::move(values);
+    frame.stack.push_back(dict);
+    return;
+  }
+  case Opcode::BUILD_STRING: {
+    std::vector<VariablePtr> parts = popN(frame, instruction.arg);
+    std::string text;
+    for (const VariablePtr &part : parts)
+      text += asConstant(part).value().cast<std::string>();
+    frame.stack.push_back(Variable::constant(py::str(text)));
+    return;
+  }
+  case Opcode::FORMAT_VALUE: {
+    py::object spec = py::str("");
+    if (instruction.arg & 4)
+      spec = asConstant(pop(frame)).value();
+    VariablePtr value = pop(frame);
+    std::optional<py::object> constant = asConstant(value);
+    if (!constant || value->is(Kind::Module))
+      unsupported("formatting a " + kindNameOf(pythonTypeOf(value)) +
+                  " in an f-string");
+    py::object object = *constant;
+    int conversion = instruction.arg & 3;
+    if (conversion == 1)
+      object = py::str(object);
+    else if (conversion == 2)
+      object = py::repr(object);
+    else if (conversion == 3)
+      object = h.builtin("ascii")(object);
+    frame.stack.push_back(
+        Variable::constant(h.builtin("format")(object, spec)));
+    return;
+  }
+  case Opcode::LIST_APPEND: {
+    VariablePtr value = pop(frame);
+    peek(frame, instruction.arg)->items.push_back(value);
+    return;
+  }
+  case Opcode::LIST_EXTEND: {
+    VariablePtr values = pop(frame);
+    VariablePtr &list = peek(frame, instruction.arg);
+    for (const VariablePtr &item : unpack(values))
+      list->items.push_back(item);
+    return;
+  }
+  case Opcode::MAP_ADD: {
+    VariablePtr value = pop(frame);
+    VariablePtr key = pop(frame);
+    VariablePtr &dict = peek(frame, instruction.arg);
+    std::optional<py::object> constantKey = asConstant(key);
+    if (!constantKey)
+      unsupported("a dict key that is not a constant");
+    dict->keys.push_back(*constantKey);
+    dict->items.push_back(value);
+    return;
+  }
+  case Opcode::DICT_UPDATE:
+  case Opcode::DICT_MERGE: {
+    VariablePtr update = pop(frame);
+    VariablePtr &dict = peek(frame, instruction.arg);
+    if (!update->is(Kind::Dict))
+      unsupported("dict update from a " + kindNameOf(pythonTypeOf(update)));
+    for (size_t i = 0; i < update->keys.size(); ++i) {
+      bool replaced = false;
+      for (size_t j = 0; j < dict->keys.size(); ++j)
+        if (dict->keys[j].equal(update->keys[i])) {
+          dict->items[j] = update->items[i];
+          replaced = true;
+        }
+      if (!replaced) {
+        dict->keys.push_back(update->keys[i]);
+        dict->items.push_back(update->items[i]);
+      }
+    }
+    return;
+  }
+  case Opcode::UNPACK_SEQUENCE: {
+    std::vector<VariablePtr> items = unpack(pop(frame));
+    if (static_cast<int>(items.size()) != instruction.arg)
+      unsupported("unpacking " + std::to_string(items.size()) +
+                  " values into " + std::to_string(instruction.arg));
+    for (auto it = items.rbegin(); it != items.rend(); ++it)
+      frame.stack.push_back(*it);
+    return;
+  }
+  case Opcode::UNPACK_EX: {
+    std::vector<VariablePtr> items = unpack(pop(frame));
+    size_t before = instruction.arg & 0xff, after = instruction.arg >> 8;
+    if (items.size() < before + after)
+      unsupported("not enough values to unpack");
+    std::vector<VariablePtr> middle(items.begin() + before,
+                                    items.end() - after);
+    for (size_t i = 0; i < after; ++i)
+      frame.stack.push_back(items[items.size() - 1 - i]);
+    frame.stack.push_back(Variable::sequence(Kind::List, std::move(middle)));
+    for (size_t i = before; i-- > 0;)
+      frame.stack.push_back(items[i]);
+    return;
+  }
+  case Opcode::GET_ITER:
+    frame.stack.push_back(iterate(pop(frame)));
+    return;
+  case Opcode::FOR_ITER: {
+    VariablePtr iterator = peek(frame);
+    if (!iterator->is(Kind::Iterator))
+      throw Error("FOR_ITER on a non-iterator");
+    if (iterator->position < iterator->items.size()) {
+      frame.stack.push_back(iterator->items[iterator->position++]);
+      return;
+    }
+    pop(frame);
+    frame.pc = instruction.jumpTarget;
+    // 3.12 jumps over the END_FOR that the target names.
+    if (frame.pc < frame.code->instructions.size() &&
+        frame.code->instructions[frame.pc].opcode == Opcode::END_FOR)
+      ++frame.pc;
+    return;
+  }
+  case Opcode::JUMP_FORWARD:
+  case Opcode::JUMP_BACKWARD:
+  case Opcode::JUMP_BACKWARD_NO_INTERRUPT:
+  case Opcode::JUMP:
+    jump(frame, instruction);
+    return;
+  case Opcode::POP_JUMP_IF_FALSE:
+  case Opcode::POP_JUMP_FORWARD_IF_FALSE:
+  case Opcode::POP_JUMP_BACKWARD_IF_FALSE:
+    if (!truthy(pop(frame)))
+      jump(frame, instruction);
+    return;
+  case Opcode::POP_JUMP_IF_TRUE:
+  case Opcode::POP_JUMP_FORWARD_IF_TRUE:
+  case Opcode::POP_JUMP_BACKWARD_IF_TRUE:
+    if (truthy(pop(frame)))
+      jump(frame, instruction);
+    return;
+  case Opcode::POP_JUMP_IF_NONE:
+  case Opcode::POP_JUMP_FORWARD_IF_NONE:
+  case Opcode::POP_JUMP_BACKWARD_IF_NONE:
+  case Opcode::POP_JUMP_IF_NOT_NONE:
+  case Opcode::POP_JUMP_FORWARD_IF_NOT_NONE:
+  case Opcode::POP_JUMP_BACKWARD_IF_NOT_NONE: {
+    VariablePtr value = pop(frame);
+    bool isNone = value->is(Kind::Constant) && value->object.is_none();
+    bool wantNone = instruction.opcode == Opcode::POP_JUMP_IF_NONE ||
+                    instruction.opcode == Opcode::POP_JUMP_FORWARD_IF_NONE ||
+                    instruction.opcode == Opcode::POP_JUMP_BACKWARD_IF_NONE;
+    if (isNone == wantNone)
+      jump(frame, instruction);
+    return;
+  }
+  case Opcode::JUMP_IF_FALSE_OR_POP:
+    if (!truthy(peek(frame)))
+      jump(frame, instruction);
+    else
+      pop(frame);
+    return;
+  case Opcode::JUMP_IF_TRUE_OR_POP:
+    if (truthy(peek(frame)))
+      jump(frame, instruction);
+    else
+      pop(frame);
+    return;
+  case Opcode::KW_NAMES:
+    frame.kwnames = instruction.argval;
+    return;
+  case Opcode::CALL: {
+    // super() with no arguments reads the enclosing method's class cell.
+    size_t count = instruction.arg;
+    VariablePtr callable = peek(frame, count + 1);
+    VariablePtr below = peek(frame, count + 2);
+    if (count == 0 && below->is(Kind::Null) && callable->is(Kind::Callable) &&
+        callable->object.is(h.builtin("super"))) {
+      int classSlot = -1;
+      for (size_t i = 0; i < frame.localNames.size(); ++i)
+        if (frame.localNames[i] == "__class__")
+          classSlot = static_cast<int>(i);
+      if (classSlot < 0 || (!frame.locals[0] && !frame.isRoot))
+        unsupported("super() outside a method");
+      VariablePtr cell = frame.locals.at(classSlot);
+      py::object cls;
+      if (cell && cell->is(Kind::Cell) && cell->object)
+        cls = py::reinterpret_steal<py::object>(PyCell_Get(cell->object.ptr()));
+      if (!cls)
+        unsupported("super() without a __class__ cell");
+      VariablePtr self = local(frame, 0);
+      if (self->is(Kind::Cell))
+        self = self->items.at(0);
+      popN(frame, 2);
+      auto super = Variable::make(Kind::Super);
+      super->object = cls;
+      super->items.push_back(self);
+      frame.stack.push_back(super);
+      return;
+    }
+    doCall(frame, count);
+    return;
+  }
+  case Opcode::CALL_FUNCTION_EX: {
+    VariablePtr kwargsVariable = instruction.arg & 1 ? pop(frame) : nullptr;
+    VariablePtr argsVariable = pop(frame);
+    VariablePtr callable = pop(frame);
+    VariablePtr null = pop(frame);
+    std::vector<VariablePtr> args = unpack(argsVariable);
+    if (!null->is(Kind::Null)) {
+      args.insert(args.begin(), callable);
+      callable = null;
+    }
+    std::vector<std::pair<std::string, VariablePtr>> kwargs;
+    if (kwargsVariable) {
+      if (!kwargsVariable->is(Kind::Dict))
+        unsupported("** of a " + kindNameOf(pythonTypeOf(kwargsVariable)));
+      for (size_t i = 0; i < kwargsVariable->keys.size(); ++i)
+        kwargs.emplace_back(kwargsVariable->keys[i].cast<std::string>(),
+                            kwargsVariable->items[i]);
+    }
+    frame.stack.push_back(call(callable, std::move(args), std::move(kwargs)));
+    return;
+  }
+  case Opcode::MAKE_FUNCTION: {
+    VariablePtr code = pop(frame);
+    auto function = Variable::make(Kind::Function);
+    function->code = code->object;
+    function->globals = frame.globals;
+    function->kwdefaults = py::none();
+    if (instruction.arg & 0x08)
+      function->cells = pop(frame)->items;
+    if (instruction.arg & 0x04)
+      pop(frame); // annotations
+    if (instruction.arg & 0x02) {
+      VariablePtr kwdefaults = pop(frame);
+      std::optional<py::object> constant = asConstant(kwdefaults);
+      if (!constant)
+        unsupported("keyword-only defaults that are not constants");
+      function->kwdefaults = *constant;
+    }
+    if (instruction.arg & 0x01)
+      function->items = unpack(pop(frame));
+    frame.stack.push_back(function);
+    return;
+  }
+  case Opcode::BEFORE_WITH: {
+    VariablePtr context = pop(frame);
+    if (!context->is(Kind::GradContext))
+      unsupported("a `with` block over a " + kindNameOf(pythonTypeOf(context)));
+    auto restore = Variable::make(Kind::GradRestore);
+    restore->flag = gradEnabled_;
+    setGradMode(context->flag);
+    frame.stack.push_back(restore);
+    frame.stack.push_back(Variable::constant(py::none()));
+    return;
+  }
+  case Opcode::LOAD_ASSERTION_ERROR:
+    frame.stack.push_back(wrap(h.builtin("AssertionError"), nullptr));
+    return;
+  case Opcode::RAISE_VARARGS:
+    unsupported("raising an exception (a failing assert or raise statement)");
+  case Opcode::RETURN_GENERATOR:
+    // The generator object's creation: the POP_TOP after it drops this.
+    frame.stack.push_back(Variable::constant(py::none()));
+    return;
+  case Opcode::YIELD_VALUE:
+    frame.yielded.push_back(pop(frame));
+    frame.stack.push_back(Variable::constant(py::none())); // the value sent in
+    return;
+  case Opcode::IMPORT_NAME: {
+    // Importing a module that is already loaded has no side effect: the
+    // statement only names it. A first import runs module code: CPython's.
+    VariablePtr fromlist = pop(frame);
+    VariablePtr level = pop(frame);
+    std::string name = instruction.argval.cast<std::string>();
+    int64_t depth = asConstant(level).value().cast<int64_t>();
+    py::module_ sys = py::module_::import("sys");
+    if (depth > 0) {
+      py::object package = frame.globals.attr("get")("__package__", py::none());
+      if (package.is_none())
+        unsupported("a relative import outside a package");
+      name = py::module_::import("importlib.util")
+                 .attr("resolve_name")(std::string(depth, '.') + name, package)
+                 .cast<std::string>();
+    }
+    bool hasFromlist =
+        !(fromlist->is(Kind::Constant) && fromlist->object.is_none());
+    std::string loaded = hasFromlist ? name : name.substr(0, name.find('.'));
+    py::object module = sys.attr("modules").attr("get")(loaded, py::none());
+    if (module.is_none() ||
+        sys.attr("modules").attr("get")(name, py::none()).is_none())
+      unsupported("importing " + name + ", which is not loaded yet");
+    frame.stack.push_back(wrap(module, nullptr));
+    return;
+  }
+  case Opcode::IMPORT_FROM:
+    frame.stack.push_back(
+        loadAttr(peek(frame), instruction.argval.cast<std::string>()));
+    return;
+  default:
+    unsupported("the bytecode instruction " + instruction.opname);
+  }
+}
+
+} // namespace kiln::frontend::evaluation

@@ -1,0 +1,225 @@
+// The symbolic evaluator's state and methods, private to frontend/ and
+// shared by the files that define them: SymbolicEvaluator.cpp (values,
+// torch calls, attributes, the result), EvaluatorCalls.cpp (calls and
+// inlining), BytecodeInterpreter.cpp (the instruction loop).
+// Depends on frontend/, ir/, pybind11, CPython.
+#pragma once
+
+#include "frontend/AtenCall.h"
+#include "frontend/Bytecode.h"
+#include "frontend/SymbolicEvaluator.h"
+#include "ir/Error.h"
+
+#include <pybind11/stl.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace kiln::frontend::evaluation {
+
+using Kind = Variable::Kind;
+
+constexpr int kMaxInlineDepth = 64;
+constexpr long kMaxInstructions = 200000;
+
+// Python objects the evaluator recognises by identity.
+struct Handles {
+  py::module_ builtins = py::module_::import("builtins");
+  py::module_ operatorModule = py::module_::import("operator");
+  py::module_ torch = py::module_::import("torch");
+  py::module_ trace = py::module_::import("kiln._trace");
+  py::object traceCall = trace.attr("trace");
+  py::object metaTensor = trace.attr("meta_tensor");
+  py::object tensorType = torch.attr("Tensor");
+  py::object moduleBase = torch.attr("nn").attr("Module");
+  py::object moduleCall = moduleBase.attr("__call__");
+  py::object sizeType = torch.attr("Size");
+  py::object noGrad = torch.attr("no_grad");
+  py::object enableGrad = torch.attr("enable_grad");
+  py::object isGradEnabled = torch.attr("is_grad_enabled");
+  py::object tensorFromData = torch.attr("tensor");
+  py::object asTensor = torch.attr("as_tensor");
+  py::object functionType = py::module_::import("types").attr("FunctionType");
+  py::object methodType = py::module_::import("types").attr("MethodType");
+  py::object moduleType = py::module_::import("types").attr("ModuleType");
+  py::object cellType = py::module_::import("types").attr("CellType");
+  py::object codeType = py::module_::import("types").attr("CodeType");
+  py::object dtypeType = torch.attr("dtype");
+  py::object deviceType = torch.attr("device");
+  py::object nnModules = torch.attr("nn").attr("modules").attr("module");
+  // Functions that ask whether torch-function overrides are active: kiln's
+  // values are plain tensors, so the answer is no.
+  std::vector<py::object> alwaysFalse = {
+      torch.attr("_C").attr("_has_torch_function"),
+      torch.attr("_C").attr("_has_torch_function_unary"),
+      torch.attr("_C").attr("_has_torch_function_variadic"),
+      torch.attr("jit").attr("is_scripting"),
+      torch.attr("jit").attr("is_tracing"),
+      torch.attr("compiler").attr("is_compiling"),
+      torch.attr("_dynamo").attr("is_compiling"),
+  };
+  // Builtins that have no side effects: with constant arguments they are
+  // evaluated during capture.
+  std::unordered_set<PyObject *> pureBuiltins;
+
+  Handles() {
+    for (const char *name :
+         {"abs",     "all",    "any",      "bool",       "callable",
+          "chr",     "divmod", "float",    "format",     "frozenset",
+          "hasattr", "hash",   "int",      "isinstance", "issubclass",
+          "len",     "max",    "min",      "ord",        "pow",
+          "range",   "repr",   "reversed", "round",      "slice",
+          "sorted",  "str",    "sum",      "tuple",      "type",
+          "getattr", "list",   "dict",     "set",        "enumerate",
+          "zip"})
+      pureBuiltins.insert(builtins.attr(name).ptr());
+  }
+  static const Handles &get() {
+    static const Handles *handles = new Handles();
+    return *handles;
+  }
+  py::object builtin(const char *name) const { return builtins.attr(name); }
+};
+
+/// Whether an object is an immutable constant the evaluator folds (None,
+/// numbers, strings, slices, dtypes, devices, tuples of such).
+bool isConstantObject(py::handle object);
+/// The C type name of an object ("list", "Tensor").
+std::string typeName(py::handle object);
+/// The Python type name of what a variable stands for: "list", "Tensor".
+std::string kindNameOf(py::handle type);
+/// The module a callable was defined in ("torch.nn.functional", "math").
+std::string moduleOf(py::handle callable);
+/// "G[torch.nn.functional]": the globals of another module, by its name.
+std::string globalsName(py::handle globals);
+bool startsWith(const std::string &text, const std::string &prefix);
+/// Modules whose functions the evaluator calls rather than inlines.
+bool isTorchModuleName(const std::string &name);
+
+class Evaluator {
+public:
+  explicit Evaluator(const FrameInputs &inputs)
+      : inputs_(inputs), graph_(std::make_shared<Graph>()) {
+    gradEnabled_ = Handles::get().isGradEnabled().cast<bool>();
+  }
+
+  Capture run(py::handle function);
+
+private:
+  struct Frame {
+    std::shared_ptr<const Bytecode> code;
+    py::object codeObject;
+    std::vector<VariablePtr> locals;
+    std::vector<py::object> rootArguments; // root frame: not yet wrapped
+    std::vector<std::string> localNames;
+    std::vector<uint8_t> localKinds;
+    std::vector<VariablePtr> stack;
+    py::object globals;
+    py::object builtins;
+    bool isRoot = false;
+    std::vector<VariablePtr> freeCells;
+    py::object kwnames;
+    size_t pc = 0;
+    VariablePtr returned;
+    std::vector<VariablePtr> yielded; // a generator's values, in order
+  };
+
+  // --- the interpreter loop -------------------------------------------
+  /// Decodes `code` into `frame` and sizes its locals; `globals` is the
+  /// function's module dict (its builtins come from there).
+  void setUpFrame(Frame &frame, py::object code, py::object globals);
+  VariablePtr runFrame(Frame &frame);
+  void execute(Frame &frame, const Instruction &instruction);
+  VariablePtr pop(Frame &frame) {
+    if (frame.stack.empty())
+      throw Error("symbolic stack underflow");
+    VariablePtr top = std::move(frame.stack.back());
+    frame.stack.pop_back();
+    return top;
+  }
+  std::vector<VariablePtr> popN(Frame &frame, size_t n) {
+    if (frame.stack.size() < n)
+      throw Error("symbolic stack underflow");
+    std::vector<VariablePtr> items(frame.stack.end() - n, frame.stack.end());
+    frame.stack.resize(frame.stack.size() - n);
+    return items;
+  }
+  VariablePtr &peek(Frame &frame, size_t depth = 1) {
+    if (frame.stack.size() < depth)
+      throw Error("symbolic stack underflow");
+    return frame.stack[frame.stack.size() - depth];
+  }
+  void jump(Frame &frame, const Instruction &instruction) {
+    frame.pc = instruction.jumpTarget;
+  }
+  VariablePtr local(Frame &frame, int index);
+  VariablePtr loadGlobal(Frame &frame, const std::string &name);
+  void doCall(Frame &frame, size_t argumentCount);
+  void binaryOp(Frame &frame, int op);
+  /// `operator.<name>` of one operand: evaluated on a constant, recorded on
+  /// a tensor.
+  VariablePtr unaryOp(const char *name, const VariablePtr &operand);
+  void compareOp(Frame &frame, const std::string &op);
+
+  // --- values -----------------------------------------------------------
+  VariablePtr wrap(py::handle object, SourcePtr source);
+  VariablePtr wrapTensor(py::handle tensor, const SourcePtr &source);
+  VariablePtr loadAttr(const VariablePtr &base, const std::string &name);
+  VariablePtr call(const VariablePtr &callable, std::vector<VariablePtr> args,
+                   std::vector<std::pair<std::string, VariablePtr>> kwargs);
+  VariablePtr
+  callBuiltin(py::handle function, std::vector<VariablePtr> &args,
+              std::vector<std::pair<std::string, VariablePtr>> &kwargs,
+              bool &handled);
+  VariablePtr dictReadMethod(const VariablePtr &self, const std::string &name,
+                             py::handle attribute);
+  VariablePtr readGuardedDict(const VariablePtr &self, const std::string &name,
+                              std::vector<VariablePtr> &args);
+  VariablePtr callMethodOfContainer(const VariablePtr &self,
+                                    const std::string &name,
+                                    std::vector<VariablePtr> &args);
+  VariablePtr
+  callTensorMethod(const VariablePtr &self, const std::string &name,
+                   std::vector<VariablePtr> &args,
+                   std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  VariablePtr
+  inlineFunction(const VariablePtr &function, std::vector<VariablePtr> args,
+                 std::vector<std::pair<std::string, VariablePtr>> kwargs);
+  VariablePtr
+  inlineModule(const VariablePtr &module, std::vector<VariablePtr> args,
+               std::vector<std::pair<std::string, VariablePtr>> kwargs);
+  VariablePtr
+  torchCall(py::handle function, const std::vector<VariablePtr> &args,
+            const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  VariablePtr iterate(const VariablePtr &iterable);
+  std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  bool truthy(const VariablePtr &value);
+  std::optional<py::object> asConstant(const VariablePtr &value);
+  py::object toTraceObject(const VariablePtr &value);
+  VariablePtr fromTraceObject(py::handle object);
+  py::object metaTensorOf(Value *value);
+  py::object pythonTypeOf(const VariablePtr &value);
+  void checkNotInput(const VariablePtr &container, const char *what);
+  void setGradMode(bool enabled);
+  OutputTemplate buildOutput(const VariablePtr &value,
+                             std::vector<Argument> &outputs);
+
+  [[noreturn]] void unsupported(const std::string &what) {
+    throw Unsupported(what);
+  }
+
+  FrameInputs inputs_;
+  std::shared_ptr<Graph> graph_;
+  GuardTree guards_;
+  std::vector<std::string> notes_;
+  std::unordered_map<std::string, VariablePtr> bySource_;
+  std::unordered_map<Value *, py::object> metaTensors_;
+  std::unordered_map<PyObject *, Value *> valueOfMeta_;
+  std::vector<py::object> keepAlive_;
+  bool gradEnabled_ = true;
+  int depth_ = 0;
+  long executed_ = 0;
+  std::string where_;
+};
+
+} // namespace kiln::frontend::evaluation

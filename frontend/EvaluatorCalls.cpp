@@ -1,0 +1,746 @@
+// The symbolic evaluator's calls: builtins, methods of containers and
+// tensors, torch functions, and the inlining of Python functions and
+// nn.Module calls. Depends on frontend/Evaluator.h, runtime/, pybind11.
+#include "frontend/Evaluator.h"
+
+#include "runtime/PythonConversion.h"
+
+namespace kiln::frontend::evaluation {
+
+// dict's own read methods on a guarded object that is a dict (a registry
+// subclassing dict): read at capture time and guarded by the dict's keys and
+// the values read.
+VariablePtr Evaluator::dictReadMethod(const VariablePtr &self,
+                                      const std::string &name,
+                                      py::handle attribute) {
+  static const char *kReads[] = {"get",  "__getitem__", "__contains__",
+                                 "keys", "values",      "items"};
+  if (!self->source || !self->object || !PyDict_Check(self->object.ptr()) ||
+      !PyCFunction_Check(attribute.ptr()))
+    return nullptr;
+  if (std::none_of(std::begin(kReads), std::end(kReads),
+                   [&](const char *read) { return name == read; }))
+    return nullptr;
+  auto method = Variable::make(Kind::Method);
+  method->name = name;
+  method->items.push_back(self);
+  return method;
+}
+
+VariablePtr Evaluator::readGuardedDict(const VariablePtr &self,
+                                       const std::string &name,
+                                       std::vector<VariablePtr> &args) {
+  py::handle dict = self->object;
+  // Item sources read through __getitem__: it must be dict's own.
+  py::object getitem = py::type::of(dict).attr("__getitem__");
+  if (!getitem.is(py::type::of(py::dict()).attr("__getitem__")))
+    unsupported(typeName(dict) + " overrides __getitem__");
+  GuardCheck keys{GuardCheck::Kind::DictKeys, {}, {}};
+  py::list keyList;
+  Py_ssize_t position = 0;
+  PyObject *entryKey, *entryValue;
+  while (PyDict_Next(dict.ptr(), &position, &entryKey, &entryValue)) {
+    if (!isConstantObject(entryKey))
+      unsupported("a dict with non-constant keys");
+    keyList.append(py::handle(entryKey));
+  }
+  keys.expected = py::tuple(keyList);
+  guards_.addCheck(self->source, keys);
+  auto read = [&](py::handle key) {
+    return wrap(
+        PyDict_GetItem(dict.ptr(), key.ptr()),
+        Source::item(self->source, py::reinterpret_borrow<py::object>(key)));
+  };
+  if (name == "keys" || name == "values" || name == "items") {
+    std::vector<VariablePtr> items;
+    for (py::handle key : keyList) {
+      if (name == "keys")
+        items.push_back(
+            Variable::constant(py::reinterpret_borrow<py::object>(key)));
+      else if (name == "values")
+        items.push_back(read(key));
+      else
+        items.push_back(Variable::sequence(
+            Kind::Tuple,
+            {Variable::constant(py::reinterpret_borrow<py::object>(key)),
+             read(key)}));
+    }
+    return Variable::sequence(Kind::List, std::move(items));
+  }
+  if (args.empty())
+    unsupported("dict." + name + " without a key");
+  std::optional<py::object> key = asConstant(args[0]);
+  if (!key)
+    unsupported("a dict key that is not a constant");
+  bool present = PyDict_Contains(dict.ptr(), key->ptr()) == 1;
+  if (name == "__contains__")
+    return Variable::constant(py::bool_(present));
+  if (present)
+    return read(*key);
+  if (name == "get")
+    return args.size() > 1 ? args[1] : Variable::constant(py::none());
+  unsupported("KeyError " + py::repr(*key).cast<std::string>());
+}
+
+VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
+                                             const std::string &name,
+                                             std::vector<VariablePtr> &args) {
+  auto none = Variable::constant(py::none());
+  if (self->kind == Kind::List) {
+    if (name == "append" && args.size() == 1) {
+      checkNotInput(self, "appending to");
+      self->items.push_back(args[0]);
+      return none;
+    }
+    if (name == "extend" && args.size() == 1) {
+      checkNotInput(self, "extending");
+      for (const VariablePtr &item : unpack(args[0]))
+        self->items.push_back(item);
+      return none;
+    }
+    if (name == "insert" && args.size() == 2) {
+      checkNotInput(self, "inserting into");
+      int64_t index = asConstant(args[0]).value().cast<int64_t>();
+      int64_t size = static_cast<int64_t>(self->items.size());
+      index = index < 0 ? std::max<int64_t>(0, index + size)
+                        : std::min(index, size);
+      self->items.insert(self->items.begin() + index, args[1]);
+      return none;
+    }
+    if (name == "pop" && args.size() <= 1) {
+      checkNotInput(self, "popping from");
+      if (self->items.empty())
+        unsupported("pop from an empty list");
+      int64_t size = static_cast<int64_t>(self->items.size());
+      int64_t index =
+          args.empty() ? size - 1 : asConstant(args[0]).value().cast<int64_t>();
+      if (index < 0)
+        index += size;
+      if (index < 0 || index >= size)
+        unsupported("pop index out of range");
+      VariablePtr item = self->items[index];
+      self->items.erase(self->items.begin() + index);
+      return item;
+    }
+    if (name == "copy" && args.empty())
+      return Variable::sequence(Kind::List, self->items);
+  }
+  if (self->kind == Kind::Dict) {
+    auto findKey = [&](const py::object &key) -> int {
+      for (size_t i = 0; i < self->keys.size(); ++i)
+        if (self->keys[i].equal(key))
+          return static_cast<int>(i);
+      return -1;
+    };
+    if (name == "keys" || name == "values" || name == "items") {
+      std::vector<VariablePtr> items;
+      for (size_t i = 0; i < self->keys.size(); ++i) {
+        if (name == "keys")
+          items.push_back(Variable::constant(self->keys[i]));
+        else if (name == "values")
+          items.push_back(self->items[i]);
+        else
+          items.push_back(Variable::sequence(
+              Kind::Tuple,
+              {Variable::constant(self->keys[i]), self->items[i]}));
+      }
+      return Variable::sequence(Kind::List, std::move(items));
+    }
+    if (name == "get" && (args.size() == 1 || args.size() == 2)) {
+      std::optional<py::object> key = asConstant(args[0]);
+      if (!key)
+        unsupported("a dict key that is not a constant");
+      int index = findKey(*key);
+      if (index >= 0)
+        return self->items[index];
+      return args.size() == 2 ? args[1] : none;
+    }
+    if ((name == "pop" && (args.size() == 1 || args.size() == 2)) ||
+        (name == "setdefault" && (args.size() == 1 || args.size() == 2))) {
+      std::optional<py::object> key = asConstant(args[0]);
+      if (!key)
+        unsupported("a dict key that is not a constant");
+      int index = findKey(*key);
+      VariablePtr fallback = args.size() == 2 ? args[1] : none;
+      if (name == "setdefault") {
+        if (index >= 0)
+          return self->items[index];
+        checkNotInput(self, "inserting into");
+        self->keys.push_back(*key);
+        self->items.push_back(fallback);
+        return fallback;
+      }
+      if (index < 0) {
+        if (args.size() == 2)
+          return fallback;
+        unsupported("KeyError " + py::repr(*key).cast<std::string>());
+      }
+      checkNotInput(self, "popping from");
+      VariablePtr item = self->items[index];
+      self->items.erase(self->items.begin() + index);
+      self->keys.erase(self->keys.begin() + index);
+      return item;
+    }
+    if (name == "copy" && args.empty()) {
+      auto copy = Variable::make(Kind::Dict);
+      copy->keys = self->keys;
+      copy->items = self->items;
+      return copy;
+    }
+    if (name == "update" && args.size() == 1 && args[0]->is(Kind::Dict)) {
+      checkNotInput(self, "updating");
+      for (size_t i = 0; i < args[0]->keys.size(); ++i) {
+        int index = findKey(args[0]->keys[i]);
+        if (index >= 0) {
+          self->items[index] = args[0]->items[i];
+        } else {
+          self->keys.push_back(args[0]->keys[i]);
+          self->items.push_back(args[0]->items[i]);
+        }
+      }
+      return none;
+    }
+    if (name == "__contains__" && args.size() == 1)
+      return Variable::constant(
+          py::bool_(findKey(asConstant(args[0]).value()) >= 0));
+  }
+  if (self->kind == Kind::Tuple || self->kind == Kind::List) {
+    if ((name == "index" || name == "count") && args.size() == 1) {
+      std::optional<py::object> all = asConstant(self);
+      std::optional<py::object> item = asConstant(args[0]);
+      if (all && item)
+        return Variable::constant(all->attr(name.c_str())(*item));
+    }
+  }
+  unsupported("method " + name + " of a " + kindNameOf(pythonTypeOf(self)));
+}
+
+VariablePtr Evaluator::callTensorMethod(
+    const VariablePtr &self, const std::string &name,
+    std::vector<VariablePtr> &args,
+    std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
+  const TensorMeta &meta = self->tensor->meta();
+  auto dimArgument = [&]() -> std::optional<int64_t> {
+    if (args.empty() && kwargs.empty())
+      return std::nullopt;
+    VariablePtr dim = args.empty() ? kwargs[0].second : args[0];
+    std::optional<py::object> value = asConstant(dim);
+    if (!value || !PyLong_Check(value->ptr()))
+      unsupported("tensor." + name + " with a non-constant dim");
+    int64_t d = value->cast<int64_t>();
+    if (d < -meta.dim() || d >= meta.dim())
+      unsupported("tensor." + name + " dim out of range");
+    return d < 0 ? d + meta.dim() : d;
+  };
+  if (name == "size") {
+    std::optional<int64_t> dim = dimArgument();
+    if (dim)
+      return Variable::constant(py::int_(meta.sizes[*dim]));
+    return Variable::constant(Handles::get().sizeType(py::cast(meta.sizes)));
+  }
+  if (name == "stride") {
+    std::optional<int64_t> dim = dimArgument();
+    if (dim)
+      return Variable::constant(py::int_(meta.strides[*dim]));
+    return Variable::constant(py::tuple(py::cast(meta.strides)));
+  }
+  if ((name == "dim" || name == "ndimension") && args.empty())
+    return Variable::constant(py::int_(meta.dim()));
+  if ((name == "numel" || name == "nelement") && args.empty())
+    return Variable::constant(py::int_(meta.numel()));
+  if (name == "element_size" && args.empty())
+    return Variable::constant(py::int_(itemSize(meta.dtype)));
+  if (name == "is_floating_point" && args.empty())
+    return Variable::constant(py::bool_(isFloatingPoint(meta.dtype)));
+  if (name == "is_complex" && args.empty())
+    return Variable::constant(py::bool_(isComplex(meta.dtype)));
+  if (name == "is_contiguous" && args.empty() && kwargs.empty())
+    return Variable::constant(py::bool_(meta.isContiguous()));
+  if (name == "get_device" && args.empty())
+    return Variable::constant(py::int_(meta.device.type == DeviceType::CUDA
+                                           ? std::max(meta.device.index, 0)
+                                           : -1));
+  if (name == "item" || name == "tolist" || name == "numpy" ||
+      name == "__bool__" || name == "data_ptr" || name == "backward" ||
+      name == "register_hook" || name == "retain_grad" || name == "cpu" ||
+      name == "cuda")
+    unsupported("tensor." + name + "()");
+  std::vector<VariablePtr> allArgs{self};
+  allArgs.insert(allArgs.end(), args.begin(), args.end());
+  py::object method = Handles::get().tensorType.attr(name.c_str());
+  return torchCall(method, allArgs, kwargs);
+}
+
+VariablePtr
+Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
+                       std::vector<std::pair<std::string, VariablePtr>> &kwargs,
+                       bool &handled) {
+  const Handles &h = Handles::get();
+  handled = true;
+  auto is = [&](const char *name) { return function.is(h.builtin(name)); };
+  if (is("len") && args.size() == 1) {
+    const VariablePtr &value = args[0];
+    switch (value->kind) {
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Dict:
+      return Variable::constant(py::int_(value->items.size()));
+    case Kind::Tensor:
+      if (value->tensor->meta().dim() == 0)
+        unsupported("len() of a 0-d tensor");
+      return Variable::constant(py::int_(value->tensor->meta().sizes[0]));
+    case Kind::Module: {
+      if (value->source) {
+        GuardCheck length{GuardCheck::Kind::Length, {}, {}};
+        length.length = py::len(value->object);
+        guards_.addCheck(value->source, length);
+      }
+      return Variable::constant(py::int_(py::len(value->object)));
+    }
+    default:
+      break;
+    }
+  }
+  if ((is("isinstance") || is("issubclass")) && args.size() == 2) {
+    std::optional<py::object> classes = asConstant(args[1]);
+    if (!classes) {
+      if (args[1]->kind == Kind::Callable)
+        classes = args[1]->object;
+      else
+        unsupported("isinstance with a non-constant class");
+    }
+    if (is("isinstance")) {
+      py::object type = pythonTypeOf(args[0]);
+      if (args[0]->kind == Kind::Tensor) {
+        // Parameters are guarded by exact type, so the input's type is known.
+        return Variable::constant(
+            py::bool_(PyObject_IsSubclass(type.ptr(), classes->ptr()) == 1));
+      }
+      std::optional<py::object> object = asConstant(args[0]);
+      if (!object && (args[0]->kind == Kind::Object))
+        object = args[0]->object;
+      if (object)
+        return Variable::constant(
+            py::bool_(PyObject_IsInstance(object->ptr(), classes->ptr()) == 1));
+      return Variable::constant(
+          py::bool_(PyObject_IsSubclass(type.ptr(), classes->ptr()) == 1));
+    }
+  }
+  if (is("range") || is("enumerate") || is("zip") || is("reversed") ||
+      is("sorted") || is("list") || is("tuple") || is("iter")) {
+    std::vector<std::optional<py::object>> constants;
+    bool allConstant = kwargs.empty();
+    for (const VariablePtr &arg : args) {
+      constants.push_back(asConstant(arg));
+      allConstant &= constants.back().has_value() && arg->kind != Kind::Module;
+    }
+    if (is("range") && allConstant) {
+      py::list values;
+      for (auto &constant : constants)
+        values.append(*constant);
+      return Variable::constant(function(*py::tuple(values)));
+    }
+    if (is("enumerate") && (args.size() == 1 || args.size() == 2) &&
+        kwargs.empty()) {
+      int64_t start =
+          args.size() == 2 ? asConstant(args[1]).value().cast<int64_t>() : 0;
+      auto iterator = Variable::make(Kind::Iterator);
+      for (const VariablePtr &item : unpack(args[0]))
+        iterator->items.push_back(Variable::sequence(
+            Kind::Tuple, {Variable::constant(py::int_(start++)), item}));
+      return iterator;
+    }
+    if (is("zip") && kwargs.empty()) {
+      std::vector<std::vector<VariablePtr>> columns;
+      size_t length = SIZE_MAX;
+      for (const VariablePtr &arg : args) {
+        columns.push_back(unpack(arg));
+        length = std::min(length, columns.back().size());
+      }
+      auto iterator = Variable::make(Kind::Iterator);
+      for (size_t i = 0; i < (args.empty() ? 0 : length); ++i) {
+        std::vector<VariablePtr> row;
+        for (auto &column : columns)
+          row.push_back(column[i]);
+        iterator->items.push_back(
+            Variable::sequence(Kind::Tuple, std::move(row)));
+      }
+      return iterator;
+    }
+    if (is("reversed") && args.size() == 1) {
+      auto iterator = Variable::make(Kind::Iterator);
+      std::vector<VariablePtr> items = unpack(args[0]);
+      iterator->items.assign(items.rbegin(), items.rend());
+      return iterator;
+    }
+    if ((is("list") || is("tuple")) && args.size() <= 1 && kwargs.empty()) {
+      std::vector<VariablePtr> items =
+          args.empty() ? std::vector<VariablePtr>() : unpack(args[0]);
+      return Variable::sequence(is("list") ? Kind::List : Kind::Tuple,
+                                std::move(items));
+    }
+    if (is("iter") && args.size() == 1)
+      return iterate(args[0]);
+  }
+  if (is("getattr") && (args.size() == 2 || args.size() == 3)) {
+    std::optional<py::object> name = asConstant(args[1]);
+    if (!name || !PyUnicode_Check(name->ptr()))
+      unsupported("getattr with a non-constant name");
+    try {
+      return loadAttr(args[0], name->cast<std::string>());
+    } catch (const Unsupported &) {
+      if (args.size() == 3 && args[0]->kind != Kind::Tensor)
+        return args[2];
+      throw;
+    }
+  }
+  if (is("hasattr") && args.size() == 2 &&
+      (args[0]->kind == Kind::Module || args[0]->kind == Kind::Object)) {
+    std::optional<py::object> name = asConstant(args[1]);
+    bool has =
+        py::hasattr(args[0]->object, name.value().cast<std::string>().c_str());
+    return Variable::constant(py::bool_(has));
+  }
+  if (is("super") && args.empty()) {
+    unsupported("zero-argument super() outside a method");
+  }
+  if ((is("sum") || is("max") || is("min") || is("abs")) &&
+      std::any_of(args.begin(), args.end(), [](const VariablePtr &arg) {
+        return arg->kind != Kind::Constant;
+      })) {
+    if (is("abs") && args.size() == 1 && args[0]->kind == Kind::Tensor)
+      return torchCall(h.builtin("abs"), args, {});
+    if (is("sum") && args.size() >= 1 && kwargs.empty()) {
+      std::vector<VariablePtr> items = unpack(args[0]);
+      VariablePtr total =
+          args.size() == 2 ? args[1] : Variable::constant(py::int_(0));
+      for (const VariablePtr &item : items) {
+        std::optional<py::object> a = asConstant(total), b = asConstant(item);
+        total =
+            a && b ? Variable::constant(py::reinterpret_steal<py::object>(
+                         PyNumber_Add(a->ptr(), b->ptr())))
+                   : torchCall(h.operatorModule.attr("add"), {total, item}, {});
+      }
+      return total;
+    }
+    if ((is("max") || is("min")) && args.size() == 1 && kwargs.empty()) {
+      std::vector<VariablePtr> items = unpack(args[0]);
+      py::list values;
+      for (const VariablePtr &item : items) {
+        std::optional<py::object> constant = asConstant(item);
+        if (!constant)
+          unsupported("max/min over tensors (data-dependent)");
+        values.append(*constant);
+      }
+      return Variable::constant(function(values));
+    }
+  }
+  handled = false;
+  return nullptr;
+}
+
+VariablePtr
+Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
+                std::vector<std::pair<std::string, VariablePtr>> kwargs) {
+  const Handles &h = Handles::get();
+  switch (callable->kind) {
+  case Kind::Function:
+    if (callable->object && isTorchModuleName(moduleOf(callable->object)))
+      return torchCall(callable->object, args, kwargs);
+    return inlineFunction(callable, std::move(args), std::move(kwargs));
+  case Kind::Module:
+    return inlineModule(callable, std::move(args), std::move(kwargs));
+  case Kind::Method: {
+    const VariablePtr &self = callable->items.at(0);
+    if (!callable->object || callable->object.is_none()) {
+      if (self->kind == Kind::Tensor)
+        return callTensorMethod(self, callable->name, args, kwargs);
+      if (self->kind == Kind::Object && kwargs.empty())
+        return readGuardedDict(self, callable->name, args);
+      if (!kwargs.empty())
+        unsupported("keyword arguments to a container method");
+      return callMethodOfContainer(self, callable->name, args);
+    }
+    args.insert(args.begin(), self);
+    auto function = Variable::make(Kind::Function);
+    function->object = callable->object;
+    if (isTorchModuleName(moduleOf(callable->object))) {
+      // A method that nn.Module itself defines (e.g. a torch module's
+      // helper): inline it like user code.
+    }
+    return inlineFunction(function, std::move(args), std::move(kwargs));
+  }
+  case Kind::GradRestore:
+    setGradMode(callable->flag);
+    return Variable::constant(py::none());
+  case Kind::Callable:
+  case Kind::Constant: {
+    py::object function = callable->object;
+    for (const py::object &falseFunction : h.alwaysFalse)
+      if (function.is(falseFunction))
+        return Variable::constant(py::bool_(false));
+    if (function.is(h.isGradEnabled))
+      return Variable::constant(py::bool_(gradEnabled_));
+    if (function.is(h.noGrad) || function.is(h.enableGrad)) {
+      if (!args.empty() || !kwargs.empty())
+        unsupported("torch.no_grad/enable_grad with arguments");
+      auto context = Variable::make(Kind::GradContext);
+      context->flag = function.is(h.enableGrad);
+      return context;
+    }
+    if (function.is(h.tensorFromData) || function.is(h.asTensor)) {
+      // torch.tensor(data): data is Python constants, so the tensor is a
+      // graph constant (it never goes through the dispatcher).
+      py::list constantArgs;
+      py::dict constantKwargs;
+      for (const VariablePtr &arg : args) {
+        std::optional<py::object> constant = asConstant(arg);
+        if (!constant || arg->kind == Kind::Module)
+          unsupported("torch.tensor of data that is not made of constants");
+        constantArgs.append(*constant);
+      }
+      for (const auto &[name, value] : kwargs) {
+        std::optional<py::object> constant = asConstant(value);
+        if (!constant)
+          unsupported("torch.tensor with a non-constant " + name);
+        constantKwargs[py::str(name)] = *constant;
+      }
+      py::object tensor = function(*py::tuple(constantArgs), **constantKwargs);
+      Value *value = graph_->addConstant(python::constantDataOf(tensor));
+      return Variable::ofTensor(value);
+    }
+    if (function.is(h.builtin("print")))
+      unsupported("print() (a side effect)");
+    if (function.is(h.builtin("super")) && args.empty())
+      unsupported("super() needs the enclosing method");
+    bool handled = false;
+    if (PyObject_Hash(function.ptr()) != -1 &&
+        h.pureBuiltins.count(function.ptr())) {
+      VariablePtr result = callBuiltin(function, args, kwargs, handled);
+      if (handled)
+        return result;
+    } else {
+      PyErr_Clear();
+    }
+    // Pure functions with constant arguments: evaluate now.
+    std::string module = moduleOf(function);
+    bool pure = callable->flag || h.pureBuiltins.count(function.ptr()) ||
+                module == "math" || module == "operator" ||
+                module == "_operator";
+    if (pure) {
+      py::list constantArgs;
+      py::dict constantKwargs;
+      bool allConstant = true;
+      for (const VariablePtr &arg : args) {
+        std::optional<py::object> constant = asConstant(arg);
+        if (!constant || arg->kind == Kind::Module) {
+          allConstant = false;
+          break;
+        }
+        constantArgs.append(*constant);
+      }
+      for (const auto &[name, value] : kwargs) {
+        std::optional<py::object> constant = asConstant(value);
+        if (!constant) {
+          allConstant = false;
+          break;
+        }
+        constantKwargs[py::str(name)] = *constant;
+      }
+      if (allConstant) {
+        py::object result;
+        try {
+          result = function(*py::tuple(constantArgs), **constantKwargs);
+        } catch (py::error_already_set &error) {
+          unsupported(std::string("a call that raises during capture: ") +
+                      error.what());
+        }
+        if (isConstantObject(result))
+          return Variable::constant(result);
+        if (PyList_CheckExact(result.ptr()) ||
+            PyTuple_CheckExact(result.ptr()) || PyDict_CheckExact(result.ptr()))
+          return wrap(result, nullptr);
+        unsupported("a call returning a " + typeName(result));
+      }
+    }
+    if (py::isinstance(function, py::type::of(py::type::of(py::none()))) &&
+        function.is(h.sizeType)) {
+      std::optional<py::object> value =
+          args.size() == 1 ? asConstant(args[0]) : std::nullopt;
+      if (value)
+        return Variable::constant(function(*value));
+    }
+    if (isTorchModuleName(module) && !module.empty() && module != "builtins" &&
+        !PyType_Check(function.ptr()))
+      return torchCall(function, args, kwargs);
+    if (module == "_operator" || module == "operator" ||
+        function.is(h.builtin("abs")))
+      return torchCall(function, args, kwargs);
+    unsupported("a call to " + py::repr(function).cast<std::string>());
+  }
+  default:
+    unsupported("calling a " + kindNameOf(pythonTypeOf(callable)));
+  }
+}
+
+VariablePtr Evaluator::inlineModule(
+    const VariablePtr &module, std::vector<VariablePtr> args,
+    std::vector<std::pair<std::string, VariablePtr>> kwargs) {
+  const Handles &h = Handles::get();
+  py::object object = module->object;
+  py::object type = py::type::of(object);
+  if (!py::object(type.attr("__call__")).is(h.moduleCall))
+    unsupported(typeName(object) + " overrides __call__");
+  for (const char *hooks : {"_forward_hooks", "_forward_pre_hooks",
+                            "_backward_hooks", "_backward_pre_hooks"})
+    if (py::len(object.attr(hooks)) != 0)
+      unsupported("a module with hooks (" + typeName(object) + "." + hooks +
+                  ")");
+  for (const char *hooks :
+       {"_global_forward_hooks", "_global_forward_pre_hooks",
+        "_global_backward_hooks", "_global_backward_pre_hooks"})
+    if (py::hasattr(h.nnModules, hooks) &&
+        py::len(h.nnModules.attr(hooks)) != 0)
+      unsupported("global module hooks are registered");
+  auto forward = Variable::make(Kind::Function);
+  forward->object = type.attr("forward");
+  if (!py::isinstance(forward->object, h.functionType))
+    unsupported(typeName(object) + ".forward is not a Python function");
+  args.insert(args.begin(), module);
+  return inlineFunction(forward, std::move(args), std::move(kwargs));
+}
+
+VariablePtr Evaluator::inlineFunction(
+    const VariablePtr &function, std::vector<VariablePtr> args,
+    std::vector<std::pair<std::string, VariablePtr>> kwargs) {
+  if (depth_ >= kMaxInlineDepth)
+    unsupported("calls nested deeper than " + std::to_string(kMaxInlineDepth));
+  py::object code;
+  py::object globals;
+  py::object defaults = py::none();
+  py::object kwdefaults = py::none();
+  std::vector<VariablePtr> defaultVariables;
+  Frame frame;
+  if (function->object) {
+    py::object fn = function->object;
+    code = fn.attr("__code__");
+    globals = fn.attr("__globals__");
+    defaults = fn.attr("__defaults__");
+    kwdefaults = fn.attr("__kwdefaults__");
+    SourcePtr fnSource = Source::fixed(
+        fn, "F[" + std::to_string(reinterpret_cast<uintptr_t>(fn.ptr())) + "]");
+    if (!defaults.is_none()) {
+      int i = 0;
+      for (py::handle item : defaults)
+        defaultVariables.push_back(
+            wrap(item, Source::item(Source::attr(fnSource, "__defaults__"),
+                                    py::int_(i++))));
+    }
+    py::object closure = fn.attr("__closure__");
+    if (!closure.is_none()) {
+      for (py::handle cell : closure) {
+        auto cellVariable = Variable::make(Kind::Cell);
+        cellVariable->object = py::reinterpret_borrow<py::object>(cell);
+        cellVariable->source = Source::attr(
+            Source::fixed(
+                cellVariable->object,
+                "Cell[" +
+                    std::to_string(reinterpret_cast<uintptr_t>(cell.ptr())) +
+                    "]"),
+            "cell_contents");
+        frame.freeCells.push_back(cellVariable);
+      }
+    }
+  } else {
+    code = function->code;
+    globals = function->globals;
+    kwdefaults = function->kwdefaults;
+    defaultVariables = function->items;
+    frame.freeCells = function->cells;
+  }
+  setUpFrame(frame, code, globals);
+  auto *codeObject = reinterpret_cast<PyCodeObject *>(code.ptr());
+
+  // Bind arguments as CPython does.
+  int argcount = codeObject->co_argcount;
+  int kwonly = codeObject->co_kwonlyargcount;
+  int posonly = codeObject->co_posonlyargcount;
+  bool hasVarargs = codeObject->co_flags & CO_VARARGS;
+  bool hasVarkw = codeObject->co_flags & CO_VARKEYWORDS;
+  std::vector<VariablePtr> extra;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (static_cast<int>(i) < argcount)
+      frame.locals[i] = args[i];
+    else if (hasVarargs)
+      extra.push_back(args[i]);
+    else
+      unsupported(frame.code->name + "() takes " + std::to_string(argcount) +
+                  " positional arguments but " + std::to_string(args.size()) +
+                  " were given");
+  }
+  auto varkw = Variable::make(Kind::Dict);
+  for (auto &[name, value] : kwargs) {
+    int index = -1;
+    for (int i = posonly; i < argcount + kwonly; ++i)
+      if (frame.localNames[i] == name)
+        index = i;
+    if (index >= 0) {
+      if (frame.locals[index])
+        unsupported(frame.code->name + "() got multiple values for argument '" +
+                    name + "'");
+      frame.locals[index] = value;
+    } else if (hasVarkw) {
+      varkw->keys.push_back(py::str(name));
+      varkw->items.push_back(value);
+    } else {
+      unsupported(frame.code->name + "() got an unexpected keyword argument '" +
+                  name + "'");
+    }
+  }
+  int firstDefault = argcount - static_cast<int>(defaultVariables.size());
+  for (int i = 0; i < argcount; ++i) {
+    if (frame.locals[i])
+      continue;
+    if (i >= firstDefault)
+      frame.locals[i] = defaultVariables[i - firstDefault];
+    else
+      unsupported(frame.code->name + "() missing required argument '" +
+                  frame.localNames[i] + "'");
+  }
+  for (int i = argcount; i < argcount + kwonly; ++i) {
+    if (frame.locals[i])
+      continue;
+    py::object name = py::str(frame.localNames[i]);
+    if (!kwdefaults.is_none() && kwdefaults.contains(name))
+      frame.locals[i] = wrap(kwdefaults[name], nullptr);
+    else
+      unsupported(frame.code->name + "() missing keyword-only argument '" +
+                  frame.localNames[i] + "'");
+  }
+  int next = argcount + kwonly;
+  if (hasVarargs)
+    frame.locals[next++] = Variable::sequence(Kind::Tuple, std::move(extra));
+  if (hasVarkw)
+    frame.locals[next++] = varkw;
+
+  ++depth_;
+  VariablePtr result;
+  try {
+    result = runFrame(frame);
+  } catch (...) {
+    --depth_;
+    throw;
+  }
+  --depth_;
+  if (frame.code->isGenerator) {
+    // Generators made and consumed inside captured code (generator
+    // expressions, helper generators) run to exhaustion when called; their
+    // values only feed graph ops, so laziness changes nothing observable.
+    auto iterator = Variable::make(Kind::Iterator);
+    iterator->items = std::move(frame.yielded);
+    return iterator;
+  }
+  return result;
+}
+
+} // namespace kiln::frontend::evaluation
