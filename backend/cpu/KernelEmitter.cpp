@@ -113,6 +113,7 @@ private:
   void emitCountedLoop(llvm::Value *start, llvm::Value *end, int64_t step,
                        const std::function<void(llvm::Value *)> &body);
   void emitOuter(size_t level);
+  llvm::Value *alignedStart(size_t var, llvm::Value *start, llvm::Value *end);
   llvm::Value *emitAlignmentPeel(size_t level, llvm::Value *start,
                                  llvm::Value *end);
   void emitPoint();
@@ -174,6 +175,7 @@ private:
   // The store a large flat kernel writes with non-temporal vector stores,
   // aligned to the vector's bytes by a scalar prologue.
   const loop::Store *streamedStore_ = nullptr;
+  size_t streamedLoop_ = 0; // the loop whose vector loop streams (Inner)
   int64_t streamAlignment_ = 0;
 
   llvm::Function *function_ = nullptr;
@@ -310,26 +312,48 @@ void KernelEmitter::chooseStrategy() {
   unroll_ = strategy_ == VectorStrategy::Scalar ? 1 : host_.unroll;
 }
 
-// A flat kernel whose vectorised output is at least host_.streamingBytes
-// writes it with non-temporal stores: they skip reading each line before
+// A kernel whose vectorised output is at least host_.streamingBytes writes
+// it with non-temporal stores: they skip reading each line before
 // overwriting it and leave the caches to the inputs, where the output is
 // too large to stay in them for its reader anyway. One store per kernel
-// (its alignment prologue fits one address).
+// (its alignment prologue fits one address): a flat kernel's, or that of
+// the loop of a row kernel that only stores (aligned row by row).
 void KernelEmitter::planStreaming() {
-  if (host_.streamingBytes <= 0 || strategy_ != VectorStrategy::Outer ||
-      kernel_.outerRanges.size() != 1 || kernel_.loops.size() != 1 ||
-      !kernel_.loops[0].ranges.empty())
+  if (host_.streamingBytes <= 0)
     return;
-  for (const loop::Store &store : kernel_.loops[0].stores) {
-    std::optional<int64_t> coefficient =
-        loop::affineCoefficient(store.index, 0);
-    int64_t size = itemSize(program_.buffers.at(store.buffer).dtype());
-    if (!coefficient || *coefficient != 1 ||
-        kernel_.outerRanges[0] * size < host_.streamingBytes)
+  int64_t outerPoints = 1;
+  for (int64_t range : kernel_.outerRanges)
+    outerPoints *= range;
+  // A flat kernel's store along its vectorised outer loop, or a row
+  // kernel's store along the vectorised inner loop of a loop that only
+  // stores (softmax's and layer_norm's normalising loop).
+  for (size_t loopIndex = 0; loopIndex < kernel_.loops.size(); ++loopIndex) {
+    const loop::Loop &loop = kernel_.loops[loopIndex];
+    int64_t var;
+    if (strategy_ == VectorStrategy::Outer && kernel_.outerRanges.size() == 1 &&
+        kernel_.loops.size() == 1 && loop.ranges.empty())
+      var = 0;
+    else if (strategy_ == VectorStrategy::Inner &&
+             innerVectorLoop_[loopIndex] && !loop.ranges.empty() &&
+             loop.reductions.empty())
+      var = outerCount_ + static_cast<int64_t>(loop.ranges.size()) - 1;
+    else
       continue;
-    streamedStore_ = &store;
-    streamAlignment_ = size * lanes_;
-    return;
+    int64_t points = outerPoints;
+    for (int64_t range : loop.ranges)
+      points *= range;
+    for (const loop::Store &store : loop.stores) {
+      std::optional<int64_t> coefficient =
+          loop::affineCoefficient(store.index, var);
+      int64_t size = itemSize(program_.buffers.at(store.buffer).dtype());
+      if (!coefficient || *coefficient != 1 ||
+          points * size < host_.streamingBytes)
+        continue;
+      streamedStore_ = &store;
+      streamedLoop_ = loopIndex;
+      streamAlignment_ = size * lanes_;
+      return;
+    }
   }
 }
 
@@ -1329,11 +1353,26 @@ void KernelEmitter::emitOuter(size_t level) {
 // element's size). Returns where the vector loops start.
 llvm::Value *KernelEmitter::emitAlignmentPeel(size_t level, llvm::Value *start,
                                               llvm::Value *end) {
+  llvm::Value *aligned = alignedStart(level, start, end);
+  emitCountedLoop(start, aligned, 1, [&](llvm::Value *position) {
+    vars_[level] = position;
+    emitPoint();
+  });
+  return aligned;
+}
+
+// The first index in [start, end) of variable `var` at which the streamed
+// store's address is a multiple of the vector's bytes (`end` where the
+// address is not a multiple of the element's size).
+llvm::Value *KernelEmitter::alignedStart(size_t var, llvm::Value *start,
+                                         llvm::Value *end) {
   DType dtype = program_.buffers.at(streamedStore_->buffer).dtype();
   int64_t size = itemSize(dtype);
   scopes_.emplace_back();
-  vars_[level] = start;
+  llvm::Value *saved = vars_[var];
+  vars_[var] = start;
   llvm::Value *index = emit(streamedStore_->index, false);
+  vars_[var] = saved;
   scopes_.pop_back();
   llvm::Value *address = builder_.CreatePtrToInt(
       builder_.CreateGEP(storageType(dtype),
@@ -1348,12 +1387,7 @@ llvm::Value *KernelEmitter::emitAlignmentPeel(size_t level, llvm::Value *start,
           builder_.getInt64(0)),
       builder_.CreateUDiv(toBoundary, builder_.getInt64(size)), count);
   peel = builder_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, peel, count);
-  llvm::Value *aligned = builder_.CreateAdd(start, peel);
-  emitCountedLoop(start, aligned, 1, [&](llvm::Value *position) {
-    vars_[level] = position;
-    emitPoint();
-  });
-  return aligned;
+  return builder_.CreateAdd(start, peel);
 }
 
 void KernelEmitter::emitPoint() {
@@ -1647,7 +1681,8 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
   // Where every span is the whole innermost range, only the vector widths
   // and the scalar tail that some point of it takes are emitted (a range of
   // 64 is two wide steps and nothing else).
-  bool wholeSpans = !blocked || innermostRange <= block;
+  bool streaming = innerVector && streamedStore_ && streamedLoop_ == loopIndex;
+  bool wholeSpans = (!blocked || innermostRange <= block) && !streaming;
   int64_t leftOver = innermostRange;
   // One set of accumulators per vector width, widest first.
   std::vector<int> widths;
@@ -1680,6 +1715,14 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
           index);
     };
     llvm::Value *split = start;
+    if (streaming) { // scalar points until the stores are aligned
+      split = alignedStart(static_cast<size_t>(lastVar), start, end);
+      emitCountedLoop(start, split, 1, [&](llvm::Value *index) {
+        vars_[lastVar] = index;
+        llvm::Value *first = position(index);
+        point(pointAccs, first, first);
+      });
+    }
     for (size_t widthIndex = 0; widthIndex < widths.size(); ++widthIndex) {
       int width = widths[widthIndex];
       llvm::Value *from = split;

@@ -1,6 +1,7 @@
-# Non-temporal output stores of large flat kernels: a scalar prologue aligns
-# the streamed store, vector loops store past the caches, an sfence orders
-# them. The size from which kernels stream is read once per process, so the
+# Non-temporal output stores of large flat kernels and of the storing inner
+# loop of row kernels (softmax, layer_norm): a scalar prologue aligns the
+# streamed store (per row in row kernels), vector loops store past the
+# caches, an sfence orders them. The size from which kernels stream is read once per process, so the
 # small-threshold cases run in a child process.
 import os
 import platform
@@ -35,6 +36,22 @@ CHILD = textwrap.dedent(
                 # A strided output view: not flat, stores stay ordinary.
                 out = compiled(x[::2], y[::2])
                 assert_close(out, chain(x[::2], y[::2]), rtol=0, atol=0)
+    # Row kernels: the normalising loop streams each row, whatever the row
+    # length and offset of its start.
+    import torch.nn.functional as F
+    def rows(x, w):
+        return torch.softmax(x, -1), F.layer_norm(x, x.shape[-1:], w, w)
+    compiled = kiln.compile(rows, fullgraph=True)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        for cols in (1, 5, 8, 13, 64, 67, 300):
+            for offset in (0, 1, 3):
+                x = torch.randn(37, cols + offset).mul(3).to(dtype)[:, offset:]
+                w = torch.randn(cols).to(dtype)
+                for got, want in zip(compiled(x, w), rows(x, w)):
+                    assert_close(got, want, msg=f"{dtype} {cols} {offset}")
+                got = compiled(x.t().contiguous().t(), w)   # column-major rows
+                for got, want in zip(got, rows(x, w)):
+                    assert_close(got, want)
     print("streamed", flush=True)
     """
 )
@@ -56,6 +73,19 @@ def test_large_output_streams_by_default(capfd, monkeypatch):
         compiled = kiln.compile(lambda x: x * 2 + 1, fullgraph=True)
         x = torch.randn(4 * 1024 * 1024 + 5)[5:]
         torch.testing.assert_close(compiled(x), x * 2 + 1, rtol=0, atol=0)
+    finally:
+        monkeypatch.delenv("KILN_LOGS")
+    ir = capfd.readouterr().err
+    if ON_X86:
+        assert "!nontemporal" in ir
+
+
+def test_large_row_kernel_output_streams_by_default(capfd, monkeypatch):
+    monkeypatch.setenv("KILN_LOGS", "llvm")
+    try:
+        compiled = kiln.compile(lambda x: torch.softmax(x, -1), fullgraph=True)
+        x = torch.randn(4096, 1027)[:, 3:]
+        torch.testing.assert_close(compiled(x), torch.softmax(x, -1))
     finally:
         monkeypatch.delenv("KILN_LOGS")
     ir = capfd.readouterr().err
