@@ -28,6 +28,15 @@ loop::Program schedule(std::shared_ptr<Graph> graph) {
   return program;
 }
 
+// Appends a step running `kernel` with `body` as its one loop.
+void appendKernel(loop::Program &program, loop::Kernel kernel,
+                  loop::Loop body) {
+  kernel.loops.push_back(std::move(body));
+  loop::Step step;
+  step.kernel = std::move(kernel);
+  program.steps.push_back(std::move(step));
+}
+
 std::vector<const loop::Kernel *> kernelsOf(const loop::Program &program) {
   std::vector<const loop::Kernel *> kernels;
   for (const Step &step : program.steps)
@@ -209,10 +218,7 @@ TEST(Scheduler, IndexSimplificationUsesVariableRanges) {
   store(e.mod(e.floorDiv(linear, 256), 256));     // v1
   store(e.floorDiv(linear, 524288));              // v0 // 8
   store(e.mod(e.add(linear, e.integer(3)), 256)); // not simplifiable
-  kernel.loops.push_back(body);
-  loop::Step step;
-  step.kernel = kernel;
-  program.steps.push_back(step);
+  appendKernel(program, kernel, body);
   simplifyIndices(program);
   const auto &stores = program.steps[0].kernel.loops[0].stores;
   EXPECT_EQ(stores[0].index, v2);
@@ -230,10 +236,9 @@ TEST(Scheduler, IndexSimplificationRecombinesQuotientAndRemainder) {
   // A [16, 256] buffer read through a [2, 8, 256] view of it:
   // floordiv(v0, 8)*2048 + mod(v0, 8)*256 + v1 is v0*256 + v1.
   auto viewed = [&](int64_t scale) {
-    return e.add(
-        e.add(e.mul(e.floorDiv(v0, 8), e.integer(2048 * scale)),
-              e.mul(e.mod(v0, 8), e.integer(256 * scale))),
-        v1);
+    return e.add(e.add(e.mul(e.floorDiv(v0, 8), e.integer(2048 * scale)),
+                       e.mul(e.mod(v0, 8), e.integer(256 * scale))),
+                 v1);
   };
   loop::Kernel kernel;
   kernel.outerRanges = {16, 256};
@@ -246,10 +251,7 @@ TEST(Scheduler, IndexSimplificationRecombinesQuotientAndRemainder) {
   store(e.add(e.add(e.mul(e.floorDiv(v0, 8), e.integer(1000)),
                     e.mul(e.mod(v0, 8), e.integer(256))),
               v1));
-  kernel.loops.push_back(body);
-  loop::Step step;
-  step.kernel = kernel;
-  program.steps.push_back(step);
+  appendKernel(program, kernel, body);
   simplifyIndices(program);
   const auto &stores = program.steps[0].kernel.loops[0].stores;
   EXPECT_EQ(stores[0].index, e.add(e.mul(v0, e.integer(256)), v1));
