@@ -1,5 +1,7 @@
 # kiln's own graph ops that are not ATen operators, as the eager runner calls
 # them (an Extern or Op node named kiln::<name> runs kiln._ops.<name>).
+import functools
+
 import torch
 
 
@@ -30,6 +32,9 @@ def _accepts(schema, positional, keywords):
                for a in schema.arguments if a.kwarg_only)
 
 
+# Looked up for every node a graph runs through torch: the same few ops
+# recur in every layer of a model.
+@functools.lru_cache(maxsize=4096)
 def generated_binding(name, overload, positional, keywords):
     """torch's generated Python binding for a call of `aten::<name>.<overload>`
     with `positional` arguments and the named keyword ones, where that call
