@@ -255,6 +255,34 @@ LoweringResult relu(Lowerer &lowerer, const Node &node) {
   });
 }
 
+// 1 + erf(z) to the absolute accuracy float32 can hold of it (GELU
+// multiplies it by x, so erf's relative accuracy near 0 does not matter):
+// erfc(|z|) = t P(t) exp(-z^2) with t = 1 / (1 + p |z|), the rational
+// approximation of Abramowitz and Stegun 7.1.26 (absolute error below
+// 1.5e-7), then 2 - erfc(z) for z >= 0. One exp and one division, where
+// erf to 1 ulp takes two polynomials and an exp.
+const Expr *onePlusErf(Lowerer &lowerer, DType math, const Expr *z) {
+  auto c = [&](double value) { return lowerer.constant(value, math); };
+  const Expr *t = lowerer.binary(
+      BinaryOp::Div, c(1),
+      lowerer.binary(BinaryOp::Add, c(1),
+                     lowerer.binary(BinaryOp::Mul, c(0.3275911),
+                                    lowerer.unary(UnaryOp::Abs, z))));
+  const Expr *poly = c(1.061405429);
+  for (double coefficient :
+       {-1.453152027, 1.421413741, -0.284496736, 0.254829592})
+    poly = lowerer.binary(BinaryOp::Add, c(coefficient),
+                          lowerer.binary(BinaryOp::Mul, poly, t));
+  const Expr *erfcOfMagnitude = lowerer.binary(
+      BinaryOp::Mul, lowerer.binary(BinaryOp::Mul, poly, t),
+      lowerer.unary(
+          UnaryOp::Exp,
+          lowerer.unary(UnaryOp::Neg, lowerer.binary(BinaryOp::Mul, z, z))));
+  return lowerer.where(lowerer.binary(BinaryOp::Ge, z, c(0)),
+                       lowerer.binary(BinaryOp::Sub, c(2), erfcOfMagnitude),
+                       erfcOfMagnitude);
+}
+
 LoweringResult gelu(Lowerer &lowerer, const Node &node) {
   DType math = mathType(lowerer, node);
   bool tanhApproximation = node.arguments().at(1).toString() == "tanh";
@@ -273,6 +301,11 @@ LoweringResult gelu(Lowerer &lowerer, const Node &node) {
           inner = lowerer.unary(
               UnaryOp::Tanh,
               lowerer.binary(BinaryOp::Mul, c(std::sqrt(2.0 / M_PI)), sum));
+        } else if (math == DType::Float32) {
+          return lowerer.binary(
+              BinaryOp::Mul, lowerer.binary(BinaryOp::Mul, x, c(0.5)),
+              onePlusErf(lowerer, math,
+                         lowerer.binary(BinaryOp::Mul, x, c(M_SQRT1_2))));
         } else {
           inner = lowerer.unary(UnaryOp::Erf,
                                 lowerer.binary(BinaryOp::Mul, x, c(M_SQRT1_2)));
