@@ -172,7 +172,7 @@ private:
   llvm::Value *loadCarried(const Expr *expr, bool vector);
   void storeCarried(const Expr *expr, llvm::Value *value);
   std::vector<bool> innerVectorLoop_;
-  // The store a large flat kernel writes with non-temporal vector stores,
+  // The store a kernel writes with non-temporal vector stores (planStreaming),
   // aligned to the vector's bytes by a scalar prologue.
   const loop::Store *streamedStore_ = nullptr;
   size_t streamedLoop_ = 0; // the loop whose vector loop streams (Inner)
@@ -321,12 +321,7 @@ void KernelEmitter::chooseStrategy() {
 void KernelEmitter::planStreaming() {
   if (host_.streamingBytes <= 0)
     return;
-  int64_t outerPoints = 1;
-  for (int64_t range : kernel_.outerRanges)
-    outerPoints *= range;
-  // A flat kernel's store along its vectorised outer loop, or a row
-  // kernel's store along the vectorised inner loop of a loop that only
-  // stores (softmax's and layer_norm's normalising loop).
+  int64_t outerPoints = numelOf(kernel_.outerRanges);
   for (size_t loopIndex = 0; loopIndex < kernel_.loops.size(); ++loopIndex) {
     const loop::Loop &loop = kernel_.loops[loopIndex];
     int64_t var;
@@ -339,9 +334,7 @@ void KernelEmitter::planStreaming() {
       var = outerCount_ + static_cast<int64_t>(loop.ranges.size()) - 1;
     else
       continue;
-    int64_t points = outerPoints;
-    for (int64_t range : loop.ranges)
-      points *= range;
+    int64_t points = outerPoints * numelOf(loop.ranges);
     for (const loop::Store &store : loop.stores) {
       std::optional<int64_t> coefficient =
           loop::affineCoefficient(store.index, var);
@@ -1714,14 +1707,17 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
           builder_.CreateMul(outerPosition, builder_.getInt64(innermostRange)),
           index);
     };
-    llvm::Value *split = start;
-    if (streaming) { // scalar points until the stores are aligned
-      split = alignedStart(static_cast<size_t>(lastVar), start, end);
-      emitCountedLoop(start, split, 1, [&](llvm::Value *index) {
+    auto scalarPoints = [&](llvm::Value *from, llvm::Value *to) {
+      emitCountedLoop(from, to, 1, [&](llvm::Value *index) {
         vars_[lastVar] = index;
         llvm::Value *first = position(index);
         point(pointAccs, first, first);
       });
+    };
+    llvm::Value *split = start;
+    if (streaming) { // scalar points until the stores are aligned
+      split = alignedStart(static_cast<size_t>(lastVar), start, end);
+      scalarPoints(start, split);
     }
     for (size_t widthIndex = 0; widthIndex < widths.size(); ++widthIndex) {
       int width = widths[widthIndex];
@@ -1736,13 +1732,8 @@ void KernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
         leaveVector();
       });
     }
-    if (!scalarTail)
-      return;
-    emitCountedLoop(split, end, 1, [&](llvm::Value *index) {
-      vars_[lastVar] = index;
-      llvm::Value *first = position(index);
-      point(pointAccs, first, first);
-    });
+    if (scalarTail)
+      scalarPoints(split, end);
   };
   std::function<void(size_t, llvm::Value *)> level =
       [&](size_t dimension, llvm::Value *outerPosition) {
