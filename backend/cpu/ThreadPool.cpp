@@ -50,6 +50,21 @@ std::chrono::microseconds spinTime() {
   return time;
 }
 
+/// A parallel job: every thread that joins it takes chunks from one counter.
+struct Job {
+  const std::function<void(int64_t)> *task = nullptr;
+  int64_t chunkCount = 0;
+  std::atomic<int64_t> nextChunk{0};
+
+  void runChunks() {
+    for (int64_t chunk = nextChunk.fetch_add(1); chunk < chunkCount;
+         chunk = nextChunk.fetch_add(1))
+      (*task)(chunk);
+  }
+  /// runChunks as GOMP_parallel calls it, with the job as `data`.
+  static void runChunksOf(void *data) { static_cast<Job *>(data)->runChunks(); }
+};
+
 } // namespace
 
 struct ThreadPool::State {
@@ -71,15 +86,7 @@ struct ThreadPool::State {
   std::atomic<uint64_t> generation{0};
   std::atomic<bool> open{false};
   std::atomic<int> active{0};
-  const std::function<void(int64_t)> *task = nullptr;
-  int64_t chunkCount = 0;
-  std::atomic<int64_t> nextChunk{0};
-
-  void runChunks() {
-    for (int64_t chunk = nextChunk.fetch_add(1); chunk < chunkCount;
-         chunk = nextChunk.fetch_add(1))
-      (*task)(chunk);
-  }
+  Job job;
 
   /// Waits until the generation differs from `seen`; false when stopping.
   bool awaitJob(uint64_t seen) {
@@ -105,7 +112,7 @@ struct ThreadPool::State {
       seen = generation.load();
       active.fetch_add(1);
       if (open.load())
-        runChunks();
+        job.runChunks();
       active.fetch_sub(1);
     }
   }
@@ -191,20 +198,6 @@ int hardwareThreadCount() {
   return hardware == 0 ? 1 : static_cast<int>(hardware);
 }
 
-/// One job on the OpenMP team: every thread of it takes chunks.
-struct OpenMpJob {
-  const std::function<void(int64_t)> *task;
-  int64_t chunkCount;
-  std::atomic<int64_t> nextChunk{0};
-
-  static void run(void *data) {
-    auto &job = *static_cast<OpenMpJob *>(data);
-    for (int64_t chunk = job.nextChunk.fetch_add(1); chunk < job.chunkCount;
-         chunk = job.nextChunk.fetch_add(1))
-      (*job.task)(chunk);
-  }
-};
-
 } // namespace
 
 ThreadPool &ThreadPool::instance() {
@@ -246,16 +239,13 @@ void ThreadPool::setThreadCount(int count) {
 void ThreadPool::run(int64_t chunkCount,
                      const std::function<void(int64_t)> &task) {
   if (usesOpenMp()) {
-    int threads = static_cast<int>(
-        std::min<int64_t>(threadCount(), std::max<int64_t>(chunkCount, 1)));
-    if (threads <= 1) {
-      for (int64_t chunk = 0; chunk < chunkCount; ++chunk)
-        task(chunk);
-      return;
-    }
-    OpenMpJob job{&task, chunkCount};
-    hostOpenMp().parallel(&OpenMpJob::run, &job, static_cast<unsigned>(threads),
-                          0);
+    Job job{&task, chunkCount};
+    int64_t threads = std::min<int64_t>(threadCount(), chunkCount);
+    if (threads > 1)
+      hostOpenMp().parallel(&Job::runChunksOf, &job,
+                            static_cast<unsigned>(threads), 0);
+    else
+      job.runChunks();
     return;
   }
   std::unique_lock<std::mutex> dispatch(state_->dispatchMutex,
@@ -266,9 +256,9 @@ void ThreadPool::run(int64_t chunkCount,
     return;
   }
   State &state = *state_;
-  state.task = &task;
-  state.chunkCount = chunkCount;
-  state.nextChunk.store(0);
+  state.job.task = &task;
+  state.job.chunkCount = chunkCount;
+  state.job.nextChunk.store(0);
   state.open.store(true);
   state.generation.fetch_add(1);
   if (state.sleepers.load() > 0) {
@@ -279,7 +269,7 @@ void ThreadPool::run(int64_t chunkCount,
     }
     state.wake.notify_all();
   }
-  state.runChunks();
+  state.job.runChunks();
   // Workers that count themselves active from here on see the job closed.
   state.open.store(false);
   for (int spins = 0; state.active.load() != 0; ++spins) {
@@ -288,7 +278,7 @@ void ThreadPool::run(int64_t chunkCount,
     else
       std::this_thread::yield();
   }
-  state.task = nullptr;
+  state.job.task = nullptr;
 }
 
 } // namespace kiln::backend
