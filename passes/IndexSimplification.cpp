@@ -46,14 +46,11 @@ public:
     };
     visit(root);
     for (const Expr *node : order) {
-      if (node->kind() != ExprKind::Binary ||
-          (node->binaryOp() != BinaryOp::FloorDiv &&
-           node->binaryOp() != BinaryOp::Mod) ||
-          node->dtype() != DType::Int64 || !node->operand(1)->isConstant())
+      if (node->dtype() != DType::Int64 ||
+          !(isDivision(node, BinaryOp::FloorDiv) ||
+            isDivision(node, BinaryOp::Mod)))
         continue;
       int64_t divisor = node->operand(1)->integer();
-      if (divisor <= 0)
-        continue;
       const Expr *dividend = exprs_.replace(node->operand(0), replacements_);
       const Expr *simplified =
           divide(dividend, divisor, node->binaryOp() == BinaryOp::Mod);
