@@ -22,7 +22,7 @@ CHILD = textwrap.dedent("""
 
 
 def run_child(body, **environment):
-    env = dict(os.environ, **environment)
+    env = dict(os.environ)
     env.pop("KILN_NUM_THREADS", None)
     env.update(environment)
     result = subprocess.run([sys.executable, "-c", CHILD + textwrap.dedent(body)],
