@@ -285,6 +285,19 @@ const Expr *ExprContext::cast(const Expr *operand, DType dtype) {
   return intern(std::move(node));
 }
 
+const Expr *ExprContext::mulAdd(const Expr *a, const Expr *b, const Expr *c) {
+  if (!isFloatingPoint(a->dtype()) || b->dtype() != a->dtype() ||
+      c->dtype() != a->dtype())
+    throw Error("loop IR: mulAdd takes floating-point operands of one dtype");
+  if (a->isConstant() && b->isConstant() && c->isConstant())
+    return constant(std::fma(a->real(), b->real(), c->real()), a->dtype());
+  Expr node;
+  node.kind_ = ExprKind::MulAdd;
+  node.dtype_ = a->dtype();
+  node.operands_ = {a, b, c};
+  return intern(std::move(node));
+}
+
 const Expr *ExprContext::add(const Expr *a, const Expr *b) {
   return binary(BinaryOp::Add, a, b);
 }
@@ -333,6 +346,9 @@ const Expr *ExprContext::replace(
         break;
       case ExprKind::Cast:
         result = cast(operands[0], node->dtype());
+        break;
+      case ExprKind::MulAdd:
+        result = mulAdd(operands[0], operands[1], operands[2]);
         break;
       default:
         break;
@@ -461,6 +477,11 @@ std::string exprToString(const Expr *expr) {
   case ExprKind::Cast:
     out << "cast<" << dtypeShortName(expr->dtype()) << ">("
         << exprToString(expr->operand(0)) << ")";
+    break;
+  case ExprKind::MulAdd:
+    out << "muladd(" << exprToString(expr->operand(0)) << ", "
+        << exprToString(expr->operand(1)) << ", "
+        << exprToString(expr->operand(2)) << ")";
     break;
   }
   return out.str();

@@ -24,8 +24,11 @@ enum class ExprKind : uint8_t {
   ReductionValue, // the result of an earlier reduction of the same kernel
   Unary,
   Binary,
-  Where, // operands: condition (Bool), then, else
-  Cast,  // operand converted to the expression's dtype
+  Where,  // operands: condition (Bool), then, else
+  Cast,   // operand converted to the expression's dtype
+  MulAdd, // operands a, b, c: a * b + c, fused where the target has it;
+          // for a decomposition's own arithmetic (polynomials), never for
+          // a user's separate multiply and add, whose roundings eager keeps
 };
 
 enum class UnaryOp : uint8_t {
@@ -158,6 +161,8 @@ public:
   const Expr *where(const Expr *condition, const Expr *then,
                     const Expr *otherwise);
   const Expr *cast(const Expr *operand, DType dtype);
+  /// a * b + c of floating-point operands of one dtype (see MulAdd).
+  const Expr *mulAdd(const Expr *a, const Expr *b, const Expr *c);
 
   // Index arithmetic on Int64 expressions.
   const Expr *add(const Expr *a, const Expr *b);

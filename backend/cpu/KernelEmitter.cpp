@@ -558,6 +558,15 @@ llvm::Value *KernelEmitter::emitNode(const Expr *expr, bool vector) {
   case ExprKind::Cast:
     return emitCast(emit(expr->operand(0), vector), expr->operand(0)->dtype(),
                     expr->dtype());
+  case ExprKind::MulAdd: {
+    // llvm.fmuladd: one fma where the target has one, mul and add where not.
+    llvm::Value *a = emit(expr->operand(0), vector);
+    llvm::Value *b = emit(expr->operand(1), vector);
+    llvm::Value *c = emit(expr->operand(2), vector);
+    return roundTo(expr->dtype(),
+                   builder_.CreateIntrinsic(llvm::Intrinsic::fmuladd,
+                                            {a->getType()}, {a, b, c}));
+  }
   }
   throw Error("loop IR: unknown expression kind");
 }

@@ -100,6 +100,11 @@ public:
                     const Expr *otherwise) {
     return exprs().where(condition, then, otherwise);
   }
+  /// a * b + c, fused where the target can: for a decomposition's own
+  /// arithmetic only (see loop::ExprKind::MulAdd).
+  const Expr *mulAdd(const Expr *a, const Expr *b, const Expr *c) {
+    return exprs().mulAdd(a, b, c);
+  }
 
   // --- Tensors ---
   /// A constant of `dtype` broadcast to `sizes`.

@@ -255,32 +255,34 @@ LoweringResult relu(Lowerer &lowerer, const Node &node) {
   });
 }
 
-// 1 + erf(z) to the absolute accuracy float32 can hold of it (GELU
-// multiplies it by x, so erf's relative accuracy near 0 does not matter):
-// erfc(|z|) = t P(t) exp(-z^2) with t = 1 / (1 + p |z|), the rational
-// approximation of Abramowitz and Stegun 7.1.26 (absolute error below
-// 1.5e-7), then 2 - erfc(z) for z >= 0. One exp and one division, where
-// erf to 1 ulp takes two polynomials and an exp.
-const Expr *onePlusErf(Lowerer &lowerer, DType math, const Expr *z) {
+// Exact GELU in float32 math to the absolute accuracy float32 can hold of
+// Phi(x), the normal distribution function it multiplies x by: with
+// h(x) = erfc(|x| / sqrt 2) / 2 = t P(t) exp(-x^2 / 2), t = 1 / (1 + p |x|
+// / sqrt 2), the rational approximation of Abramowitz and Stegun 7.1.26
+// (absolute error below 1.5e-7, P's coefficients halved here), Phi(x) is
+// 1 - h for x >= 0 and h below. One exp and one division, where erf to 1 ulp
+// takes two polynomials and an exp; the polynomial's steps are fused
+// multiply-adds.
+const Expr *exactGeluF32(Lowerer &lowerer, const Expr *x) {
+  DType math = x->dtype();
   auto c = [&](double value) { return lowerer.constant(value, math); };
-  const Expr *t = lowerer.binary(
-      BinaryOp::Div, c(1),
-      lowerer.binary(BinaryOp::Add, c(1),
-                     lowerer.binary(BinaryOp::Mul, c(0.3275911),
-                                    lowerer.unary(UnaryOp::Abs, z))));
-  const Expr *poly = c(1.061405429);
+  const Expr *t =
+      lowerer.binary(BinaryOp::Div, c(1),
+                     lowerer.mulAdd(lowerer.unary(UnaryOp::Abs, x),
+                                    c(0.3275911 * M_SQRT1_2), c(1)));
+  const Expr *poly = c(1.061405429 / 2);
   for (double coefficient :
-       {-1.453152027, 1.421413741, -0.284496736, 0.254829592})
-    poly = lowerer.binary(BinaryOp::Add, c(coefficient),
-                          lowerer.binary(BinaryOp::Mul, poly, t));
-  const Expr *erfcOfMagnitude = lowerer.binary(
-      BinaryOp::Mul, lowerer.binary(BinaryOp::Mul, poly, t),
-      lowerer.unary(
-          UnaryOp::Exp,
-          lowerer.unary(UnaryOp::Neg, lowerer.binary(BinaryOp::Mul, z, z))));
-  return lowerer.where(lowerer.binary(BinaryOp::Ge, z, c(0)),
-                       lowerer.binary(BinaryOp::Sub, c(2), erfcOfMagnitude),
-                       erfcOfMagnitude);
+       {-1.453152027 / 2, 1.421413741 / 2, -0.284496736 / 2, 0.254829592 / 2})
+    poly = lowerer.mulAdd(poly, t, c(coefficient));
+  const Expr *gaussian = lowerer.unary(
+      UnaryOp::Exp,
+      lowerer.binary(BinaryOp::Mul, lowerer.binary(BinaryOp::Mul, x, x),
+                     c(-0.5)));
+  const Expr *h = lowerer.binary(
+      BinaryOp::Mul, lowerer.binary(BinaryOp::Mul, poly, t), gaussian);
+  const Expr *phi = lowerer.where(lowerer.binary(BinaryOp::Ge, x, c(0)),
+                                  lowerer.binary(BinaryOp::Sub, c(1), h), h);
+  return lowerer.binary(BinaryOp::Mul, x, phi);
 }
 
 LoweringResult gelu(Lowerer &lowerer, const Node &node) {
@@ -302,10 +304,7 @@ LoweringResult gelu(Lowerer &lowerer, const Node &node) {
               UnaryOp::Tanh,
               lowerer.binary(BinaryOp::Mul, c(std::sqrt(2.0 / M_PI)), sum));
         } else if (math == DType::Float32) {
-          return lowerer.binary(
-              BinaryOp::Mul, lowerer.binary(BinaryOp::Mul, x, c(0.5)),
-              onePlusErf(lowerer, math,
-                         lowerer.binary(BinaryOp::Mul, x, c(M_SQRT1_2))));
+          return exactGeluF32(lowerer, x);
         } else {
           inner = lowerer.unary(UnaryOp::Erf,
                                 lowerer.binary(BinaryOp::Mul, x, c(M_SQRT1_2)));

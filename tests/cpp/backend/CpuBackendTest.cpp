@@ -4,6 +4,9 @@
 #include "backend/cpu/CpuBackend.h"
 #include "ir/Error.h"
 
+#include <llvm/ADT/StringMap.h>
+#include <llvm/TargetParser/Host.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -153,6 +156,47 @@ TEST(CpuPointwise, AddMulFloat32AtOddSizes) {
       EXPECT_EQ(test.data<float>(out)[i], values[i] * others[i] + values[i])
           << "size " << size << " at " << i;
   }
+}
+
+// MulAdd rounds once where the host has fused multiply-add (as every x86
+// host with AVX2 does), and folds constants with one rounding too.
+TEST(CpuPointwise, MulAddRoundsOnceWhereTheHostFuses) {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  bool hostFuses = features.lookup("fma");
+  for (int64_t size : {1, 8, 37}) {
+    TestProgram test;
+    int64_t a = test.buffer(DType::Float32, size);
+    int64_t out = test.buffer(DType::Float32, size);
+    auto &e = test.exprs();
+    const Expr *x = test.load(a, test.var(0));
+    // x * x - x * x rounded once is the rounding error of x * x, which
+    // separate roundings make 0.
+    test.addKernel(pointwise(
+        test, size, out,
+        e.mulAdd(x, x, e.unary(UnaryOp::Neg, e.binary(BinaryOp::Mul, x, x)))));
+    auto values = randomFloats(size, 1, 2, 7);
+    test.fill(a, values);
+    test.run();
+    int fused = 0;
+    for (int64_t i = 0; i < size; ++i) {
+      float v = values[i], square = v * v;
+      float once = std::fma(v, v, -square);
+      float actual = test.data<float>(out)[i];
+      EXPECT_TRUE(actual == once || actual == 0.0f) << "at " << i;
+      if (hostFuses) {
+        EXPECT_EQ(actual, once) << "at " << i;
+      }
+      fused += once != 0.0f;
+    }
+    EXPECT_TRUE(size < 8 || fused > 0) << "no value with a rounding error";
+  }
+  loop::ExprContext e;
+  const Expr *third = e.constant(1.0 / 3.0, DType::Float64);
+  const Expr *folded = e.mulAdd(third, e.constant(3.0, DType::Float64),
+                                e.constant(-1.0, DType::Float64));
+  ASSERT_TRUE(folded->isConstant());
+  EXPECT_EQ(folded->real(), std::fma(1.0 / 3.0, 3.0, -1.0));
+  EXPECT_THROW(e.mulAdd(e.var(0), e.var(0), e.var(0)), Error);
 }
 
 TEST(CpuMath, Float32AndFloat64FunctionsMatchTheCLibrary) {

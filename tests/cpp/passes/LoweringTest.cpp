@@ -144,6 +144,10 @@ private:
     case ExprKind::Where:
       return eval(expr->operand(0)) != 0 ? eval(expr->operand(1))
                                          : eval(expr->operand(2));
+    case ExprKind::MulAdd:
+      return roundTo(expr->dtype(),
+                     std::fma(eval(expr->operand(0)), eval(expr->operand(1)),
+                              eval(expr->operand(2))));
     case ExprKind::Unary: {
       double x = eval(expr->operand(0));
       double r;
