@@ -280,6 +280,10 @@ void defineGraphBindings(py::module_ &module) {
   module.def("threads_use_openmp", &backend::threadsUseOpenMp,
              "Whether kernels run on the process's OpenMP thread team "
              "(torch's) rather than kiln's own workers.");
+  module.def("cpu_streaming_bytes", &backend::streamingBytes,
+             "Output size in bytes from which CPU kernels store past the "
+             "caches: half the last-level cache unless "
+             "KILN_CPU_STREAMING_BYTES says otherwise; 0 means never.");
   module.def(
       "kernel_cache_info",
       [] {

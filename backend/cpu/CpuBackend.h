@@ -47,6 +47,10 @@ KernelCacheStats kernelCacheStats();
 /// are freed), so that the next compile starts cold: for benchmarks.
 void clearKernelCache();
 
+/// The output size in bytes from which kernels store past the caches
+/// (half the last-level cache, or KILN_CPU_STREAMING_BYTES; 0: never).
+int64_t streamingBytes();
+
 /// The threads kernels run on (backend/cpu/ThreadPool.h): torch's OpenMP
 /// team where it is loaded, with OpenMP's thread count unless
 /// KILN_NUM_THREADS or setNumThreads sets kiln's own; setNumThreads(0)

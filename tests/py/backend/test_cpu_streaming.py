@@ -66,12 +66,37 @@ def test_streamed_stores_match_eager_at_every_alignment():
         assert "vmovnt" in done.stderr and "sfence" in done.stderr
 
 
+def default_threshold():
+    """The process's streaming size, which tests below reach; skips where
+    streaming is off or would need outputs too large for a test."""
+    threshold = kiln._C.cpu_streaming_bytes()
+    if threshold <= 0 or threshold > 128 << 20:
+        pytest.skip(f"streaming threshold {threshold} bytes")
+    return threshold
+
+
+def test_default_threshold_is_half_the_last_level_cache():
+    sizes = []
+    for index in range(8):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size") as file:
+                text = file.read().strip()
+        except OSError:
+            continue
+        sizes.append(int(text[:-1]) << {"K": 10, "M": 20}[text[-1]] if text[-1] in "KM" else int(text))
+    if "KILN_CPU_STREAMING_BYTES" in os.environ or not ON_X86:
+        pytest.skip("the threshold is set by the environment, or no x86")
+    expected = max(sizes) // 2 if sizes else 16 << 20
+    assert kiln._C.cpu_streaming_bytes() == expected
+
+
 def test_large_output_streams_by_default(capfd, monkeypatch):
-    # 16 MiB of float32 output reaches the default threshold.
+    # An output of the default threshold's size streams.
+    elements = default_threshold() // 4
     monkeypatch.setenv("KILN_LOGS", "llvm")
     try:
         compiled = kiln.compile(lambda x: x * 2 + 1, fullgraph=True)
-        x = torch.randn(4 * 1024 * 1024 + 5)[5:]
+        x = torch.randn(elements + 5)[5:]
         torch.testing.assert_close(compiled(x), x * 2 + 1, rtol=0, atol=0)
     finally:
         monkeypatch.delenv("KILN_LOGS")
@@ -81,10 +106,11 @@ def test_large_output_streams_by_default(capfd, monkeypatch):
 
 
 def test_large_row_kernel_output_streams_by_default(capfd, monkeypatch):
+    rows = -(-default_threshold() // (4 * 1024))
     monkeypatch.setenv("KILN_LOGS", "llvm")
     try:
         compiled = kiln.compile(lambda x: torch.softmax(x, -1), fullgraph=True)
-        x = torch.randn(4096, 1027)[:, 3:]
+        x = torch.randn(rows, 1027)[:, 3:]
         torch.testing.assert_close(compiled(x), torch.softmax(x, -1))
     finally:
         monkeypatch.delenv("KILN_LOGS")
