@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -85,7 +86,14 @@ void logArtifact(std::string_view artifact, const std::string &text) {
   if (!dumpDirectory.empty()) {
     std::string path = dumpDirectory + "/" + std::string(artifact) + "-" +
                        std::to_string(counter++) + ".txt";
-    std::ofstream(path) << text;
+    std::error_code ignored; // a failure shows when the file cannot open
+    std::filesystem::create_directories(dumpDirectory, ignored);
+    std::ofstream file(path);
+    file << text;
+    static std::atomic<bool> warned{false};
+    if (!file && !warned.exchange(true))
+      std::fprintf(stderr, "[kiln] KILN_DUMP_DIR: cannot write %s\n",
+                   path.c_str());
   }
 }
 

@@ -208,6 +208,21 @@ def test_kiln_logs_graph_and_breaks(monkeypatch, capfd):
     assert "[kiln:breaks] kiln cannot take this graph, running it as it is: FX node" in err
 
 
+def test_kiln_dump_dir_writes_each_logged_stage(monkeypatch, capfd, tmp_path):
+    # The directory is made where it is missing; each logged stage is a file.
+    directory = tmp_path / "dumps" / "nested"
+    monkeypatch.setenv("KILN_LOGS", "loop_ir,llvm,asm")
+    monkeypatch.setenv("KILN_DUMP_DIR", str(directory))
+    _C.clear_kernel_cache()  # so that the machine code is compiled, and logged
+    kiln.compile(lambda x: torch.softmax(x * 3, -1))(torch.randn(4, 37))
+    names = sorted(path.name.rsplit("-", 1)[0] for path in directory.iterdir())
+    assert {"loop_ir", "llvm", "asm"} <= set(names)
+    assert any("kernel" in path.read_text() for path in directory.glob("asm-*.txt"))
+    monkeypatch.setenv("KILN_DUMP_DIR", "/proc/kiln-cannot-write-here")
+    kiln.compile(lambda x: torch.softmax(x * 5, -1))(torch.randn(4, 37))
+    assert "KILN_DUMP_DIR: cannot write" in capfd.readouterr().err
+
+
 def test_kiln_logs_off_and_unknown_names(monkeypatch, capfd):
     monkeypatch.setenv("KILN_LOGS", "nonsense,,")
     kiln.compile(double_relu)(torch.randn(3))
