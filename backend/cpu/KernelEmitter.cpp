@@ -97,6 +97,7 @@ private:
                           DType dtype);
   llvm::Value *emitIntegerDivision(BinaryOp op, llvm::Value *a, llvm::Value *b,
                                    bool isUnsigned);
+  llvm::Value *emitFloatFloorDivision(llvm::Value *a, llvm::Value *b);
   llvm::Value *emitIntegerPower(llvm::Value *base, llvm::Value *exponent,
                                 bool isUnsigned);
   llvm::Value *emitCast(llvm::Value *value, DType from, DType to);
@@ -1021,6 +1022,39 @@ llvm::Value *KernelEmitter::emitIntegerDivision(BinaryOp op, llvm::Value *a,
   }
 }
 
+// Python's floor division of floats as torch computes it: the quotient of
+// a - fmod(a, b), which is exact where floor(a / b) is not (1 // 0.1 is 9:
+// a / b rounds up to 10), moved down where the remainder's sign differs
+// from the divisor's, then rounded to the nearest integer; a zero quotient
+// keeps the sign of a / b, and division by zero gives a / b.
+llvm::Value *KernelEmitter::emitFloatFloorDivision(llvm::Value *a,
+                                                   llvm::Value *b) {
+  llvm::Value *remainder = builder_.CreateFRem(a, b);
+  llvm::Value *quotient =
+      builder_.CreateFDiv(builder_.CreateFSub(a, remainder), b);
+  llvm::Value *moveDown = builder_.CreateAnd(
+      builder_.CreateFCmpUNE(remainder, floatLike(remainder, 0.0)),
+      builder_.CreateXor(
+          builder_.CreateFCmpOLT(b, floatLike(b, 0.0)),
+          builder_.CreateFCmpOLT(remainder, floatLike(remainder, 0.0))));
+  quotient = builder_.CreateSelect(
+      moveDown, builder_.CreateFSub(quotient, floatLike(quotient, 1.0)),
+      quotient);
+  llvm::Value *floored = callIntrinsic(llvm::Intrinsic::floor, {quotient});
+  floored = builder_.CreateSelect(
+      builder_.CreateFCmpOGT(builder_.CreateFSub(quotient, floored),
+                             floatLike(quotient, 0.5)),
+      builder_.CreateFAdd(floored, floatLike(floored, 1.0)), floored);
+  llvm::Value *ratio = builder_.CreateFDiv(a, b);
+  llvm::Value *signedZero =
+      callIntrinsic(llvm::Intrinsic::copysign, {floatLike(ratio, 0.0), ratio});
+  llvm::Value *result = builder_.CreateSelect(
+      builder_.CreateFCmpUNE(quotient, floatLike(quotient, 0.0)), floored,
+      signedZero);
+  return builder_.CreateSelect(builder_.CreateFCmpOEQ(b, floatLike(b, 0.0)),
+                               ratio, result);
+}
+
 llvm::Value *KernelEmitter::emitIntegerPower(llvm::Value *base,
                                              llvm::Value *exponent,
                                              bool isUnsigned) {
@@ -1074,7 +1108,7 @@ llvm::Value *KernelEmitter::emitBinary(BinaryOp op, llvm::Value *a,
     case BinaryOp::Div:
       return builder_.CreateFDiv(a, b);
     case BinaryOp::FloorDiv:
-      return callIntrinsic(llvm::Intrinsic::floor, {builder_.CreateFDiv(a, b)});
+      return emitFloatFloorDivision(a, b);
     case BinaryOp::Mod: {
       // torch.remainder: fmod, moved into the divisor's sign.
       llvm::Value *remainder = builder_.CreateFRem(a, b);

@@ -119,27 +119,19 @@ LoweringResult alphaOp(Lowerer &lowerer, const Node &node) {
              });
 }
 
+// Floor division of floats is BinaryOp::FloorDiv, torch's exact algorithm
+// (floor(a / b) is one off where the division rounds to an integer).
 LoweringResult divideWithMode(Lowerer &lowerer, const Node &node) {
   const Argument &mode = node.arguments().at(2);
   if (mode.isNone())
     return binaryOp<BinaryOp::Div>(lowerer, node);
   if (!isFloatingPoint(resultType(lowerer, node)))
     return std::nullopt;
-  UnaryOp rounding =
-      mode.toString() == "trunc" ? UnaryOp::Trunc : UnaryOp::Floor;
-  return map(lowerer, node, {0, 1}, resultType(lowerer, node),
-             [&lowerer, rounding](const Values &v) {
-               return lowerer.unary(rounding,
-                                    lowerer.binary(BinaryOp::Div, v[0], v[1]));
-             });
-}
-
-LoweringResult floorDivide(Lowerer &lowerer, const Node &node) {
-  if (!isFloatingPoint(resultType(lowerer, node)))
-    return std::nullopt;
+  if (mode.toString() != "trunc")
+    return binaryOp<BinaryOp::FloorDiv>(lowerer, node);
   return map(lowerer, node, {0, 1}, resultType(lowerer, node),
              [&lowerer](const Values &v) {
-               return lowerer.unary(UnaryOp::Floor,
+               return lowerer.unary(UnaryOp::Trunc,
                                     lowerer.binary(BinaryOp::Div, v[0], v[1]));
              });
 }
@@ -520,8 +512,8 @@ void registerPointwiseLowerings(LoweringTable &table) {
       {"aten::div.Scalar", binaryOp<B::Div>},
       {"aten::div.Tensor_mode", divideWithMode},
       {"aten::div.Scalar_mode", divideWithMode},
-      {"aten::floor_divide", floorDivide},
-      {"aten::floor_divide.Scalar", floorDivide},
+      {"aten::floor_divide", floatOnlyBinaryOp<BinaryOp::FloorDiv>},
+      {"aten::floor_divide.Scalar", floatOnlyBinaryOp<BinaryOp::FloorDiv>},
       {"aten::fmod.Tensor", floatOnlyBinaryOp<B::Fmod>},
       {"aten::fmod.Scalar", floatOnlyBinaryOp<B::Fmod>},
       {"aten::remainder.Tensor", floatOnlyBinaryOp<B::Mod>},

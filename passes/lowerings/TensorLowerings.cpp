@@ -239,13 +239,16 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
   result.sizes = meta.sizes;
   Loader inner = input.loader;
   DType dtype = meta.dtype;
-  result.loader = [&lowerer, inner, from, before, fill,
+  Shape to = meta.sizes;
+  result.loader = [&lowerer, inner, from, to, before, fill,
                    dtype](const Index &index) {
     loop::ExprContext &exprs = lowerer.exprs();
     Index source;
     const Expr *inside = nullptr;
     for (size_t d = 0; d < from.size(); ++d) {
-      if (before[d] == 0 && from[d] > 0) {
+      // Unpadded on both sides (or cropped at the end): every position of
+      // the result reads the input.
+      if (before[d] == 0 && to[d] <= from[d]) {
         source.push_back(index[d]);
         continue;
       }

@@ -28,6 +28,20 @@ double roundTo(DType dtype, double value) {
   return std::isfinite(value) ? std::trunc(value) : 0;
 }
 
+// c10::div_floor_floating: torch's floor division of floats.
+double floatFloorDivide(double a, double b) {
+  if (b == 0)
+    return a / b;
+  double mod = std::fmod(a, b);
+  double div = (a - mod) / b;
+  if (mod != 0 && (b < 0) != (mod < 0))
+    div -= 1;
+  if (div == 0)
+    return std::copysign(0.0, a / b);
+  double floored = std::floor(div);
+  return div - floored > 0.5 ? floored + 1 : floored;
+}
+
 class Interpreter {
 public:
   explicit Interpreter(const loop::Program &program) : program_(program) {
@@ -227,7 +241,7 @@ private:
         r = integral ? std::trunc(a / b) : a / b;
         break;
       case BinaryOp::FloorDiv:
-        r = std::floor(a / b);
+        r = integral ? std::floor(a / b) : floatFloorDivide(a, b);
         break;
       case BinaryOp::Mod:
         r = a - b * std::floor(a / b);
