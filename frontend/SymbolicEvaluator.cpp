@@ -495,17 +495,29 @@ VariablePtr Evaluator::torchCall(
         consider(argument);
     }
     // One entry per flat result; a result the op leaves out is None.
+    // The layouts as the op left them: a later op of the same call may have
+    // changed its results in place since (resize_, unsqueeze_).
     std::vector<py::object> resultTensors;
     python::TorchResults results;
+    py::list layouts = py::reinterpret_borrow<py::list>(record[4]);
+    size_t flatIndex = 0;
     std::function<void(py::handle)> collect = [&](py::handle out) {
       if (python::isTensor(out)) {
         TensorMeta meta = python::tensorMetaOf(out);
         meta.device = device.value_or(Device());
+        if (flatIndex < layouts.size() && !layouts[flatIndex].is_none()) {
+          py::tuple layout = layouts[flatIndex];
+          meta.sizes = layout[0].cast<std::vector<int64_t>>();
+          meta.strides = layout[1].cast<std::vector<int64_t>>();
+          meta.storageOffset = layout[2].cast<int64_t>();
+        }
+        ++flatIndex;
         results.add(meta);
         resultTensors.push_back(py::reinterpret_borrow<py::object>(out));
       } else if (out.is_none()) {
         results.add(std::nullopt);
         resultTensors.emplace_back();
+        ++flatIndex;
       } else if (PyTuple_Check(out.ptr()) || PyList_Check(out.ptr())) {
         for (py::handle item : out)
           collect(item);

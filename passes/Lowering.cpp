@@ -185,14 +185,29 @@ void Lowerer::lowerNode(const Node &node) {
       results.reset();
     }
   }
+  // A lowering must give what the node says it returns. An extern node's
+  // metadata is torch's (the frontend recorded it): where the lowering
+  // disagrees, torch runs it; for an op node it is a bug in kiln.
+  auto agrees = [&] {
+    if (results->size() != node.results().size())
+      return false;
+    for (size_t i = 0; i < results->size(); ++i) {
+      const TensorMeta &meta = node.result(static_cast<unsigned>(i))->meta();
+      if ((*results)[i].sizes != meta.sizes ||
+          (*results)[i].dtype != meta.dtype)
+        return false;
+    }
+    return true;
+  };
+  if (results && !node.isOp() && !agrees())
+    results.reset();
   if (!results) {
     lowerExtern(node);
     return;
   }
-  if (results->size() != node.results().size())
-    throw Error("lowering of " + node.schema()->qualifiedName() + " gave " +
-                std::to_string(results->size()) + " results, expected " +
-                std::to_string(node.results().size()));
+  if (!agrees())
+    throw Error("lowering of " + node.schema()->qualifiedName() +
+                " gave results other than its meta function's");
   for (size_t i = 0; i < results->size(); ++i)
     tensors_[node.result(static_cast<unsigned>(i))] = (*results)[i];
   afterNode(node);
@@ -348,6 +363,19 @@ LoweredTensor Lowerer::pointwise(Shape sizes,
                                  DType result,
                                  const std::vector<LoweredTensor> &inputs,
                                  const PointwiseBody &body) {
+  // Inputs broadcast to `sizes` (a lowering given metadata that does not
+  // fit its inputs, as torch's for an op whose result was resized in place,
+  // must fail here rather than index past them).
+  for (const LoweredTensor &input : inputs) {
+    bool fits = input.sizes.size() <= sizes.size();
+    for (size_t d = 0; fits && d < input.sizes.size(); ++d) {
+      int64_t size = input.sizes[d];
+      fits = size == 1 || size == sizes[sizes.size() - input.sizes.size() + d];
+    }
+    if (!fits)
+      throw Error("lowering: an input of " + shapeToString(input.sizes) +
+                  " does not broadcast to " + shapeToString(sizes));
+  }
   LoweredTensor tensor;
   tensor.dtype = result;
   tensor.sizes = sizes;

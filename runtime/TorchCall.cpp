@@ -99,19 +99,24 @@ TorchCall::TorchCall(const Node &node,
       arguments_.push_back(operandForArgument(actual, tensorOperand));
       continue;
     }
-    // Keyword-only arguments left at their defaults need not be passed.
-    if (formal.defaultValue && *formal.defaultValue == actual)
+    // Keyword-only arguments left at a default of None need not be passed.
+    // Other defaults are: the Python binding may default otherwise where
+    // torch's yaml names a constant (`int reduction=Mean` is 0 there).
+    if (formal.defaultValue && formal.defaultValue->isNone() && actual.isNone())
       continue;
     keywordValues.push_back(operandForArgument(actual, tensorOperand));
     keywordNames.push_back(formal.name);
   }
-  // Nor trailing positional ones: the call takes the form the op's Python
-  // binding documents, which torch's deprecated signatures (a Scalar moved
-  // in front, as in `add(input, alpha, other)`) never take.
+  // Nor trailing positional ones at a default of None, or Scalars at their
+  // default: the call takes the form the op's Python binding documents,
+  // which torch's deprecated signatures (a Scalar moved in front, as in
+  // `add(input, alpha, other)`) never take.
   for (size_t i = arguments_.size(); i > 0; --i) {
     const SchemaArgument &formal = schema.arguments[i - 1];
-    if (formal.kwargOnly || !formal.defaultValue ||
-        !(*formal.defaultValue == node.arguments()[i - 1]))
+    const Argument &actual = node.arguments()[i - 1];
+    bool atDefault = formal.defaultValue && *formal.defaultValue == actual;
+    if (formal.kwargOnly || !atDefault ||
+        !(actual.isNone() || formal.type.base == SchemaType::Base::Scalar))
       break;
     arguments_.pop_back();
   }

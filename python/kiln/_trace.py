@@ -62,13 +62,27 @@ class _Recorder(TorchDispatchMode):
         out = _fast_meta_results(func, args, run_kwargs) if self.fast else None
         if out is None:
             out = func(*args, **run_kwargs)
-        self.calls.append((func, args, kwargs, out))
+        self.calls.append((func, args, kwargs, out, _layouts(out)))
         return out
+
+
+def _layouts(out):
+    """(sizes, strides, storage offset) of each tensor in `out` (None for a
+    None), flat in order, as they are when the op returns: a later op of the
+    same traced call may change them in place (resize_, unsqueeze_)."""
+    if isinstance(out, torch.Tensor):
+        return [(tuple(out.shape), out.stride(), out.storage_offset())]
+    if out is None:
+        return [None]
+    if isinstance(out, (tuple, list)):
+        return [layout for item in out for layout in _layouts(item)]
+    return []
 
 
 def trace(fn, args, kwargs):
     """Calls fn(*args, **kwargs) with meta tensors standing for graph values.
-    Returns (result, [(op_overload, args, kwargs, result), ...])."""
+    Returns (result, [(op_overload, args, kwargs, result, layouts), ...]),
+    layouts as _layouts gives them when each op returned."""
     recorder = _Recorder(torch.get_default_device())
     with torch.device("meta"), recorder:
         out = fn(*args, **kwargs)

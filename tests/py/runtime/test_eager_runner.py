@@ -320,6 +320,18 @@ def test_scalar_overloads_never_reach_deprecated_signatures():
     assert_close(out[1], torch.addmm(b, a, c.t()))
 
 
+@pytest.mark.parametrize("backend", ["eager", "llvm"])
+def test_defaults_the_binding_reads_otherwise_are_passed(backend):
+    # binary_cross_entropy_with_logits' schema defaults reduction to 1 (mean);
+    # its Python binding to 0 (none): dropping the argument returned the
+    # unreduced loss.
+    loss = lambda a, b: torch.nn.functional.binary_cross_entropy_with_logits(a, b)
+    a, b = torch.randn(5), torch.rand(5)
+    result = kiln.compile(loss, backend=backend)(a, b)
+    assert result.shape == ()
+    assert_close(result, loss(a, b))
+
+
 def test_a_binding_that_refuses_its_arguments_falls_back_to_the_boxed_call(
         monkeypatch):
     import kiln._ops
