@@ -50,5 +50,11 @@ def test_inline_math_accuracy(name, fn, bound):
     if bound is not None:
         assert torch.equal(actual == 0, expected == 0)
         assert ulps(actual, exact) <= bound
-    else:  # composites: as close to eager as eager's float32 tolerance
-        torch.testing.assert_close(actual, expected, rtol=4e-6, atol=1e-6, equal_nan=True)
+    else:  # composites: as close to eager as eager's float32 tolerance, or
+        # closer to float64 than eager is (torch 2.11's AVX-512 gelu(-5) is
+        # off by 2.4e-7, 17%)
+        finite = exact.isfinite() & expected.isfinite()
+        near = (actual - expected).abs() <= 1e-6 + 4e-6 * expected.abs()
+        better = (actual.double() - exact).abs() <= (expected.double() - exact).abs()
+        assert bool((near | better | ~finite).all())
+        torch.testing.assert_close(actual[~finite], expected[~finite], equal_nan=True)
