@@ -2,8 +2,13 @@
 # makes. kiln's symbolic evaluator turns each recorded call into a graph node,
 # so any torch function, tensor method, operator or indexing expression is
 # captured as the ATen ops eager PyTorch would run.
+import types
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+_C_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
+                types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType)
 
 
 # Per operator: whether kiln's own meta function may stand in for torch's
@@ -41,11 +46,22 @@ def _fast_meta_results(func, args, kwargs):
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, default_device, fast=True):
+    def __init__(self, default_device, fast=True, watch_generator=True):
         super().__init__()
         self.calls = []
         self.default_device = default_device
         self.fast = fast
+        # Ops on meta tensors draw no random numbers: the CPU generator
+        # changes during a trace only where Python code seeds it (as
+        # torch.testing's wrapper_set_seed does), which a graph would lose.
+        self.generator_state = torch.get_rng_state() if watch_generator else None
+
+    def check_generator(self):
+        if self.generator_state is None:
+            return
+        if not torch.equal(torch.get_rng_state(), self.generator_state):
+            raise RuntimeError("the call seeds or sets torch's random generator, "
+                               "which a graph cannot replay")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -59,6 +75,8 @@ class _Recorder(TorchDispatchMode):
                 kwargs = dict(kwargs, device=self.default_device)
             else:
                 run_kwargs = dict(kwargs, device=torch.device("meta"))
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.check_generator()
         out = _fast_meta_results(func, args, run_kwargs) if self.fast else None
         if out is None:
             out = func(*args, **run_kwargs)
@@ -83,9 +101,12 @@ def trace(fn, args, kwargs):
     """Calls fn(*args, **kwargs) with meta tensors standing for graph values.
     Returns (result, [(op_overload, args, kwargs, result, layouts), ...]),
     layouts as _layouts gives them when each op returned."""
-    recorder = _Recorder(torch.get_default_device())
+    # Functions written in C (torch.add, Tensor.view) cannot seed the
+    # generator; watching it costs 20 us a call, so only Python ones are.
+    recorder = _Recorder(torch.get_default_device(), watch_generator=not isinstance(fn, _C_CALLABLES))
     with torch.device("meta"), recorder:
         out = fn(*args, **kwargs)
+    recorder.check_generator()
     return out, recorder.calls
 
 

@@ -277,3 +277,31 @@ def test_reads_of_a_dict_subclass_are_guarded():
     REGISTRY["bias"] = 0.0  # a new key: guarded by the keys
     torch.testing.assert_close(compiled(x), reads_registry(x))
     assert kiln.cache_info(compiled)["entries"] == 3
+
+
+def test_seeding_the_generator_inside_a_traced_call_falls_back():
+    # A graph cannot replay torch.manual_seed (nor a torch helper that seeds
+    # and restores the generator around a random op): such frames run in
+    # CPython and draw eager's numbers.
+    from torch.testing._utils import wrapper_set_seed
+
+    def seeds(x):
+        torch.manual_seed(3)
+        return torch.rand_like(x) + x
+
+    def helper_seeds(x):
+        return wrapper_set_seed(torch.bernoulli, x)
+
+    x = torch.rand(16)
+    for fn in (seeds, helper_seeds):
+        torch.manual_seed(0)
+        expected = fn(x)
+        after_eager = torch.rand(1)
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = kiln.compile(fn)
+            actual = compiled(x)
+        assert torch.equal(actual, expected)
+        assert torch.equal(torch.rand(1), after_eager)
+        assert "random generator" in kiln.cache_info(compiled)["fallback_reason"]
