@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 namespace kiln {
 namespace {
@@ -272,6 +273,17 @@ private:
     if (type.base == Base::ScalarType) {
       if (std::optional<DType> dtype = dtypeFromName(text))
         return *dtype;
+      // torch prints some as c10::ScalarType's number (`dtype=4`: long).
+      static const std::unordered_map<std::string, DType> numbered = {
+          {"0", DType::UInt8},     {"1", DType::Int8},
+          {"2", DType::Int16},     {"3", DType::Int32},
+          {"4", DType::Int64},     {"5", DType::Float16},
+          {"6", DType::Float32},   {"7", DType::Float64},
+          {"9", DType::Complex64}, {"10", DType::Complex128},
+          {"11", DType::Bool},     {"15", DType::BFloat16}};
+      if (auto found = numbered.find(text); found != numbered.end())
+        return found->second;
+      error("unsupported ScalarType default '" + text + "'");
     }
     if (!text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) ||
                           text[0] == '-' || text[0] == '.' || text == "inf"))

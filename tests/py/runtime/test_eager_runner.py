@@ -332,6 +332,15 @@ def test_defaults_the_binding_reads_otherwise_are_passed(backend):
     assert_close(result, loss(a, b))
 
 
+def test_scalar_type_defaults_printed_as_numbers_are_dtypes():
+    # torch prints tril_indices' `ScalarType? dtype=long` as `dtype=4`; the
+    # call at that default passed the number, which torch refused.
+    for fn in (lambda: torch.tril_indices(4, 3, dtype=torch.int64),
+               lambda: torch.triu_indices(3, 3, 1, dtype=torch.int64, device="cpu")):
+        result = kiln.compile(fn)()
+        assert result.dtype == torch.int64 and torch.equal(result, fn())
+
+
 def test_a_binding_that_refuses_its_arguments_falls_back_to_the_boxed_call(
         monkeypatch):
     import kiln._ops
