@@ -3,6 +3,7 @@
 // Depends on backend/cpu/CpuBackend.h, ir/LoopIR.h, GoogleTest.
 #include "backend/cpu/CpuBackend.h"
 #include "ir/Error.h"
+#include "tests/cpp/TorchReference.h"
 
 #include <llvm/ADT/StringMap.h>
 #include <llvm/TargetParser/Host.h>
@@ -324,20 +325,6 @@ TEST(CpuIntegers, PythonDivisionSignsAndDivisionByZero) {
   }
 }
 
-// c10::div_floor_floating, which torch's floor division of floats uses.
-float torchFloorDivide(float a, float b) {
-  if (b == 0)
-    return a / b;
-  float mod = std::fmod(a, b);
-  float div = (a - mod) / b;
-  if (mod != 0 && (b < 0) != (mod < 0))
-    div -= 1;
-  if (div == 0)
-    return std::copysign(0.0f, a / b);
-  float floored = std::floor(div);
-  return div - floored > 0.5f ? floored + 1 : floored;
-}
-
 TEST(CpuFloats, FloorDivModAndNanPropagatingMaxMin) {
   // 1 // 0.1 is 9 (floor(1 / 0.1) would be 10: the division rounds up).
   const std::vector<float> a = {7.5f,  -7.5f, 7.5f, -7.5f, NAN,   1.0f, 3.0f,
@@ -351,7 +338,7 @@ TEST(CpuFloats, FloorDivModAndNanPropagatingMaxMin) {
     for (size_t i = 0; i < a.size(); ++i) {
       float expected;
       if (op == BinaryOp::FloorDiv) {
-        expected = torchFloorDivide(a[i], b[i]);
+        expected = kiln::testing::torchFloorDivide(a[i], b[i]);
       } else if (op == BinaryOp::Mod) {
         expected = std::fmod(a[i], b[i]);
         if (expected != 0 && ((b[i] < 0) != (expected < 0)))

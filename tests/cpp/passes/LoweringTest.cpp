@@ -6,6 +6,7 @@
 #include "ir/Error.h"
 #include "ir/Graph.h"
 #include "passes/lowerings/Lowerer.h"
+#include "tests/cpp/TorchReference.h"
 
 #include <gtest/gtest.h>
 
@@ -26,20 +27,6 @@ double roundTo(DType dtype, double value) {
   if (isFloatingPoint(dtype))
     return dtype == DType::Float64 ? value : double(float(value));
   return std::isfinite(value) ? std::trunc(value) : 0;
-}
-
-// c10::div_floor_floating: torch's floor division of floats.
-double floatFloorDivide(double a, double b) {
-  if (b == 0)
-    return a / b;
-  double mod = std::fmod(a, b);
-  double div = (a - mod) / b;
-  if (mod != 0 && (b < 0) != (mod < 0))
-    div -= 1;
-  if (div == 0)
-    return std::copysign(0.0, a / b);
-  double floored = std::floor(div);
-  return div - floored > 0.5 ? floored + 1 : floored;
 }
 
 class Interpreter {
@@ -241,7 +228,8 @@ private:
         r = integral ? std::trunc(a / b) : a / b;
         break;
       case BinaryOp::FloorDiv:
-        r = integral ? std::floor(a / b) : floatFloorDivide(a, b);
+        r = integral ? std::floor(a / b)
+                     : kiln::testing::torchFloorDivide(a, b);
         break;
       case BinaryOp::Mod:
         r = a - b * std::floor(a / b);
