@@ -471,13 +471,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
             Variable::sequence(container->kind, std::move(items)));
         return;
       }
-      int64_t index = constantKey->cast<int64_t>();
-      int64_t size = static_cast<int64_t>(container->items.size());
-      if (index < 0)
-        index += size;
-      if (index < 0 || index >= size)
-        unsupported("index out of range");
-      frame.stack.push_back(container->items[index]);
+      frame.stack.push_back(container->items[sequenceIndex(
+          constantKey->cast<int64_t>(), container->items.size(), "")]);
       return;
     }
     case Kind::Dict: {
@@ -537,13 +532,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       unsupported("a subscript assignment with a non-constant key");
     if (container->is(Kind::List)) {
       checkNotInput(container, "assigning into");
-      int64_t index = constantKey->cast<int64_t>();
-      int64_t size = static_cast<int64_t>(container->items.size());
-      if (index < 0)
-        index += size;
-      if (index < 0 || index >= size)
-        unsupported("list assignment index out of range");
-      container->items[index] = value;
+      container
+          ->items[sequenceIndex(constantKey->cast<int64_t>(),
+                                container->items.size(), "list assignment ")] =
+          value;
       return;
     }
     if (container->is(Kind::Dict)) {

@@ -200,6 +200,9 @@ private:
   py::object metaTensorOf(Value *value);
   py::object pythonTypeOf(const VariablePtr &value);
   void checkNotInput(const VariablePtr &container, const char *what);
+  /// Python's index into `size` items (negative ones count from the end);
+  /// unsupported("<what> index out of range") outside them.
+  size_t sequenceIndex(int64_t index, size_t size, const char *what);
   void setGradMode(bool enabled);
   OutputTemplate buildOutput(const VariablePtr &value,
                              std::vector<Argument> &outputs);

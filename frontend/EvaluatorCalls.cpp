@@ -111,13 +111,9 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       checkNotInput(self, "popping from");
       if (self->items.empty())
         unsupported("pop from an empty list");
-      int64_t size = static_cast<int64_t>(self->items.size());
-      int64_t index =
-          args.empty() ? size - 1 : asConstant(args[0]).value().cast<int64_t>();
-      if (index < 0)
-        index += size;
-      if (index < 0 || index >= size)
-        unsupported("pop index out of range");
+      size_t index = sequenceIndex(
+          args.empty() ? -1 : asConstant(args[0]).value().cast<int64_t>(),
+          self->items.size(), "pop ");
       VariablePtr item = self->items[index];
       self->items.erase(self->items.begin() + index);
       return item;

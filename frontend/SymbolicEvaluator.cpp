@@ -364,6 +364,15 @@ void Evaluator::checkNotInput(const VariablePtr &container, const char *what) {
                 "effect");
 }
 
+size_t Evaluator::sequenceIndex(int64_t index, size_t size, const char *what) {
+  int64_t count = static_cast<int64_t>(size);
+  if (index < 0)
+    index += count;
+  if (index < 0 || index >= count)
+    unsupported(std::string(what) + "index out of range");
+  return static_cast<size_t>(index);
+}
+
 // ---------------------------------------------------------------------------
 // Torch calls, recorded on meta tensors.
 

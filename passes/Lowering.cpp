@@ -5,6 +5,7 @@
 #include "passes/Lowering.h"
 
 #include "ir/Error.h"
+#include "ir/ops/MetaUtils.h"
 #include "passes/lowerings/Lowerer.h"
 
 #include <algorithm>
@@ -199,15 +200,16 @@ void Lowerer::lowerNode(const Node &node) {
     }
     return true;
   };
-  if (results && !node.isOp() && !agrees())
+  if (results && !agrees()) {
+    if (node.isOp())
+      throw Error("lowering of " + node.schema()->qualifiedName() +
+                  " gave results other than its meta function's");
     results.reset();
+  }
   if (!results) {
     lowerExtern(node);
     return;
   }
-  if (!agrees())
-    throw Error("lowering of " + node.schema()->qualifiedName() +
-                " gave results other than its meta function's");
   for (size_t i = 0; i < results->size(); ++i)
     tensors_[node.result(static_cast<unsigned>(i))] = (*results)[i];
   afterNode(node);
@@ -366,16 +368,10 @@ LoweredTensor Lowerer::pointwise(Shape sizes,
   // Inputs broadcast to `sizes` (a lowering given metadata that does not
   // fit its inputs, as torch's for an op whose result was resized in place,
   // must fail here rather than index past them).
-  for (const LoweredTensor &input : inputs) {
-    bool fits = input.sizes.size() <= sizes.size();
-    for (size_t d = 0; fits && d < input.sizes.size(); ++d) {
-      int64_t size = input.sizes[d];
-      fits = size == 1 || size == sizes[sizes.size() - input.sizes.size() + d];
-    }
-    if (!fits)
+  for (const LoweredTensor &input : inputs)
+    if (meta::broadcastShapes(input.sizes, sizes) != sizes)
       throw Error("lowering: an input of " + shapeToString(input.sizes) +
                   " does not broadcast to " + shapeToString(sizes));
-  }
   LoweredTensor tensor;
   tensor.dtype = result;
   tensor.sizes = sizes;

@@ -97,6 +97,8 @@ private:
                           DType dtype);
   llvm::Value *emitIntegerDivision(BinaryOp op, llvm::Value *a, llvm::Value *b,
                                    bool isUnsigned);
+  llvm::Value *remainderAgainstDivisor(llvm::Value *remainder,
+                                       llvm::Value *divisor);
   llvm::Value *emitFloatFloorDivision(llvm::Value *a, llvm::Value *b);
   llvm::Value *emitIntegerPower(llvm::Value *base, llvm::Value *exponent,
                                 bool isUnsigned);
@@ -1022,6 +1024,18 @@ llvm::Value *KernelEmitter::emitIntegerDivision(BinaryOp op, llvm::Value *a,
   }
 }
 
+// Whether a float fmod remainder is nonzero with the sign opposite to the
+// divisor's: where Python's floor division and modulo step one further
+// down than C's truncating ones.
+llvm::Value *KernelEmitter::remainderAgainstDivisor(llvm::Value *remainder,
+                                                    llvm::Value *divisor) {
+  return builder_.CreateAnd(
+      builder_.CreateFCmpUNE(remainder, floatLike(remainder, 0.0)),
+      builder_.CreateXor(
+          builder_.CreateFCmpOLT(divisor, floatLike(divisor, 0.0)),
+          builder_.CreateFCmpOLT(remainder, floatLike(remainder, 0.0))));
+}
+
 // Python's floor division of floats as torch computes it: the quotient of
 // a - fmod(a, b), which is exact where floor(a / b) is not (1 // 0.1 is 9:
 // a / b rounds up to 10), moved down where the remainder's sign differs
@@ -1032,14 +1046,9 @@ llvm::Value *KernelEmitter::emitFloatFloorDivision(llvm::Value *a,
   llvm::Value *remainder = builder_.CreateFRem(a, b);
   llvm::Value *quotient =
       builder_.CreateFDiv(builder_.CreateFSub(a, remainder), b);
-  llvm::Value *moveDown = builder_.CreateAnd(
-      builder_.CreateFCmpUNE(remainder, floatLike(remainder, 0.0)),
-      builder_.CreateXor(
-          builder_.CreateFCmpOLT(b, floatLike(b, 0.0)),
-          builder_.CreateFCmpOLT(remainder, floatLike(remainder, 0.0))));
   quotient = builder_.CreateSelect(
-      moveDown, builder_.CreateFSub(quotient, floatLike(quotient, 1.0)),
-      quotient);
+      remainderAgainstDivisor(remainder, b),
+      builder_.CreateFSub(quotient, floatLike(quotient, 1.0)), quotient);
   llvm::Value *floored = callIntrinsic(llvm::Intrinsic::floor, {quotient});
   floored = builder_.CreateSelect(
       builder_.CreateFCmpOGT(builder_.CreateFSub(quotient, floored),
@@ -1112,12 +1121,8 @@ llvm::Value *KernelEmitter::emitBinary(BinaryOp op, llvm::Value *a,
     case BinaryOp::Mod: {
       // torch.remainder: fmod, moved into the divisor's sign.
       llvm::Value *remainder = builder_.CreateFRem(a, b);
-      llvm::Value *adjust = builder_.CreateAnd(
-          builder_.CreateFCmpUNE(remainder, floatLike(remainder, 0.0)),
-          builder_.CreateXor(
-              builder_.CreateFCmpOLT(b, floatLike(b, 0.0)),
-              builder_.CreateFCmpOLT(remainder, floatLike(remainder, 0.0))));
-      return builder_.CreateSelect(adjust, builder_.CreateFAdd(remainder, b),
+      return builder_.CreateSelect(remainderAgainstDivisor(remainder, b),
+                                   builder_.CreateFAdd(remainder, b),
                                    remainder);
     }
     case BinaryOp::Fmod:

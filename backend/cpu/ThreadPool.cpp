@@ -193,7 +193,11 @@ int requestedThreadCount() {
   return 0;
 }
 
-int hardwareThreadCount() {
+/// The threads kiln's own pool starts: the `requested` count, else one per
+/// hardware thread.
+int ownThreadCount(int requested) {
+  if (requested > 0)
+    return requested;
   unsigned hardware = std::thread::hardware_concurrency();
   return hardware == 0 ? 1 : static_cast<int>(hardware);
 }
@@ -208,8 +212,7 @@ ThreadPool &ThreadPool::instance() {
 ThreadPool::ThreadPool() : state_(new State) {
   requested_.store(requestedThreadCount());
   if (!hostOpenMp().parallel)
-    state_->start(requested_.load() > 0 ? requested_.load()
-                                        : hardwareThreadCount());
+    state_->start(ownThreadCount(requested_.load()));
 }
 
 ThreadPool::~ThreadPool() {
@@ -232,8 +235,7 @@ void ThreadPool::setThreadCount(int count) {
   if (usesOpenMp())
     return;
   state_->stop();
-  state_->start(requested_.load() > 0 ? requested_.load()
-                                      : hardwareThreadCount());
+  state_->start(ownThreadCount(requested_.load()));
 }
 
 void ThreadPool::run(int64_t chunkCount,
