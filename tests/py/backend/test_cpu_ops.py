@@ -142,6 +142,22 @@ def test_op_matches_eager(op, dtype):
         assert native > 0, f"no sample of {op.name} ran without an extern call"
 
 
+# Factories whose values are whatever the allocator hands out: eager's own
+# two calls may agree by chance (the same freed block comes back), so only
+# what torch defines about their results is compared.
+UNINITIALIZED = {"empty", "empty_like", "empty_permuted", "empty_strided",
+                 "new_empty", "new_empty_strided"}
+
+
+def _assert_same_layout(actual, expected):
+    actual, expected = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)
+        assert (a.shape, a.dtype, a.device) == (e.shape, e.dtype, e.device)
+        assert a.stride() == e.stride() or not is_non_overlapping_and_dense(e)
+
+
 def _leaves_equal(a, b):
     try:
         assert_close(a, b, equal_nan=True, rtol=0, atol=0)
@@ -174,11 +190,14 @@ def test_every_op_db_op_gives_eager_results(name):
             other = fn(*tensors)
         except Exception:
             continue  # eager rejects this sample
-        if not _leaves_equal(expected, other):
+        if not _leaves_equal(expected, other) and op.name not in UNINITIALIZED:
             continue  # random all the same
         torch.manual_seed(0)
         actual = kiln.compile(fn)(*tensors)
-        assert_close(actual, expected, equal_nan=True, **_tolerance(torch.float32, name))
+        if op.name in UNINITIALIZED:
+            _assert_same_layout(actual, expected)
+        else:
+            assert_close(actual, expected, equal_nan=True, **_tolerance(torch.float32, name))
         checked += 1
     if checked == 0:
         pytest.skip("no deterministic sample ran in eager")
