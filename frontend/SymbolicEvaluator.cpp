@@ -444,19 +444,47 @@ VariablePtr Evaluator::fromTraceObject(py::handle object) {
   unsupported("a torch call returned a " + typeName(object));
 }
 
+namespace {
+
+/// The device of the graph tensors in `value` (nested in sequences and
+/// dicts), as torch's device rules pick it: a 0-d CPU tensor mixes with any
+/// device, so another tensor's device wins over it.
+void considerDevices(const VariablePtr &value, std::optional<Device> &device) {
+  if (value->kind == Kind::Tensor) {
+    const TensorMeta &meta = value->tensor->meta();
+    bool cpuScalar = meta.dim() == 0 && meta.device.type == DeviceType::CPU;
+    if (!device || !cpuScalar)
+      device = meta.device;
+  } else if (value->kind == Kind::Tuple || value->kind == Kind::List ||
+             value->kind == Kind::Dict) {
+    for (const VariablePtr &item : value->items)
+      considerDevices(item, device);
+  }
+}
+
+} // namespace
+
 VariablePtr Evaluator::torchCall(
     py::handle function, const std::vector<VariablePtr> &args,
     const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
   py::list traceArgs;
-  for (const VariablePtr &arg : args)
+  std::optional<Device> device;
+  for (const VariablePtr &arg : args) {
     traceArgs.append(toTraceObject(arg));
+    considerDevices(arg, device);
+  }
   py::dict traceKwargs;
-  for (const auto &[name, value] : kwargs)
+  for (const auto &[name, value] : kwargs) {
     traceKwargs[py::str(name)] = toTraceObject(value);
+    considerDevices(value, device);
+  }
   py::tuple traced;
   try {
-    traced =
-        Handles::get().traceCall(function, py::tuple(traceArgs), traceKwargs);
+    // The meta tensors stand for tensors on `device`: torch's meta kernels
+    // model CUDA where a result depends on the device.
+    traced = Handles::get().traceCall(
+        function, py::tuple(traceArgs), traceKwargs,
+        device ? python::deviceToTorch(*device) : py::none());
   } catch (py::error_already_set &error) {
     std::string message = error.what();
     unsupported("calling " + py::repr(function).cast<std::string>() +

@@ -6,8 +6,8 @@
 #include "frontend/FxImporter.h"
 #include "ir/Error.h"
 #include "ir/Graph.h"
-#include "ir/OpRegistry.h"
 #include "ir/Logging.h"
+#include "ir/OpRegistry.h"
 #include "runtime/PythonConversion.h"
 
 #include <pybind11/stl.h>
@@ -30,15 +30,21 @@ py::tuple metaToPython(const TensorMeta &meta) {
 
 // Runs kiln's meta function for `name` on Python arguments (tensors of any
 // device, real or meta) and returns (dtype, sizes, strides, offset, device)
-// per result. Used to test meta functions against torch.
-py::list inferMetaFromPython(const std::string &name, py::args args,
-                             py::kwargs kwargs) {
+// per result. Meta tensors stand for tensors on `metaDevice` where one is
+// given: some results depend on the device (CPU's norms keep
+// float16/bfloat16 statistics), and a trace on meta tensors would
+// otherwise get CUDA's. Used by the trace and to test meta functions.
+py::list inferMeta(const std::optional<Device> &metaDevice,
+                   const std::string &name, py::args args, py::kwargs kwargs) {
   const OpInfo *op = OpRegistry::global().find(name);
   if (!op)
     throw py::key_error("kiln has no op '" + name + "'");
   Graph graph;
   auto tensorValue = [&](py::handle tensor) {
-    return graph.addInput(tensorMetaOf(tensor));
+    TensorMeta meta = tensorMetaOf(tensor);
+    if (metaDevice && meta.device.type == DeviceType::Meta)
+      meta.device = *metaDevice;
+    return graph.addInput(meta);
   };
   std::vector<Argument> positional;
   for (py::handle arg : args)
@@ -96,8 +102,19 @@ PYBIND11_MODULE(_C, module) {
       "parse_schema",
       [](const std::string &text) { return parseSchema(text).str(); },
       "Parses a schema and prints it back (for tests).");
-  module.def("infer_meta", &inferMetaFromPython,
-             "Runs kiln's meta function of an op on Python arguments.");
+  module.def(
+      "infer_meta",
+      [](const std::string &name, py::args args, py::kwargs kwargs) {
+        return inferMeta(std::nullopt, name, args, kwargs);
+      },
+      "Runs kiln's meta function of an op on Python arguments.");
+  module.def(
+      "infer_meta_on",
+      [](py::handle device, const std::string &name, py::args args,
+         py::kwargs kwargs) {
+        return inferMeta(deviceFromTorch(device), name, args, kwargs);
+      },
+      "infer_meta with meta tensors standing for tensors on `device`.");
   defineGraphBindings(module);
   defineFxImporterBindings(module);
   frontend::defineCompiledFunction(module);

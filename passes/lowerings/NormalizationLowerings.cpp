@@ -76,9 +76,16 @@ std::optional<LoweredTensor> optionalInput(Lowerer &lowerer, const Node &node,
   return lowerer.input(node, index);
 }
 
+// A norm's statistic: `value` in the math dtype, which the normalization
+// reads, and `result`, as the op returns it (CPU's norms return
+// float16/bfloat16 statistics but normalize with the float32 ones).
+struct Statistic {
+  LoweredTensor value, result;
+};
+
 // Mean and 1/sqrt(var + eps) of `input` over `dims` (biased variance), in
-// one two-pass kernel, stored as `meanMeta` and `rstdMeta`.
-std::pair<LoweredTensor, LoweredTensor>
+// one two-pass kernel, returned as `meanMeta` and `rstdMeta`.
+std::pair<Statistic, Statistic>
 statistics(Lowerer &lowerer, const LoweredTensor &input,
            const std::vector<int64_t> &dims, double eps, DType math,
            const TensorMeta &meanMeta, const TensorMeta &rstdMeta,
@@ -93,10 +100,17 @@ statistics(Lowerer &lowerer, const LoweredTensor &input,
   const Expr *rstd = lowerer.unary(
       UnaryOp::Rsqrt,
       lowerer.binary(BinaryOp::Add, variance, lowerer.constant(eps, math)));
-  LoweredTensor meanTensor = kernel.store(mean, meanMeta);
-  LoweredTensor rstdTensor = kernel.store(rstd, rstdMeta);
+  auto keep = [&](const Expr *value, const TensorMeta &meta) {
+    LoweredTensor result = kernel.store(value, meta);
+    if (meta.dtype == math)
+      return Statistic{result, result};
+    return Statistic{kernel.store(value, contiguousMeta(math, meta.sizes)),
+                     result};
+  };
+  Statistic meanStatistic = keep(mean, meanMeta);
+  Statistic rstdStatistic = keep(rstd, rstdMeta);
   kernel.emit(what);
-  return {meanTensor, rstdTensor};
+  return {meanStatistic, rstdStatistic};
 }
 
 // native_layer_norm (out, mean, rstd) and layer_norm (out).
@@ -117,11 +131,11 @@ LoweringResult layerNorm(Lowerer &lowerer, const Node &node) {
       statistics(lowerer, input, dims, node.arguments().at(4).toDouble(), math,
                  statsMeta, rstdMeta, "layer_norm");
   LoweredTensor out = normalize(
-      lowerer, input, mean, rstd, optionalInput(lowerer, node, 2),
+      lowerer, input, mean.value, rstd.value, optionalInput(lowerer, node, 2),
       optionalInput(lowerer, node, 3), math, lowerer.resultMeta(node, 0).dtype);
   if (!Native)
     return std::vector<LoweredTensor>{out};
-  return std::vector<LoweredTensor>{out, mean, rstd};
+  return std::vector<LoweredTensor>{out, mean.result, rstd.result};
 }
 
 // A per-channel vector [C] as a tensor of `sizes` (channels at dim 1).
@@ -211,10 +225,10 @@ LoweringResult groupNorm(Lowerer &lowerer, const Node &node) {
       return perChannel(lowerer, *tensor, input.sizes);
     return std::nullopt;
   };
-  LoweredTensor out =
-      normalize(lowerer, input, perGroup(mean), perGroup(rstd), channel(1),
-                channel(2), math, lowerer.resultMeta(node, 0).dtype);
-  return std::vector<LoweredTensor>{out, mean, rstd};
+  LoweredTensor out = normalize(lowerer, input, perGroup(mean.value),
+                                perGroup(rstd.value), channel(1), channel(2),
+                                math, lowerer.resultMeta(node, 0).dtype);
+  return std::vector<LoweredTensor>{out, mean.result, rstd.result};
 }
 
 } // namespace

@@ -18,7 +18,7 @@ _C_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.Method
 _FAST = {}
 
 
-def _fast_meta_results(func, args, kwargs):
+def _fast_meta_results(func, args, kwargs, device):
     usable = _FAST.get(func)
     if usable is None:
         from kiln import _C
@@ -37,7 +37,7 @@ def _fast_meta_results(func, args, kwargs):
     from kiln import _C
 
     try:
-        metas = _C.infer_meta(func.name(), *args, **kwargs)
+        metas = _C.infer_meta_on(device, func.name(), *args, **kwargs)
     except Exception:  # noqa: BLE001 - torch's own meta kernel decides then
         return None
     outs = [torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
@@ -45,11 +45,79 @@ def _fast_meta_results(func, args, kwargs):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+# Per operator: whether kiln has a meta function to compare torch's meta
+# kernel with, and which results are fresh tensors (not views of inputs).
+_CHECKED = {}
+
+
+def _device_faithful(func, args, kwargs, out, device):
+    """torch's meta kernels model CUDA where a result's dtype depends on the
+    device: native_layer_norm and native_batch_norm keep float16/bfloat16
+    statistics on CPU, in float32 on CUDA and meta. Where kiln's meta
+    function for `device` disagrees with the meta kernel on a dtype, torch's
+    fake tensors, which model the device, decide. Returns `out` with the
+    dtypes on `device`."""
+    fresh = _CHECKED.get(func)
+    if fresh is None:
+        from kiln import _C
+
+        fresh = ()
+        if _C.op_schema(func.name()) is not None:
+            fresh = tuple(r.alias_info is None and str(r.type) == "Tensor"
+                          for r in func._schema.returns)
+        _CHECKED[func] = fresh
+    outs = out if isinstance(out, tuple) else (out,)
+    if not any(fresh) or len(outs) != len(fresh):
+        return out
+    from kiln import _C
+
+    try:
+        metas = _C.infer_meta_on(device, func.name(), *args, **kwargs)
+    except Exception:  # noqa: BLE001 - torch's meta kernel stands then
+        return out
+    if len(metas) != len(outs) or all(
+            not isinstance(o, torch.Tensor) or meta[0] == o.dtype for meta, o in zip(metas, outs)):
+        return out
+    faithful = _fake_results(func, args, kwargs, device)
+    if faithful is None or len(faithful) != len(outs):
+        return out
+    fixed = []
+    for o, f, own in zip(outs, faithful, fresh):
+        if own and isinstance(o, torch.Tensor) and isinstance(f, torch.Tensor) and f.dtype != o.dtype:
+            o = meta_tensor(f.dtype, o.shape, o.stride(), o.storage_offset())
+        fixed.append(o)
+    return tuple(fixed) if isinstance(out, tuple) else fixed[0]
+
+
+def _fake_results(func, args, kwargs, device):
+    """Runs func on fake tensors on `device` standing for the meta tensors in
+    args; None where torch cannot."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.utils import _pytree as pytree
+
+    mode = FakeTensorMode()
+
+    def fake(value):
+        if isinstance(value, torch.Tensor) and value.device.type == "meta":
+            return FakeTensor(mode, value, device)
+        return value
+
+    try:
+        fake_args, fake_kwargs = pytree.tree_map(fake, (args, kwargs))
+        with mode:
+            result = func(*fake_args, **fake_kwargs)
+    except Exception:  # noqa: BLE001 - no better answer than the meta kernel's
+        return None
+    return result if isinstance(result, tuple) else (result,)
+
+
 class _Recorder(TorchDispatchMode):
-    def __init__(self, default_device, fast=True, watch_generator=True):
+    def __init__(self, default_device, device, fast=True, watch_generator=True):
         super().__init__()
         self.calls = []
         self.default_device = default_device
+        # The device the meta tensors stand for.
+        self.device = device if device is not None else torch.device(default_device)
         self.fast = fast
         # Ops on meta tensors draw no random numbers: the CPU generator
         # changes during a trace only where Python code seeds it (as
@@ -77,9 +145,11 @@ class _Recorder(TorchDispatchMode):
                 run_kwargs = dict(kwargs, device=torch.device("meta"))
         if torch.Tag.nondeterministic_seeded in func.tags:
             self.check_generator()
-        out = _fast_meta_results(func, args, run_kwargs) if self.fast else None
+        out = _fast_meta_results(func, args, run_kwargs, self.device) if self.fast else None
         if out is None:
             out = func(*args, **run_kwargs)
+            if self.device.type != "meta":
+                out = _device_faithful(func, args, run_kwargs, out, self.device)
         self.calls.append((func, args, kwargs, out, _layouts(out)))
         return out
 
@@ -97,13 +167,15 @@ def _layouts(out):
     return []
 
 
-def trace(fn, args, kwargs):
-    """Calls fn(*args, **kwargs) with meta tensors standing for graph values.
-    Returns (result, [(op_overload, args, kwargs, result, layouts), ...]),
-    layouts as _layouts gives them when each op returned."""
+def trace(fn, args, kwargs, device=None):
+    """Calls fn(*args, **kwargs) with meta tensors standing for graph values
+    on `device` (None: the default device). Returns
+    (result, [(op_overload, args, kwargs, result, layouts), ...]), layouts as
+    _layouts gives them when each op returned."""
     # Functions written in C (torch.add, Tensor.view) cannot seed the
     # generator; watching it costs 20 us a call, so only Python ones are.
-    recorder = _Recorder(torch.get_default_device(), watch_generator=not isinstance(fn, _C_CALLABLES))
+    recorder = _Recorder(torch.get_default_device(), device,
+                         watch_generator=not isinstance(fn, _C_CALLABLES))
     with torch.device("meta"), recorder:
         out = fn(*args, **kwargs)
     recorder.check_generator()

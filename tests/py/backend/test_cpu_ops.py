@@ -201,3 +201,38 @@ def test_every_op_db_op_gives_eager_results(name):
         checked += 1
     if checked == 0:
         pytest.skip("no deterministic sample ran in eager")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_norms_return_cpu_statistics(dtype):
+    # kiln traces on meta tensors, whose norm kernels model CUDA: float32
+    # mean and rstd for half inputs. CPU's return them in the input dtype
+    # (and normalize with the float32 ones); kiln must give CPU's answer,
+    # lowered (layer and group norm) or as an extern (batch norm training).
+    x = torch.randn(4, 6, 9, dtype=dtype)
+    w, b = torch.randn(6, dtype=dtype), torch.randn(6, dtype=dtype)
+    w9, b9 = torch.randn(9, dtype=dtype), torch.randn(9, dtype=dtype)
+
+    def layer(x, w, b):
+        out, mean, rstd = torch.native_layer_norm(x, [9], w, b, 1e-5)
+        return out, mean * 2 + 1, rstd.exp()
+
+    def group(x, w, b):
+        out, mean, rstd = torch.native_group_norm(x, w, b, 4, 6, 9, 3, 1e-5)
+        return out, mean - rstd
+
+    def batch(x, w, b, running_mean, running_var):
+        out, mean, rstd = torch.native_batch_norm(x, w, b, running_mean, running_var,
+                                                  True, 0.1, 1e-5)
+        return out, mean * 2, rstd.sqrt()
+
+    for fn, args in ((layer, (x, w9, b9)), (group, (x, w, b))):
+        actual, expected = kiln.compile(fn)(*args), fn(*args)
+        assert [t.dtype for t in actual] == [t.dtype for t in expected] == [dtype] * len(expected)
+        assert_close(actual, expected)
+    stats = (torch.zeros(6, dtype=dtype), torch.ones(6, dtype=dtype))
+    eager_stats = tuple(s.clone() for s in stats)
+    actual, expected = kiln.compile(batch)(x, w, b, *stats), batch(x, w, b, *eager_stats)
+    assert [t.dtype for t in actual] == [t.dtype for t in expected] == [dtype] * 3
+    assert_close(actual, expected)
+    assert_close(stats, eager_stats)
