@@ -114,6 +114,10 @@ def markdown(run, chart_name):
              f"torch {environment['torch']}, transformers {environment['transformers']}.",
              f"- kiln: {environment['kiln']} (column compiled with `{environment['kiln_via']}`); "
              f"repository at `{environment['commit']}`.",
+             f"- Allocator: glibc malloc in the benchmark processes with "
+             + (", ".join(f"`{k}={v}`" for k, v in environment.get("allocator", {}).items()) or "its defaults")
+             + " (freed blocks stay with the process, so calls do not fault their outputs' pages in again; "
+             "see `ALLOCATOR_ENV` in bench/runner.py).",
              f"- Load average (1 min) at start / end: {run['load_average_start'][0]:.2f} / "
              f"{run['load_average_end'][0]:.2f}; the whole run took {run['wall_s']:.0f} s"
              + (" (**--quick**: few samples, numbers are rough)." if run["quick"] else "."),

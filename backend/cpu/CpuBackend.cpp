@@ -81,9 +81,12 @@ HostTarget detectHostTarget() {
     if (bits == 128 || bits == 256 || bits == 512)
       host.vectorBits = std::min(host.vectorBits, bits);
   }
-  // Vectors per step of a vector loop: four 256-bit or two 512-bit ones
-  // unless KILN_CPU_UNROLL=1..8 says otherwise.
-  host.unroll = host.vectorBits >= 512 ? 2 : 4;
+  // Vectors per step of a vector loop: four (independent accumulators of a
+  // reduction, loads in flight), unless KILN_CPU_UNROLL=1..8 says otherwise.
+  // On the 16-core Xeon (AVX-512) four 512-bit vectors against two: a
+  // single-threaded column sum 8192x1024 took 1180 against 2519 us (eager
+  // 1690), softmax and layer_norm at 16 threads 8-12% less.
+  host.unroll = 4;
   if (const char *text = std::getenv("KILN_CPU_UNROLL")) {
     int unroll = std::atoi(text);
     if (unroll >= 1 && unroll <= 8)
