@@ -105,6 +105,32 @@ def _as_function(op, sample):
     return namespace["call"], tensors
 
 
+def _assert_eager_result(actual, expected, fn, tensors, tolerance):
+    """kiln must give eager's answer, except where eager's vector kernel is
+    off its own float64 answer: there kiln must give that. torch 2.11's
+    AVX-512 bfloat16 fmod(-8.4375, FLT_MIN) is NaN; its scalar path, its
+    float32 and float64 ones, and kiln's give -0.0."""
+    try:
+        assert_close(actual, expected, equal_nan=True, **tolerance)
+        return
+    except AssertionError as error:
+        mismatch = error
+    if not any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors):
+        raise mismatch
+    try:
+        exact = fn(*[t.double() if t.is_floating_point() else t for t in tensors])
+        reference = pytree.tree_map(
+            lambda e, x: x.to(e.dtype) if isinstance(e, torch.Tensor) else x, expected, exact)
+    except Exception:  # noqa: BLE001 - no float64 answer to compare with
+        raise mismatch from None
+    try:
+        assert_close(expected, reference, equal_nan=True, **tolerance)
+    except AssertionError:  # eager is off its own float64 answer
+        assert_close(actual, reference, equal_nan=True, **tolerance)
+        return
+    raise mismatch
+
+
 def test_every_listed_op_is_in_op_db():
     # A name op_db does not know would silently test nothing.
     assert [name for name in NATIVE_OPS if name not in OPS] == []
@@ -121,7 +147,7 @@ def test_op_matches_eager(op, dtype):
             continue  # eager rejects this sample: nothing to compare
         compiled = kiln.compile(fn)
         actual = compiled(*tensors)
-        assert_close(actual, expected, equal_nan=True, **_tolerance(dtype, op.name))
+        _assert_eager_result(actual, expected, fn, tensors, _tolerance(dtype, op.name))
         # Results keep eager's strides.
         for a, e in zip(pytree.tree_leaves(actual), pytree.tree_leaves(expected)):
             if isinstance(e, torch.Tensor) and e.numel() > 1:
