@@ -9,6 +9,20 @@
 
 namespace kiln {
 
+bool Node::writesArguments() const {
+  if (!schema_ || !schema_->isMutable())
+    return false;
+  if (schema_->qualifiedName() == "aten::native_batch_norm" &&
+      arguments_.size() > 5 && arguments_[5].kind() == Argument::Kind::Bool &&
+      !arguments_[5].toBool())
+    return false;
+  for (size_t i = 0; i < schema_->arguments.size() && i < arguments_.size();
+       ++i)
+    if (schema_->arguments[i].isWrite() && !arguments_[i].isNone())
+      return true;
+  return false;
+}
+
 std::vector<Value *> Node::operands() const {
   std::vector<Value *> values;
   for (const Argument &argument : arguments_) {

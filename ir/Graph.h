@@ -62,6 +62,10 @@ public:
   const OpInfo *opInfo() const { return opInfo_; }
   /// Normalised arguments, one per schema argument.
   const std::vector<Argument> &arguments() const { return arguments_; }
+  /// Whether running the node writes to one of its arguments: one its
+  /// schema marks as written is given (not None). native_batch_norm writes
+  /// its running statistics in training only.
+  bool writesArguments() const;
   const std::vector<std::unique_ptr<Value>> &results() const {
     return results_;
   }

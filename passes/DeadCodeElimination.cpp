@@ -27,8 +27,8 @@ int eliminateDeadCode(Graph &graph) {
     const Node &node = **it;
     // Writes to an argument, and ops that return nothing (grad mode
     // changes), exist for their effect.
-    bool sideEffect = node.schema() && (node.schema()->isMutable() ||
-                                        node.schema()->returns.empty());
+    bool sideEffect = node.writesArguments() ||
+                      (node.schema() && node.schema()->returns.empty());
     if (sideEffect)
       markLive(&node);
     if (!live.count(&node))

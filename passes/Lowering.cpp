@@ -162,7 +162,7 @@ void Lowerer::lowerNode(const Node &node) {
     program_.bufferOf[value] = index;
     return;
   }
-  if (node.schema()->isMutable() || hasComplex(node)) {
+  if (node.writesArguments() || hasComplex(node)) {
     lowerExtern(node);
     return;
   }
@@ -251,7 +251,7 @@ void Lowerer::realizeBeforeMutation() {
 }
 
 void Lowerer::lowerExtern(const Node &node) {
-  if (node.schema() && node.schema()->isMutable())
+  if (node.writesArguments())
     realizeBeforeMutation();
   for (const Value *value : distinctOperands(node))
     bufferOfValue(value, /*mustBeTensor=*/true);

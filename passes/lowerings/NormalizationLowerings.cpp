@@ -147,12 +147,17 @@ LoweredTensor perChannel(Lowerer &lowerer, const LoweredTensor &channels,
   });
 }
 
-LoweringResult batchNormInference(Lowerer &lowerer, const Node &node) {
+// Batch norm with the running statistics: _native_batch_norm_legit_no_training
+// (eps is argument 6) and native_batch_norm with training=False, as
+// nn.BatchNorm in eval mode calls it (eps is argument 7).
+LoweringResult batchNormInference(Lowerer &lowerer, const Node &node,
+                                  size_t epsIndex) {
   LoweredTensor input = lowerer.input(node, 0);
-  if (input.dim() < 2)
+  const auto &arguments = node.arguments();
+  if (input.dim() < 2 || arguments.at(3).isNone() || arguments.at(4).isNone())
     return std::nullopt;
   DType math = accumulationType(input.dtype);
-  double eps = node.arguments().at(6).toDouble();
+  double eps = arguments.at(epsIndex).toDouble();
   LoweredTensor mean = perChannel(lowerer, lowerer.input(node, 3), input.sizes);
   LoweredTensor variance = lowerer.input(node, 4);
   LoweredTensor rstd = perChannel(
@@ -241,7 +246,16 @@ void registerNormalizationLowerings(LoweringTable &table) {
       {"aten::log_softmax.int", softmax<true>},
       {"aten::native_layer_norm", layerNorm<true>},
       {"aten::layer_norm", layerNorm<false>},
-      {"aten::_native_batch_norm_legit_no_training", batchNormInference},
+      {"aten::_native_batch_norm_legit_no_training",
+       [](Lowerer &lowerer, const Node &node) {
+         return batchNormInference(lowerer, node, 6);
+       }},
+      {"aten::native_batch_norm",
+       [](Lowerer &lowerer, const Node &node) -> LoweringResult {
+         if (node.arguments().at(5).toBool()) // training: batch statistics
+           return std::nullopt;
+         return batchNormInference(lowerer, node, 7);
+       }},
       {"aten::native_group_norm", groupNorm},
   });
 }

@@ -2,6 +2,7 @@
 # through kiln.compile and through eager torch, for every dtype the backend
 # lowers, and the compiled program must have run natively (no extern call)
 # for the ops kiln lowers to loops.
+import copy
 import functools
 
 import pytest
@@ -262,3 +263,30 @@ def test_norms_return_cpu_statistics(dtype):
     assert [t.dtype for t in actual] == [t.dtype for t in expected] == [dtype] * 3
     assert_close(actual, expected)
     assert_close(stats, eager_stats)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_module_lowers_in_eval_and_updates_statistics_in_training(dtype):
+    # nn.BatchNorm calls native_batch_norm, whose schema writes the running
+    # statistics; it does so in training only, so in eval mode kiln fuses it
+    # with what follows, and in training torch runs it and updates them.
+    block = torch.nn.Sequential(torch.nn.BatchNorm2d(6), torch.nn.ReLU()).to(dtype)
+    with torch.no_grad():
+        block[0].running_mean.uniform_(-0.5, 0.5)
+        block[0].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(3, 6, 5, 7, dtype=dtype)
+    block.eval()
+    compiled = kiln.compile(block)
+    with torch.no_grad():  # parameters that need grad run through autograd
+        assert_close(compiled(x), block(x))
+    assert kiln.cache_info(compiled)["runners"][0].endswith(" 0 extern(s)")
+
+    block.train()
+    eager_block = copy.deepcopy(block)
+    compiled = kiln.compile(block)
+    for _ in range(2):
+        x = torch.randn(3, 6, 5, 7, dtype=dtype)
+        assert_close(compiled(x), eager_block(x))
+    assert_close(block[0].running_mean, eager_block[0].running_mean)
+    assert_close(block[0].running_var, eager_block[0].running_var)
+    assert block[0].num_batches_tracked.item() == eager_block[0].num_batches_tracked.item() == 2
