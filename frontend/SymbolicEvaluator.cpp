@@ -446,15 +446,20 @@ VariablePtr Evaluator::fromTraceObject(py::handle object) {
 
 namespace {
 
-/// The device of the graph tensors in `value` (nested in sequences and
-/// dicts), as torch's device rules pick it: a 0-d CPU tensor mixes with any
-/// device, so another tensor's device wins over it.
+/// Folds a tensor's device into the device of an op's tensors, as torch
+/// picks it: a 0-d CPU tensor mixes with any device, so another tensor's
+/// device wins over it.
+void foldDevice(const TensorMeta &meta, std::optional<Device> &device) {
+  bool cpuScalar = meta.dim() == 0 && meta.device.type == DeviceType::CPU;
+  if (!device || !cpuScalar)
+    device = meta.device;
+}
+
+/// Folds the devices of the graph tensors in `value` (nested in sequences
+/// and dicts) into `device`.
 void considerDevices(const VariablePtr &value, std::optional<Device> &device) {
   if (value->kind == Kind::Tensor) {
-    const TensorMeta &meta = value->tensor->meta();
-    bool cpuScalar = meta.dim() == 0 && meta.device.type == DeviceType::CPU;
-    if (!device || !cpuScalar)
-      device = meta.device;
+    foldDevice(value->tensor->meta(), device);
   } else if (value->kind == Kind::Tuple || value->kind == Kind::List ||
              value->kind == Kind::Dict) {
     for (const VariablePtr &item : value->items)
@@ -516,12 +521,8 @@ VariablePtr Evaluator::torchCall(
     // factory's device argument.
     std::optional<Device> device;
     auto consider = [&](const Argument &argument) {
-      if (!argument.isTensor())
-        return;
-      const TensorMeta &meta = argument.toTensor()->meta();
-      bool cpuScalar = meta.dim() == 0 && meta.device.type == DeviceType::CPU;
-      if (!device || !cpuScalar)
-        device = meta.device;
+      if (argument.isTensor())
+        foldDevice(argument.toTensor()->meta(), device);
     };
     for (const Argument &argument : positional)
       consider(argument);
