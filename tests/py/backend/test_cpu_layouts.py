@@ -261,7 +261,7 @@ def test_softmax_computes_each_exp_once(capfd, monkeypatch):
     ir = capfd.readouterr().err
     assert "%carried = alloca float, i64 300" in ir
     # The store loops of the widths that 300 takes (32 and 8 lanes and a
-    # tail of 4 with AVX2; 32 lanes and a tail of 12 with AVX-512) load what
+    # tail of 4 with AVX2; 64 and 16 lanes and a tail of 12 with AVX-512) load what
     # the sum loops stored: at least one vector width and the tail each way.
     assert ir.count("ptr %carried") >= 2 + 2
 
