@@ -251,8 +251,14 @@ def worker(arguments):
 ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(16 << 30)}
 
 
+def allocator_environment():
+    """The malloc settings the workers run with: ALLOCATOR_ENV under any the
+    caller made."""
+    return {**ALLOCATOR_ENV, **{name: value for name, value in os.environ.items() if name.startswith("MALLOC_")}}
+
+
 def worker_environment(cache):
-    return {**ALLOCATOR_ENV, **os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+    return {**os.environ, **allocator_environment(), "TORCHINDUCTOR_CACHE_DIR": cache}
 
 
 def run_threads(arguments, threads, deadline):
@@ -295,7 +301,7 @@ def environment(device, kiln_via):
     return {"device": device, "processor": processor, "cores": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers_version, "commit": commit,
             "kiln": getattr(kiln, "__version__", "importable") if kiln else kiln_error, "kiln_via": kiln_via,
-            "allocator": {name: value for name, value in worker_environment("").items() if name.startswith("MALLOC_")}}
+            "allocator": allocator_environment()}
 
 
 def main():

@@ -11,29 +11,38 @@ _C_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.Method
                 types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType)
 
 
-# Per operator: whether kiln's own meta function may stand in for torch's
-# (a registered, functional, non-view op returning plain tensors). torch's
-# meta kernels are often Python reference implementations and dominate
-# capture time; kiln's, in C++, are checked against torch's by the tests.
-_FAST = {}
+class _KilnOp:
+    """What the trace needs to know of an operator, once per operator."""
 
-
-def _fast_meta_results(func, args, kwargs, device):
-    usable = _FAST.get(func)
-    if usable is None:
+    def __init__(self, func):
         from kiln import _C
 
         schema = func._schema
-        returns = schema.returns
-        usable = (
-            _C.op_schema(func.name()) is not None
-            and not schema.is_mutable
-            and len(returns) >= 1
-            and all(r.alias_info is None and str(r.type) == "Tensor" for r in returns)
-        )
-        _FAST[func] = usable
-    if not usable:
-        return None
+        registered = _C.op_schema(func.name()) is not None
+        # Per result: a fresh tensor (not a view of an input, not a list).
+        self.fresh = tuple(registered and r.alias_info is None and str(r.type) == "Tensor"
+                           for r in schema.returns)
+        # Whether kiln's own meta function may stand in for torch's (a
+        # registered, functional op returning fresh tensors). torch's meta
+        # kernels are often Python reference implementations and dominate
+        # capture time; kiln's, in C++, are checked against torch's by the
+        # tests.
+        self.fast = registered and not schema.is_mutable and len(self.fresh) >= 1 and all(self.fresh)
+
+
+_OPS = {}
+
+
+def _kiln_op(func):
+    info = _OPS.get(func)
+    if info is None:
+        info = _OPS[func] = _KilnOp(func)
+    return info
+
+
+def _fast_meta_results(func, args, kwargs, device):
+    """kiln's meta function's results for a `fast` op, or None where it
+    fails (torch's own meta kernel decides then)."""
     from kiln import _C
 
     try:
@@ -45,11 +54,6 @@ def _fast_meta_results(func, args, kwargs, device):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-# Per operator: whether kiln has a meta function to compare torch's meta
-# kernel with, and which results are fresh tensors (not views of inputs).
-_CHECKED = {}
-
-
 def _device_faithful(func, args, kwargs, out, device):
     """torch's meta kernels model CUDA where a result's dtype depends on the
     device: native_layer_norm and native_batch_norm keep float16/bfloat16
@@ -57,15 +61,7 @@ def _device_faithful(func, args, kwargs, out, device):
     function for `device` disagrees with the meta kernel on a dtype, torch's
     fake tensors, which model the device, decide. Returns `out` with the
     dtypes on `device`."""
-    fresh = _CHECKED.get(func)
-    if fresh is None:
-        from kiln import _C
-
-        fresh = ()
-        if _C.op_schema(func.name()) is not None:
-            fresh = tuple(r.alias_info is None and str(r.type) == "Tensor"
-                          for r in func._schema.returns)
-        _CHECKED[func] = fresh
+    fresh = _kiln_op(func).fresh
     outs = out if isinstance(out, tuple) else (out,)
     if not any(fresh) or len(outs) != len(fresh):
         return out
@@ -145,10 +141,12 @@ class _Recorder(TorchDispatchMode):
                 run_kwargs = dict(kwargs, device=torch.device("meta"))
         if torch.Tag.nondeterministic_seeded in func.tags:
             self.check_generator()
-        out = _fast_meta_results(func, args, run_kwargs, self.device) if self.fast else None
+        kiln_meta = self.fast and _kiln_op(func).fast
+        out = _fast_meta_results(func, args, run_kwargs, self.device) if kiln_meta else None
         if out is None:
             out = func(*args, **run_kwargs)
-            if self.device.type != "meta":
+            # Where kiln's meta function just failed, it has nothing to check.
+            if self.device.type != "meta" and not kiln_meta:
                 out = _device_faithful(func, args, run_kwargs, out, self.device)
         self.calls.append((func, args, kwargs, out, _layouts(out)))
         return out
