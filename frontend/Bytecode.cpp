@@ -55,8 +55,8 @@ std::shared_ptr<const Bytecode> Bytecode::decode(py::handle code) {
   // Decoded once per code object: a module's forward is inlined once per
   // instance, and `dis` is slow. The cache holds the code objects alive;
   // code objects of loaded functions live as long as their modules anyway.
-  static auto *cache =
-      new std::unordered_map<PyObject *, std::pair<py::object, std::shared_ptr<const Bytecode>>>();
+  static auto *cache = new std::unordered_map<
+      PyObject *, std::pair<py::object, std::shared_ptr<const Bytecode>>>();
   auto cached = cache->find(code.ptr());
   if (cached != cache->end())
     return cached->second.second;

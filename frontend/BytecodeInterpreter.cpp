@@ -90,7 +90,7 @@ void Evaluator::binaryOp(Frame &frame, int op) {
   // CPython's NB_* numbering; the in-place forms follow at op + 13.
   static const char *kOperators[] = {
       "add", "and_", "floordiv", "lshift", "matmul",  "mul", "mod",
-      "or_", "pow",  "rshift",   "sub",    "truediv", "xor_"};
+      "or_", "pow",  "rshift",   "sub",    "truediv", "xor"};
   static const char *kInplace[] = {
       "iadd", "iand", "ifloordiv", "ilshift", "imatmul",  "imul", "imod",
       "ior",  "ipow", "irshift",   "isub",    "itruediv", "ixor"};

@@ -90,11 +90,13 @@ CodeCache::makeRunner(const std::shared_ptr<const Graph> &graph,
 }
 
 PyObject *unsupportedErrorType() {
-  static PyObject *type = [] {
-    py::object module = py::module_::import("kiln._C");
-    return py::object(module.attr("Unsupported")).release().ptr();
-  }();
-  return type;
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *> type;
+  return type
+      .call_once_and_store_result([] {
+        py::object module = py::module_::import("kiln._C");
+        return py::object(module.attr("Unsupported")).release().ptr();
+      })
+      .get_stored();
 }
 
 FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals,
@@ -107,11 +109,66 @@ FrameInputs frameInputsOf(PyObject *function, PyObject *const *locals,
   return inputs;
 }
 
+void CodeCache::fallBack(const std::string &reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (runInCPython_)
+    return;
+  fallbackReason_ = reason;
+  runInCPython_ = true;
+}
+
+std::shared_ptr<const CodeCache::EntryList> CodeCache::entries() const {
+  return std::atomic_load(&entries_);
+}
+
+bool CodeCache::addEntry(std::shared_ptr<const CacheEntry> entry) {
+  // Threads that missed together captured together: the limit holds for
+  // the entries they add, counted under the lock.
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<const EntryList> current = std::atomic_load(&entries_);
+  if (static_cast<int>(current->size()) >= options_.cacheLimit)
+    return false;
+  auto updated = std::make_shared<EntryList>(*current);
+  updated->push_back(std::move(entry));
+  std::atomic_store(&entries_, std::shared_ptr<const EntryList>(updated));
+  return true;
+}
+
+// Whether torch.autocast is on for any device: captured graphs hold the
+// dtypes of a call without it, so such a call runs in CPython.
+static bool autocastEnabled() {
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
+      function;
+  PyObject *isAnyAutocastEnabled =
+      function
+          .call_once_and_store_result([] {
+            py::object function =
+                python::TorchHandles::get().torch.attr("_C").attr(
+                    "_is_any_autocast_enabled");
+            return function.release().ptr();
+          })
+          .get_stored();
+  PyObject *result = PyObject_CallNoArgs(isAnyAutocastEnabled);
+  if (!result) {
+    PyErr_Clear();
+    return true;
+  }
+  bool enabled = result == Py_True;
+  Py_DECREF(result);
+  return enabled;
+}
+
 PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
   if (runInCPython_)
     return nullptr;
+  if (autocastEnabled()) {
+    if (logEnabled("breaks"))
+      logArtifact("breaks", qualifiedNameOf(function) +
+                                " runs in CPython: torch.autocast is on");
+    return nullptr;
+  }
   try {
-    std::shared_ptr<const EntryList> entries = entries_;
+    std::shared_ptr<const EntryList> entries = this->entries();
     std::vector<py::object> graphInputs;
     std::string firstFailure;
     for (const auto &entry : *entries) {
@@ -124,9 +181,8 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     misses_++;
     std::string name = qualifiedNameOf(function);
     if (static_cast<int>(entries->size()) >= options_.cacheLimit) {
-      runInCPython_ = true;
-      fallbackReason_ = "cache limit (" + std::to_string(options_.cacheLimit) +
-                        ") reached; last failed guard: " + firstFailure;
+      fallBack("cache limit (" + std::to_string(options_.cacheLimit) +
+               ") reached; last failed guard: " + firstFailure);
       std::string warning = "kiln: " + name + " was recompiled " +
                             std::to_string(options_.cacheLimit) +
                             " times; it runs in CPython from now on (" +
@@ -138,43 +194,37 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     if (!entries->empty() && logEnabled("recompiles"))
       logArtifact("recompiles", "recompiling " + name + ": " + firstFailure);
 
-    Capture capture;
+    // Capture and compilation never raise into the user's program: what
+    // they cannot do, or an internal error of theirs, runs the frame in
+    // CPython (which raises whatever the user's own code raises).
+    std::string unsupported;
+    std::shared_ptr<CacheEntry> entry;
     try {
-      HookSuspension suspension;
-      capture = captureFunction(function, inputs);
+      entry = captureEntry(function, inputs, name, graphInputs);
     } catch (const Unsupported &error) {
+      unsupported = error.what();
+    } catch (py::error_already_set &error) {
+      unsupported =
+          std::string("internal error during capture: ") + error.what();
+    } catch (const std::exception &error) {
+      unsupported =
+          std::string("internal error during capture: ") + error.what();
+    }
+    if (!entry) {
       if (options_.fullgraph) {
         PyErr_SetString(unsupportedErrorType(),
-                        (name + ": " + error.what()).c_str());
+                        (name + ": " + unsupported).c_str());
         return nullptr;
       }
+      PyErr_Clear(); // a C API failure the error did not fetch
       if (logEnabled("breaks"))
-        logArtifact("breaks", name + " runs in CPython: " + error.what());
-      runInCPython_ = true;
-      fallbackReason_ = error.what();
+        logArtifact("breaks", name + " runs in CPython: " + unsupported);
+      fallBack(unsupported);
       return nullptr;
     }
-    auto entry = std::make_shared<CacheEntry>();
-    entry->graphText = capture.graph->str();
-    if (logEnabled("graph")) {
-      std::string text = "captured " + name + "\n" + entry->graphText;
-      for (const std::string &note : capture.notes)
-        text += "  note: " + note + "\n";
-      logArtifact("graph", text);
-    }
-    if (logEnabled("guards"))
-      logArtifact("guards", "guards of " + name + "\n" + capture.guards.str());
-    entry->output = std::move(capture.output);
-    entry->guards = std::move(capture.guards);
-    // The graph's inputs are exactly what the guard tree collects.
-    if (!entry->guards.evaluate(inputs, graphInputs, &firstFailure))
-      throw Error("the guards of a fresh capture of " + name +
-                  " fail on the call that made them (" + firstFailure +
-                  "); please report this");
-    entry->runner = makeRunner(capture.graph, graphInputs, name);
-    auto updated = std::make_shared<EntryList>(*entries_);
-    updated->push_back(entry);
-    entries_ = updated;
+    // Over the limit (threads recompiling at once), the entry serves this
+    // call only.
+    addEntry(entry);
     return runEntry(*entry, graphInputs);
   } catch (py::error_already_set &error) {
     error.restore();
@@ -188,20 +238,56 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
   }
 }
 
+std::shared_ptr<CacheEntry>
+CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
+                        const std::string &name,
+                        std::vector<py::object> &graphInputs) const {
+  Capture capture;
+  {
+    HookSuspension suspension;
+    capture = captureFunction(function, inputs);
+  }
+  auto entry = std::make_shared<CacheEntry>();
+  entry->graphText = capture.graph->str();
+  if (logEnabled("graph")) {
+    std::string text = "captured " + name + "\n" + entry->graphText;
+    for (const std::string &note : capture.notes)
+      text += "  note: " + note + "\n";
+    logArtifact("graph", text);
+  }
+  if (logEnabled("guards"))
+    logArtifact("guards", "guards of " + name + "\n" + capture.guards.str());
+  entry->output = std::move(capture.output);
+  entry->guards = std::move(capture.guards);
+  // The graph's inputs are exactly what the guard tree collects.
+  graphInputs.clear();
+  std::string failure;
+  if (!entry->guards.evaluate(inputs, graphInputs, &failure))
+    throw Error("the guards of a fresh capture fail on the call that made "
+                "them (" +
+                failure + ")");
+  entry->runner = makeRunner(capture.graph, graphInputs, name);
+  return entry;
+}
+
 py::dict CodeCache::info() const {
   py::list graphs, guards, runners;
-  for (const auto &entry : *entries_) {
+  std::shared_ptr<const EntryList> entries = this->entries();
+  for (const auto &entry : *entries) {
     graphs.append(entry->graphText);
     guards.append(entry->guards.str());
     runners.append(entry->runner->describe());
   }
   py::dict info;
-  info["entries"] = py::int_(entries_->size());
+  info["entries"] = py::int_(entries->size());
   info["hits"] = py::int_(hits_.load());
   info["misses"] = py::int_(misses_.load());
   info["fallbacks"] = py::int_(fallbacks_.load());
   info["runs_in_cpython"] = py::bool_(runInCPython_);
-  info["fallback_reason"] = py::str(fallbackReason_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    info["fallback_reason"] = py::str(fallbackReason_);
+  }
   info["graphs"] = graphs;
   info["guards"] = guards;
   info["runners"] = runners;
@@ -209,7 +295,9 @@ py::dict CodeCache::info() const {
 }
 
 void CodeCache::reset() {
-  entries_ = std::make_shared<EntryList>();
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::atomic_store(&entries_, std::shared_ptr<const EntryList>(
+                                   std::make_shared<EntryList>()));
   runInCPython_ = false;
   fallbackReason_.clear();
 }

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -51,9 +52,25 @@ private:
 
   using EntryList = std::vector<std::shared_ptr<const CacheEntry>>;
 
+  /// Captures the frame and compiles its graph; fills `graphInputs` for
+  /// this call. Throws what capture or compilation throws.
+  std::shared_ptr<CacheEntry>
+  captureEntry(PyObject *function, const FrameInputs &inputs,
+               const std::string &name,
+               std::vector<py::object> &graphInputs) const;
+  /// The entries now (threads replace the list as a whole, atomically).
+  std::shared_ptr<const EntryList> entries() const;
+  /// Adds `entry` unless the cache limit is reached; says whether it did.
+  bool addEntry(std::shared_ptr<const CacheEntry> entry);
+  /// From now on every call runs in CPython, for `reason`.
+  void fallBack(const std::string &reason);
+
   CacheOptions options_;
   std::shared_ptr<const EntryList> entries_ = std::make_shared<EntryList>();
-  bool runInCPython_ = false;
+  std::atomic<bool> runInCPython_{false};
+  /// Serialises changes to the entries and the fallback reason (never held
+  /// while Python runs).
+  mutable std::mutex mutex_;
   std::string fallbackReason_;
   std::atomic<long> hits_{0};
   std::atomic<long> misses_{0};

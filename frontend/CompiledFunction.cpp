@@ -209,6 +209,12 @@ PyObject *compiledNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyErr_SetString(PyExc_ValueError, "cache_limit must be at least 1");
     return nullptr;
   }
+  if (std::string_view(backend) != "llvm" &&
+      std::string_view(backend) != "eager") {
+    PyErr_Format(PyExc_ValueError,
+                 "unknown kiln backend '%s' (known: 'llvm', 'eager')", backend);
+    return nullptr;
+  }
   auto *object =
       reinterpret_cast<CompiledFunctionObject *>(type->tp_alloc(type, 0));
   if (!object)

@@ -45,31 +45,38 @@ Py_ssize_t codeExtraIndex() {
 }
 
 const std::vector<std::string> &skippedPrefixes() {
-  static const std::vector<std::string> *prefixes = [] {
-    // Computing them runs Python code, whose frames must not come back here.
-    HookSuspension suspension;
-    auto *result = new std::vector<std::string>();
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    try {
-      py::module_ sysconfig = py::module_::import("sysconfig");
-      py::dict paths = sysconfig.attr("get_paths")();
-      for (const char *key : {"stdlib", "platstdlib"})
-        result->push_back(paths[key].cast<std::string>());
-      py::module_ os = py::module_::import("os");
-      for (const char *package : {"torch", "kiln"}) {
-        py::module_ module = py::module_::import(package);
-        result->push_back(os.attr("path")
-                              .attr("dirname")(module.attr("__file__"))
-                              .cast<std::string>());
-      }
-    } catch (py::error_already_set &) {
-    }
-    result->push_back("<frozen");
-    PyErr_Restore(type, value, traceback);
-    return result;
-  }();
-  return *prefixes;
+  // Imports may let another thread run: it waits without the GIL.
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<
+      const std::vector<std::string> *>
+      prefixes;
+  return *prefixes
+              .call_once_and_store_result([] {
+                // Computing them runs Python code, whose frames must not come
+                // back here.
+                HookSuspension suspension;
+                auto *result = new std::vector<std::string>();
+                PyObject *type, *value, *traceback;
+                PyErr_Fetch(&type, &value, &traceback);
+                try {
+                  py::module_ sysconfig = py::module_::import("sysconfig");
+                  py::dict paths = sysconfig.attr("get_paths")();
+                  for (const char *key : {"stdlib", "platstdlib"})
+                    result->push_back(paths[key].cast<std::string>());
+                  py::module_ os = py::module_::import("os");
+                  for (const char *package : {"torch", "kiln"}) {
+                    py::module_ module = py::module_::import(package);
+                    result->push_back(
+                        os.attr("path")
+                            .attr("dirname")(module.attr("__file__"))
+                            .cast<std::string>());
+                  }
+                } catch (py::error_already_set &) {
+                }
+                result->push_back("<frozen");
+                PyErr_Restore(type, value, traceback);
+                return result;
+              })
+              .get_stored();
 }
 
 CodeExtra *extraOf(PyCodeObject *code) {

@@ -75,8 +75,12 @@ struct Handles {
       pureBuiltins.insert(builtins.attr(name).ptr());
   }
   static const Handles &get() {
-    static const Handles *handles = new Handles();
-    return *handles;
+    // Building the handles imports modules, which may let another thread
+    // run: it waits without the GIL (a plain static would deadlock).
+    PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<const Handles *>
+        handles;
+    return *handles.call_once_and_store_result([] { return new Handles(); })
+                .get_stored();
   }
   py::object builtin(const char *name) const { return builtins.attr(name); }
 };

@@ -21,14 +21,19 @@ struct FxHandles {
   py::object getitem;        // operator.getitem
 
   static const FxHandles &get() {
-    static FxHandles *handles = [] {
-      auto *h = new FxHandles(); // leaked: see TorchHandles::get
-      h->nodeType = py::module_::import("torch.fx").attr("Node");
-      h->opOverloadType = py::module_::import("torch._ops").attr("OpOverload");
-      h->getitem = py::module_::import("operator").attr("getitem");
-      return h;
-    }();
-    return *handles;
+    // Imports may let another thread run: see TorchHandles::get.
+    PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<FxHandles *>
+        handles;
+    return *handles
+                .call_once_and_store_result([] {
+                  auto *h = new FxHandles(); // leaked: see TorchHandles::get
+                  h->nodeType = py::module_::import("torch.fx").attr("Node");
+                  h->opOverloadType =
+                      py::module_::import("torch._ops").attr("OpOverload");
+                  h->getitem = py::module_::import("operator").attr("getitem");
+                  return h;
+                })
+                .get_stored();
   }
 };
 

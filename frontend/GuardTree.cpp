@@ -149,6 +149,7 @@ bool checkPasses(PyObject *value, const GuardCheck &check) {
     return true;
   }
   case GuardCheck::Kind::GradMode:
+  case GuardCheck::Kind::DefaultDType:
     return false; // evaluated separately
   }
   return false;
@@ -176,16 +177,42 @@ std::string describe(const GuardCheck &check) {
   case GuardCheck::Kind::GradMode:
     return std::string("torch.is_grad_enabled() == ") +
            (check.flag ? "True" : "False");
+  case GuardCheck::Kind::DefaultDType:
+    return "torch.get_default_dtype() is " +
+           py::str(check.expected).cast<std::string>();
   }
   return "?";
 }
 
+// torch.get_default_dtype(), a new reference (null on failure, cleared).
+PyObject *currentDefaultDType() {
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
+      function;
+  PyObject *getDefaultDType =
+      function
+          .call_once_and_store_result([] {
+            py::object function =
+                python::TorchHandles::get().torch.attr("get_default_dtype");
+            return function.release().ptr();
+          })
+          .get_stored();
+  PyObject *result = PyObject_CallNoArgs(getDefaultDType);
+  if (!result)
+    PyErr_Clear();
+  return result;
+}
+
 bool gradModeEnabled() {
-  static PyObject *isGradEnabled = [] {
-    py::object function =
-        python::TorchHandles::get().torch.attr("is_grad_enabled");
-    return function.release().ptr();
-  }();
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
+      function;
+  PyObject *isGradEnabled =
+      function
+          .call_once_and_store_result([] {
+            py::object function =
+                python::TorchHandles::get().torch.attr("is_grad_enabled");
+            return function.release().ptr();
+          })
+          .get_stored();
   PyObject *result = PyObject_CallNoArgs(isGradEnabled);
   if (!result) {
     PyErr_Clear();
@@ -287,6 +314,12 @@ GuardCheck equalsConstant(py::handle constant) {
   return check;
 }
 
+GuardCheck defaultDType() {
+  GuardCheck check{GuardCheck::Kind::DefaultDType, {}, {}};
+  check.expected = py::reinterpret_steal<py::object>(currentDefaultDType());
+  return check;
+}
+
 int GuardTree::nodeFor(const SourcePtr &source) {
   std::string key = source->str();
   auto it = nodeBySource_.find(key);
@@ -315,8 +348,15 @@ bool GuardTree::evaluate(const FrameInputs &frame,
                          std::vector<py::object> &graphInputs,
                          std::string *failure) const {
   for (const GuardCheck &check : globalChecks_) {
-    if (check.kind == GuardCheck::Kind::GradMode &&
-        gradModeEnabled() != check.flag) {
+    bool passes = true;
+    if (check.kind == GuardCheck::Kind::GradMode) {
+      passes = gradModeEnabled() == check.flag;
+    } else if (check.kind == GuardCheck::Kind::DefaultDType) {
+      PyObject *dtype = currentDefaultDType();
+      passes = dtype == check.expected.ptr(); // dtypes are singletons
+      Py_XDECREF(dtype);
+    }
+    if (!passes) {
       if (failure)
         *failure = describe(check);
       return false;

@@ -27,13 +27,14 @@ struct FrameInputs {
 
 struct GuardCheck {
   enum class Kind : uint8_t {
-    TensorMatch, // exact type, dtype, device, sizes, strides, requires_grad
-    TypeIs,      // type(value) is expected type
-    IdIs,        // value is the expected object (held by a weak reference)
-    Equals,      // same type and == a constant
-    Length,      // len(value) == n (type checked separately)
-    DictKeys,    // list(value.keys()) == keys
-    GradMode,    // torch.is_grad_enabled() == flag (source-less)
+    TensorMatch,  // exact type, dtype, device, sizes, strides, requires_grad
+    TypeIs,       // type(value) is expected type
+    IdIs,         // value is the expected object (held by a weak reference)
+    Equals,       // same type and == a constant
+    Length,       // len(value) == n (type checked separately)
+    DictKeys,     // list(value.keys()) == keys
+    GradMode,     // torch.is_grad_enabled() == flag (source-less)
+    DefaultDType, // torch.get_default_dtype() is expected (source-less)
   };
   Kind kind;
   py::object expected; // type / constant / weakref / keys tuple
@@ -45,7 +46,8 @@ struct GuardCheck {
 
 class GuardTree {
 public:
-  /// Adds a check on `source` (null only for GradMode).
+  /// Adds a check on `source` (null for the source-less GradMode and
+  /// DefaultDType).
   void addCheck(const SourcePtr &source, GuardCheck check);
   /// Makes the value of `source` graph input number `slot` (slots in order).
   void addGraphInput(const SourcePtr &source);
@@ -81,5 +83,7 @@ GuardCheck tensorMatch(py::handle tensor, const TensorMeta &meta);
 GuardCheck identity(py::handle object);
 GuardCheck typeIs(py::handle type);
 GuardCheck equalsConstant(py::handle constant);
+/// The check that torch's default dtype is still the one it is now.
+GuardCheck defaultDType();
 
 } // namespace kiln::frontend

@@ -793,6 +793,15 @@ Capture Evaluator::run(py::handle function) {
   GuardCheck gradMode{GuardCheck::Kind::GradMode, {}, {}};
   gradMode.flag = gradEnabled_;
   guards_.addCheck(nullptr, gradMode);
+  // Factories, Python float operands and type promotion read it; kiln's
+  // meta functions and lowerings assume float32.
+  GuardCheck dtypeCheck = defaultDType();
+  guards_.addCheck(nullptr, dtypeCheck);
+  if (!dtypeCheck.expected.is(Handles::get().torch.attr("float32")))
+    unsupported("torch's default dtype is " +
+                py::str(dtypeCheck.expected).cast<std::string>() +
+                " (set by torch.set_default_dtype); kiln captures under the "
+                "default float32 only");
   bool initialGradMode = gradEnabled_;
 
   VariablePtr returned = runFrame(frame);

@@ -106,7 +106,7 @@ loop::Program Lowerer::run() {
   for (const Argument &output : graph_->outputs()) {
     loop::ProgramOutput result;
     if (output.isTensor())
-      result.buffer = bufferOfValue(output.toTensor(), /*mustBeTensor=*/true);
+      result.buffer = outputBuffer(output.toTensor());
     else
       result.constant = output;
     program_.outputs.push_back(std::move(result));
@@ -306,6 +306,30 @@ int64_t Lowerer::bufferOfValue(const Value *value, bool mustBeTensor) {
     if (root.kind == BufferKind::Temporary)
       root.kind = BufferKind::Tensor;
   }
+  return buffer;
+}
+
+// A graph output is a tensor object of its own, as eager's is: where its
+// buffer is the buffer of another value (an input it views with the same
+// layout, `x[:]`, `x.detach()`, or another output), the output is a fresh
+// view of that buffer, never the other value's tensor itself.
+int64_t Lowerer::outputBuffer(const Value *value) {
+  int64_t buffer = bufferOfValue(value, /*mustBeTensor=*/true);
+  if (program_.buffers[buffer].kind == BufferKind::View)
+    return buffer;
+  for (const auto &[other, otherBuffer] : program_.bufferOf)
+    if (other != value && otherBuffer == buffer) {
+      loop::Buffer view;
+      view.name = value->name();
+      view.kind = BufferKind::View;
+      view.base = buffer;
+      view.meta = program_.buffers[buffer].meta;
+      view.meta.storageOffset = 0;
+      int64_t viewBuffer = program_.addBuffer(std::move(view));
+      program_.bufferOf[value] =
+          viewBuffer; // the same object if returned twice
+      return viewBuffer;
+    }
   return buffer;
 }
 

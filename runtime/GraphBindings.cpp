@@ -272,7 +272,16 @@ void defineGraphBindings(py::module_ &module) {
       .def_property_readonly("compile_ms", &NativeRunner::compileMilliseconds,
                              "Milliseconds from graph to machine code.");
 
-  module.def("set_num_threads", &backend::setNumThreads, "count"_a,
+  module.def(
+      "set_num_threads",
+      [](int count) {
+        if (count < 0)
+          throw py::value_error("set_num_threads: the count must be at least "
+                                "0 (0 returns to the default), got " +
+                                std::to_string(count));
+        backend::setNumThreads(count);
+      },
+      "count"_a,
              "Threads kiln's CPU kernels use; 0 returns to the default "
              "(KILN_NUM_THREADS, else torch's OpenMP thread count, else the "
              "machine's cores).");

@@ -12,22 +12,27 @@ namespace kiln::python {
 
 const TorchHandles &TorchHandles::get() {
   // Leaked on purpose: Python objects must not be released after the
-  // interpreter has finalised.
-  static TorchHandles *handles = [] {
-    auto *h = new TorchHandles();
-    h->torch = py::module_::import("torch");
-    h->tensorType = h->torch.attr("Tensor");
-    h->dtypeType = h->torch.attr("dtype");
-    h->deviceType = h->torch.attr("device");
-    h->layoutType = h->torch.attr("layout");
-    h->memoryFormatType = h->torch.attr("memory_format");
-    for (int i = 0; i < kNumDTypes; ++i)
-      h->dtypes[i] =
-          h->torch.attr(std::string(dtypeName(static_cast<DType>(i))).c_str());
-    h->opsAten = h->torch.attr("ops").attr("aten");
-    return h;
-  }();
-  return *handles;
+  // interpreter has finalised. Importing torch may let another thread run,
+  // which then waits for the handles without holding the GIL (a plain
+  // static would deadlock: it waits holding the GIL the importer needs).
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<TorchHandles *>
+      handles;
+  return *handles
+              .call_once_and_store_result([] {
+                auto *h = new TorchHandles();
+                h->torch = py::module_::import("torch");
+                h->tensorType = h->torch.attr("Tensor");
+                h->dtypeType = h->torch.attr("dtype");
+                h->deviceType = h->torch.attr("device");
+                h->layoutType = h->torch.attr("layout");
+                h->memoryFormatType = h->torch.attr("memory_format");
+                for (int i = 0; i < kNumDTypes; ++i)
+                  h->dtypes[i] = h->torch.attr(
+                      std::string(dtypeName(static_cast<DType>(i))).c_str());
+                h->opsAten = h->torch.attr("ops").attr("aten");
+                return h;
+              })
+              .get_stored();
 }
 
 bool isTensor(py::handle object) {
@@ -108,9 +113,14 @@ std::shared_ptr<ConstantData> constantDataOf(py::handle tensor) {
   TensorMeta meta = tensorMetaOf(tensor);
   if (meta.device.type == DeviceType::Meta)
     throw Unsupported("a tensor on the meta device has no data to copy");
-  static py::object fakeTensorType =
-      py::module_::import("torch._subclasses.fake_tensor").attr("FakeTensor");
-  if (py::isinstance(tensor, fakeTensorType))
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
+      fakeTensorType;
+  fakeTensorType.call_once_and_store_result([] {
+    py::object type =
+        py::module_::import("torch._subclasses.fake_tensor").attr("FakeTensor");
+    return type.release().ptr();
+  });
+  if (py::isinstance(tensor, py::handle(fakeTensorType.get_stored())))
     throw Unsupported("a fake tensor has no data to copy");
   py::object host = tensor.attr("detach")()
                         .attr("resolve_conj")()

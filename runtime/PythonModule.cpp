@@ -94,10 +94,17 @@ PYBIND11_MODULE(_C, module) {
       [](const std::string &name) -> py::object {
         const OpInfo *op = OpRegistry::global().find(name);
         if (!op)
-          return py::none();
+          throw py::key_error("kiln has no op named '" + name +
+                              "' (op_names() lists them, has_op() asks)");
         return py::str(op->schema->str());
       },
-      "The schema text of a registered op, or None.");
+      "The schema text of a registered op.");
+  module.def(
+      "has_op",
+      [](const std::string &name) {
+        return OpRegistry::global().find(name) != nullptr;
+      },
+      "Whether kiln's registry has an op of this qualified name.");
   module.def(
       "parse_schema",
       [](const std::string &text) { return parseSchema(text).str(); },

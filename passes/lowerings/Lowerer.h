@@ -143,6 +143,7 @@ private:
   void lowerExtern(const Node &node);
   void afterNode(const Node &node);
   int64_t bufferOfValue(const Value *value, bool mustBeTensor);
+  int64_t outputBuffer(const Value *value);
   int64_t viewBufferFor(const Placement &placement, const Shape &sizes,
                         bool mustBeTensor);
   void realizeBeforeMutation();

@@ -18,7 +18,7 @@ class _KilnOp:
         from kiln import _C
 
         schema = func._schema
-        registered = _C.op_schema(func.name()) is not None
+        registered = _C.has_op(func.name())
         # Per result: a fresh tensor (not a view of an input, not a list).
         self.fresh = tuple(registered and r.alias_info is None and str(r.type) == "Tensor"
                            for r in schema.returns)

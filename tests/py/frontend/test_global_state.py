@@ -1,0 +1,108 @@
+# Global torch state a captured graph depends on is guarded or makes the call
+# run in CPython: the default dtype, autocast. Internal errors during capture
+# are fallbacks, never exceptions; bad arguments to kiln are clear errors.
+import pytest
+import torch
+
+import kiln
+from kiln import _C
+
+
+def test_default_dtype_is_guarded():
+    fn = lambda x: torch.ones(3) + x  # noqa: E731
+    f = kiln.compile(fn)
+    x = torch.tensor(1)
+    assert f(x).dtype == torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        expected = fn(x)
+        actual = f(x)
+    finally:
+        torch.set_default_dtype(previous)
+    assert actual.dtype == expected.dtype == torch.float64
+    torch.testing.assert_close(actual, expected)
+    # Back at float32, the function still gives float32.
+    assert kiln.compile(fn)(x).dtype == torch.float32
+
+
+def test_python_float_with_an_integer_tensor_follows_the_default_dtype():
+    fn = lambda x: x * 1.5  # noqa: E731
+    x = torch.arange(4)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        expected, actual = fn(x), kiln.compile(fn)(x)
+    finally:
+        torch.set_default_dtype(previous)
+    assert actual.dtype == expected.dtype == torch.float64
+
+
+def test_autocast_calls_give_autocasts_dtypes():
+    fn = lambda a, b: (a @ b).relu()  # noqa: E731
+    f = kiln.compile(fn)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    assert f(a, b).dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, actual = fn(a, b), f(a, b)
+    assert actual.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(actual, expected)
+    # Outside autocast the cached graph still serves.
+    assert f(a, b).dtype == torch.float32
+    assert not kiln.cache_info(f)["runs_in_cpython"]
+
+
+def test_xor_of_tensors():
+    fn = lambda a, b: (a ^ b, a ^ 3)  # noqa: E731
+    a, b = torch.randint(0, 10, (5,)), torch.randint(0, 10, (5,))
+    for expected, actual in zip(fn(a, b), kiln.compile(fn)(a, b)):
+        assert torch.equal(actual, expected)
+
+
+def test_nested_tensors_run_in_cpython():
+    fn = lambda t: t * 2  # noqa: E731
+    with pytest.warns(UserWarning):
+        nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])
+    f = kiln.compile(fn)
+    out = f(nested)
+    for actual, expected in zip(out.unbind(), fn(nested).unbind()):
+        assert torch.equal(actual, expected)
+    assert kiln.cache_info(f)["runs_in_cpython"]
+
+
+def test_an_internal_error_during_capture_is_a_fallback(monkeypatch):
+    from kiln import _trace
+
+    def broken(out):
+        raise RuntimeError("injected failure inside capture")
+
+    monkeypatch.setattr(_trace, "_layouts", broken)
+    fn = lambda x: torch.relu(x) + 1  # noqa: E731
+    f = kiln.compile(fn)
+    x = torch.randn(5)
+    torch.testing.assert_close(f(x), fn(x))
+    info = kiln.cache_info(f)
+    assert info["runs_in_cpython"]
+    assert "injected failure inside capture" in info["fallback_reason"]
+
+
+def test_an_internal_error_under_fullgraph_is_unsupported(monkeypatch):
+    from kiln import _trace
+
+    def broken(out):
+        raise RuntimeError("injected failure inside capture")
+
+    monkeypatch.setattr(_trace, "_layouts", broken)
+    f = kiln.compile(lambda x: x + 1, fullgraph=True)
+    with pytest.raises(kiln.Unsupported, match="injected failure"):
+        f(torch.randn(3))
+
+
+def test_bad_arguments_to_the_extension_are_errors():
+    with pytest.raises(ValueError, match="at least 0"):
+        _C.set_num_threads(-1)
+    with pytest.raises(KeyError, match="no op named"):
+        _C.op_schema("aten::no_such_op")
+    assert _C.has_op("aten::add.Tensor") and not _C.has_op("aten::no_such_op")
+    with pytest.raises(ValueError, match="unknown kiln backend"):
+        _C.CompiledFunction(lambda x: x, backend="no-such-backend")
