@@ -208,14 +208,14 @@ VariablePtr Evaluator::runFrame(Frame &frame) {
     if (++executed_ > kMaxInstructions)
       unsupported("more than " + std::to_string(kMaxInstructions) +
                   " instructions (a long unrolled loop)");
-    where_ = frame.code->filename + ":" + std::to_string(instruction.line);
+    where_ = frame.code->filename + ":" + std::to_string(instruction.line) +
+             " in " + frame.code->name;
     try {
       execute(frame, instruction);
     } catch (const Unsupported &error) {
       std::string message = error.what();
       if (message.find(" [at ") == std::string::npos)
-        message += " [at " + where_ + " in " + frame.code->name + ", " +
-                   instruction.opname + "]";
+        message += " [at " + where_ + ", " + instruction.opname + "]";
       throw Unsupported(message);
     }
   }

@@ -87,6 +87,7 @@ TorchCall::TorchCall(const Node &node,
                      const std::function<CallOperand(Value *)> &tensorOperand) {
   const OpSchema &schema = *node.schema();
   description_ = schema.qualifiedName();
+  origin_ = node.origin();
   if (!node.origin().empty())
     description_ += " (from " + node.origin() + ")";
   callable_ = resolveTorchOperator(schema.qualifiedName());
@@ -141,6 +142,35 @@ TorchCall::TorchCall(const Node &node,
   }
 }
 
+// CPython's own helper that appends a frame to the current exception's
+// traceback (declared in an internal header on 3.12).
+extern "C" void _PyTraceback_Add(const char *function, const char *filename,
+                                 int line);
+
+namespace {
+
+// An origin "path:line in function" (kiln's frontend) becomes a traceback
+// entry, so the error points at the user's line as eager's does; other
+// origins (FX node names) add none.
+void addOriginToTraceback(const std::string &origin) {
+  size_t in = origin.rfind(" in ");
+  if (in == std::string::npos)
+    return;
+  size_t colon = origin.rfind(':', in);
+  if (colon == std::string::npos)
+    return;
+  int line = 0;
+  try {
+    line = std::stoi(origin.substr(colon + 1, in - colon - 1));
+  } catch (const std::exception &) {
+    return;
+  }
+  _PyTraceback_Add(origin.substr(in + 4).c_str(),
+                   origin.substr(0, colon).c_str(), line);
+}
+
+} // namespace
+
 void TorchCall::raiseWithOrigin() const {
   py::error_already_set error;
   std::string message = "kiln: " + description_ + " failed: " +
@@ -154,6 +184,7 @@ void TorchCall::raiseWithOrigin() const {
   } catch (py::error_already_set &) {
     error.restore();
   }
+  addOriginToTraceback(origin_);
   throw py::error_already_set();
 }
 

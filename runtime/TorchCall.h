@@ -54,6 +54,7 @@ private:
   /// returns) unless the op returns one tensor.
   bool singleResult_ = true;
   std::string description_; // "aten::mm (from FX node 'mm')"
+  std::string origin_;      // the node's: "model.py:12 in forward"
 };
 
 /// The Python object an operand stands for; lists are built and kept in

@@ -71,11 +71,30 @@ LoweringResult roundingOp(Lowerer &lowerer, const Node &node) {
              });
 }
 
+// eager's multiplication and true division of float16/bfloat16 by a second
+// operand that is a number or a 0-d tensor compute in float32 with that
+// operand's value as float32 (the CPU kernels read it with
+// original_scalar_value): x / 1e5 of x = 174 is 0.00174, not x / inf.
+// Elsewhere (add and sub too) the operand is rounded to the result's dtype
+// first.
+DType arithmeticType(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  if (dtype != DType::Float16 && dtype != DType::BFloat16)
+    return dtype;
+  const Argument &other = node.arguments().at(1);
+  bool scalarLike = other.isScalar() ||
+                    (other.isTensor() && other.toTensor()->meta().dim() == 0);
+  return scalarLike ? DType::Float32 : dtype;
+}
+
 template <BinaryOp Op>
 LoweringResult binaryOp(Lowerer &lowerer, const Node &node) {
-  return map(
-      lowerer, node, {0, 1}, resultType(lowerer, node),
-      [&lowerer](const Values &v) { return lowerer.binary(Op, v[0], v[1]); });
+  constexpr bool opmathWithScalars = Op == BinaryOp::Mul || Op == BinaryOp::Div;
+  DType computation = opmathWithScalars ? arithmeticType(lowerer, node)
+                                        : resultType(lowerer, node);
+  return map(lowerer, node, {0, 1}, computation, [&lowerer](const Values &v) {
+    return lowerer.binary(Op, v[0], v[1]);
+  });
 }
 
 // Ops whose integer forms raise on a zero divisor or a negative power:
@@ -117,6 +136,55 @@ LoweringResult alphaOp(Lowerer &lowerer, const Node &node) {
                  return lowerer.binary(BinaryOp::LogicalOr, self, other);
                return lowerer.binary(Op, self, other);
              });
+}
+
+// x ** c of a float tensor by a number: eager's CPU kernel computes the
+// exponents 2, 3, 0.5, -0.5, -1 and -2 as products, square roots and
+// reciprocals (so (-0.0) ** 0.5 is -0.0 and (-inf) ** 0.5 is NaN, as
+// sqrt gives), and the rest with pow; float16's kernel takes pow for the
+// square roots too.
+LoweringResult powerByScalar(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  if (!isFloatingPoint(dtype))
+    return std::nullopt;
+  const Argument &exponentArgument = node.arguments().at(1);
+  if (!exponentArgument.isScalar())
+    return binaryOp<BinaryOp::Pow>(lowerer, node);
+  double exponent = exponentArgument.toDouble();
+  if (dtype == DType::Float16 && (exponent == 0.5 || exponent == -0.5))
+    return binaryOp<BinaryOp::Pow>(lowerer, node);
+  auto square = [&lowerer](const Expr *x) {
+    return lowerer.binary(BinaryOp::Mul, x, x);
+  };
+  auto reciprocal = [&lowerer](const Expr *x) {
+    return lowerer.unary(UnaryOp::Reciprocal, x);
+  };
+  // The loader runs after this function returns: lambdas hold copies.
+  std::function<const Expr *(const Expr *)> special;
+  if (exponent == 2)
+    special = square;
+  else if (exponent == 3)
+    special = [&lowerer, square](const Expr *x) {
+      return lowerer.binary(BinaryOp::Mul, square(x), x);
+    };
+  else if (exponent == 0.5)
+    special = [&lowerer](const Expr *x) {
+      return lowerer.unary(UnaryOp::Sqrt, x);
+    };
+  else if (exponent == -0.5)
+    special = [&lowerer](const Expr *x) {
+      return lowerer.unary(UnaryOp::Rsqrt, x);
+    };
+  else if (exponent == -1)
+    special = reciprocal;
+  else if (exponent == -2)
+    special = [square, reciprocal](const Expr *x) {
+      return reciprocal(square(x));
+    };
+  else
+    return binaryOp<BinaryOp::Pow>(lowerer, node);
+  return map(lowerer, node, {0}, dtype,
+             [special](const Values &v) { return special(v[0]); });
 }
 
 // Floor division of floats is BinaryOp::FloorDiv, torch's exact algorithm
@@ -520,7 +588,7 @@ void registerPointwiseLowerings(LoweringTable &table) {
       {"aten::remainder.Scalar", floatOnlyBinaryOp<B::Mod>},
       {"aten::remainder.Scalar_Tensor", floatOnlyBinaryOp<B::Mod>},
       {"aten::pow.Tensor_Tensor", floatOnlyBinaryOp<B::Pow>},
-      {"aten::pow.Tensor_Scalar", floatOnlyBinaryOp<B::Pow>},
+      {"aten::pow.Tensor_Scalar", powerByScalar},
       {"aten::pow.Scalar", floatOnlyBinaryOp<B::Pow>},
       {"aten::atan2", binaryOp<B::Atan2>},
       {"aten::minimum", binaryOp<B::Min>},

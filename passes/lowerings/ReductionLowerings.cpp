@@ -142,7 +142,12 @@ LoweringResult moments(Lowerer &lowerer, const Node &node) {
     correction = arguments.at(2).toBool() ? 1 : 0;
   else if (!arguments.at(2).isNone())
     correction = arguments.at(2).toDouble();
+  // eager's CPU kernels accumulate the moments of every float dtype in
+  // double (Welford or two passes), so float32 data whose squares overflow
+  // float32 ([3e19, -3e19, 1]) still has a finite standard deviation.
   DType dtype = sumType(lowerer, node);
+  if (isFloatingPoint(dtype))
+    dtype = DType::Float64;
   double count = static_cast<double>(reducedNumel(input.sizes, dims));
 
   ReductionKernel kernel(lowerer, input.sizes, dims);
@@ -154,6 +159,12 @@ LoweringResult moments(Lowerer &lowerer, const Node &node) {
       lowerer.constant(std::max(count - correction, 0.0), dtype));
   if (Kind == Moments::Std || Kind == Moments::StdMean)
     result = lowerer.unary(UnaryOp::Sqrt, result);
+  // Half results round through float32, as c10::Half(double) does.
+  if (isFloatingPoint(lowerer.resultMeta(node, 0).dtype) &&
+      itemSize(lowerer.resultMeta(node, 0).dtype) == 2) {
+    result = lowerer.cast(result, DType::Float32);
+    mean = lowerer.cast(mean, DType::Float32);
+  }
   std::vector<LoweredTensor> results{
       kernel.store(result, lowerer.resultMeta(node, 0))};
   if (Kind == Moments::VarMean || Kind == Moments::StdMean)

@@ -106,3 +106,20 @@ def test_bad_arguments_to_the_extension_are_errors():
     assert _C.has_op("aten::add.Tensor") and not _C.has_op("aten::no_such_op")
     with pytest.raises(ValueError, match="unknown kiln backend"):
         _C.CompiledFunction(lambda x: x, backend="no-such-backend")
+
+
+def test_an_error_inside_a_cached_graph_points_at_the_users_line():
+    import traceback
+
+    def gather_rows(x, index):
+        y = x * 2
+        return torch.gather(y, 0, index)  # the failing line
+
+    f = kiln.compile(gather_rows)
+    x = torch.randn(5)
+    f(x, torch.tensor([0, 1]))
+    with pytest.raises(RuntimeError, match="out of bounds") as caught:
+        f(x, torch.tensor([0, 9]))
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert any(frame.name == "gather_rows" and "the failing line" in frame.line
+               for frame in frames), frames

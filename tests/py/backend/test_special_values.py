@@ -1,0 +1,64 @@
+# Special values and the edges of float ranges give eager's answers: half
+# precision ops with number operands, powers by small constants at -0.0 and
+# -inf, moments whose squares overflow float32, sums that meet inf.
+import pytest
+import torch
+
+import kiln
+
+SPECIAL = [-0.0, 0.0, float("inf"), float("-inf"), float("nan"), 2.0, -3.0, 1e-30, 1e30, 0.7]
+HALF_TYPES = [torch.float16, torch.bfloat16]
+FLOAT_TYPES = [torch.float32, torch.float64] + HALF_TYPES
+
+
+def assert_same(actual, expected):
+    """Equal values, NaN where eager has NaN, and the sign of every zero and
+    infinity as eager's."""
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    nan = expected.isnan()
+    assert torch.equal(actual.isnan(), nan), (actual, expected)
+    assert torch.equal(actual[~nan], expected[~nan]), (actual, expected)
+    assert torch.equal(actual[~nan].signbit(), expected[~nan].signbit()), (actual, expected)
+
+
+@pytest.mark.parametrize("dtype", HALF_TYPES)
+@pytest.mark.parametrize("name, fn", [
+    ("big_numerator", lambda x: 1e6 / x),
+    ("divide_by_big", lambda x: x / 1e5),
+    ("times_tiny", lambda x: x * 1e-5),
+    ("tiny_times", lambda x: 1e-5 * x),
+    ("divide_by_0d_float32", lambda x: x / torch.tensor(1e5)),
+    # add and sub round the number to the half type first, as eager does.
+    ("plus_alpha", lambda x: torch.add(x, 1e-3, alpha=3.0)),
+    ("plus_unrepresentable", lambda x: x + 65519.0),
+    ("minus_big", lambda x: x - 1e5),
+])
+def test_half_precision_ops_with_number_operands_as_eager(dtype, name, fn):
+    x = torch.tensor([174.0, -3.5, 0.0, 65504.0, -65504.0]).to(dtype)
+    assert_same(kiln.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+@pytest.mark.parametrize("exponent", [2, 3, 0.5, -0.5, -1, -2, 1.5, 0, 1])
+@pytest.mark.parametrize("rows", [1, 40])
+def test_power_by_a_number_at_special_values(dtype, exponent, rows):
+    x = torch.tensor(SPECIAL).repeat(rows, 1).to(dtype)
+    fn = lambda x: x ** exponent  # noqa: E731
+    assert_same(kiln.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+@pytest.mark.parametrize("name, fn", [
+    ("var", lambda y: y.var(-1)),
+    ("std", lambda y: y.std(-1)),
+    ("std_mean", lambda y: torch.std_mean(y, -1)),
+    ("std_all", lambda y: y.std()),
+])
+def test_moments_accumulate_in_double_like_eager(dtype, name, fn):
+    big = 3e19 if dtype in (torch.float32, torch.bfloat16) else 300.0
+    y = torch.tensor([[big, -big, 1.0], [1.0, 2.0, 4.0]]).to(dtype)
+    expected, actual = fn(y), kiln.compile(fn)(y)
+    for e, a in zip(expected if isinstance(expected, tuple) else (expected,),
+                    actual if isinstance(actual, tuple) else (actual,)):
+        assert a.dtype == e.dtype
+        torch.testing.assert_close(a, e, equal_nan=True)
