@@ -398,8 +398,12 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr item = pop(frame);
     std::optional<py::object> key = asConstant(item);
     bool found = false;
-    if (container->is(Kind::Dict) && key) {
-      for (const py::object &candidate : container->keys)
+    if ((container->is(Kind::Dict) ||
+         (container->is(Kind::DictView) && container->name == "keys")) &&
+        key) {
+      const VariablePtr &dict =
+          container->is(Kind::Dict) ? container : container->items.at(0);
+      for (const py::object &candidate : dict->keys)
         found |= candidate.equal(*key);
     } else if (std::optional<py::object> all = asConstant(container);
                all && key) {

@@ -134,37 +134,55 @@ bool CodeCache::addEntry(std::shared_ptr<const CacheEntry> entry) {
   return true;
 }
 
-// Whether torch.autocast is on for any device: captured graphs hold the
-// dtypes of a call without it, so such a call runs in CPython.
-static bool autocastEnabled() {
+// A torch function of no arguments, looked up once; its result is a new
+// reference, or null (error cleared) where the call failed.
+template <const char *const *Path> PyObject *callTorchState() {
   PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
       function;
-  PyObject *isAnyAutocastEnabled =
-      function
-          .call_once_and_store_result([] {
-            py::object function =
-                python::TorchHandles::get().torch.attr("_C").attr(
-                    "_is_any_autocast_enabled");
-            return function.release().ptr();
-          })
-          .get_stored();
-  PyObject *result = PyObject_CallNoArgs(isAnyAutocastEnabled);
-  if (!result) {
+  PyObject *callable = function
+                           .call_once_and_store_result([] {
+                             py::object object =
+                                 python::TorchHandles::get().torch;
+                             for (const char *const *name = Path; *name; ++name)
+                               object = object.attr(*name);
+                             return object.release().ptr();
+                           })
+                           .get_stored();
+  PyObject *result = PyObject_CallNoArgs(callable);
+  if (!result)
     PyErr_Clear();
-    return true;
-  }
-  bool enabled = result == Py_True;
-  Py_DECREF(result);
-  return enabled;
+  return result;
+}
+
+constexpr const char *kIsAnyAutocastEnabled[] = {
+    "_C", "_is_any_autocast_enabled", nullptr};
+constexpr const char *kPeekFunctorchInterpreter[] = {
+    "_C", "_functorch", "peek_interpreter_stack", nullptr};
+
+// Why a call must run in CPython whatever its guards say, or null: captured
+// graphs hold the dtypes of calls without torch.autocast, and plain tensors
+// where torch.func transforms (vmap, grad) pass wrapped ones.
+static const char *torchModeRefusal() {
+  PyObject *autocast = callTorchState<kIsAnyAutocastEnabled>();
+  bool autocastOn = autocast != Py_False;
+  Py_XDECREF(autocast);
+  if (autocastOn)
+    return "torch.autocast is on";
+  PyObject *interpreter = callTorchState<kPeekFunctorchInterpreter>();
+  bool transformed = interpreter != Py_None;
+  Py_XDECREF(interpreter);
+  if (transformed)
+    return "a torch.func transform (vmap, grad, ...) is active";
+  return nullptr;
 }
 
 PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
   if (runInCPython_)
     return nullptr;
-  if (autocastEnabled()) {
+  if (const char *refusal = torchModeRefusal()) {
     if (logEnabled("breaks"))
-      logArtifact("breaks", qualifiedNameOf(function) +
-                                " runs in CPython: torch.autocast is on");
+      logArtifact("breaks",
+                  qualifiedNameOf(function) + " runs in CPython: " + refusal);
     return nullptr;
   }
   try {

@@ -151,6 +151,10 @@ bool canAnswer(_PyInterpreterFrame *frame) {
   if (frame->frame_obj)
     return false;
 #endif
+  // Module, class and exec() bodies (no CO_OPTIMIZED: their locals are a
+  // dict) are not functions kiln can capture.
+  if (!(frame->f_code->co_flags & CO_OPTIMIZED))
+    return false;
   PyObject *function = functionOf(frame);
   return function && PyFunction_Check(function);
 }

@@ -129,18 +129,11 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       return -1;
     };
     if (name == "keys" || name == "values" || name == "items") {
-      std::vector<VariablePtr> items;
-      for (size_t i = 0; i < self->keys.size(); ++i) {
-        if (name == "keys")
-          items.push_back(Variable::constant(self->keys[i]));
-        else if (name == "values")
-          items.push_back(self->items[i]);
-        else
-          items.push_back(Variable::sequence(
-              Kind::Tuple,
-              {Variable::constant(self->keys[i]), self->items[i]}));
-      }
-      return Variable::sequence(Kind::List, std::move(items));
+      // A view sees later insertions: it reads the dict when used.
+      auto view = Variable::make(Kind::DictView);
+      view->items.push_back(self);
+      view->name = name;
+      return view;
     }
     if (name == "get" && (args.size() == 1 || args.size() == 2)) {
       std::optional<py::object> key = asConstant(args[0]);
@@ -281,6 +274,8 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
     case Kind::List:
     case Kind::Dict:
       return Variable::constant(py::int_(value->items.size()));
+    case Kind::DictView:
+      return Variable::constant(py::int_(value->items.at(0)->items.size()));
     case Kind::Tensor:
       if (value->tensor->meta().dim() == 0)
         unsupported("len() of a 0-d tensor");

@@ -269,11 +269,29 @@ bool Evaluator::truthy(const VariablePtr &value) {
   }
 }
 
+static std::vector<VariablePtr> dictViewItems(const VariablePtr &view) {
+  const VariablePtr &dict = view->items.at(0);
+  std::vector<VariablePtr> items;
+  for (size_t i = 0; i < dict->keys.size(); ++i) {
+    if (view->name == "keys")
+      items.push_back(Variable::constant(dict->keys[i]));
+    else if (view->name == "values")
+      items.push_back(dict->items[i]);
+    else
+      items.push_back(Variable::sequence(
+          Kind::Tuple, {Variable::constant(dict->keys[i]), dict->items[i]}));
+  }
+  return items;
+}
+
 VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
   auto iterator = Variable::make(Kind::Iterator);
   switch (iterable->kind) {
   case Kind::Iterator:
     return iterable;
+  case Kind::DictView:
+    iterator->items = dictViewItems(iterable);
+    return iterator;
   case Kind::Tuple:
   case Kind::List:
     iterator->items = iterable->items;
@@ -343,12 +361,22 @@ py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
     return py::type::of(py::list());
   case Kind::Dict:
     return py::type::of(py::dict());
+  case Kind::DictView: {
+    py::dict empty;
+    return py::type::of(empty.attr(value->name.c_str())());
+  }
+  case Kind::Function:
+    // A function made in the frame has its code, not yet a function object.
+    if (!value->object)
+      return Handles::get().functionType;
+    return py::type::of(value->object);
   case Kind::Constant:
   case Kind::Module:
   case Kind::Object:
-  case Kind::Function:
   case Kind::Callable:
   case Kind::PythonModule:
+    if (!value->object)
+      return py::type::of(py::none());
     return py::type::of(value->object);
   case Kind::Method:
     return Handles::get().methodType;

@@ -40,6 +40,8 @@ struct Variable {
     GradContext,  // torch.no_grad() / enable_grad() / set_grad_enabled(b)
     GradRestore,  // the __exit__ of a GradContext
     Super,        // super(): object is the class, items[0] self
+    DictView,     // keys()/values()/items() of a Dict made in the frame
+                  // (items[0]), by name: live, as Python's views are
   };
 
   Kind kind;

@@ -1,0 +1,70 @@
+# Python semantics the evaluator must keep, each once a wrong answer or a
+# crash: live dict views, code made by eval() with empty builtins (as
+# namedtuple makes), local functions under torch.func transforms.
+import collections
+
+import torch
+
+import kiln
+
+
+def test_dict_views_see_later_insertions():
+    def fn(x):
+        d = {"a": x}
+        keys, values, items = d.keys(), d.values(), d.items()
+        d["b"] = x + 1
+        return (len(keys), list(values)[-1], list(keys), "b" in keys,
+                [k for k, _ in items], type(keys) is type({}.keys()))
+
+    x = torch.randn(3)
+    expected, actual = fn(x), kiln.compile(fn)(x)
+    assert actual[0] == expected[0] == 2
+    torch.testing.assert_close(actual[1], expected[1])
+    assert actual[2:] == expected[2:]
+
+
+def test_a_dict_built_in_a_loop_sums_its_values():
+    def fn(x):
+        d = {}
+        for i in range(3):
+            d[str(i)] = x * i
+        return sum(v for v in d.values())
+
+    x = torch.randn(4)
+    torch.testing.assert_close(kiln.compile(fn)(x), fn(x))
+
+
+def test_namedtuple_made_inside_the_function():
+    # namedtuple compiles its __new__ with eval() and __builtins__ = {}: the
+    # module-level code eval runs is no function to capture.
+    def fn(x):
+        Pair = collections.namedtuple("Pair", ["a", "b"])
+        pair = Pair(x, x + 1)
+        return pair.a + pair.b
+
+    x = torch.randn(3)
+    torch.testing.assert_close(kiln.compile(fn)(x), fn(x))
+
+
+def test_vmap_of_a_local_function():
+    def fn(x):
+        def double(v):
+            return v * 2
+        return torch.vmap(double)(x.reshape(3, 1))
+
+    x = torch.randn(3)
+    torch.testing.assert_close(kiln.compile(fn)(x), fn(x))
+
+
+def test_compiled_functions_under_torch_func_transforms():
+    def fn(x):
+        return (x.sin() * 2).sum()
+
+    compiled = kiln.compile(fn)
+    x = torch.randn(4)
+    torch.testing.assert_close(torch.func.grad(compiled)(x), torch.func.grad(fn)(x))
+    batch = torch.randn(3, 4)
+    torch.testing.assert_close(torch.vmap(compiled)(batch), torch.vmap(fn)(batch))
+    # Outside the transforms the compiled graph still serves.
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert not kiln.cache_info(compiled)["runs_in_cpython"]
