@@ -122,7 +122,9 @@ bool bindArguments(PyObject *function, PyObject *self, PyObject *const *args,
 PyObject *callInCPython(CompiledFunctionObject *self, PyObject *const *args,
                         size_t nargsf, PyObject *kwnames) {
   self->cache->noteFallback();
-  HookActivation activation; // nested user frames may still be captured
+  // Nested user frames may still be captured; the function's own frame
+  // just failed to be (or must not be).
+  HookActivation activation(PyFunction_GET_CODE(self->function));
   if (!self->boundSelf)
     return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
   py::object bound = py::reinterpret_steal<py::object>(

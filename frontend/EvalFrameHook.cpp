@@ -28,6 +28,8 @@ namespace {
 
 thread_local int activeDepth = 0;
 thread_local int suspendedDepth = 0;
+// The code whose next frame runs in CPython untouched (HookActivation's).
+thread_local PyObject *skipNextFrameOf = nullptr;
 int installedCount = 0; // guarded by the GIL
 _PyFrameEvalFunction previousEvalFrame = nullptr;
 
@@ -163,6 +165,10 @@ PyObject *kilnEvalFrame(PyThreadState *tstate, _PyInterpreterFrame *frame,
                         int throwflag) {
   if (activeDepth == 0 || suspendedDepth > 0 || throwflag || !canAnswer(frame))
     return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  if (skipNextFrameOf == reinterpret_cast<PyObject *>(frame->f_code)) {
+    skipNextFrameOf = nullptr;
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+  }
   PyCodeObject *code = frame->f_code;
   CodeExtra *extra = extraOf(code);
   if (!extra || extra->skip || extra->cache.runsInCPython())
@@ -206,8 +212,10 @@ PyObject *codeCacheInfo(PyObject *code) {
   return static_cast<CodeExtra *>(extra)->cache.info().release().ptr();
 }
 
-HookActivation::HookActivation() {
+HookActivation::HookActivation(PyObject *runsInCPython)
+    : previousSkip_(skipNextFrameOf) {
   skippedPrefixes(); // computed before the hook can ask for them
+  skipNextFrameOf = runsInCPython;
   ++activeDepth;
   if (installedCount++ == 0) {
     PyInterpreterState *interpreter = PyInterpreterState_Get();
@@ -217,6 +225,7 @@ HookActivation::HookActivation() {
 }
 
 HookActivation::~HookActivation() {
+  skipNextFrameOf = previousSkip_;
   --activeDepth;
   if (--installedCount == 0)
     _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(),

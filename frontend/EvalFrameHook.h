@@ -12,10 +12,16 @@ namespace kiln::frontend {
 /// for the interpreter while any activation exists, on any thread.
 class HookActivation {
 public:
-  HookActivation();
+  /// `runsInCPython`: the code of the frame the caller is about to run in
+  /// CPython (a compiled function that fell back): the hook leaves its
+  /// first frame alone instead of trying to capture it a second time.
+  explicit HookActivation(PyObject *runsInCPython = nullptr);
   ~HookActivation();
   HookActivation(const HookActivation &) = delete;
   HookActivation &operator=(const HookActivation &) = delete;
+
+private:
+  PyObject *previousSkip_;
 };
 
 /// While alive, frames on this thread run untouched (kiln's own work:

@@ -7,13 +7,20 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 
 namespace kiln {
 namespace {
 
+struct Capture {
+  std::set<std::string, std::less<>> artifacts;
+  std::vector<std::pair<std::string, std::string>> records;
+};
+
 struct Settings {
   std::set<std::string, std::less<>> artifacts;
+  std::optional<Capture> capture; // startLogCapture's
   std::string dumpDirectory;
   std::string logsText; // KILN_LOGS as it was read
   std::string dumpText; // KILN_DUMP_DIR as it was read
@@ -60,9 +67,24 @@ Settings readSettings() {
 Settings &settings() {
   static Settings instance = readSettings();
   if (instance.logsText != environment("KILN_LOGS") ||
-      instance.dumpText != environment("KILN_DUMP_DIR"))
+      instance.dumpText != environment("KILN_DUMP_DIR")) {
+    std::optional<Capture> capture = std::move(instance.capture);
     instance = readSettings();
+    instance.capture = std::move(capture);
+  }
   return instance;
+}
+
+} // namespace
+
+namespace {
+
+bool printed(const Settings &current, std::string_view artifact) {
+  return current.artifacts.count(artifact) || current.artifacts.count("all");
+}
+
+bool captured(const Settings &current, std::string_view artifact) {
+  return current.capture && current.capture->artifacts.count(artifact);
 }
 
 } // namespace
@@ -70,16 +92,23 @@ Settings &settings() {
 bool logEnabled(std::string_view artifact) {
   std::lock_guard<std::mutex> lock(settingsMutex());
   const Settings &current = settings();
-  return current.artifacts.count(artifact) || current.artifacts.count("all");
+  return printed(current, artifact) || captured(current, artifact);
 }
 
 void logArtifact(std::string_view artifact, const std::string &text) {
   static std::atomic<int> counter{0};
   std::string dumpDirectory;
+  bool print;
   {
     std::lock_guard<std::mutex> lock(settingsMutex());
-    dumpDirectory = settings().dumpDirectory;
+    Settings &current = settings();
+    if (captured(current, artifact))
+      current.capture->records.emplace_back(std::string(artifact), text);
+    print = printed(current, artifact);
+    dumpDirectory = current.dumpDirectory;
   }
+  if (!print)
+    return;
   std::fprintf(stderr, "[kiln:%.*s] %s%s", static_cast<int>(artifact.size()),
                artifact.data(), text.c_str(),
                text.empty() || text.back() != '\n' ? "\n" : "");
@@ -99,7 +128,24 @@ void logArtifact(std::string_view artifact, const std::string &text) {
 
 void reloadLogSettings() {
   std::lock_guard<std::mutex> lock(settingsMutex());
+  std::optional<Capture> capture = std::move(settings().capture);
   settings() = readSettings();
+  settings().capture = std::move(capture);
+}
+
+void startLogCapture(std::vector<std::string> artifacts) {
+  std::lock_guard<std::mutex> lock(settingsMutex());
+  Capture capture;
+  capture.artifacts.insert(artifacts.begin(), artifacts.end());
+  settings().capture = std::move(capture);
+}
+
+std::vector<std::pair<std::string, std::string>> stopLogCapture() {
+  std::lock_guard<std::mutex> lock(settingsMutex());
+  std::optional<Capture> capture = std::move(settings().capture);
+  settings().capture.reset();
+  return capture ? std::move(capture->records)
+                 : std::vector<std::pair<std::string, std::string>>{};
 }
 
 } // namespace kiln

@@ -5,6 +5,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 
@@ -15,5 +17,13 @@ bool logEnabled(std::string_view artifact);
 void logArtifact(std::string_view artifact, const std::string &text);
 /// Re-reads the environment (tests change KILN_LOGS at run time).
 void reloadLogSettings();
+
+/// Records every artifact whose name is in `artifacts` (as well as printing
+/// what KILN_LOGS asks for) until stopLogCapture, which returns them in
+/// order as (name, text): kiln.explain reads a call's graphs, guards and
+/// breaks this way. One capture at a time; a second start replaces the
+/// first.
+void startLogCapture(std::vector<std::string> artifacts);
+std::vector<std::pair<std::string, std::string>> stopLogCapture();
 
 } // namespace kiln

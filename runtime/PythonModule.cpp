@@ -137,4 +137,10 @@ PYBIND11_MODULE(_C, module) {
       "None.");
   module.def("reload_logging", &reloadLogSettings,
              "Re-reads KILN_LOGS and KILN_DUMP_DIR from the environment.");
+  module.def("start_log_capture", &startLogCapture, py::arg("artifacts"),
+             "Records the named log artifacts (graph, guards, breaks, ...) "
+             "until stop_log_capture, whatever KILN_LOGS says.");
+  module.def("stop_log_capture", &stopLogCapture,
+             "The (name, text) of each artifact logged since "
+             "start_log_capture, in order.");
 }
