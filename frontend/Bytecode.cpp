@@ -2,6 +2,8 @@
 // Depends on pybind11 and CPython.
 #include "frontend/Bytecode.h"
 
+#include "frontend/CodeExtra.h"
+
 #include "ir/Error.h"
 
 #include <string_view>
@@ -51,17 +53,34 @@ bool isJump(Opcode opcode) {
 
 } // namespace
 
+namespace {
+
+using DecodedSlot = std::shared_ptr<const Bytecode>;
+
+void freeDecoded(void *slot) { delete static_cast<DecodedSlot *>(slot); }
+
+Py_ssize_t decodedExtraIndex() {
+  static Py_ssize_t index = KILN_REQUEST_CODE_EXTRA_INDEX(freeDecoded);
+  return index;
+}
+
+} // namespace
+
 std::shared_ptr<const Bytecode> Bytecode::decode(py::handle code) {
-  // Decoded once per code object: a module's forward is inlined once per
-  // instance, and `dis` is slow. The cache holds the code objects alive;
-  // code objects of loaded functions live as long as their modules anyway.
-  static auto *cache = new std::unordered_map<
-      PyObject *, std::pair<py::object, std::shared_ptr<const Bytecode>>>();
-  auto cached = cache->find(code.ptr());
-  if (cached != cache->end())
-    return cached->second.second;
+  // Decoded once per code object (a module's forward is inlined once per
+  // instance, and `dis` is slow), kept in the code object's extra slot: it
+  // goes with the code, as functions made at run time (eval, exec) do.
+  void *extra = nullptr;
+  if (KILN_CODE_GET_EXTRA(code.ptr(), decodedExtraIndex(), &extra) < 0)
+    PyErr_Clear();
+  if (extra)
+    return *static_cast<DecodedSlot *>(extra);
   std::shared_ptr<const Bytecode> decoded = decodeUncached(code);
-  (*cache)[code.ptr()] = {py::reinterpret_borrow<py::object>(code), decoded};
+  auto *slot = new DecodedSlot(decoded);
+  if (KILN_CODE_SET_EXTRA(code.ptr(), decodedExtraIndex(), slot) < 0) {
+    PyErr_Clear();
+    delete slot;
+  }
   return decoded;
 }
 

@@ -4,6 +4,7 @@
 #include "frontend/EvalFrameHook.h"
 
 #include "frontend/CodeCache.h"
+#include "frontend/CodeExtra.h"
 
 #define Py_BUILD_CORE
 #include <internal/pycore_frame.h>
@@ -14,17 +15,6 @@
 
 namespace kiln::frontend {
 namespace {
-
-// 3.12 renamed the code-extra API (the old names still work, deprecated).
-#if PY_VERSION_HEX >= 0x030C0000
-#define KILN_REQUEST_CODE_EXTRA_INDEX PyUnstable_Eval_RequestCodeExtraIndex
-#define KILN_CODE_GET_EXTRA PyUnstable_Code_GetExtra
-#define KILN_CODE_SET_EXTRA PyUnstable_Code_SetExtra
-#else
-#define KILN_REQUEST_CODE_EXTRA_INDEX _PyEval_RequestCodeExtraIndex
-#define KILN_CODE_GET_EXTRA _PyCode_GetExtra
-#define KILN_CODE_SET_EXTRA _PyCode_SetExtra
-#endif
 
 thread_local int activeDepth = 0;
 thread_local int suspendedDepth = 0;

@@ -211,6 +211,21 @@ struct KernelCache {
   std::mutex mutex;
   std::unordered_map<std::string, Entry> entries;
   KernelCacheStats stats;
+  /// Entries of freed code are dropped when the map reaches this size (and
+  /// it doubles over what stays): their keys, the kernels' IR text, would
+  /// otherwise grow with every function a process compiles and drops.
+  size_t pruneAt = 64;
+
+  /// Drops the entries whose code is gone; says whether it ran. Needs `mutex`.
+  bool pruneIfDue() {
+    if (entries.size() < pruneAt)
+      return false;
+    for (auto entry = entries.begin(); entry != entries.end();)
+      entry = entry->second.code.expired() ? entries.erase(entry)
+                                           : std::next(entry);
+    pruneAt = std::max<size_t>(64, 2 * entries.size());
+    return true;
+  }
 };
 
 KernelCache &kernelCache() {
@@ -408,6 +423,12 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
       std::lock_guard<std::mutex> lock(cache.mutex);
       cache.entries[keys[stepIndex]] = {ownCode, kernel->function};
       ++cache.stats.compiled;
+      // The symbol names of removed code stay in ORC's string pool until
+      // asked to go.
+      if (cache.pruneIfDue())
+        shared.jit->getExecutionSession()
+            .getSymbolStringPool()
+            ->clearDeadEntries();
     }
   }
   for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex)

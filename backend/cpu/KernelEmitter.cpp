@@ -1640,9 +1640,17 @@ void KernelEmitter::foldPartials(const loop::Loop &loop,
         builder_.CreateFSub(builder_.CreateLoad(type, acc.partial),
                             builder_.CreateLoad(type, acc.compensation));
     llvm::Value *sum = builder_.CreateFAdd(total, corrected);
-    builder_.CreateStore(
-        builder_.CreateFSub(builder_.CreateFSub(sum, total), corrected),
-        acc.compensation);
+    // Once the sum is infinite (an inf input, or float overflow) or NaN, its
+    // error term would be inf - inf: it is zero then, so that the sum ends
+    // as eager's does (inf, not NaN).
+    llvm::Value *error =
+        builder_.CreateFSub(builder_.CreateFSub(sum, total), corrected);
+    llvm::Value *finite = builder_.CreateFCmpOLT(
+        callIntrinsic(llvm::Intrinsic::fabs, {sum}),
+        floatLike(sum, std::numeric_limits<double>::infinity()));
+    builder_.CreateStore(builder_.CreateSelect(
+                             finite, error, llvm::Constant::getNullValue(type)),
+                         acc.compensation);
     builder_.CreateStore(sum, acc.value);
   }
 }

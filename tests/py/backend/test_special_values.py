@@ -62,3 +62,46 @@ def test_moments_accumulate_in_double_like_eager(dtype, name, fn):
                     actual if isinstance(actual, tuple) else (actual,)):
         assert a.dtype == e.dtype
         torch.testing.assert_close(a, e, equal_nan=True)
+
+
+SUMS = {
+    "sum": lambda x: x.sum(-1),
+    "sum_all": lambda x: x.sum(),
+    "mean": lambda x: x.mean(-1),
+    "nansum": lambda x: x.nansum(-1),
+    "vector_norm": lambda x: torch.linalg.vector_norm(x, dim=-1),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+    "layer_norm": lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]),
+    "rms_norm": lambda x: torch.nn.functional.rms_norm(x, x.shape[-1:]),
+    "normalize": lambda x: torch.nn.functional.normalize(x, dim=-1),
+    "matmul": lambda x: x @ x.mT,
+    "linear": lambda x: torch.nn.functional.linear(x, torch.ones(5, x.shape[-1])),
+    "bmm": lambda x: torch.bmm(x.unsqueeze(0), x.mT.unsqueeze(0)),
+    "var": lambda x: x.var(-1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUMS))
+@pytest.mark.parametrize("special", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("length", [3, 300, 2100])  # within one block, across blocks
+def test_sums_that_meet_special_values(name, special, length):
+    # A compensated sum once computed inf - inf: [inf, 1].sum() was NaN.
+    fn = SUMS[name]
+    x = torch.randn(4, length)
+    x[1, length // 2] = special
+    x[2, 0] = special
+    x[2, -1] = special
+    expected, actual = fn(x), kiln.compile(fn)(x)
+    assert torch.equal(actual.isnan(), expected.isnan()), (actual, expected)
+    assert torch.equal(actual == float("inf"), expected == float("inf"))
+    assert torch.equal(actual == float("-inf"), expected == float("-inf"))
+    finite = expected.isfinite()
+    torch.testing.assert_close(actual[finite], expected[finite], rtol=1e-4, atol=1e-4)
+
+
+def test_float32_sums_that_overflow_are_infinite():
+    for fn in (lambda x: x.sum(-1), lambda x: x.sum(), lambda x: x.mean()):
+        x = torch.tensor([3e38, 3e38])
+        assert_same(kiln.compile(fn)(x), fn(x))
+    x = torch.tensor([float("inf"), 1.0])
+    assert kiln.compile(lambda x: x.sum())(x).item() == float("inf")
