@@ -1,12 +1,14 @@
 # Benchmarks: `make bench` runs the suite on the CPU, `make bench-cuda` on an NVIDIA
 # GPU (it skips with a message where there is none). Both install bench/requirements.txt
 # first (idempotent) and write dated results under bench/results/. See bench/README.md.
+# `make fuzz` runs the differential fuzzer (tests/py/fuzz) for FUZZ_SECONDS (default 60)
+# or FUZZ_COUNT programs from FUZZ_SEED, and prints a shrunk reproducer of each failure.
 # `make bench-frontend` times kiln's frontend (per-call overhead on a cache hit, capture
 # time) against eager and TorchDynamo on the CPU in about 2 minutes; options in FRONTEND_ARGS.
 PYTHON ?= python3
 BENCH_ARGS ?=
 
-.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend
+.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend fuzz
 
 # Installs the pinned versions only where the packages are missing, so a machine that
 # has them (a GPU image without network) runs with its own; the report names the versions.
@@ -25,3 +27,6 @@ bench-quick: bench-requirements
 
 bench-frontend:
 	$(PYTHON) -m bench.frontend $(FRONTEND_ARGS)
+
+fuzz:
+	$(PYTHON) tests/py/fuzz/run.py

@@ -67,6 +67,23 @@ void checkDevice(const TensorMeta &meta, const Node &node) {
                       " (the graph runs eagerly)");
 }
 
+// torch accepts dim 0 (or -1) of a 0-d tensor, where lowerings index a
+// dimension that does not exist: torch runs the nodes that are given a dim
+// of a 0-d tensor (flip, cumsum, softmax, sum(0) of a 0-d tensor).
+bool takesDimOfScalar(const Node &node) {
+  bool scalarOperand = false;
+  for (const Value *value : node.operands())
+    scalarOperand |= value && value->meta().dim() == 0;
+  if (!scalarOperand)
+    return false;
+  const auto &arguments = node.schema()->arguments;
+  for (size_t i = 0; i < arguments.size() && i < node.arguments().size(); ++i)
+    if ((arguments[i].name == "dim" || arguments[i].name == "dims") &&
+        !node.arguments()[i].isNone())
+      return true;
+  return false;
+}
+
 bool hasComplex(const Node &node) {
   for (const Value *value : node.operands())
     if (value && isComplex(value->meta().dtype))
@@ -168,7 +185,7 @@ void Lowerer::lowerNode(const Node &node) {
   }
   const LoweringTable &table = loweringTable();
   auto found = table.find(node.schema()->qualifiedName());
-  if (found == table.end()) {
+  if (found == table.end() || takesDimOfScalar(node)) {
     lowerExtern(node);
     return;
   }
@@ -315,7 +332,11 @@ int64_t Lowerer::bufferOfValue(const Value *value, bool mustBeTensor) {
 // view of that buffer, never the other value's tensor itself.
 int64_t Lowerer::outputBuffer(const Value *value) {
   int64_t buffer = bufferOfValue(value, /*mustBeTensor=*/true);
-  if (program_.buffers[buffer].kind == BufferKind::View)
+  const loop::Buffer &found = program_.buffers[buffer];
+  // A graph input owns its buffer: returned, it is the caller's tensor.
+  bool ownInput = found.kind == BufferKind::Input &&
+                  graph_->inputs().at(found.graphInput) == value;
+  if (found.kind == BufferKind::View || ownInput)
     return buffer;
   for (const auto &[other, otherBuffer] : program_.bufferOf)
     if (other != value && otherBuffer == buffer) {
@@ -580,10 +601,17 @@ DType accumulationType(DType dtype) {
 
 Deviations meanAndSquaredDeviations(Lowerer &lowerer, ReductionKernel &kernel,
                                     const Expr *element, DType dtype) {
+  // Two passes: the mean, then the squared deviations from it. A row whose
+  // elements are all equal has exactly that value as its mean (max == min),
+  // as eager's Welford moments give: sum / n can be an ulp off, which
+  // layer_norm's 1/sqrt(eps) scales to 1e-3 where eager gives 0.
   double count = static_cast<double>(kernel.reducedNumel());
-  const Expr *mean =
-      lowerer.binary(BinaryOp::Div, kernel.reduce(ReduceOp::Sum, element),
-                     lowerer.constant(count, dtype));
+  const Expr *sum = kernel.reduce(ReduceOp::Sum, element);
+  const Expr *largest = kernel.reduce(ReduceOp::Max, element);
+  const Expr *smallest = kernel.reduce(ReduceOp::Min, element);
+  const Expr *mean = lowerer.where(
+      lowerer.binary(BinaryOp::Eq, largest, smallest), largest,
+      lowerer.binary(BinaryOp::Div, sum, lowerer.constant(count, dtype)));
   kernel.newPass();
   const Expr *deviation = lowerer.binary(BinaryOp::Sub, element, mean);
   const Expr *squares = kernel.reduce(

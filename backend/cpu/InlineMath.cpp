@@ -110,8 +110,11 @@ llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
                   6404582.0 / 10854718875, -443861162.0 / 1856156927625});
   llvm::Value *small = fma(builder, builder.CreateFMul(x, square), series, x);
   llvm::Value *useSeries = builder.CreateFCmpOLT(magnitude, constant(x, 0.55));
-  // NaN compares false above and flows through `large`.
-  return builder.CreateSelect(useSeries, small, large);
+  // NaN compares false above and flows through `large`. tanh is odd: the
+  // sign is x's, also for -0.0 (the series' -0 * (negative) + -0 is +0).
+  return builder.CreateIntrinsic(
+      llvm::Intrinsic::copysign, {x->getType()},
+      {builder.CreateSelect(useSeries, small, large), x});
 }
 
 // erf(x) = x + x Q(x^2) for |x| < 1, Q a least-squares fit of erf(x)/x - 1

@@ -881,6 +881,14 @@ llvm::Value *KernelEmitter::emitUnary(UnaryOp op, llvm::Value *x, DType dtype) {
       return emitInlineTanhF32(builder_, x);
     if (isFloat && op == UnaryOp::Erf)
       return emitInlineErfF32(builder_, x);
+    if (op == UnaryOp::Log1p) {
+      // SLEEF's vector log1p gives inf above about 1e307 (1e38 in float);
+      // where 1 + x rounds to x, log1p(x) is log(x).
+      llvm::Value *huge =
+          builder_.CreateFCmpOGT(x, floatLike(x, isFloat ? 0x1p25 : 0x1p54));
+      return builder_.CreateSelect(huge, callMath("log", {x}),
+                                   callMath("log1p", {x}));
+    }
     if (const char *name = mathFunctionName(op))
       return callMath(name, {x});
     switch (op) {
@@ -1256,20 +1264,32 @@ llvm::Value *KernelEmitter::emitCast(llvm::Value *value, DType from, DType to) {
     return isFloatingPoint(to) ? builder_.CreateUIToFP(value, target)
                                : builder_.CreateZExt(value, target);
   if (isFloatingPoint(from) && isFloatingPoint(to)) {
-    if (to == DType::Float16 && from == DType::Float64)
-      return builder_.CreateFPExt(
-          builder_.CreateFPTrunc(value, withLanes(builder_.getHalfTy(), lanes)),
-          target);
+    // Half types are computed in float: a double rounds to float first, as
+    // c10::Half(double) and c10::BFloat16(double) do.
     if (value->getType() != target)
       value = to == DType::Float64 ? builder_.CreateFPExt(value, target)
                                    : builder_.CreateFPTrunc(value, target);
     return roundTo(to, value);
   }
-  if (isFloatingPoint(from))
-    return builder_.CreateIntrinsic(isUnsignedType(to)
-                                        ? llvm::Intrinsic::fptoui_sat
-                                        : llvm::Intrinsic::fptosi_sat,
-                                    {target, value->getType()}, {value});
+  if (isFloatingPoint(from)) {
+    // As eager's static_cast on x86 (cvttss2si / cvttsd2si): 64-bit
+    // results convert at 64 bits, every other integer at 32 bits and keeps
+    // the low bits (300.0 -> uint8 44, -1.0 -> 255); NaN and values out of
+    // the converted width's range give its minimum (the "integer
+    // indefinite"), where LLVM's fptosi would be poison.
+    unsigned width = to == DType::Int64 ? 64 : 32;
+    llvm::Type *wide = withLanes(builder_.getIntNTy(width), lanes);
+    double limit = std::ldexp(1.0, static_cast<int>(width) - 1);
+    llvm::Value *inRange = builder_.CreateAnd(
+        builder_.CreateFCmpOGE(value, floatLike(value, -limit)),
+        builder_.CreateFCmpOLT(value, floatLike(value, limit)));
+    llvm::Value *converted = builder_.CreateIntrinsic(
+        llvm::Intrinsic::fptosi_sat, {wide, value->getType()}, {value});
+    llvm::Value *indefinite =
+        llvm::ConstantInt::get(wide, llvm::APInt::getSignedMinValue(width));
+    llvm::Value *result = builder_.CreateSelect(inRange, converted, indefinite);
+    return builder_.CreateIntCast(result, target, /*isSigned=*/true);
+  }
   if (isFloatingPoint(to)) {
     llvm::Value *converted = isUnsignedType(from)
                                  ? builder_.CreateUIToFP(value, target)

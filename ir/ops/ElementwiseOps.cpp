@@ -78,6 +78,21 @@ TensorMeta applyRule(const MetaArgs &args, const ElementwiseRule &rule) {
   DType dtype = rule.result == Result::Bool   ? DType::Bool
                 : rule.result == Result::Real ? toRealType(computation)
                                               : computation;
+  // TensorIterator first copies an input of another dtype to the common one
+  // (`.to(dtype)`, memory_format=preserve): an expanded int64 operand of a
+  // float64 op orders the result as its dense copy does, not as its
+  // zero strides would.
+  std::vector<TensorMeta> converted;
+  converted.reserve(tensors.size());
+  for (const TensorMeta *tensor : tensors) {
+    converted.push_back(*tensor);
+    if (rule.result != Result::Self && tensor->dtype != computation) {
+      converted.back().strides = meta::preservedStrides(*tensor);
+      converted.back().dtype = computation;
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    tensors[i] = &converted[i];
   return elementwiseResult(tensors, dtype);
 }
 

@@ -113,11 +113,13 @@ LoweringResult comparisonOp(Lowerer &lowerer, const Node &node) {
       [&lowerer](const Values &v) { return lowerer.binary(Op, v[0], v[1]); });
 }
 
+// Operands are first cast to their common dtype, as eager's kernels do: a
+// 0-d int64 256 and'ed with a uint8 tensor is 0 (false) there.
 template <BinaryOp Op>
 LoweringResult logicalOp(Lowerer &lowerer, const Node &node) {
-  return map(lowerer, node, {0, 1}, DType::Bool, [&lowerer](const Values &v) {
-    return lowerer.binary(Op, v[0], v[1]);
-  });
+  return map(
+      lowerer, node, {0, 1}, promotedType(node, {0, 1}),
+      [&lowerer](const Values &v) { return lowerer.binary(Op, v[0], v[1]); });
 }
 
 // add, sub: self + alpha * other; rsub: other - alpha * self.
@@ -183,7 +185,10 @@ LoweringResult powerByScalar(Lowerer &lowerer, const Node &node) {
     };
   else
     return binaryOp<BinaryOp::Pow>(lowerer, node);
-  return map(lowerer, node, {0}, dtype,
+  // eager's float16 kernel computes these in float32 and rounds once; its
+  // bfloat16 kernel rounds each product (x * x) to bfloat16.
+  DType computation = dtype == DType::Float16 ? DType::Float32 : dtype;
+  return map(lowerer, node, {0}, computation,
              [special](const Values &v) { return special(v[0]); });
 }
 
@@ -308,10 +313,13 @@ LoweringResult nanToNum(Lowerer &lowerer, const Node &node) {
 
 // --- Activations ---
 
+// x < 0 ? 0 : x, as eager's kernel: relu(-0.0) is -0.0 (a maximum would
+// give +0.0) and NaN stays NaN.
 LoweringResult relu(Lowerer &lowerer, const Node &node) {
   DType dtype = resultType(lowerer, node);
   return map(lowerer, node, {0}, dtype, [&lowerer, dtype](const Values &v) {
-    return lowerer.binary(BinaryOp::Max, v[0], lowerer.constant(0, dtype));
+    const Expr *zero = lowerer.constant(0, dtype);
+    return lowerer.where(lowerer.binary(BinaryOp::Lt, v[0], zero), zero, v[0]);
   });
 }
 

@@ -105,3 +105,48 @@ def test_float32_sums_that_overflow_are_infinite():
         assert_same(kiln.compile(fn)(x), fn(x))
     x = torch.tensor([float("inf"), 1.0])
     assert kiln.compile(lambda x: x.sum())(x).item() == float("inf")
+
+
+@pytest.mark.parametrize("source", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("target", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("length", [4, 64])
+def test_float_to_integer_casts_out_of_range_as_eager(source, target, length):
+    # eager's static_cast on x86: 64-bit results convert at 64 bits, others
+    # at 32 bits keeping the low bits; NaN and out-of-range give the minimum.
+    values = [300.0, -1.0, float("nan"), 1e10, -1e10, float("inf"), -3.7, 65000.0]
+    x = torch.tensor(values * (length // 4)).to(source)
+    fn = lambda x: x.to(target)  # noqa: E731
+    assert torch.equal(kiln.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("target", [torch.float16, torch.bfloat16])
+def test_double_to_half_rounds_through_float_as_eager(target):
+    x = torch.tensor([1e-8, 65519.99, 1.0000001, 3e38, -2.0000001] * 4, dtype=torch.float64)
+    fn = lambda x: x.to(target)  # noqa: E731
+    assert_same(kiln.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+@pytest.mark.parametrize("name, fn", [("tanh", torch.tanh), ("relu", torch.relu)])
+@pytest.mark.parametrize("length", [2, 80])
+def test_signed_zeros_as_eager(dtype, name, fn, length):
+    x = torch.tensor([-0.0, 0.0] * (length // 2)).to(dtype)
+    assert_same(kiln.compile(fn)(x), fn(x))
+
+
+def test_promoted_expanded_operand_orders_the_result_as_eager():
+    # An int64 operand of a float64 op is first copied densely (TensorIterator
+    # casts it with .to()): the result is row-major, not transposed.
+    x0 = torch.randint(-5, 5, (1, 4, 5)).expand(3, 4, 5)
+    x1 = torch.randn(5, 4, 3, dtype=torch.float64).transpose(0, -1)
+    for fn in (lambda a, b: a > b, lambda a, b: a + b, lambda a, b: torch.where(a > b, a, b)):
+        expected, actual = fn(x0, x1), kiln.compile(fn)(x0, x1)
+        assert actual.stride() == expected.stride()
+        assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32])
+def test_dims_of_0d_tensors(dtype):
+    x = torch.tensor(5, dtype=dtype)
+    for fn in (lambda x: x.flip(0), lambda x: x.cumsum(0), lambda x: x.sum(0), lambda x: x.amax(-1)):
+        assert torch.equal(kiln.compile(fn)(x), fn(x))
