@@ -204,6 +204,10 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = self(lowerer, node);
   std::vector<int64_t> dims = dimsOf(node, 2);
   DType dtype = sumType(lowerer, node);
+  // Squares in double: a float32 or bfloat16 1e30 (or 1e-30) squared
+  // overflows (underflows) float32, where eager's norm of [1e30] is 1e30.
+  if (order == 2 && isFloatingPoint(dtype))
+    dtype = DType::Float64;
   bool infinite = std::isinf(order);
   if (!(order == 2 || order == 1 || order == 0 || infinite))
     return std::nullopt;
@@ -225,8 +229,15 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
                             : ReduceOp::Min;
   return std::vector<LoweredTensor>{reduceTensor(
       lowerer, terms, dims, op, dtype, lowerer.resultMeta(node), "vector_norm",
-      [&lowerer, order](const Expr *value) {
-        return order == 2 ? lowerer.unary(UnaryOp::Sqrt, value) : value;
+      [&lowerer, order, &node](const Expr *value) {
+        if (order != 2)
+          return value;
+        const Expr *norm = lowerer.unary(UnaryOp::Sqrt, value);
+        // Half results round through float32, as c10::Half(double) does.
+        DType result = lowerer.resultMeta(node).dtype;
+        return isFloatingPoint(result) && itemSize(result) == 2
+                   ? lowerer.cast(norm, DType::Float32)
+                   : norm;
       })};
 }
 

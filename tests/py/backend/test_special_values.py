@@ -44,7 +44,12 @@ def test_half_precision_ops_with_number_operands_as_eager(dtype, name, fn):
 def test_power_by_a_number_at_special_values(dtype, exponent, rows):
     x = torch.tensor(SPECIAL).repeat(rows, 1).to(dtype)
     fn = lambda x: x ** exponent  # noqa: E731
-    assert_same(kiln.compile(fn)(x), fn(x))
+    expected, actual = fn(x), kiln.compile(fn)(x)
+    # Special values exactly (NaN, infinities, signed zeros); finite ones to
+    # an ulp (torch 2.11's float64 sqrt is not correctly rounded, 2.13's is).
+    special = ~expected.isfinite() | (expected == 0)
+    assert_same(actual[special], expected[special])
+    torch.testing.assert_close(actual[~special], expected[~special])
 
 
 @pytest.mark.parametrize("dtype", FLOAT_TYPES)
@@ -150,3 +155,21 @@ def test_dims_of_0d_tensors(dtype):
     x = torch.tensor(5, dtype=dtype)
     for fn in (lambda x: x.flip(0), lambda x: x.cumsum(0), lambda x: x.sum(0), lambda x: x.amax(-1)):
         assert torch.equal(kiln.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_norms_of_large_and_small_values_do_not_overflow(dtype):
+    # Squares of 1e30 overflow float32 (of 1e-30 underflow): eager's norm of
+    # [1e30] is 1e30, and normalize gives 1.
+    big = 1e30 if dtype != torch.float16 else 1e4
+    small = 1e-30 if dtype != torch.float16 else 1e-4
+    x = torch.tensor([[big, small, 3.0]]).to(dtype)
+    for fn in (lambda x: torch.linalg.vector_norm(x, dim=0),
+               lambda x: torch.nn.functional.normalize(x, dim=-2)):
+        expected, actual = fn(x), kiln.compile(fn)(x)
+        torch.testing.assert_close(actual, expected)
+    # Over several elements eager's float accumulation overflows to inf;
+    # kiln gives the float64 answer (eager's own inconsistency).
+    fn = lambda x: torch.linalg.vector_norm(x, dim=-1)  # noqa: E731
+    reference = fn(x.double()).to(dtype)
+    torch.testing.assert_close(kiln.compile(fn)(x), reference)

@@ -13,12 +13,13 @@ from fuzz.program_generator import check, generate, reproducer, shrink  # noqa: 
 
 
 def main():
-    seconds = float(os.environ.get("FUZZ_SECONDS", "60"))
     count = int(os.environ.get("FUZZ_COUNT", "0"))
+    seconds = float(os.environ.get("FUZZ_SECONDS", "1e9" if count else "60"))
     seed = int(os.environ.get("FUZZ_SEED", "0"))
     start, ran = time.time(), 0
     by_kind = collections.OrderedDict()
-    while (count and ran < count) or (not count and time.time() - start < seconds):
+    # FUZZ_SECONDS also bounds a FUZZ_COUNT run, so that it reports what it ran.
+    while (not count or ran < count) and time.time() - start < seconds:
         program = generate(seed + ran)
         try:
             failure = check(program, kiln.compile)
