@@ -227,18 +227,19 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
   ReduceOp op = !infinite   ? ReduceOp::Sum
                 : order > 0 ? ReduceOp::Max
                             : ReduceOp::Min;
-  return std::vector<LoweredTensor>{reduceTensor(
-      lowerer, terms, dims, op, dtype, lowerer.resultMeta(node), "vector_norm",
-      [&lowerer, order, &node](const Expr *value) {
-        if (order != 2)
-          return value;
-        const Expr *norm = lowerer.unary(UnaryOp::Sqrt, value);
-        // Half results round through float32, as c10::Half(double) does.
-        DType result = lowerer.resultMeta(node).dtype;
-        return isFloatingPoint(result) && itemSize(result) == 2
-                   ? lowerer.cast(norm, DType::Float32)
-                   : norm;
-      })};
+  return std::vector<LoweredTensor>{
+      reduceTensor(lowerer, terms, dims, op, dtype, lowerer.resultMeta(node),
+                   "vector_norm", [&lowerer, order, &node](const Expr *value) {
+                     if (order != 2)
+                       return value;
+                     const Expr *norm = lowerer.unary(UnaryOp::Sqrt, value);
+                     // Half results round through float32, as c10::Half(double)
+                     // does.
+                     DType result = lowerer.resultMeta(node).dtype;
+                     return isFloatingPoint(result) && itemSize(result) == 2
+                                ? lowerer.cast(norm, DType::Float32)
+                                : norm;
+                   })};
 }
 
 } // namespace
