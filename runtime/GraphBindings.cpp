@@ -282,9 +282,9 @@ void defineGraphBindings(py::module_ &module) {
         backend::setNumThreads(count);
       },
       "count"_a,
-             "Threads kiln's CPU kernels use; 0 returns to the default "
-             "(KILN_NUM_THREADS, else torch's OpenMP thread count, else the "
-             "machine's cores).");
+      "Threads kiln's CPU kernels use; 0 returns to the default "
+      "(KILN_NUM_THREADS, else torch's OpenMP thread count, else the "
+      "machine's cores).");
   module.def("num_threads", &backend::numThreads);
   module.def("threads_use_openmp", &backend::threadsUseOpenMp,
              "Whether kernels run on the process's OpenMP thread team "
