@@ -134,26 +134,6 @@ bool CodeCache::addEntry(std::shared_ptr<const CacheEntry> entry) {
   return true;
 }
 
-// A torch function of no arguments, looked up once; its result is a new
-// reference, or null (error cleared) where the call failed.
-template <const char *const *Path> PyObject *callTorchState() {
-  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
-      function;
-  PyObject *callable = function
-                           .call_once_and_store_result([] {
-                             py::object object =
-                                 python::TorchHandles::get().torch;
-                             for (const char *const *name = Path; *name; ++name)
-                               object = object.attr(*name);
-                             return object.release().ptr();
-                           })
-                           .get_stored();
-  PyObject *result = PyObject_CallNoArgs(callable);
-  if (!result)
-    PyErr_Clear();
-  return result;
-}
-
 constexpr const char *kIsAnyAutocastEnabled[] = {
     "_C", "_is_any_autocast_enabled", nullptr};
 constexpr const char *kPeekFunctorchInterpreter[] = {
@@ -163,12 +143,12 @@ constexpr const char *kPeekFunctorchInterpreter[] = {
 // graphs hold the dtypes of calls without torch.autocast, and plain tensors
 // where torch.func transforms (vmap, grad) pass wrapped ones.
 static const char *torchModeRefusal() {
-  PyObject *autocast = callTorchState<kIsAnyAutocastEnabled>();
+  PyObject *autocast = python::callTorchState<kIsAnyAutocastEnabled>();
   bool autocastOn = autocast != Py_False;
   Py_XDECREF(autocast);
   if (autocastOn)
     return "torch.autocast is on";
-  PyObject *interpreter = callTorchState<kPeekFunctorchInterpreter>();
+  PyObject *interpreter = python::callTorchState<kPeekFunctorchInterpreter>();
   bool transformed = interpreter != Py_None;
   Py_XDECREF(interpreter);
   if (transformed)

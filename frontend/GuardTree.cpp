@@ -184,40 +184,18 @@ std::string describe(const GuardCheck &check) {
   return "?";
 }
 
+constexpr const char *kGetDefaultDType[] = {"get_default_dtype", nullptr};
+constexpr const char *kIsGradEnabled[] = {"is_grad_enabled", nullptr};
+
 // torch.get_default_dtype(), a new reference (null on failure, cleared).
 PyObject *currentDefaultDType() {
-  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
-      function;
-  PyObject *getDefaultDType =
-      function
-          .call_once_and_store_result([] {
-            py::object function =
-                python::TorchHandles::get().torch.attr("get_default_dtype");
-            return function.release().ptr();
-          })
-          .get_stored();
-  PyObject *result = PyObject_CallNoArgs(getDefaultDType);
-  if (!result)
-    PyErr_Clear();
-  return result;
+  return python::callTorchState<kGetDefaultDType>();
 }
 
 bool gradModeEnabled() {
-  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
-      function;
-  PyObject *isGradEnabled =
-      function
-          .call_once_and_store_result([] {
-            py::object function =
-                python::TorchHandles::get().torch.attr("is_grad_enabled");
-            return function.release().ptr();
-          })
-          .get_stored();
-  PyObject *result = PyObject_CallNoArgs(isGradEnabled);
-  if (!result) {
-    PyErr_Clear();
+  PyObject *result = python::callTorchState<kIsGradEnabled>();
+  if (!result)
     return true;
-  }
   bool enabled = result == Py_True;
   Py_DECREF(result);
   return enabled;

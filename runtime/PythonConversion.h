@@ -30,6 +30,28 @@ struct TorchHandles {
   static const TorchHandles &get();
 };
 
+/// Calls the torch function of no arguments at `Path` (attribute names
+/// under `torch`, null-terminated), looked up once per Path: its result as
+/// a new reference, or null (the error cleared) where the call failed. For
+/// the state per-call guards read (is_grad_enabled, get_default_dtype).
+template <const char *const *Path> PyObject *callTorchState() {
+  // The lookup imports torch: another thread waits for it without the GIL.
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<PyObject *>
+      function;
+  PyObject *callable = function
+                           .call_once_and_store_result([] {
+                             py::object object = TorchHandles::get().torch;
+                             for (const char *const *name = Path; *name; ++name)
+                               object = object.attr(*name);
+                             return object.release().ptr();
+                           })
+                           .get_stored();
+  PyObject *result = PyObject_CallNoArgs(callable);
+  if (!result)
+    PyErr_Clear();
+  return result;
+}
+
 bool isTensor(py::handle object);
 DType dtypeFromTorch(py::handle dtype);
 py::object dtypeToTorch(DType dtype);
