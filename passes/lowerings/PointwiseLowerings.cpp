@@ -331,7 +331,8 @@ LoweringResult relu(Lowerer &lowerer, const Node &node) {
 // 1 - h for x >= 0 and h below. One exp and one division, where erf to 1 ulp
 // takes two polynomials and an exp; the polynomial's steps are fused
 // multiply-adds.
-const Expr *exactGeluF32(Lowerer &lowerer, const Expr *x) {
+const Expr *exactGeluF32(Lowerer &lowerer, const Expr *x,
+                         bool positiveZeroTail) {
   DType math = x->dtype();
   auto c = [&](double value) { return lowerer.constant(value, math); };
   const Expr *t =
@@ -350,15 +351,28 @@ const Expr *exactGeluF32(Lowerer &lowerer, const Expr *x) {
       BinaryOp::Mul, lowerer.binary(BinaryOp::Mul, poly, t), gaussian);
   const Expr *phi = lowerer.where(lowerer.binary(BinaryOp::Ge, x, c(0)),
                                   lowerer.binary(BinaryOp::Sub, c(1), h), h);
-  return lowerer.binary(BinaryOp::Mul, x, phi);
+  // eager's GELU is exactly zero once 1 + erf(x / sqrt 2) rounds to 0 in
+  // float32 (below -5.5430408 on its vector path; the true tail there is
+  // below 2e-8 in magnitude): +0.0 for float32 results, -0.0 for the half
+  // types it computes in float32; NaN for -inf either way.
+  // (float32's gelu(-0.0) is +0.0 too).
+  const Expr *zero = lowerer.binary(BinaryOp::Mul, x, c(0));
+  const Expr *tail = lowerer.binary(BinaryOp::Lt, x, c(-5.5430408));
+  if (positiveZeroTail) {
+    zero = lowerer.unary(UnaryOp::Abs, zero);
+    tail = lowerer.binary(BinaryOp::LogicalOr, tail,
+                          lowerer.binary(BinaryOp::Eq, x, c(0)));
+  }
+  return lowerer.where(tail, zero, lowerer.binary(BinaryOp::Mul, x, phi));
 }
 
 LoweringResult gelu(Lowerer &lowerer, const Node &node) {
   DType math = mathType(lowerer, node);
   bool tanhApproximation = node.arguments().at(1).toString() == "tanh";
+  bool float32 = resultType(lowerer, node) == DType::Float32;
   return map(
       lowerer, node, {0}, math,
-      [&lowerer, math, tanhApproximation](const Values &v) {
+      [&lowerer, math, tanhApproximation, float32](const Values &v) {
         auto c = [&](double value) { return lowerer.constant(value, math); };
         const Expr *x = v[0];
         const Expr *inner;
@@ -372,7 +386,7 @@ LoweringResult gelu(Lowerer &lowerer, const Node &node) {
               UnaryOp::Tanh,
               lowerer.binary(BinaryOp::Mul, c(std::sqrt(2.0 / M_PI)), sum));
         } else if (math == DType::Float32) {
-          return exactGeluF32(lowerer, x);
+          return exactGeluF32(lowerer, x, float32);
         } else {
           inner = lowerer.unary(UnaryOp::Erf,
                                 lowerer.binary(BinaryOp::Mul, x, c(M_SQRT1_2)));

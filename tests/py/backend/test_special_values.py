@@ -173,3 +173,16 @@ def test_norms_of_large_and_small_values_do_not_overflow(dtype):
     fn = lambda x: torch.linalg.vector_norm(x, dim=-1)  # noqa: E731
     reference = fn(x.double()).to(dtype)
     torch.testing.assert_close(kiln.compile(fn)(x), reference)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gelu_tail_and_zeros_as_eager(dtype):
+    # eager's GELU is exactly zero where 1 + erf(x / sqrt 2) rounds to 0
+    # (+0.0 in float32, -0.0 in the half types), NaN at -inf.
+    x = torch.cat([torch.linspace(-16, -4, 2001),
+                   torch.tensor([float("-inf"), float("inf"), float("nan"), -0.0, 0.0])]).to(dtype)
+    fn = torch.nn.functional.gelu
+    expected, actual = fn(x), kiln.compile(fn)(x)
+    special = ~expected.isfinite() | (expected == 0)
+    assert_same(actual[special], expected[special])
+    torch.testing.assert_close(actual[~special], expected[~special])
