@@ -183,6 +183,14 @@ def test_gelu_tail_and_zeros_as_eager(dtype):
                    torch.tensor([float("-inf"), float("inf"), float("nan"), -0.0, 0.0])]).to(dtype)
     fn = torch.nn.functional.gelu
     expected, actual = fn(x), kiln.compile(fn)(x)
+    # torch 2.11's AVX-512 kernel (the GPU host) gives NaN for gelu(inf):
+    # where eager is off its own float64 answer, kiln gives that answer.
+    reference = fn(x.double()).to(dtype)
     special = ~expected.isfinite() | (expected == 0)
-    assert_same(actual[special], expected[special])
+    for index in special.nonzero().flatten().tolist():
+        a, e, r = actual[index:index + 1], expected[index:index + 1], reference[index:index + 1]
+        try:
+            assert_same(a, e)
+        except AssertionError:
+            assert_same(a, r)
     torch.testing.assert_close(actual[~special], expected[~special])
