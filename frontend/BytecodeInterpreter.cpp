@@ -1,9 +1,9 @@
 // The symbolic evaluator's instruction loop: each bytecode instruction of
 // CPython 3.11 and 3.12 applied to the symbolic stack and locals.
-// Depends on frontend/Evaluator.h, runtime/, pybind11, CPython.
+// Depends on frontend/Evaluator.h, bridge/, pybind11, CPython.
 #include "frontend/Evaluator.h"
 
-#include "runtime/PythonConversion.h"
+#include "bridge/PythonConversion.h"
 
 namespace kiln::frontend::evaluation {
 

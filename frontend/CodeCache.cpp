@@ -1,14 +1,13 @@
 // The cache of compiled graphs for one code object or compiled function.
-// Depends on frontend/, runtime/EagerRunner.h, runtime/NativeRunner.h,
+// Depends on frontend/, bridge/RunnerChoice.h,
 // ir/Logging.h, CPython.
 #include "frontend/CodeCache.h"
 
+#include "bridge/RunnerChoice.h"
 #include "frontend/EvalFrameHook.h"
 #include "frontend/SymbolicEvaluator.h"
 #include "ir/Error.h"
 #include "ir/Logging.h"
-#include "runtime/EagerRunner.h"
-#include "runtime/NativeRunner.h"
 
 namespace kiln::frontend {
 
@@ -64,29 +63,15 @@ static bool needsAutograd(const Graph &graph,
 }
 
 std::unique_ptr<python::GraphRunner>
-CodeCache::makeRunner(const std::shared_ptr<const Graph> &graph,
+CodeCache::makeRunner(const std::shared_ptr<Graph> &graph,
                       const std::vector<py::object> &graphInputs,
                       const std::string &name) const {
-  std::string reason;
-  if (options_.backend != "llvm")
-    reason = "backend '" + options_.backend + "' was asked for";
-  else if (needsAutograd(*graph, graphInputs))
-    reason = "autograd records its history (an input requires grad)";
-  if (reason.empty()) {
-    try {
-      return std::make_unique<python::NativeRunner>(
-          graph, python::OutputForm::Tuple, /*checkInputs=*/false);
-    } catch (const Unsupported &error) {
-      reason = error.what();
-    } catch (const Error &error) {
-      // A compiler bug must not break the user's program: torch runs it.
-      reason = std::string("internal error: ") + error.what();
-    }
-  }
-  if (options_.backend == "llvm" && logEnabled("breaks"))
-    logArtifact("breaks", name + " runs through torch's operators: " + reason);
-  return std::make_unique<python::EagerRunner>(graph,
-                                               python::OutputForm::Tuple);
+  std::string eagerReason;
+  if (needsAutograd(*graph, graphInputs))
+    eagerReason = "autograd records its history (an input requires grad)";
+  return python::chooseGraphRunner(graph, python::OutputForm::Tuple,
+                                   options_.backend, std::move(eagerReason),
+                                   name, /*checkInputs=*/false);
 }
 
 PyObject *unsupportedErrorType() {
@@ -246,15 +231,6 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
     capture = captureFunction(function, inputs);
   }
   auto entry = std::make_shared<CacheEntry>();
-  entry->graphText = capture.graph->str();
-  if (logEnabled("graph")) {
-    std::string text = "captured " + name + "\n" + entry->graphText;
-    for (const std::string &note : capture.notes)
-      text += "  note: " + note + "\n";
-    logArtifact("graph", text);
-  }
-  if (logEnabled("guards"))
-    logArtifact("guards", "guards of " + name + "\n" + capture.guards.str());
   entry->output = std::move(capture.output);
   entry->guards = std::move(capture.guards);
   // The graph's inputs are exactly what the guard tree collects.
@@ -264,7 +240,17 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
     throw Error("the guards of a fresh capture fail on the call that made "
                 "them (" +
                 failure + ")");
+  // Choosing the runner cleans the graph up (dead code): log it after.
   entry->runner = makeRunner(capture.graph, graphInputs, name);
+  entry->graphText = capture.graph->str();
+  if (logEnabled("graph")) {
+    std::string text = "captured " + name + "\n" + entry->graphText;
+    for (const std::string &note : capture.notes)
+      text += "  note: " + note + "\n";
+    logArtifact("graph", text);
+  }
+  if (logEnabled("guards"))
+    logArtifact("guards", "guards of " + name + "\n" + entry->guards.str());
   return entry;
 }
 

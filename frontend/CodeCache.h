@@ -4,9 +4,9 @@
 // CPython. Depends on frontend/GuardTree.h, pybind11, CPython.
 #pragma once
 
+#include "bridge/GraphRunner.h"
 #include "frontend/GuardTree.h"
 #include "ir/Graph.h"
-#include "runtime/GraphRunner.h"
 
 #include <pybind11/pybind11.h>
 
@@ -46,7 +46,7 @@ public:
 
 private:
   std::unique_ptr<python::GraphRunner>
-  makeRunner(const std::shared_ptr<const Graph> &graph,
+  makeRunner(const std::shared_ptr<Graph> &graph,
              const std::vector<py::object> &graphInputs,
              const std::string &name) const;
 

@@ -1,9 +1,9 @@
 // The symbolic evaluator's calls: builtins, methods of containers and
 // tensors, torch functions, and the inlining of Python functions and
-// nn.Module calls. Depends on frontend/Evaluator.h, runtime/, pybind11.
+// nn.Module calls. Depends on frontend/Evaluator.h, bridge/, pybind11.
 #include "frontend/Evaluator.h"
 
-#include "runtime/PythonConversion.h"
+#include "bridge/PythonConversion.h"
 
 namespace kiln::frontend::evaluation {
 

@@ -1,6 +1,6 @@
 // The FX importer: one pass over `gm.graph.nodes`, mapping each FX node to
 // kiln graph values. Depends on ir/, frontend/AtenCall.h,
-// runtime/PythonConversion.h, pybind11.
+// bridge/PythonConversion.h, pybind11.
 #include "frontend/FxImporter.h"
 
 #include "frontend/AtenCall.h"

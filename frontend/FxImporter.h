@@ -1,11 +1,11 @@
 // The FX importer: turns a torch.fx.GraphModule of ATen operators (what
 // aot_autograd's compilers and make_fx receive) into a kiln graph, walking
-// the FX nodes from C++. Depends on ir/, runtime/PythonConversion.h and
+// the FX nodes from C++. Depends on ir/, bridge/PythonConversion.h and
 // pybind11.
 #pragma once
 
+#include "bridge/PythonConversion.h"
 #include "ir/Graph.h"
-#include "runtime/PythonConversion.h"
 
 #include <memory>
 #include <string>

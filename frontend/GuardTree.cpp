@@ -2,7 +2,7 @@
 // Depends on frontend/Source.h, ir/TensorMeta.h, CPython.
 #include "frontend/GuardTree.h"
 
-#include "runtime/PythonConversion.h"
+#include "bridge/PythonConversion.h"
 
 namespace kiln::frontend {
 namespace {

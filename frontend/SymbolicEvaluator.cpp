@@ -4,12 +4,11 @@
 // ATen ops eager PyTorch runs. This file wraps Python values, records torch
 // calls, reads attributes and builds the result; EvaluatorCalls.cpp and
 // BytecodeInterpreter.cpp hold the rest of frontend/Evaluator.h's class.
-// Depends on frontend/, ir/, passes/, runtime/PythonConversion.h, pybind11,
+// Depends on frontend/, ir/, bridge/PythonConversion.h, pybind11,
 // CPython.
 #include "frontend/Evaluator.h"
 
-#include "passes/DeadCodeElimination.h"
-#include "runtime/PythonConversion.h"
+#include "bridge/PythonConversion.h"
 
 namespace kiln::frontend::evaluation {
 
@@ -841,7 +840,6 @@ Capture Evaluator::run(py::handle function) {
   std::vector<Argument> outputs;
   capture.output = buildOutput(returned, outputs);
   graph_->setOutputs(std::move(outputs));
-  passes::eliminateDeadCode(*graph_);
   capture.graph = graph_;
   capture.guards = std::move(guards_);
   capture.notes = std::move(notes_);

@@ -3,7 +3,7 @@
 // on constants is evaluated, user functions and nn.Module.forward are
 // inlined, and every assumption becomes a guard. Anything it cannot capture
 // raises kiln::Unsupported naming the construct and source line.
-// Depends on frontend/, ir/, runtime/PythonConversion.h, pybind11.
+// Depends on frontend/, ir/, bridge/PythonConversion.h, pybind11.
 #pragma once
 
 #include "frontend/GuardTree.h"

@@ -20,7 +20,8 @@ struct Capture {
 
 struct Settings {
   std::set<std::string, std::less<>> artifacts;
-  std::optional<Capture> capture; // startLogCapture's
+  std::set<std::string, std::less<>> verbose; // named with a leading '+'
+  std::optional<Capture> capture;             // startLogCapture's
   std::string dumpDirectory;
   std::string logsText; // KILN_LOGS as it was read
   std::string dumpText; // KILN_DUMP_DIR as it was read
@@ -46,12 +47,17 @@ Settings readSettings() {
     while (start <= list.size()) {
       size_t comma = list.find(',', start);
       std::string name = list.substr(start, comma - start);
-      while (!name.empty() && (name.front() == ' ' || name.front() == '+'))
+      bool verbose = false;
+      while (!name.empty() && (name.front() == ' ' || name.front() == '+')) {
+        verbose |= name.front() == '+';
         name.erase(name.begin());
+      }
       while (!name.empty() && name.back() == ' ')
         name.pop_back();
       if (!name.empty())
         settings.artifacts.insert(name);
+      if (!name.empty() && verbose)
+        settings.verbose.insert(name);
       if (comma == std::string::npos)
         break;
       start = comma + 1;
@@ -93,6 +99,11 @@ bool logEnabled(std::string_view artifact) {
   std::lock_guard<std::mutex> lock(settingsMutex());
   const Settings &current = settings();
   return printed(current, artifact) || captured(current, artifact);
+}
+
+bool logVerbose(std::string_view artifact) {
+  std::lock_guard<std::mutex> lock(settingsMutex());
+  return settings().verbose.count(artifact) > 0;
 }
 
 void logArtifact(std::string_view artifact, const std::string &text) {

@@ -12,6 +12,9 @@ namespace kiln {
 
 /// Whether `KILN_LOGS` names `artifact` (or "all").
 bool logEnabled(std::string_view artifact);
+/// Whether `KILN_LOGS` names `artifact` with a leading '+' ("+loop_ir"):
+/// print it at every stage, not only the main ones.
+bool logVerbose(std::string_view artifact);
 /// Prints `text` to stderr under a "[kiln:<artifact>]" header, and writes it
 /// to KILN_DUMP_DIR/<artifact>-<n>.txt when that is set.
 void logArtifact(std::string_view artifact, const std::string &text);

@@ -43,16 +43,10 @@ def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
             counters["fallbacks"] += 1
             _logging.log("breaks", f"kiln cannot take this graph, running it as it is: {error}")
             return _run_fx_graph(gm)
-        runner = None
-        if backend == "llvm":
-            try:
-                runner = _C.NativeRunner(imported.graph, imported.output_form)
-                counters["native_graphs"] += 1
-            except (_C.Unsupported, RuntimeError) as error:
-                # RuntimeError: a compiler bug must not break the program.
-                _logging.log("breaks", f"kiln runs this graph through torch's operators: {error}")
-        if runner is None:
-            runner = _C.EagerRunner(imported.graph, imported.output_form)
+        runner = _C.choose_runner(imported.graph, imported.output_form, backend,
+                                  "a torch.compile graph")
+        if runner.describe().startswith("native"):
+            counters["native_graphs"] += 1
     for note in imported.notes:
         _logging.log("meta", note)
     nodes = imported.graph.nodes()

@@ -1,13 +1,13 @@
 // The eager graph runner: executes a kiln graph node by node by calling
 // torch's own operators (torch.ops.<namespace>.<op>.<overload>) through the
 // CPython API. The reference backend, and the executor of extern nodes.
-// Depends on ir/, runtime/TorchCall.h and pybind11.
+// Depends on ir/, bridge/TorchCall.h and pybind11.
 #pragma once
 
+#include "bridge/GraphRunner.h"
+#include "bridge/PythonConversion.h"
+#include "bridge/TorchCall.h"
 #include "ir/Graph.h"
-#include "runtime/GraphRunner.h"
-#include "runtime/PythonConversion.h"
-#include "runtime/TorchCall.h"
 
 #include <memory>
 #include <string>

@@ -1,6 +1,7 @@
 // The extension module kiln._C: the Python face of the core (op registry,
-// graphs, meta inference) and of the runtime. Depends on ir/, runtime/,
+// graphs, meta inference) and of the runtime. Depends on ir/, bridge/,
 // frontend/ and pybind11.
+#include "bridge/PythonConversion.h"
 #include "frontend/CompiledFunction.h"
 #include "frontend/EvalFrameHook.h"
 #include "frontend/FxImporter.h"
@@ -8,7 +9,6 @@
 #include "ir/Graph.h"
 #include "ir/Logging.h"
 #include "ir/OpRegistry.h"
-#include "runtime/PythonConversion.h"
 
 #include <pybind11/stl.h>
 

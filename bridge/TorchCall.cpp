@@ -1,6 +1,6 @@
 // One call of torch's own operator for a graph node, resolved ahead of time.
-// Depends on ir/, runtime/PythonConversion.h and pybind11.
-#include "runtime/TorchCall.h"
+// Depends on ir/, bridge/PythonConversion.h and pybind11.
+#include "bridge/TorchCall.h"
 
 #include "ir/Error.h"
 

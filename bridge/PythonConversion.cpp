@@ -1,6 +1,6 @@
 // Conversions between Python objects and kiln's TensorMeta and Argument.
 // Depends on ir/ and pybind11; torch only through its Python API.
-#include "runtime/PythonConversion.h"
+#include "bridge/PythonConversion.h"
 
 #include "ir/Error.h"
 

@@ -1,12 +1,14 @@
 // Python bindings of the graph IR and the eager runner: build graphs from
 // Python (tests, tools), print and verify them, run them.
-// Depends on ir/, runtime/EagerRunner.h, runtime/NativeRunner.h,
-// runtime/PythonConversion.h, pybind11.
+// Depends on ir/, backend/cpu/CpuBackend.h (threads, kernel cache),
+// bridge/, pybind11.
+#include "backend/cpu/CpuBackend.h"
+#include "bridge/EagerRunner.h"
+#include "bridge/NativeRunner.h"
+#include "bridge/PythonConversion.h"
+#include "bridge/RunnerChoice.h"
 #include "ir/Error.h"
 #include "ir/Graph.h"
-#include "runtime/EagerRunner.h"
-#include "runtime/NativeRunner.h"
-#include "runtime/PythonConversion.h"
 
 #include <pybind11/stl.h>
 
@@ -272,6 +274,21 @@ void defineGraphBindings(py::module_ &module) {
       .def_property_readonly("compile_ms", &NativeRunner::compileMilliseconds,
                              "Milliseconds from graph to machine code.");
 
+  module.def(
+      "choose_runner",
+      [](std::shared_ptr<Graph> graph, const std::string &output,
+         const std::string &backend, const std::string &name) {
+        if (!graph)
+          throw py::type_error("choose_runner needs a kiln Graph, not None");
+        return std::shared_ptr<GraphRunner>(chooseGraphRunner(
+            std::move(graph), outputFormFromName(output), backend, "", name,
+            /*checkInputs=*/true));
+      },
+      "graph"_a, "output"_a = "tuple", "backend"_a = "llvm",
+      "name"_a = "a graph",
+      "The runner kiln's own frontend would choose for `graph`: native code "
+      "for backend 'llvm' where the graph compiles, else torch's operators "
+      "(the reason goes to KILN_LOGS=breaks).");
   module.def(
       "set_num_threads",
       [](int count) {

@@ -1,7 +1,7 @@
 // The eager graph runner: each Op and Extern node is a call of torch's own
 // operator, resolved once; values live in a vector indexed by slot number.
-// Depends on ir/, runtime/TorchCall.h and pybind11.
-#include "runtime/EagerRunner.h"
+// Depends on ir/, bridge/TorchCall.h and pybind11.
+#include "bridge/EagerRunner.h"
 
 #include "ir/Error.h"
 

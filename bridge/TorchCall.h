@@ -1,11 +1,11 @@
 // One call of torch's own operator for a graph node, resolved ahead of time:
 // the callable, fixed arguments as Python objects, tensors read from slots.
 // Shared by the eager runner and the native runner's extern steps.
-// Depends on ir/, runtime/PythonConversion.h and pybind11.
+// Depends on ir/, bridge/PythonConversion.h and pybind11.
 #pragma once
 
+#include "bridge/PythonConversion.h"
 #include "ir/Graph.h"
-#include "runtime/PythonConversion.h"
 
 #include <functional>
 #include <string>

@@ -1,0 +1,18 @@
+// The machine code of a compiled program's kernels, as every target hands
+// it to the runtime: run the kernel of one step on the buffers' addresses.
+// Depends on nothing.
+#pragma once
+
+#include <cstddef>
+
+namespace kiln::backend {
+
+class KernelCode {
+public:
+  virtual ~KernelCode() = default;
+  /// Runs the kernel of program step `stepIndex` (a Kernel step) on
+  /// `buffers`: the data address of every program buffer, by buffer number.
+  virtual void runKernel(size_t stepIndex, char *const *buffers) const = 0;
+};
+
+} // namespace kiln::backend

@@ -1,0 +1,95 @@
+// The whole path from a graph to machine code, as one list of stages, each
+// followed by the log that shows its result (KILN_LOGS=graph,loop_ir,
+// schedule; +loop_ir prints the loop IR after every stage).
+// Depends on ir/, passes/, backend/cpu/.
+#include "backend/Pipeline.h"
+
+#include "backend/cpu/CpuBackend.h"
+#include "ir/Logging.h"
+#include "passes/DeadCodeElimination.h"
+#include "passes/Lowering.h"
+#include "passes/Scheduler.h"
+
+#include <chrono>
+
+namespace kiln::backend {
+
+namespace {
+
+void logLoopIr(const loop::Program &program, const char *stage, bool main) {
+  if (logEnabled("loop_ir") && (main || logVerbose("loop_ir")))
+    logArtifact("loop_ir",
+                std::string("after ") + stage + "\n" + program.str());
+}
+
+/// The CPU's machine code as the runtime runs it.
+class CpuKernelCode : public KernelCode {
+public:
+  explicit CpuKernelCode(std::unique_ptr<CpuProgram> program)
+      : program_(std::move(program)) {}
+  void runKernel(size_t stepIndex, char *const *buffers) const override {
+    program_->runKernel(stepIndex, buffers);
+  }
+
+private:
+  std::unique_ptr<CpuProgram> program_;
+};
+
+} // namespace
+
+std::string Target::name() const {
+  switch (kind) {
+  case Kind::Cpu:
+    return "cpu";
+  }
+  return "unknown";
+}
+
+void cleanUpGraph(Graph &graph) { passes::eliminateDeadCode(graph); }
+
+std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
+                                            const Target &target) {
+  auto start = std::chrono::steady_clock::now();
+  auto compiled = std::make_unique<CompiledGraph>();
+  compiled->target = target;
+  loop::Program &program = compiled->program;
+
+  cleanUpGraph(*graph);
+  if (logVerbose("graph"))
+    logArtifact("graph", "after clean-up\n" + graph->str());
+
+  program = lowerGraph(std::move(graph));
+  logLoopIr(program, "lowering", true);
+
+  simplifyIndices(program);
+  logLoopIr(program, "index simplification", false);
+  fuseKernels(program);
+  logLoopIr(program, "fusion", false);
+  chooseLoopOrder(program);
+  logLoopIr(program, "loop order", false);
+  simplifyIndices(program); // coalesced and dropped loops change the ranges
+  // Kernels whose domains only now agree (a reduction over [2, 8, 256]
+  // coalesced to [16, 256], and its epilogue over a [16, 256, 256] view)
+  // fuse on the second try.
+  fuseKernels(program);
+  logLoopIr(program, "second fusion", false);
+  planMemory(program);
+  logLoopIr(program, "memory planning", true);
+
+  switch (target.kind) {
+  case Target::Kind::Cpu: {
+    if (logEnabled("schedule"))
+      logArtifact("schedule", scheduleSummary(program));
+    compiled->code =
+        std::make_unique<CpuKernelCode>(CpuProgram::compile(program));
+    break;
+  }
+  }
+
+  compiled->compileMilliseconds = std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count();
+  return compiled;
+}
+
+} // namespace kiln::backend

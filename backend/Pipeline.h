@@ -1,0 +1,48 @@
+// The whole path from a graph to machine code, as one list of stages for a
+// target: graph clean-up, lowering, index simplification, fusion, loop
+// order, memory planning, the target's schedule, code generation.
+// Depends on ir/, passes/, backend/KernelCode.h.
+#pragma once
+
+#include "backend/KernelCode.h"
+#include "ir/Graph.h"
+#include "ir/LoopIR.h"
+
+#include <memory>
+#include <string>
+
+namespace kiln::backend {
+
+/// What a program is compiled for. The CPU is the only target so far; the
+/// GPU (NVPTX) will be another.
+struct Target {
+  enum class Kind : uint8_t { Cpu } kind = Kind::Cpu;
+
+  /// The target that runs tensors on `device`; throws kiln::Unsupported for
+  /// devices kiln does not compile for.
+  static Target forDevice(const Device &device);
+  std::string name() const;
+};
+
+/// A graph compiled for a target: its loop-IR program and the machine code
+/// of its kernels (freed with this object).
+struct CompiledGraph {
+  loop::Program program;
+  std::unique_ptr<KernelCode> code;
+  Target target;
+  /// Milliseconds from graph to runnable code.
+  double compileMilliseconds = 0;
+};
+
+/// Graph clean-up: removes what no output or side effect needs. The first
+/// stage of compileGraph; a graph that runs through torch instead gets it
+/// here.
+void cleanUpGraph(Graph &graph);
+
+/// Compiles `graph` (cleaned up in place first) for `target`. Throws
+/// kiln::Unsupported when the graph cannot run natively (an op or dtype the
+/// code generator refuses); callers run it through torch then.
+std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
+                                            const Target &target);
+
+} // namespace kiln::backend

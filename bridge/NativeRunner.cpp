@@ -1,0 +1,215 @@
+// The native graph runner: buffers are torch tensors (inputs, outputs,
+// extern operands and results) or places in a per-call workspace
+// (temporaries); the runtime's executor runs the steps.
+// Depends on runtime/, bridge/TorchCall.h and pybind11.
+#include "bridge/NativeRunner.h"
+
+#include "bridge/EagerRunner.h"
+#include "ir/Error.h"
+#include "runtime/ProgramExecutor.h"
+
+namespace kiln::python {
+
+using loop::Buffer;
+using loop::BufferKind;
+using loop::Step;
+
+namespace {
+
+char *dataPointer(PyObject *tensor) {
+  static PyObject *name = PyUnicode_InternFromString("data_ptr");
+  PyObject *address = PyObject_CallMethodNoArgs(tensor, name);
+  if (!address)
+    throw py::error_already_set();
+  auto value = PyLong_AsUnsignedLongLong(address);
+  Py_DECREF(address);
+  return reinterpret_cast<char *>(static_cast<uintptr_t>(value));
+}
+
+py::tuple tupleOf(const Shape &values) {
+  py::tuple tuple(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    tuple[i] = py::int_(values[i]);
+  return tuple;
+}
+
+// Strides matter only for dimensions with more than one element, and not
+// at all for empty tensors.
+bool sameLayout(const TensorMeta &actual, const TensorMeta &expected) {
+  if (actual.dtype != expected.dtype || actual.sizes != expected.sizes)
+    return false;
+  if (expected.numel() == 0)
+    return true;
+  for (size_t d = 0; d < expected.sizes.size(); ++d)
+    if (expected.sizes[d] > 1 && actual.strides[d] != expected.strides[d])
+      return false;
+  return true;
+}
+
+} // namespace
+
+/// A call's buffers as torch tensors: inputs, allocations (torch's
+/// empty_strided), extern results, views that leave the kernels.
+class NativeRunner::TorchHost : public runtime::ExecutionHost {
+public:
+  TorchHost(const NativeRunner &runner, std::vector<py::object> &slots)
+      : runner_(runner), slots_(slots) {}
+
+  char *allocate(int64_t buffer) override {
+    static PyObject *dtypeKeyword = [] {
+      PyObject *names = PyTuple_New(1);
+      PyTuple_SET_ITEM(names, 0, PyUnicode_InternFromString("dtype"));
+      return names;
+    }();
+    const Allocation &allocation = runner_.allocations_[buffer];
+    PyObject *arguments[] = {nullptr, allocation.sizes.ptr(),
+                             allocation.strides.ptr(),
+                             runner_.dtypes_[buffer].ptr()};
+    PyObject *tensor =
+        PyObject_Vectorcall(runner_.emptyStrided_.ptr(), arguments + 1,
+                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, dtypeKeyword);
+    if (!tensor)
+      throw py::error_already_set();
+    slots_[buffer] = py::reinterpret_steal<py::object>(tensor);
+    return dataPointer(tensor);
+  }
+
+  void runExtern(size_t step, std::vector<char *> &addresses) override {
+    const Step &external = runner_.program().steps[step];
+    std::vector<int32_t> resultSlots(external.results.begin(),
+                                     external.results.end());
+    runner_.externs_[step]->run(slots_, resultSlots);
+    for (int32_t result : resultSlots)
+      if (slots_[result])
+        addresses[result] = dataPointer(slots_[result].ptr());
+    for (int64_t result : runner_.compiled_->resultsReadByKernels(step))
+      conformLayout(result, addresses);
+  }
+
+  void viewReady(int64_t view, std::vector<char *> &) override {
+    if (!runner_.compiled_->viewLeavesKernels(view))
+      return;
+    const Buffer &buffer = runner_.program().buffers[view];
+    py::object base = slots_[buffer.base];
+    int64_t baseOffset = base.attr("storage_offset")().cast<int64_t>();
+    slots_[view] = base.attr("as_strided")(
+        tupleOf(buffer.meta.sizes), tupleOf(buffer.meta.strides),
+        baseOffset + buffer.meta.storageOffset);
+  }
+
+private:
+  // Torch may choose other strides than its meta function: copy into the
+  // layout the kernels were compiled for.
+  void conformLayout(int64_t bufferIndex, std::vector<char *> &addresses) {
+    const Buffer &buffer = runner_.program().buffers[bufferIndex];
+    TensorMeta actual = tensorMetaOf(slots_[bufferIndex]);
+    if (sameLayout(actual, buffer.meta))
+      return;
+    if (actual.sizes != buffer.meta.sizes || actual.dtype != buffer.dtype())
+      throw Error("kiln: an extern call returned " + actual.str() +
+                  " where the graph expects " + buffer.meta.str());
+    using namespace pybind11::literals;
+    py::object copy = runner_.emptyStrided_(
+        tupleOf(buffer.meta.sizes), tupleOf(buffer.meta.strides),
+        "dtype"_a = runner_.dtypes_[bufferIndex]);
+    copy.attr("copy_")(slots_[bufferIndex]);
+    slots_[bufferIndex] = copy;
+    addresses[bufferIndex] = dataPointer(copy.ptr());
+  }
+
+  const NativeRunner &runner_;
+  std::vector<py::object> &slots_;
+};
+
+NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
+                           bool checkInputs)
+    : outputForm_(outputForm), checkInputs_(checkInputs) {
+  if (!graph)
+    throw Error("native runner: no graph");
+  if (outputForm_ == OutputForm::Single && graph->outputs().size() != 1)
+    throw Error("native runner: a single output was asked for, but the "
+                "graph has " +
+                std::to_string(graph->outputs().size()));
+  compiled_ = std::make_unique<runtime::CompiledProgram>(
+      backend::compileGraph(std::move(graph), backend::Target{}),
+      runtime::CpuDevice::get());
+  const loop::Program &program = compiled_->program();
+  size_t count = program.buffers.size();
+  emptyStrided_ = TorchHandles::get().torch.attr("empty_strided");
+  constants_.resize(count);
+  dtypes_.resize(count);
+  allocations_.resize(count);
+  for (size_t b = 0; b < count; ++b) {
+    const Buffer &buffer = program.buffers[b];
+    dtypes_[b] = dtypeToTorch(buffer.dtype());
+    if (buffer.kind == BufferKind::Constant)
+      constants_[b] = constantTensor(*buffer.constant);
+  }
+  for (int64_t b : compiled_->allocatedBuffers())
+    allocations_[b] = {tupleOf(program.buffers[b].meta.sizes),
+                       tupleOf(program.buffers[b].meta.strides)};
+
+  // Extern steps: operands read from buffer slots.
+  auto tensorOperand = [&](Value *value) {
+    CallOperand operand;
+    operand.slot = static_cast<int32_t>(program.bufferOf.at(value));
+    return operand;
+  };
+  externs_.resize(program.steps.size());
+  for (size_t s = 0; s < program.steps.size(); ++s)
+    if (program.steps[s].kind == Step::Kind::Extern)
+      externs_[s].emplace(*program.steps[s].node, tensorOperand);
+  for (const loop::ProgramOutput &output : program.outputs) {
+    CallOperand operand;
+    if (output.buffer >= 0) {
+      operand.slot = static_cast<int32_t>(output.buffer);
+    } else {
+      operand.fixed =
+          argumentToPython(output.constant, [](Value *) -> py::object {
+            throw Error("native runner: a tensor output has no buffer");
+          });
+    }
+    outputs_.push_back(std::move(operand));
+  }
+}
+
+void NativeRunner::checkInput(size_t index, PyObject *tensor) const {
+  if (!isTensor(tensor))
+    throw py::type_error("kiln: input " + std::to_string(index) +
+                         " of the compiled graph must be a tensor");
+  int64_t bufferIndex = compiled_->inputBuffer(index);
+  const Buffer &buffer = program().buffers[bufferIndex];
+  TensorMeta actual = tensorMetaOf(tensor);
+  if (actual.device != buffer.meta.device || !sameLayout(actual, buffer.meta))
+    throw py::value_error(
+        "kiln: input " + std::to_string(index) + " is " + actual.str() +
+        " on " + actual.device.str() + ", but the graph was compiled for " +
+        buffer.meta.str() + "; compile again for these inputs");
+}
+
+py::object NativeRunner::run(PyObject *const *inputs, size_t count) const {
+  if (count != compiled_->inputCount())
+    throw py::type_error("kiln: the compiled graph takes " +
+                         std::to_string(compiled_->inputCount()) +
+                         " inputs, got " + std::to_string(count));
+  std::vector<py::object> slots(constants_);
+  std::vector<char *> inputAddresses(count, nullptr);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t b = compiled_->inputBuffer(i);
+    if (b < 0)
+      continue;
+    if (checkInputs_)
+      checkInput(i, inputs[i]);
+    slots[b] = py::reinterpret_borrow<py::object>(inputs[i]);
+    inputAddresses[i] = dataPointer(inputs[i]);
+  }
+  TorchHost host(*this, slots);
+  std::vector<char *> addresses;
+  runtime::runProgram(*compiled_, inputAddresses.data(), count, host,
+                      addresses);
+  return packOutputs(outputForm_, outputs_, slots);
+}
+
+std::string NativeRunner::describe() const { return compiled_->describe(); }
+
+} // namespace kiln::python

@@ -1,0 +1,55 @@
+// The native graph runner: runs a compiled program through the runtime's
+// executor, with torch tensors as its buffers. It reads tensors through
+// torch's Python API (no libtorch linked), allocates outputs as torch
+// tensors, runs extern steps through torch, and returns the outputs with
+// eager's dtypes, shapes, strides and aliasing.
+// Depends on runtime/, bridge/TorchCall.h and pybind11.
+#pragma once
+
+#include "bridge/GraphRunner.h"
+#include "bridge/TorchCall.h"
+#include "runtime/CompiledProgram.h"
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace kiln::python {
+
+class NativeRunner : public GraphRunner {
+public:
+  /// Compiles `graph` (cleaned up in place) for the CPU; throws
+  /// kiln::Unsupported when it cannot run natively. With `checkInputs`,
+  /// every call checks its inputs' dtypes, sizes and strides against the
+  /// graph's (kiln's frontend guards them already).
+  NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
+               bool checkInputs);
+
+  py::object run(PyObject *const *inputs, size_t count) const override;
+  std::string describe() const override;
+
+  const loop::Program &program() const { return compiled_->program(); }
+  double compileMilliseconds() const {
+    return compiled_->compileMilliseconds();
+  }
+
+private:
+  class TorchHost;
+  struct Allocation {
+    py::tuple sizes, strides;
+  };
+
+  void checkInput(size_t index, PyObject *tensor) const;
+
+  std::unique_ptr<runtime::CompiledProgram> compiled_;
+  OutputForm outputForm_;
+  bool checkInputs_;
+  std::vector<py::object> constants_; // per buffer (constants only)
+  py::object emptyStrided_;
+  std::vector<Allocation> allocations_;           // per buffer a call allocates
+  std::vector<std::optional<TorchCall>> externs_; // per step
+  std::vector<CallOperand> outputs_;
+  std::vector<py::object> dtypes_; // per buffer: torch dtype
+};
+
+} // namespace kiln::python

@@ -1,0 +1,118 @@
+// Works out once what every call of a compiled program needs.
+// Depends on runtime/CompiledProgram.h, ir/Error.h.
+#include "runtime/CompiledProgram.h"
+
+#include "ir/Error.h"
+
+#include <sstream>
+
+namespace kiln::runtime {
+
+using loop::Buffer;
+using loop::BufferKind;
+using loop::Step;
+
+CompiledProgram::CompiledProgram(
+    std::unique_ptr<backend::CompiledGraph> compiled, Device &device)
+    : compiled_(std::move(compiled)), device_(device) {
+  if (!compiled_ || !compiled_->code)
+    throw Error("compiled program: no code");
+  const loop::Program &program = compiled_->program;
+  size_t count = program.buffers.size();
+  inputBuffers_.assign(program.graph ? program.graph->inputs().size() : 0, -1);
+  viewsReadyAfter_.resize(program.steps.size() + 1);
+  resultsReadByKernels_.resize(program.steps.size());
+  viewLeavesKernels_.assign(count, false);
+
+  std::vector<int64_t> producedBy(count, -1);
+  for (size_t s = 0; s < program.steps.size(); ++s)
+    for (int64_t result : program.steps[s].results)
+      producedBy[result] = static_cast<int64_t>(s);
+
+  for (size_t b = 0; b < count; ++b) {
+    const Buffer &buffer = program.buffers[b];
+    switch (buffer.kind) {
+    case BufferKind::Input:
+      if (buffer.graphInput < 0 ||
+          buffer.graphInput >= static_cast<int64_t>(inputBuffers_.size()))
+        throw Error("compiled program: buffer " + buffer.name +
+                    " names no graph input");
+      inputBuffers_[buffer.graphInput] = static_cast<int64_t>(b);
+      break;
+    case BufferKind::Constant:
+      if (!buffer.constant)
+        throw Error("compiled program: constant " + buffer.name +
+                    " has no data");
+      break;
+    case BufferKind::Tensor:
+      if (producedBy[b] < 0)
+        allocatedBuffers_.push_back(static_cast<int64_t>(b));
+      break;
+    case BufferKind::View: {
+      int64_t root = buffer.base;
+      while (program.buffers.at(root).kind == BufferKind::View)
+        root = program.buffers[root].base;
+      viewsReadyAfter_[producedBy[root] + 1].push_back(static_cast<int64_t>(b));
+      break;
+    }
+    case BufferKind::Temporary:
+      break;
+    }
+  }
+
+  auto leavesKernels = [&](int64_t buffer, const char *reader) {
+    const Buffer &read = program.buffers[buffer];
+    if (read.kind == BufferKind::Temporary)
+      throw Error(std::string("compiled program: ") + reader +
+                  " reads temporary " + read.name);
+    if (read.kind == BufferKind::View)
+      viewLeavesKernels_[buffer] = true;
+  };
+  std::vector<bool> readByKernel(count, false);
+  for (const Step &step : program.steps) {
+    if (step.kind == Step::Kind::Kernel) {
+      loop::forEachExpr(step.kernel, [&](const loop::Expr *expr) {
+        for (const loop::Expr *load : loop::loadsOf(expr))
+          readByKernel[load->id()] = true;
+      });
+      continue;
+    }
+    for (Value *operand : step.node->operands()) {
+      auto found = program.bufferOf.find(operand);
+      if (found == program.bufferOf.end())
+        throw Error("compiled program: %" + operand->name() +
+                    " has no buffer for an extern to read");
+      leavesKernels(found->second, "an extern");
+    }
+  }
+  for (size_t b = 0; b < count; ++b)
+    if (readByKernel[b] && program.buffers[b].kind == BufferKind::View)
+      readByKernel[program.buffers[b].base] = true;
+  for (size_t s = 0; s < program.steps.size(); ++s)
+    for (int64_t result : program.steps[s].results)
+      if (readByKernel[result])
+        resultsReadByKernels_[s].push_back(result);
+  for (const loop::ProgramOutput &output : program.outputs)
+    if (output.buffer >= 0)
+      leavesKernels(output.buffer, "an output");
+}
+
+std::string CompiledProgram::describe() const {
+  int kernels = 0;
+  std::vector<std::string> externs;
+  for (const Step &step : program().steps) {
+    if (step.kind == Step::Kind::Kernel)
+      ++kernels;
+    else
+      externs.push_back(step.node->schema()->qualifiedName());
+  }
+  std::ostringstream out;
+  out << "native: " << kernels << " kernel(s), " << externs.size()
+      << " extern(s)";
+  for (size_t i = 0; i < externs.size(); ++i)
+    out << (i ? ", " : " [") << externs[i]
+        << (i + 1 == externs.size() ? "]" : "");
+  return out.str();
+}
+
+} // namespace kiln::runtime

@@ -1,0 +1,66 @@
+// Runs a compiled program from raw buffers (address, dtype, sizes,
+// strides): inputs' addresses, buffers a call allocates, the workspace,
+// views, then the kernels and extern calls in order. No Python: the host
+// (the Python bridge, an exported program's caller) says where allocated
+// buffers live and how extern steps run.
+// Depends on runtime/CompiledProgram.h.
+#pragma once
+
+#include "runtime/CompiledProgram.h"
+
+#include <memory>
+#include <vector>
+
+namespace kiln::runtime {
+
+/// A tensor as raw memory: the address of its element 0 (after any storage
+/// offset), its dtype, sizes and strides in elements.
+struct TensorBuffer {
+  char *data = nullptr;
+  DType dtype = DType::Float32;
+  Shape sizes;
+  Shape strides;
+};
+
+/// What a run needs from its caller besides the inputs.
+class ExecutionHost {
+public:
+  virtual ~ExecutionHost() = default;
+  /// Memory for a Tensor buffer no step produces (an output, an extern's
+  /// operand), with the buffer's layout.
+  virtual char *allocate(int64_t buffer) = 0;
+  /// Runs extern step `step` (an op kiln does not compile) on the buffers
+  /// at `addresses`, and sets the address of each of its results.
+  virtual void runExtern(size_t step, std::vector<char *> &addresses) = 0;
+  /// View buffer `buffer` now has its address (for hosts that keep a tensor
+  /// per buffer).
+  virtual void viewReady(int64_t /*buffer*/,
+                         std::vector<char *> & /*addresses*/) {}
+};
+
+/// Throws kiln::Error when `tensor` is not what graph input `index` of
+/// `program` was compiled for (dtype, sizes, strides where a dimension has
+/// more than one element).
+void checkInput(const CompiledProgram &program, size_t index,
+                const TensorBuffer &tensor);
+
+/// Runs `program` with `inputAddresses[i]` the address of graph input i.
+/// Every buffer's address ends in `addresses` (indexed by buffer number).
+void runProgram(const CompiledProgram &program, char *const *inputAddresses,
+                size_t inputCount, ExecutionHost &host,
+                std::vector<char *> &addresses);
+
+/// The outputs of a run without a host: tensors on the program's device,
+/// allocated by the run (freed with this object) or views of the inputs.
+struct ProgramOutputs {
+  std::vector<TensorBuffer> tensors;
+  std::vector<std::shared_ptr<char>> memory;
+};
+
+/// Runs `program` on `inputs` (checked) with outputs allocated on its
+/// device. Throws kiln::Unsupported for a program with extern steps or a
+/// non-tensor output, which need a host.
+ProgramOutputs runProgram(const CompiledProgram &program,
+                          const std::vector<TensorBuffer> &inputs);
+
+} // namespace kiln::runtime
