@@ -9,10 +9,10 @@
 #include "backend/cpu/CpuKernelEmitter.h"
 #include "backend/cpu/MathLibrary.h"
 #include "backend/cpu/ThreadPool.h"
+#include "backend/llvm/KernelKey.h"
 #include "ir/Error.h"
 #include "ir/Logging.h"
 
-#include <llvm/IR/InstIterator.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -110,37 +110,6 @@ struct KernelCache {
 KernelCache &kernelCache() {
   static KernelCache *cache = new KernelCache(); // outlives every program
   return *cache;
-}
-
-/// The key of a kernel: its function's LLVM IR before optimisation, under
-/// one name. The IR is all its code depends on (the host is the process's).
-std::string kernelKey(llvm::Function &function) {
-  std::string name = function.getName().str();
-  function.setName("kiln_kernel");
-  std::string text;
-  llvm::raw_string_ostream stream(text);
-  function.print(stream);
-  function.setName(name);
-  // The define line names its attributes by a module-wide group number:
-  // spell them out instead.
-  size_t lineEnd = text.find('\n', text.find("define "));
-  size_t group = text.rfind(" #", lineEnd);
-  if (lineEnd != std::string::npos && group != std::string::npos &&
-      group > text.find("define "))
-    text.replace(group, text.find(" {", group) - group,
-                 " " + function.getAttributes().getAsString(
-                           llvm::AttributeList::FunctionIndex));
-  // Metadata prints as slot numbers: add what each attachment holds.
-  llvm::SmallVector<std::pair<unsigned, llvm::MDNode *>, 4> attached;
-  for (llvm::Instruction &instruction : llvm::instructions(function)) {
-    instruction.getAllMetadata(attached);
-    for (const auto &[kind, node] : attached) {
-      stream << kind << ' ';
-      node->print(stream, function.getParent());
-      stream << '\n';
-    }
-  }
-  return text;
 }
 
 struct CompiledKernel {

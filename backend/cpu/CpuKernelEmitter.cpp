@@ -4,13 +4,13 @@
 // tails as the kernel's CpuSchedule record says, contiguous vector loads and
 // masked gathers, non-temporal stores and sfence, inline float32 math and
 // SLEEF, blocked Kahan sums and carried values in stack arrays.
-// Depends on backend/cpu/CpuKernelEmitter.h, backend/cpu/InlineMath.h,
+// Depends on backend/cpu/CpuKernelEmitter.h, backend/llvm/InlineMath.h,
 // backend/cpu/MathLibrary.h, backend/llvm/*.h, LLVM.
 #include "backend/cpu/CpuKernelEmitter.h"
 
-#include "backend/cpu/InlineMath.h"
 #include "backend/cpu/MathLibrary.h"
 #include "backend/llvm/ExprEmitter.h"
+#include "backend/llvm/InlineMath.h"
 #include "backend/llvm/LoopEmitter.h"
 #include "backend/llvm/MathFunctionName.h"
 #include "backend/llvm/ReductionAlgebra.h"
