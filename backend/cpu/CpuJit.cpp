@@ -1,7 +1,5 @@
-// kiln's one JIT over ORC LLJIT, compiling for the host CPU with its
-// features; every added module's code lives under its own resource tracker
-// in the main JITDylib. Depends on backend/cpu/CpuJit.h,
-// backend/cpu/MathLibrary.h, backend/LlvmTargets.h, LLVM.
+// kiln's one JIT over ORC LLJIT: each module under its own resource tracker.
+// Depends on backend/cpu/{CpuJit,MathLibrary}.h, backend/LlvmTargets.h, LLVM.
 #include "backend/cpu/CpuJit.h"
 
 #include "backend/LlvmErrors.h"

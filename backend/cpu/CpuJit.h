@@ -1,6 +1,5 @@
-// kiln's one JIT: LLVM modules in, machine code for the host CPU out,
-// through ORC LLJIT, with the math library's functions defined. Each added
-// module's code lives until the last holder of its JitCode lets go.
+// kiln's one JIT: LLVM modules in, host machine code out (ORC LLJIT, math
+// library defined); a module's code lives while its JitCode is held.
 // Depends on backend/cpu/HostTarget.h and LLVM.
 #pragma once
 

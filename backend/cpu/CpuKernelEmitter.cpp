@@ -1,11 +1,6 @@
-// Emits one loop-IR kernel as an LLVM function for the host CPU, on the
-// shared LLVM layer (backend/llvm/): the CPU's own part is the calling
-// convention `(char **buffers, begin, end)`, explicit vector loops and scalar
-// tails as the kernel's CpuSchedule record says, contiguous vector loads and
-// masked gathers, non-temporal stores and sfence, inline float32 math and
-// SLEEF, blocked Kahan sums and carried values in stack arrays.
-// Depends on backend/cpu/CpuKernelEmitter.h, backend/llvm/InlineMath.h,
-// backend/cpu/MathLibrary.h, backend/llvm/*.h, LLVM.
+// One loop-IR kernel as a host-CPU LLVM function on backend/llvm/: the CPU's
+// vectors, gathers, streaming stores, SLEEF, Kahan blocks, carried values.
+// Depends on backend/cpu/*.h, backend/llvm/*.h, ir/, LLVM.
 #include "backend/cpu/CpuKernelEmitter.h"
 
 #include "backend/cpu/MathLibrary.h"
@@ -22,16 +17,14 @@
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
-#include <functional>
 #include <limits>
+#include <tuple>
 #include <unordered_map>
 
 namespace kiln::backend {
 namespace {
 
-using loop::BinaryOp;
 using loop::Expr;
-using loop::ExprKind;
 using loop::ReduceOp;
 using loop::UnaryOp;
 

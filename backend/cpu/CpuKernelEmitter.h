@@ -1,10 +1,6 @@
-// Turns one kernel of the loop IR into an LLVM function
-// `void name(char *const *buffers, int64_t begin, int64_t end)` for the host
-// CPU, as its CpuSchedule record says (vector strategy, widths, parallel
-// split, streaming stores, carried values); `buffers` holds the data
-// pointers of the buffers it uses.
-// Depends on backend/cpu/CpuSchedule.h, backend/cpu/HostTarget.h,
-// backend/cpu/MathLibrary.h, ir/LoopIR.h and LLVM.
+// One loop-IR kernel as an LLVM function `void name(char *const *buffers,
+// int64_t begin, int64_t end)` for the host CPU, as its CpuSchedule says.
+// Depends on backend/cpu/{CpuSchedule,HostTarget}.h, ir/LoopIR.h, LLVM.
 #pragma once
 
 #include "backend/cpu/CpuSchedule.h"

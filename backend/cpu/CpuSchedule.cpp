@@ -1,7 +1,7 @@
-// The CPU schedule pass: the vector strategy by instruction estimates, the
-// parallel split, streaming stores and carried values, per kernel.
-// Depends on backend/cpu/CpuSchedule.h, backend/llvm/LlvmTypes.h (dtype
-// sizes), backend/llvm/MathFunctionName.h, ir/.
+// The CPU schedule pass: vector strategy by instruction estimates, parallel
+// split, streaming stores and carried values, per kernel.
+// Depends on backend/cpu/CpuSchedule.h, backend/llvm/LlvmTypes.h,
+// backend/llvm/MathFunctionName.h, ir/.
 #include "backend/cpu/CpuSchedule.h"
 
 #include "backend/llvm/LlvmTypes.h"

@@ -1,8 +1,5 @@
-// The CPU schedule pass: how each kernel of a loop-IR program runs on the
-// host (vector strategy, lanes, unroll, the outer loops split across
-// threads, the store that streams past the caches, the values carried from
-// one loop to the next), decided before code generation and kept as data
-// that KILN_LOGS=schedule prints and tests check.
+// The CPU schedule pass: per kernel, vector strategy, lanes, unroll, parallel
+// split, streamed store and carried values, as data to print and to test.
 // Depends on backend/cpu/HostTarget.h, ir/LoopIR.h.
 #pragma once
 

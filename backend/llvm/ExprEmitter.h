@@ -1,10 +1,6 @@
-// Emits the body of a loop-IR kernel, one expression at a time, as LLVM IR
-// for any LLVM target (XLA's ElementalIrEmitter): arithmetic with torch's
-// integer and float division rules, powers, casts, where, loads, at one lane
-// or at a vector of lanes over one loop variable. Targets subclass it and
-// fill in the hooks: how a buffer becomes an address and a load, and how a
-// math function is computed. Depends on backend/llvm/LlvmTypes.h,
-// backend/llvm/LoopEmitter.h, ir/LoopIR.h, LLVM.
+// Loop-IR expressions as LLVM IR for any target (XLA's ElementalIrEmitter);
+// hooks for loads, math functions and reuse; stores and loops are targets'.
+// Depends on backend/llvm/{LlvmTypes,LoopEmitter}.h, ir/LoopIR.h, LLVM.
 #pragma once
 
 #include "backend/llvm/LlvmTypes.h"

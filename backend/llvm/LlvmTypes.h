@@ -1,7 +1,6 @@
-// kiln's dtypes as LLVM IR, the same for every LLVM target: the type a value
-// is computed in and the one it is stored in, vectors of lanes, splats,
-// constants, rounding to half and bfloat16, and conversions to and from
-// storage. Depends on ir/DType.h, ir/LoopIR.h, LLVM.
+// kiln's dtypes as LLVM IR for any target: compute and storage types, lanes,
+// splats, constants, half/bfloat16 rounding, conversions to and from storage.
+// Depends on ir/DType.h, ir/LoopIR.h, LLVM.
 #pragma once
 
 #include "ir/DType.h"

@@ -1,7 +1,6 @@
 // Which unary loop-IR ops are math-library functions, by the C library's
-// double-precision name ("exp", "log1p", ...): every target calls them by
-// these names (CPU: inline math, SLEEF or libm; GPU: libdevice), and the
-// CPU schedule counts them as expensive. Depends on ir/LoopIR.h.
+// name ("exp"): what targets call (SLEEF, libm, libdevice) and the CPU
+// schedule counts as expensive. Depends on ir/LoopIR.h.
 #pragma once
 
 #include "ir/LoopIR.h"

@@ -1,7 +1,5 @@
-// The reduction algebra as LLVM IR, for every LLVM target: each reduction's
-// identity, how two partial results combine (NaN-propagating max and min,
-// argmax/argmin with first-index ties) and the dtype it accumulates in.
-// Depends on backend/llvm/ReductionAlgebra.h, ir/, LLVM.
+// The reduction algebra as LLVM IR: NaN-propagating max/min, first-index
+// argmax/argmin ties. Depends on backend/llvm/ReductionAlgebra.h, ir/, LLVM.
 #include "backend/llvm/ReductionAlgebra.h"
 
 #include "ir/Error.h"

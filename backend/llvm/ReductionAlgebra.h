@@ -1,6 +1,5 @@
-// The reduction algebra as LLVM IR, the same for every LLVM target: each
-// reduction's identity, how two partial results combine (argmax/argmin with
-// their positions), lane narrowing, and the dtype a reduction accumulates in.
+// The reduction algebra as LLVM IR for any target: identities, combining
+// (argmax/argmin with positions), lane narrowing, accumulator dtypes.
 // Depends on backend/llvm/LlvmTypes.h, ir/LoopIR.h, LLVM.
 #pragma once
 
