@@ -1,8 +1,9 @@
 // The CPU backend: compiles the kernels of a loop-IR program to machine code
 // (LLVM IR, the new pass manager, ORC LLJIT) and runs them on a thread pool.
-// Depends on ir/LoopIR.h.
+// Depends on backend/cpu/CpuSchedule.h, ir/LoopIR.h.
 #pragma once
 
+#include "backend/cpu/CpuSchedule.h"
 #include "ir/LoopIR.h"
 
 #include <memory>
@@ -17,6 +18,10 @@ public:
   /// LLVM module, optimised with the new pass manager at O2-like level,
   /// JIT-compiled by ORC).
   /// Throws kiln::Unsupported for what the codegen cannot do.
+  /// Kernels run as `schedule` (scheduleForCpu of this program) says.
+  static std::unique_ptr<CpuProgram> compile(const loop::Program &program,
+                                             const CpuSchedule &schedule);
+  /// The same under the program's schedule for this host.
   static std::unique_ptr<CpuProgram> compile(const loop::Program &program);
   ~CpuProgram();
   /// Runs the kernel of step `stepIndex` (must be a Kernel step) on

@@ -1,6 +1,6 @@
 // Proves both LLVM targets are linked: a function JIT-compiled for the host
 // runs, and a kernel compiles to PTX for sm_80.
-#include "backend/cpu/OrcJit.h"
+#include "backend/cpu/CpuJit.h"
 #include "backend/nvptx/PtxEmitter.h"
 #include "ir/Error.h"
 
@@ -31,19 +31,19 @@ std::unique_ptr<llvm::Module> buildAxpy(llvm::LLVMContext &context) {
 
 } // namespace
 
-TEST(OrcJit, CompilesAndRunsAHostFunction) {
-  backend::OrcJit jit;
+TEST(CpuJit, CompilesAndRunsAHostFunction) {
+  backend::CpuJit jit;
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = buildAxpy(*context);
-  jit.addModule(std::move(module), std::move(context));
+  auto code = jit.addModule(std::move(module), std::move(context));
   auto axpy =
       reinterpret_cast<float (*)(float, float, float)>(jit.lookup("axpy"));
   EXPECT_FLOAT_EQ(axpy(2.0f, 3.0f, 1.0f), 7.0f);
   EXPECT_NE(jit.targetTriple().find("x86_64"), std::string::npos);
 }
 
-TEST(OrcJit, MissingSymbolIsAnError) {
-  backend::OrcJit jit;
+TEST(CpuJit, MissingSymbolIsAnError) {
+  backend::CpuJit jit;
   EXPECT_THROW(jit.lookup("no_such_function"), Error);
 }
 

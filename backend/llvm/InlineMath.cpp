@@ -1,6 +1,6 @@
 // Float32 exp, tanh and erf as inline LLVM IR.
-// Depends on backend/cpu/InlineMath.h and LLVM.
-#include "backend/cpu/InlineMath.h"
+// Depends on backend/llvm/InlineMath.h and LLVM.
+#include "backend/llvm/InlineMath.h"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>

@@ -1,0 +1,99 @@
+// kiln's one JIT over ORC LLJIT: each module under its own resource tracker.
+// Depends on backend/cpu/{CpuJit,MathLibrary}.h, backend/LlvmTargets.h, LLVM.
+#include "backend/cpu/CpuJit.h"
+
+#include "backend/LlvmErrors.h"
+#include "backend/LlvmTargets.h"
+#include "backend/cpu/MathLibrary.h"
+#include "ir/Error.h"
+
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Target/TargetMachine.h>
+
+namespace kiln::backend {
+
+class JitCode {
+public:
+  explicit JitCode(llvm::orc::ResourceTrackerSP tracker)
+      : tracker_(std::move(tracker)) {}
+  ~JitCode() {
+    if (tracker_)
+      llvm::consumeError(tracker_->remove());
+  }
+
+private:
+  friend class CpuJit;
+  llvm::orc::ResourceTrackerSP tracker_;
+};
+
+CpuJit &CpuJit::instance() {
+  static CpuJit *shared = new CpuJit();
+  return *shared;
+}
+
+CpuJit::CpuJit() {
+  initializeLlvmTargets();
+  host_ = hostTarget();
+  auto builder = unwrapLlvm(llvm::orc::JITTargetMachineBuilder::detectHost(),
+                            "cannot describe the host CPU to LLVM");
+  builder.setCPU(host_.cpuName);
+  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
+  machine_ = unwrapLlvm(builder.createTargetMachine(),
+                        "cannot create an LLVM target machine for the host");
+  jit_ = unwrapLlvm(llvm::orc::LLJITBuilder()
+                        .setJITTargetMachineBuilder(std::move(builder))
+                        .create(),
+                    "cannot create the LLVM JIT");
+  const MathLibrary &math = MathLibrary::instance(host_.vectorBits);
+  llvm::orc::SymbolMap symbols;
+  for (const auto &[name, address] : math.symbols())
+    symbols[jit_->mangleAndIntern(name)] = llvm::orc::ExecutorSymbolDef(
+        llvm::orc::ExecutorAddr(address),
+        llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+  checkLlvm(jit_->getMainJITDylib().define(
+                llvm::orc::absoluteSymbols(std::move(symbols))),
+            "cannot define the math functions in the JIT");
+}
+
+CpuJit::~CpuJit() = default;
+
+void CpuJit::prepare(llvm::Module &module) const {
+  module.setDataLayout(jit_->getDataLayout());
+  module.setTargetTriple(jit_->getTargetTriple().str());
+}
+
+std::shared_ptr<JitCode>
+CpuJit::addModule(std::unique_ptr<llvm::Module> module,
+                  std::unique_ptr<llvm::LLVMContext> context) {
+  prepare(*module);
+  auto code = std::make_shared<JitCode>(
+      jit_->getMainJITDylib().createResourceTracker());
+  checkLlvm(jit_->addIRModule(code->tracker_,
+                              llvm::orc::ThreadSafeModule(std::move(module),
+                                                          std::move(context))),
+            "cannot add a module to the JIT");
+  return code;
+}
+
+uint64_t CpuJit::lookup(const std::string &symbol) {
+  auto address = unwrapLlvm(jit_->lookup(jit_->getMainJITDylib(), symbol),
+                            "cannot JIT-compile a kernel");
+  return address.getValue();
+}
+
+void CpuJit::releaseDeadSymbols() {
+  jit_->getExecutionSession().getSymbolStringPool()->clearDeadEntries();
+}
+
+std::string CpuJit::targetTriple() const {
+  return jit_->getTargetTriple().str();
+}
+
+std::string CpuJit::cpuName() const { return host_.cpuName; }
+
+} // namespace kiln::backend

@@ -1,0 +1,782 @@
+// One loop-IR kernel as a host-CPU LLVM function on backend/llvm/: the CPU's
+// vectors, gathers, streaming stores, SLEEF, Kahan blocks, carried values.
+// Depends on backend/cpu/*.h, backend/llvm/*.h, ir/, LLVM.
+#include "backend/cpu/CpuKernelEmitter.h"
+
+#include "backend/cpu/MathLibrary.h"
+#include "backend/llvm/ExprEmitter.h"
+#include "backend/llvm/InlineMath.h"
+#include "backend/llvm/LoopEmitter.h"
+#include "backend/llvm/MathFunctionName.h"
+#include "backend/llvm/ReductionAlgebra.h"
+#include "ir/Error.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+#include <unordered_map>
+
+namespace kiln::backend {
+namespace {
+
+using loop::Expr;
+using loop::ReduceOp;
+using loop::UnaryOp;
+
+// Elements a float sum adds before the block's partial sum is folded into
+// the (compensated) total, per lane.
+constexpr int64_t kSumBlockPerLane = 256;
+
+/// The values that carry a reduction across the points of its loop, as
+/// stack slots that SROA turns into registers.
+struct Accumulator {
+  llvm::AllocaInst *value = nullptr;
+  llvm::AllocaInst *index = nullptr;        // ArgMax/ArgMin
+  llvm::AllocaInst *partial = nullptr;      // float Sum: the current block
+  llvm::AllocaInst *compensation = nullptr; // float Sum: Kahan's error term
+  int lanes = 1;
+};
+
+class CpuKernelEmitter : public ExprEmitter {
+public:
+  CpuKernelEmitter(llvm::Module &module, const loop::Program &program,
+                   const loop::Kernel &kernel, const KernelSchedule &schedule,
+                   const HostTarget &host, const MathLibrary &math)
+      : ExprEmitter(module, program, "the CPU code generator"), kernel_(kernel),
+        schedule_(schedule), host_(host), math_(math), algebra_(*this),
+        outerCount_(static_cast<int64_t>(kernel.outerRanges.size())) {}
+
+  EmittedKernel emitFunction(const std::string &name);
+
+protected:
+  llvm::Value *bufferPointer(int64_t buffer) override;
+  llvm::Value *loadElements(const Expr *expr, DType dtype,
+                            bool vector) override;
+  llvm::Value *callMath(const char *name,
+                        std::vector<llvm::Value *> args) override;
+  llvm::Value *emitMathFunction(UnaryOp op, llvm::Value *x) override;
+  /// Carried values: loaded by their consumers, stored by their producer.
+  llvm::Value *reuse(const Expr *expr, bool vector) override;
+  void computed(const Expr *expr, llvm::Value *value) override;
+
+private:
+  void emitStores(const std::vector<loop::Store> &stores);
+  void emitOuter(size_t level);
+  llvm::Value *alignedStart(size_t var, llvm::Value *start, llvm::Value *end);
+  llvm::Value *emitAlignmentPeel(size_t level, llvm::Value *start,
+                                 llvm::Value *end);
+  void emitPoint();
+  void emitLoopNest(size_t loopIndex, size_t reductionBase);
+  std::vector<Accumulator> makeAccumulators(const loop::Loop &loop, int lanes);
+  void accumulate(const loop::Loop &loop, std::vector<Accumulator> &accs,
+                  llvm::Value *position);
+  void resetPartials(const loop::Loop &loop, std::vector<Accumulator> &accs);
+  void foldPartials(const loop::Loop &loop, std::vector<Accumulator> &accs);
+  std::pair<llvm::Value *, llvm::Value *> finalValue(const Accumulator &acc);
+  void makeCarriedArrays();
+  llvm::Value *carriedSlot(const Expr *expr, bool producer);
+
+  const loop::Kernel &kernel_;
+  const KernelSchedule &schedule_;
+  const HostTarget &host_;
+  const MathLibrary &math_;
+  ReductionAlgebra algebra_;
+  int64_t outerCount_;
+
+  struct CarriedArray {
+    const CarriedValue *value = nullptr;
+    llvm::AllocaInst *scratch = nullptr;
+  };
+  std::unordered_map<const Expr *, CarriedArray> carried_;
+  size_t currentLoop_ = 0;
+  llvm::Value *loopPosition_ = nullptr; // the first lane's point in its loop
+
+  llvm::Function *function_ = nullptr;
+  llvm::BasicBlock *entry_ = nullptr;
+  llvm::Value *beginArgument_ = nullptr;
+  llvm::Value *endArgument_ = nullptr;
+  std::unordered_map<int64_t, llvm::Value *> bufferPointers_;
+  std::vector<int64_t> slots_; // the program buffer of each argument slot
+};
+
+llvm::Value *CpuKernelEmitter::bufferPointer(int64_t buffer) {
+  auto found = bufferPointers_.find(buffer);
+  if (found != bufferPointers_.end())
+    return found->second;
+  // Slots in order of first use, named by slot: kernels of the same shape
+  // over different buffers have the same IR (and share cached code).
+  int64_t slot = static_cast<int64_t>(slots_.size());
+  slots_.push_back(buffer);
+  llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
+  llvm::Value *pointer = entryBuilder.CreateLoad(
+      entryBuilder.getPtrTy(),
+      entryBuilder.CreateConstGEP1_64(entryBuilder.getPtrTy(),
+                                      function_->getArg(0), slot),
+      "buffer" + std::to_string(slot));
+  bufferPointers_[buffer] = pointer;
+  return pointer;
+}
+
+llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
+                                            bool vector) {
+  if (!vector)
+    return ExprEmitter::loadElements(expr, dtype, vector);
+  llvm::Type *storage = storageType(dtype);
+  llvm::Value *base = bufferPointer(expr->id());
+  std::optional<int64_t> coefficient =
+      loop::affineCoefficient(expr->index(), vectorVar_);
+  llvm::Type *vectorType = withLanes(storage, currentLanes_);
+  if (coefficient && *coefficient == 1 &&
+      !indexReadsVectorReduction(expr->index())) {
+    llvm::Value *address =
+        builder_.CreateGEP(storage, base, emit(expr->index(), false));
+    return builder_.CreateAlignedLoad(vectorType, address, llvm::Align(1));
+  }
+  llvm::Value *addresses =
+      builder_.CreateGEP(storage, base, emit(expr->index(), true));
+  return builder_.CreateMaskedGather(vectorType, addresses,
+                                     llvm::Align(itemSize(dtype)));
+}
+
+void CpuKernelEmitter::emitStores(const std::vector<loop::Store> &stores) {
+  struct Pending {
+    llvm::Value *index;
+    llvm::Value *value;
+    bool contiguous;
+    DType dtype;
+    int64_t buffer;
+    bool streamed;
+  };
+  // Every value is computed before any store, so that the stores of one
+  // point are one parallel assignment.
+  std::vector<Pending> pending;
+  bool vector = currentLanes_ > 1;
+  for (const loop::Store &store : stores) {
+    DType dtype = program_.buffers.at(store.buffer).dtype();
+    Pending item{nullptr, nullptr, false, dtype, store.buffer, false};
+    bool indexVaries = vector && varying(store.index);
+    if (indexVaries) {
+      std::optional<int64_t> coefficient =
+          loop::affineCoefficient(store.index, vectorVar_);
+      item.contiguous = coefficient && *coefficient == 1 &&
+                        !indexReadsVectorReduction(store.index);
+    }
+    item.streamed = item.contiguous && &store == schedule_.streamedStore;
+    item.index = emit(store.index, indexVaries && !item.contiguous);
+    llvm::Value *value = emit(store.value, indexVaries);
+    item.value = toStorage(dtype, emitCast(value, store.value->dtype(), dtype));
+    if (!indexVaries && lanesOf(item.value) > 1) // one address: last lane wins
+      item.value = builder_.CreateExtractElement(
+          item.value, uint64_t(lanesOf(item.value) - 1));
+    pending.push_back(item);
+  }
+  for (const Pending &item : pending) {
+    llvm::Type *storage = storageType(item.dtype);
+    llvm::Value *base = bufferPointer(item.buffer);
+    if (lanesOf(item.index) > 1) {
+      for (int lane = 0; lane < lanesOf(item.index); ++lane) {
+        llvm::Value *address = builder_.CreateGEP(
+            storage, base,
+            builder_.CreateExtractElement(item.index, uint64_t(lane)));
+        builder_.CreateAlignedStore(
+            builder_.CreateExtractElement(item.value, uint64_t(lane)), address,
+            llvm::Align(itemSize(item.dtype)));
+      }
+      continue;
+    }
+    llvm::Value *address = builder_.CreateGEP(storage, base, item.index);
+    if (item.streamed) {
+      llvm::StoreInst *stored = builder_.CreateAlignedStore(
+          item.value, address, llvm::Align(schedule_.streamAlignment));
+      stored->setMetadata(
+          llvm::LLVMContext::MD_nontemporal,
+          llvm::MDNode::get(
+              context_, llvm::ConstantAsMetadata::get(builder_.getInt32(1))));
+      continue;
+    }
+    builder_.CreateAlignedStore(
+        item.value, address,
+        item.contiguous ? llvm::Align(1) : llvm::Align(itemSize(item.dtype)));
+  }
+}
+
+llvm::Value *CpuKernelEmitter::callMath(const char *name,
+                                        std::vector<llvm::Value *> args) {
+  int lanes = lanesOf(args[0]);
+  llvm::Type *element = args[0]->getType()->getScalarType();
+  bool isDouble = element->isDoubleTy();
+  auto declare = [&](const MathFunction &function, llvm::Type *type) {
+    std::vector<llvm::Type *> parameters(args.size(), type);
+    llvm::FunctionCallee callee = module_.getOrInsertFunction(
+        function.symbol, llvm::FunctionType::get(type, parameters, false));
+    if (auto *declared = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+      declared->setDoesNotThrow();
+      declared->setDoesNotAccessMemory();
+    }
+    return callee;
+  };
+  if (lanes > 1) {
+    for (int chunk = lanes; chunk >= 2; chunk /= 2) {
+      std::optional<MathFunction> function =
+          math_.vector(name, isDouble, chunk);
+      if (!function || lanes % chunk != 0)
+        continue;
+      llvm::FunctionCallee callee =
+          declare(*function, withLanes(element, chunk));
+      std::vector<llvm::Value *> pieces;
+      for (int start = 0; start < lanes; start += chunk) {
+        std::vector<llvm::Value *> chunkArgs;
+        std::vector<int> mask;
+        for (int lane = 0; lane < chunk; ++lane)
+          mask.push_back(start + lane);
+        for (llvm::Value *arg : args)
+          chunkArgs.push_back(
+              chunk == lanes ? arg : builder_.CreateShuffleVector(arg, mask));
+        pieces.push_back(builder_.CreateCall(callee, chunkArgs));
+      }
+      while (pieces.size() > 1) {
+        std::vector<llvm::Value *> joined;
+        for (size_t index = 0; index < pieces.size(); index += 2) {
+          std::vector<int> mask;
+          for (int lane = 0; lane < 2 * lanesOf(pieces[index]); ++lane)
+            mask.push_back(lane);
+          joined.push_back(builder_.CreateShuffleVector(
+              pieces[index], pieces[index + 1], mask));
+        }
+        pieces = joined;
+      }
+      return pieces[0];
+    }
+  }
+  std::optional<MathFunction> scalar = math_.scalar(name, isDouble);
+  if (!scalar)
+    throw Unsupported(std::string("the CPU code generator has no ") + name);
+  llvm::FunctionCallee callee = declare(*scalar, element);
+  if (lanes == 1)
+    return builder_.CreateCall(callee, args);
+  llvm::Value *result = llvm::PoisonValue::get(args[0]->getType());
+  for (int lane = 0; lane < lanes; ++lane) {
+    std::vector<llvm::Value *> laneArgs;
+    for (llvm::Value *arg : args)
+      laneArgs.push_back(builder_.CreateExtractElement(arg, uint64_t(lane)));
+    result = builder_.CreateInsertElement(
+        result, builder_.CreateCall(callee, laneArgs), uint64_t(lane));
+  }
+  return result;
+}
+
+// Float32 exp, tanh and erf inline (they vectorise with the code around
+// them); the rest through SLEEF or the C library.
+llvm::Value *CpuKernelEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
+  bool isFloat = x->getType()->getScalarType()->isFloatTy();
+  if (isFloat && op == UnaryOp::Exp)
+    return emitInlineExpF32(builder_, x);
+  if (isFloat && op == UnaryOp::Tanh)
+    return emitInlineTanhF32(builder_, x);
+  if (isFloat && op == UnaryOp::Erf)
+    return emitInlineErfF32(builder_, x);
+  if (op == UnaryOp::Log1p) {
+    // SLEEF's vector log1p gives inf above about 1e307 (1e38 in float);
+    // where 1 + x rounds to x, log1p(x) is log(x).
+    llvm::Value *huge =
+        builder_.CreateFCmpOGT(x, floatLike(x, isFloat ? 0x1p25 : 0x1p54));
+    return builder_.CreateSelect(huge, callMath("log", {x}),
+                                 callMath("log1p", {x}));
+  }
+  return callMath(mathFunctionName(op), {x});
+}
+
+// ------------------------------------------------------ loops and reductions
+
+void CpuKernelEmitter::emitOuter(size_t level) {
+  if (level == kernel_.outerRanges.size()) {
+    emitPoint();
+    return;
+  }
+  if (level == 0 && schedule_.parallelDepth > 1) {
+    countedLoop(beginArgument_, endArgument_, 1, [&](llvm::Value *flat) {
+      for (size_t inner = schedule_.parallelDepth - 1; inner > 0; --inner) {
+        llvm::Value *range = sizeValue(kernel_.outerRanges[inner]);
+        vars_[inner] = builder_.CreateURem(flat, range);
+        flat = builder_.CreateUDiv(flat, range);
+      }
+      vars_[0] = flat;
+      emitOuter(schedule_.parallelDepth);
+    });
+    return;
+  }
+  llvm::Value *start = level == 0 ? beginArgument_ : builder_.getInt64(0);
+  llvm::Value *end =
+      level == 0 ? endArgument_ : sizeValue(kernel_.outerRanges[level]);
+  if (schedule_.strategy == VectorStrategy::Outer &&
+      level + 1 == kernel_.outerRanges.size()) {
+    llvm::Value *from =
+        schedule_.streamedStore ? emitAlignmentPeel(level, start, end) : start;
+    for (int width : schedule_.vectorWidths()) {
+      llvm::Value *split = vectorEnd(builder_, from, end, width);
+      countedLoop(from, split, width, [&](llvm::Value *index) {
+        vars_[level] = index;
+        enterVector(static_cast<int64_t>(level), width);
+        emitPoint();
+        leaveVector();
+      });
+      from = split;
+    }
+    countedLoop(from, end, 1, [&](llvm::Value *index) {
+      vars_[level] = index;
+      emitPoint();
+    });
+    return;
+  }
+  countedLoop(start, end, 1, [&](llvm::Value *index) {
+    vars_[level] = index;
+    emitOuter(level + 1);
+  });
+}
+
+// Scalar points from `start` until the streamed store's address is a
+// multiple of the vector's bytes, so that the vector loops after it store
+// aligned (all of [start, end) where the address is not a multiple of the
+// element's size). Returns where the vector loops start.
+llvm::Value *CpuKernelEmitter::emitAlignmentPeel(size_t level,
+                                                 llvm::Value *start,
+                                                 llvm::Value *end) {
+  llvm::Value *aligned = alignedStart(level, start, end);
+  countedLoop(start, aligned, 1, [&](llvm::Value *position) {
+    vars_[level] = position;
+    emitPoint();
+  });
+  return aligned;
+}
+
+// The first index in [start, end) of variable `var` at which the streamed
+// store's address is a multiple of the vector's bytes (`end` where the
+// address is not a multiple of the element's size).
+llvm::Value *CpuKernelEmitter::alignedStart(size_t var, llvm::Value *start,
+                                            llvm::Value *end) {
+  DType dtype = program_.buffers.at(schedule_.streamedStore->buffer).dtype();
+  int64_t size = itemSize(dtype);
+  scopes_.emplace_back();
+  llvm::Value *saved = vars_[var];
+  vars_[var] = start;
+  llvm::Value *index = emit(schedule_.streamedStore->index, false);
+  vars_[var] = saved;
+  scopes_.pop_back();
+  llvm::Value *address = builder_.CreatePtrToInt(
+      builder_.CreateGEP(storageType(dtype),
+                         bufferPointer(schedule_.streamedStore->buffer), index),
+      builder_.getInt64Ty());
+  llvm::Value *toBoundary =
+      builder_.CreateAnd(builder_.CreateNeg(address),
+                         builder_.getInt64(schedule_.streamAlignment - 1));
+  llvm::Value *count = builder_.CreateSub(end, start);
+  llvm::Value *peel = builder_.CreateSelect(
+      builder_.CreateICmpEQ(
+          builder_.CreateAnd(address, builder_.getInt64(size - 1)),
+          builder_.getInt64(0)),
+      builder_.CreateUDiv(toBoundary, builder_.getInt64(size)), count);
+  peel = builder_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, peel, count);
+  return builder_.CreateAdd(start, peel);
+}
+
+void CpuKernelEmitter::emitPoint() {
+  reductionValues_.assign(static_cast<size_t>(kernel_.reductionCount()),
+                          nullptr);
+  varyingMemo_.clear();
+  size_t reductionBase = 0;
+  for (size_t loopIndex = 0; loopIndex < kernel_.loops.size(); ++loopIndex) {
+    emitLoopNest(loopIndex, reductionBase);
+    reductionBase += kernel_.loops[loopIndex].reductions.size();
+  }
+}
+
+std::vector<Accumulator>
+CpuKernelEmitter::makeAccumulators(const loop::Loop &loop, int lanes) {
+  llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
+  std::vector<Accumulator> accumulators;
+  for (const loop::Reduction &reduction : loop.reductions) {
+    DType dtype = accumulatorDType(reduction);
+    llvm::Type *type = withLanes(computeType(dtype), lanes);
+    Accumulator acc;
+    acc.lanes = lanes;
+    acc.value = entryBuilder.CreateAlloca(type);
+    builder_.CreateStore(algebra_.identity(reduction.op, dtype, lanes),
+                         acc.value);
+    if (reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin) {
+      llvm::Type *indexType = withLanes(builder_.getInt64Ty(), lanes);
+      acc.index = entryBuilder.CreateAlloca(indexType);
+      builder_.CreateStore(llvm::ConstantInt::get(
+                               indexType, std::numeric_limits<int64_t>::max()),
+                           acc.index);
+    }
+    if (isFloatSum(reduction)) {
+      acc.partial = entryBuilder.CreateAlloca(type);
+      acc.compensation = entryBuilder.CreateAlloca(type);
+      builder_.CreateStore(llvm::Constant::getNullValue(type),
+                           acc.compensation);
+      builder_.CreateStore(llvm::Constant::getNullValue(type), acc.partial);
+    }
+    accumulators.push_back(acc);
+  }
+  return accumulators;
+}
+
+void CpuKernelEmitter::accumulate(const loop::Loop &loop,
+                                  std::vector<Accumulator> &accs,
+                                  llvm::Value *position) {
+  bool vector = currentLanes_ > 1;
+  for (size_t index = 0; index < loop.reductions.size(); ++index) {
+    const loop::Reduction &reduction = loop.reductions[index];
+    Accumulator &acc = accs[index];
+    DType dtype = accumulatorDType(reduction);
+    llvm::Value *value = splat(emitCast(emit(reduction.value, vector),
+                                        reduction.value->dtype(), dtype),
+                               acc.lanes);
+    llvm::Type *type = acc.value->getAllocatedType();
+    if (acc.index) {
+      llvm::Type *indexType = acc.index->getAllocatedType();
+      auto [bestValue, bestIndex] = algebra_.combineArg(
+          reduction.op, dtype, builder_.CreateLoad(type, acc.value),
+          builder_.CreateLoad(indexType, acc.index), value,
+          splat(position, acc.lanes));
+      builder_.CreateStore(bestValue, acc.value);
+      builder_.CreateStore(bestIndex, acc.index);
+      continue;
+    }
+    llvm::AllocaInst *target = acc.partial ? acc.partial : acc.value;
+    builder_.CreateStore(algebra_.combine(reduction.op, dtype,
+                                          builder_.CreateLoad(type, target),
+                                          value),
+                         target);
+  }
+}
+
+void CpuKernelEmitter::resetPartials(const loop::Loop &loop,
+                                     std::vector<Accumulator> &accs) {
+  for (size_t index = 0; index < loop.reductions.size(); ++index)
+    if (accs[index].partial)
+      builder_.CreateStore(
+          llvm::Constant::getNullValue(accs[index].partial->getAllocatedType()),
+          accs[index].partial);
+}
+
+void CpuKernelEmitter::foldPartials(const loop::Loop &loop,
+                                    std::vector<Accumulator> &accs) {
+  // Kahan summation of the block sums keeps long sums accurate.
+  for (size_t index = 0; index < loop.reductions.size(); ++index) {
+    Accumulator &acc = accs[index];
+    if (!acc.partial)
+      continue;
+    llvm::Type *type = acc.value->getAllocatedType();
+    llvm::Value *total = builder_.CreateLoad(type, acc.value);
+    llvm::Value *corrected =
+        builder_.CreateFSub(builder_.CreateLoad(type, acc.partial),
+                            builder_.CreateLoad(type, acc.compensation));
+    llvm::Value *sum = builder_.CreateFAdd(total, corrected);
+    // Once the sum is infinite (an inf input, or float overflow) or NaN, its
+    // error term would be inf - inf: it is zero then, so that the sum ends
+    // as eager's does (inf, not NaN).
+    llvm::Value *error =
+        builder_.CreateFSub(builder_.CreateFSub(sum, total), corrected);
+    llvm::Value *finite = builder_.CreateFCmpOLT(
+        callIntrinsic(llvm::Intrinsic::fabs, {sum}),
+        floatLike(sum, std::numeric_limits<double>::infinity()));
+    builder_.CreateStore(builder_.CreateSelect(
+                             finite, error, llvm::Constant::getNullValue(type)),
+                         acc.compensation);
+    builder_.CreateStore(sum, acc.value);
+  }
+}
+
+std::pair<llvm::Value *, llvm::Value *>
+CpuKernelEmitter::finalValue(const Accumulator &acc) {
+  llvm::Value *value =
+      builder_.CreateLoad(acc.value->getAllocatedType(), acc.value);
+  if (acc.compensation)
+    value = builder_.CreateFSub(
+        value, builder_.CreateLoad(acc.compensation->getAllocatedType(),
+                                   acc.compensation));
+  llvm::Value *index =
+      acc.index ? builder_.CreateLoad(acc.index->getAllocatedType(), acc.index)
+                : nullptr;
+  return {value, index};
+}
+
+void CpuKernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
+  const loop::Loop &loop = kernel_.loops[loopIndex];
+  size_t depth = loop.ranges.size();
+  if (depth == 0) {
+    scopes_.emplace_back();
+    bool vector = currentLanes_ > 1;
+    for (size_t index = 0; index < loop.reductions.size(); ++index) {
+      const loop::Reduction &reduction = loop.reductions[index];
+      llvm::Value *value;
+      if (reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin)
+        value = splat(builder_.getInt64(0), currentLanes_);
+      else
+        value = emitCast(emit(reduction.value, vector),
+                         reduction.value->dtype(), accumulatorDType(reduction));
+      reductionValues_[reductionBase + index] = value;
+    }
+    emitStores(loop.stores);
+    scopes_.pop_back();
+    varyingMemo_.clear();
+    return;
+  }
+  bool innerVector = schedule_.strategy == VectorStrategy::Inner &&
+                     currentLanes_ == 1 && schedule_.innerVectorLoop[loopIndex];
+  std::vector<Accumulator> pointAccs = makeAccumulators(loop, currentLanes_);
+  bool blocked = false;
+  for (const loop::Reduction &reduction : loop.reductions)
+    blocked = blocked || isFloatSum(reduction);
+  int64_t firstVar = outerCount_;
+  int64_t lastVar = outerCount_ + static_cast<int64_t>(depth) - 1;
+  int64_t innermostRange = loop.ranges.back();
+  int64_t block =
+      kSumBlockPerLane * (innerVector ? schedule_.lanes * schedule_.unroll : 1);
+  // Where every span is the whole innermost range, only the vector widths
+  // and the scalar tail that some point of it takes are emitted (a range of
+  // 64 is two wide steps and nothing else).
+  bool streaming = innerVector && schedule_.streamedStore &&
+                   schedule_.streamedLoop == loopIndex;
+  bool wholeSpans = (!blocked || innermostRange <= block) && !streaming;
+  int64_t leftOver = innermostRange;
+  // One set of accumulators per vector width, widest first.
+  std::vector<int> widths;
+  if (innerVector) {
+    for (int width : schedule_.vectorWidths()) {
+      if (wholeSpans && leftOver < width)
+        continue;
+      widths.push_back(width);
+      leftOver %= width;
+    }
+  }
+  bool scalarTail = !wholeSpans || leftOver > 0;
+  std::vector<std::vector<Accumulator>> vectorAccs;
+  for (int width : widths)
+    vectorAccs.push_back(makeAccumulators(loop, width));
+
+  auto point = [&](std::vector<Accumulator> &accs, llvm::Value *first,
+                   llvm::Value *position) {
+    currentLoop_ = loopIndex;
+    loopPosition_ = first;
+    accumulate(loop, accs, position);
+    emitStores(loop.stores);
+    loopPosition_ = nullptr;
+  };
+  auto span = [&](llvm::Value *start, llvm::Value *end,
+                  llvm::Value *outerPosition) {
+    auto position = [&](llvm::Value *index) {
+      return builder_.CreateAdd(
+          builder_.CreateMul(outerPosition, sizeValue(innermostRange)), index);
+    };
+    auto scalarPoints = [&](llvm::Value *from, llvm::Value *to) {
+      countedLoop(from, to, 1, [&](llvm::Value *index) {
+        vars_[lastVar] = index;
+        llvm::Value *first = position(index);
+        point(pointAccs, first, first);
+      });
+    };
+    llvm::Value *split = start;
+    if (streaming) { // scalar points until the stores are aligned
+      split = alignedStart(static_cast<size_t>(lastVar), start, end);
+      scalarPoints(start, split);
+    }
+    for (size_t widthIndex = 0; widthIndex < widths.size(); ++widthIndex) {
+      int width = widths[widthIndex];
+      llvm::Value *from = split;
+      split = vectorEnd(builder_, from, end, width);
+      countedLoop(from, split, width, [&](llvm::Value *index) {
+        vars_[lastVar] = index;
+        enterVector(lastVar, width);
+        llvm::Value *first = position(index);
+        point(vectorAccs[widthIndex], first,
+              builder_.CreateAdd(splat(first, width), laneOffsets(width)));
+        leaveVector();
+      });
+    }
+    if (scalarTail)
+      scalarPoints(split, end);
+  };
+  std::vector<llvm::Value *> extents;
+  for (size_t dimension = 0; dimension + 1 < depth; ++dimension)
+    extents.push_back(sizeValue(loop.ranges[dimension]));
+  auto scopedLoop = [&](llvm::Value *start, llvm::Value *end, int64_t step,
+                        LoopBody body) { countedLoop(start, end, step, body); };
+  backend::emitLoopNest(
+      builder_, extents, builder_.getInt64(0), scopedLoop,
+      [&](llvm::ArrayRef<llvm::Value *> indices, llvm::Value *outerPosition) {
+        for (size_t dimension = 0; dimension < indices.size(); ++dimension)
+          vars_[firstVar + dimension] = indices[dimension];
+        if (!blocked) {
+          span(builder_.getInt64(0), sizeValue(innermostRange), outerPosition);
+          return;
+        }
+        countedLoop(
+            builder_.getInt64(0), sizeValue(innermostRange), block,
+            [&](llvm::Value *blockStart) {
+              resetPartials(loop, pointAccs);
+              for (std::vector<Accumulator> &accs : vectorAccs)
+                resetPartials(loop, accs);
+              llvm::Value *blockEnd = builder_.CreateBinaryIntrinsic(
+                  llvm::Intrinsic::smin,
+                  builder_.CreateAdd(blockStart, builder_.getInt64(block)),
+                  sizeValue(innermostRange));
+              span(blockStart, blockEnd, outerPosition);
+              foldPartials(loop, pointAccs);
+              for (std::vector<Accumulator> &accs : vectorAccs)
+                foldPartials(loop, accs);
+            });
+      });
+  for (int64_t var = firstVar; var <= lastVar; ++var)
+    vars_[var] = nullptr;
+
+  for (size_t index = 0; index < loop.reductions.size(); ++index) {
+    const loop::Reduction &reduction = loop.reductions[index];
+    DType dtype = accumulatorDType(reduction);
+    bool isArg =
+        reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin;
+    auto [value, position] = finalValue(pointAccs[index]);
+    // Fold each vector width's accumulator into the next narrower one, then
+    // the lanes into one, then into the scalar tail's.
+    llvm::Value *lanesValue = nullptr, *lanesPosition = nullptr;
+    for (std::vector<Accumulator> &accs : vectorAccs) {
+      auto [widthValue, widthPosition] = finalValue(accs[index]);
+      if (lanesValue) {
+        std::tie(lanesValue, lanesPosition) =
+            algebra_.narrowLanes(reduction.op, dtype, lanesValue, lanesPosition,
+                                 lanesOf(widthValue));
+        if (isArg)
+          std::tie(lanesValue, lanesPosition) =
+              algebra_.combineArg(reduction.op, dtype, lanesValue,
+                                  lanesPosition, widthValue, widthPosition);
+        else
+          lanesValue =
+              algebra_.combine(reduction.op, dtype, lanesValue, widthValue);
+      } else {
+        lanesValue = widthValue;
+        lanesPosition = widthPosition;
+      }
+    }
+    if (lanesValue) {
+      std::tie(lanesValue, lanesPosition) = algebra_.narrowLanes(
+          reduction.op, dtype, lanesValue, lanesPosition, 1);
+      llvm::Value *laneValue =
+          builder_.CreateExtractElement(lanesValue, uint64_t(0));
+      if (isArg)
+        std::tie(value, position) = algebra_.combineArg(
+            reduction.op, dtype, value, position, laneValue,
+            builder_.CreateExtractElement(lanesPosition, uint64_t(0)));
+      else
+        value = algebra_.combine(reduction.op, dtype, value, laneValue);
+    }
+    if (isArg) {
+      // No point at all (an empty range) gives 0.
+      llvm::Value *none = builder_.CreateICmpEQ(
+          position, integerLike(position, std::numeric_limits<int64_t>::max()));
+      value = builder_.CreateSelect(none, integerLike(position, 0), position);
+    } else {
+      value = roundTo(dtype, value);
+    }
+    reductionValues_[reductionBase + index] = value;
+  }
+  varyingMemo_.clear();
+}
+
+// The carried value's slot at the current point of a consumer (load) or of
+// its producer (store); nullptr elsewhere.
+llvm::Value *CpuKernelEmitter::carriedSlot(const Expr *expr, bool producer) {
+  auto found = carried_.find(expr);
+  if (found == carried_.end() || !loopPosition_)
+    return nullptr;
+  const CarriedValue &carried = *found->second.value;
+  bool here =
+      producer ? carried.producer == currentLoop_
+               : std::find(carried.consumers.begin(), carried.consumers.end(),
+                           currentLoop_) != carried.consumers.end();
+  if (!here)
+    return nullptr;
+  llvm::AllocaInst *scratch = found->second.scratch;
+  return builder_.CreateGEP(scratch->getAllocatedType(), scratch,
+                            loopPosition_);
+}
+
+llvm::Value *CpuKernelEmitter::reuse(const Expr *expr, bool vector) {
+  llvm::Value *address = carriedSlot(expr, false);
+  if (!address)
+    return nullptr;
+  llvm::Type *element = computeType(expr->dtype());
+  return builder_.CreateAlignedLoad(
+      withLanes(element, vector ? currentLanes_ : 1), address,
+      llvm::Align(element->getScalarSizeInBits() / 8));
+}
+
+void CpuKernelEmitter::computed(const Expr *expr, llvm::Value *value) {
+  if (llvm::Value *address = carriedSlot(expr, true))
+    builder_.CreateAlignedStore(
+        value, address,
+        llvm::Align(value->getType()->getScalarSizeInBits() / 8));
+}
+
+// The stack arrays of the carried values, in the schedule's order.
+void CpuKernelEmitter::makeCarriedArrays() {
+  llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
+  for (const CarriedValue &value : schedule_.carried) {
+    int64_t points = numelOf(kernel_.loops[value.producer].ranges);
+    llvm::AllocaInst *scratch = entryBuilder.CreateAlloca(
+        computeType(value.expr->dtype()), sizeValue(points), "carried");
+    scratch->setAlignment(llvm::Align(64));
+    carried_[value.expr] = {&value, scratch};
+  }
+}
+
+EmittedKernel CpuKernelEmitter::emitFunction(const std::string &name) {
+  llvm::Type *pointer = builder_.getPtrTy();
+  auto *type = llvm::FunctionType::get(
+      builder_.getVoidTy(),
+      {pointer, builder_.getInt64Ty(), builder_.getInt64Ty()}, false);
+  function_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
+                                     name, module_);
+  function_->addFnAttr("target-cpu", host_.cpuName);
+  function_->addFnAttr("target-features", host_.features);
+  function_->setDoesNotThrow();
+  function_->getArg(0)->setName("buffers");
+  beginArgument_ = function_->getArg(1);
+  beginArgument_->setName("begin");
+  endArgument_ = function_->getArg(2);
+  endArgument_->setName("end");
+  entry_ = llvm::BasicBlock::Create(context_, "entry", function_);
+  builder_.SetInsertPoint(entry_);
+
+  size_t maxRanges = 0;
+  for (const loop::Loop &loop : kernel_.loops)
+    maxRanges = std::max(maxRanges, loop.ranges.size());
+  vars_.assign(kernel_.outerRanges.size() + maxRanges, nullptr);
+  scopes_.assign(1, Scope());
+  makeCarriedArrays();
+  emitOuter(0);
+  // Non-temporal stores are weakly ordered: fence them before the thread
+  // that waits for this one reads the output.
+  if (schedule_.streamedStore)
+    builder_.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
+  builder_.CreateRetVoid();
+  return {function_, slots_};
+}
+
+} // namespace
+
+EmittedKernel emitCpuKernel(llvm::Module &module, const loop::Program &program,
+                            const loop::Kernel &kernel,
+                            const KernelSchedule &schedule,
+                            const std::string &name, const HostTarget &host,
+                            const MathLibrary &math) {
+  CpuKernelEmitter emitter(module, program, kernel, schedule, host, math);
+  return emitter.emitFunction(name);
+}
+
+} // namespace kiln::backend

@@ -1,0 +1,381 @@
+// The CPU schedule pass: vector strategy by instruction estimates, parallel
+// split, streaming stores and carried values, per kernel.
+// Depends on backend/cpu/CpuSchedule.h, backend/llvm/LlvmTypes.h,
+// backend/llvm/MathFunctionName.h, ir/.
+#include "backend/cpu/CpuSchedule.h"
+
+#include "backend/llvm/LlvmTypes.h"
+#include "backend/llvm/MathFunctionName.h"
+#include "ir/Error.h"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace kiln::backend {
+namespace {
+
+using loop::Expr;
+using loop::ExprKind;
+
+// The arithmetic nodes of a value, outside the index expressions of its loads.
+int64_t countOperations(const Expr *value) {
+  std::unordered_set<const Expr *> seen;
+  int64_t count = 0;
+  std::function<void(const Expr *)> visit = [&](const Expr *node) {
+    if (!seen.insert(node).second || node->kind() == ExprKind::Load)
+      return;
+    if (node->kind() != ExprKind::Constant && node->kind() != ExprKind::Var &&
+        node->kind() != ExprKind::ReductionValue)
+      ++count;
+    for (const Expr *operand : node->operands())
+      visit(operand);
+  };
+  visit(value);
+  return count;
+}
+
+// Picks how to vectorise by estimating the instructions each choice issues
+// per outer point. Loops whose innermost variable has no contiguous access
+// stay scalar under the inner strategy.
+void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
+                    const loop::Kernel &kernel, const HostTarget &host) {
+  int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
+  // One walk over every access: what each loop does per point, counted
+  // before the vector width (which depends on the widest type) is known.
+  struct LoopCounts {
+    double trip = 1, accesses = 0, operations = 0;
+    double outerGathers = 0, innerGathers = 0;
+  };
+  std::vector<LoopCounts> counts(kernel.loops.size());
+  int maxBytes = 4;
+  int64_t lastOuter = outerCount - 1;
+  bool outerContiguous = false;
+  schedule.innerVectorLoop.assign(kernel.loops.size(), false);
+  for (size_t loopIndex = 0; loopIndex < kernel.loops.size(); ++loopIndex) {
+    const loop::Loop &loop = kernel.loops[loopIndex];
+    LoopCounts &count = counts[loopIndex];
+    int64_t lastVar = outerCount + static_cast<int64_t>(loop.ranges.size()) - 1;
+    for (int64_t range : loop.ranges)
+      count.trip *= static_cast<double>(std::max<int64_t>(range, 1));
+    int64_t contiguous = 0, other = 0;
+    // A gather when the index walks `var` neither contiguously nor not at
+    // all; true when it walks it contiguously.
+    auto classify = [](const Expr *index, int64_t var, double &gathers) {
+      std::optional<int64_t> coefficient = loop::affineCoefficient(index, var);
+      if (!coefficient || (*coefficient != 0 && *coefficient != 1))
+        gathers += 1;
+      return coefficient && *coefficient == 1;
+    };
+    auto visitIndex = [&](const Expr *index, DType dtype) {
+      maxBytes = std::max(maxBytes, computeBytes(dtype));
+      count.accesses += 1;
+      if (lastOuter >= 0 && classify(index, lastOuter, count.outerGathers))
+        outerContiguous = true;
+      if (!loop.ranges.empty()) {
+        double gathers = 0;
+        if (classify(index, lastVar, gathers))
+          ++contiguous;
+        else if (gathers > 0)
+          ++other;
+        count.innerGathers += gathers;
+      }
+    };
+    auto visitValue = [&](const Expr *value) {
+      count.operations += static_cast<double>(countOperations(value));
+      for (const Expr *load : loop::loadsOf(value))
+        visitIndex(load->index(), load->dtype());
+    };
+    for (const loop::Reduction &reduction : loop.reductions)
+      visitValue(reduction.value);
+    for (const loop::Store &store : loop.stores) {
+      visitValue(store.value);
+      visitIndex(store.index, program.buffers.at(store.buffer).dtype());
+    }
+    schedule.innerVectorLoop[loopIndex] =
+        !loop.ranges.empty() && contiguous > 0 && contiguous >= other;
+  }
+
+  // Instructions per outer point: an access costs one per vector, or one
+  // per lane when it is a gather or scatter; an operation one per vector.
+  int lanes = std::max(2, host.vectorBits / (8 * maxBytes));
+  double outerCost = 0, innerCost = 0, scalarCost = 0;
+  for (size_t loopIndex = 0; loopIndex < counts.size(); ++loopIndex) {
+    const LoopCounts &count = counts[loopIndex];
+    double scalar = count.trip * (count.accesses + count.operations);
+    auto vectorCost = [&](double gathers) {
+      return count.trip *
+             (count.accesses + gathers * (lanes - 1) + count.operations) /
+             lanes;
+    };
+    scalarCost += scalar;
+    outerCost += vectorCost(count.outerGathers);
+    innerCost += schedule.innerVectorLoop[loopIndex]
+                     ? vectorCost(count.innerGathers)
+                     : scalar;
+  }
+  bool outerWorks = outerCount > 0 && outerContiguous;
+  bool innerWorks = std::find(schedule.innerVectorLoop.begin(),
+                              schedule.innerVectorLoop.end(),
+                              true) != schedule.innerVectorLoop.end();
+  schedule.strategy = VectorStrategy::Scalar;
+  double best = scalarCost;
+  if (innerWorks && innerCost < best) {
+    schedule.strategy = VectorStrategy::Inner;
+    best = innerCost;
+  }
+  if (outerWorks && outerCost < best)
+    schedule.strategy = VectorStrategy::Outer;
+  schedule.lanes = schedule.strategy == VectorStrategy::Scalar ? 1 : lanes;
+  schedule.unroll =
+      schedule.strategy == VectorStrategy::Scalar ? 1 : host.unroll;
+}
+
+// A kernel whose vectorised output is at least host.streamingBytes writes
+// it with non-temporal stores: they skip reading each line before
+// overwriting it and leave the caches to the inputs, where the output is
+// too large to stay in them for its reader anyway. One store per kernel
+// (its alignment prologue fits one address): a flat kernel's, or that of
+// the loop of a row kernel that only stores (aligned row by row).
+void planStreaming(KernelSchedule &schedule, const loop::Program &program,
+                   const loop::Kernel &kernel, const HostTarget &host) {
+  int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
+  if (host.streamingBytes <= 0)
+    return;
+  int64_t outerPoints = numelOf(kernel.outerRanges);
+  for (size_t loopIndex = 0; loopIndex < kernel.loops.size(); ++loopIndex) {
+    const loop::Loop &loop = kernel.loops[loopIndex];
+    int64_t var;
+    if (schedule.strategy == VectorStrategy::Outer &&
+        kernel.outerRanges.size() == 1 && kernel.loops.size() == 1 &&
+        loop.ranges.empty())
+      var = 0;
+    else if (schedule.strategy == VectorStrategy::Inner &&
+             schedule.innerVectorLoop[loopIndex] && !loop.ranges.empty() &&
+             loop.reductions.empty())
+      var = outerCount + static_cast<int64_t>(loop.ranges.size()) - 1;
+    else
+      continue;
+    int64_t points = outerPoints * numelOf(loop.ranges);
+    for (const loop::Store &store : loop.stores) {
+      std::optional<int64_t> coefficient =
+          loop::affineCoefficient(store.index, var);
+      int64_t size = itemSize(program.buffers.at(store.buffer).dtype());
+      if (!coefficient || *coefficient != 1 ||
+          points * size < host.streamingBytes)
+        continue;
+      schedule.streamedStore = &store;
+      schedule.streamedLoop = loopIndex;
+      schedule.streamAlignment = size * schedule.lanes;
+      return;
+    }
+  }
+}
+
+// How many leading outer loops the [begin, end) arguments range over, as
+// one flat loop: enough that the thread pool has chunks to share out even
+// where the first loop is short (attention's batch of 2). The vectorised
+// outer loop stays a loop of its own.
+void planParallel(KernelSchedule &schedule, const loop::Kernel &kernel) {
+  constexpr int64_t kParallelPoints = 256;
+  const std::vector<int64_t> &ranges = kernel.outerRanges;
+  size_t limit = ranges.size();
+  if (schedule.strategy == VectorStrategy::Outer && limit > 0)
+    --limit;
+  schedule.parallelDepth = std::min<size_t>(ranges.size(), 1);
+  int64_t points = ranges.empty() ? 1 : ranges[0];
+  while (schedule.parallelDepth < limit && points < kParallelPoints)
+    points *= ranges[schedule.parallelDepth++];
+}
+
+// Carrying pays for values with a math-library call, in kernels that
+// handle one outer point at a time, between loops over the same ranges of
+// at most kMaxCarried points, when no loop from the producer to the consumer
+// stores to a buffer the value reads.
+constexpr int64_t kMaxCarried = 16384;
+
+void planCarried(KernelSchedule &schedule, const loop::Kernel &kernel) {
+  int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
+  struct Carried {
+    size_t producer;
+    std::vector<size_t> consumers;
+  };
+  std::unordered_map<const Expr *, Carried> carriedOf;
+  if (schedule.strategy == VectorStrategy::Outer)
+    return;
+  // Whether a value calls the math library outside its loads' indices.
+  std::unordered_map<const Expr *, bool> expensiveMemo;
+  std::function<bool(const Expr *)> expensive = [&](const Expr *node) {
+    auto found = expensiveMemo.find(node);
+    if (found != expensiveMemo.end())
+      return found->second;
+    bool result = false;
+    if (node->kind() == ExprKind::Unary &&
+        mathFunctionName(node->unaryOp()) != nullptr)
+      result = true;
+    else if (node->kind() != ExprKind::Load)
+      for (const Expr *operand : node->operands())
+        result = result || expensive(operand);
+    expensiveMemo[node] = result;
+    return result;
+  };
+  auto nodesOf = [](const loop::Loop &loop) {
+    std::unordered_set<const Expr *> nodes;
+    std::function<void(const Expr *)> visit = [&](const Expr *node) {
+      if (!nodes.insert(node).second)
+        return;
+      for (const Expr *operand : node->operands())
+        visit(operand);
+    };
+    for (const loop::Reduction &reduction : loop.reductions)
+      visit(reduction.value);
+    for (const loop::Store &store : loop.stores)
+      visit(store.value);
+    return nodes;
+  };
+  auto storesTo = [&](size_t from, size_t to, const Expr *value) {
+    std::unordered_set<int64_t> written;
+    for (size_t index = from; index <= to; ++index)
+      for (const loop::Store &store : kernel.loops[index].stores)
+        written.insert(store.buffer);
+    for (const Expr *load : loop::loadsOf(value))
+      if (written.count(load->id()))
+        return true;
+    return false;
+  };
+  for (size_t producer = 0; producer < kernel.loops.size(); ++producer) {
+    const loop::Loop &loop = kernel.loops[producer];
+    int64_t points = numelOf(loop.ranges);
+    if (loop.ranges.empty() || points > kMaxCarried || points < 1)
+      continue;
+    int64_t lastVar = outerCount + static_cast<int64_t>(loop.ranges.size()) - 1;
+    // The largest expensive subexpressions of the producer's reductions.
+    std::vector<const Expr *> candidates;
+    std::unordered_set<const Expr *> seen;
+    std::function<void(const Expr *)> collect = [&](const Expr *node) {
+      if (!seen.insert(node).second || node->kind() == ExprKind::Load ||
+          !loop::dependsOnVar(node, lastVar) || !expensive(node))
+        return;
+      // Stack arrays hold floats only (a Bool's i1 has no byte layout).
+      if (isFloatingPoint(node->dtype()))
+        candidates.push_back(node);
+      for (const Expr *operand : node->operands())
+        collect(operand);
+    };
+    for (const loop::Reduction &reduction : loop.reductions)
+      collect(reduction.value);
+    if (candidates.empty())
+      continue;
+    for (size_t consumer = producer + 1; consumer < kernel.loops.size();
+         ++consumer) {
+      if (kernel.loops[consumer].ranges != loop.ranges)
+        continue;
+      std::unordered_set<const Expr *> used = nodesOf(kernel.loops[consumer]);
+      for (const Expr *candidate : candidates) {
+        if (!used.count(candidate) || storesTo(producer, consumer, candidate))
+          continue;
+        auto [entry, inserted] = carriedOf.try_emplace(candidate);
+        if (inserted)
+          entry->second.producer = producer;
+        if (entry->second.producer == producer)
+          entry->second.consumers.push_back(consumer);
+      }
+    }
+  }
+  // Keep only the outermost carried expressions of each consumer: an inner
+  // one is needed only where its outer one is not carried.
+  std::vector<const Expr *> redundant;
+  for (auto &[expr, carried] : carriedOf) {
+    std::unordered_set<const Expr *> visited;
+    std::function<void(const Expr *)> mark = [&](const Expr *node) {
+      if (!visited.insert(node).second)
+        return;
+      auto found = carriedOf.find(node);
+      if (node != expr && found != carriedOf.end() &&
+          found->second.consumers == carried.consumers &&
+          found->second.producer == carried.producer)
+        redundant.push_back(node);
+      for (const Expr *child : node->operands())
+        mark(child);
+    };
+    mark(expr);
+  }
+  for (const Expr *expr : redundant)
+    carriedOf.erase(expr);
+  // In the map's order: the emitter makes the stack arrays in this order.
+  for (auto &[expr, carried] : carriedOf)
+    schedule.carried.push_back({expr, carried.producer, carried.consumers});
+}
+
+} // namespace
+
+std::string_view vectorStrategyName(VectorStrategy strategy) {
+  switch (strategy) {
+  case VectorStrategy::Scalar:
+    return "scalar";
+  case VectorStrategy::Inner:
+    return "inner";
+  case VectorStrategy::Outer:
+    return "outer";
+  }
+  return "?";
+}
+
+const KernelSchedule &CpuSchedule::kernel(size_t step) const {
+  if (step >= kernels.size() || !kernels[step])
+    throw Error("the CPU schedule has no kernel for step " +
+                std::to_string(step));
+  return *kernels[step];
+}
+
+std::string CpuSchedule::str() const {
+  std::ostringstream text;
+  for (size_t step = 0; step < kernels.size(); ++step) {
+    if (!kernels[step])
+      continue;
+    const KernelSchedule &kernel = *kernels[step];
+    text << "step " << step << " " << kernel.name
+         << ": vector=" << vectorStrategyName(kernel.strategy)
+         << " lanes=" << kernel.lanes << " unroll=" << kernel.unroll
+         << " parallel=" << kernel.parallelDepth
+         << " stream=" << (kernel.streamedStore ? kernel.streamedName : "none")
+         << " carried=" << kernel.carried.size() << "\n";
+  }
+  return text.str();
+}
+
+CpuSchedule scheduleForCpu(const loop::Program &program,
+                           const HostTarget &host) {
+  CpuSchedule schedule;
+  schedule.kernels.resize(program.steps.size());
+  for (size_t step = 0; step < program.steps.size(); ++step) {
+    if (program.steps[step].kind != loop::Step::Kind::Kernel)
+      continue;
+    const loop::Kernel &kernel = program.steps[step].kernel;
+    KernelSchedule record;
+    record.name = kernel.name;
+    chooseStrategy(record, program, kernel, host);
+    planCarried(record, kernel);
+    planStreaming(record, program, kernel, host);
+    planParallel(record, kernel);
+    if (record.streamedStore) {
+      const loop::Buffer &buffer =
+          program.buffers.at(record.streamedStore->buffer);
+      record.streamedName =
+          buffer.name.empty()
+              ? "buf" + std::to_string(record.streamedStore->buffer)
+              : buffer.name;
+    }
+    schedule.kernels[step] = std::move(record);
+  }
+  return schedule;
+}
+
+std::vector<int> KernelSchedule::vectorWidths() const {
+  if (unroll > 1)
+    return {lanes * unroll, lanes};
+  return {lanes};
+}
+} // namespace kiln::backend

@@ -1,0 +1,73 @@
+// The CPU schedule pass: per kernel, vector strategy, lanes, unroll, parallel
+// split, streamed store and carried values, as data to print and to test.
+// Depends on backend/cpu/HostTarget.h, ir/LoopIR.h.
+#pragma once
+
+#include "backend/cpu/HostTarget.h"
+#include "ir/LoopIR.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::backend {
+
+enum class VectorStrategy : uint8_t {
+  Scalar,
+  Inner, // the last variable of each loop with contiguous loads
+  Outer, // the last outer variable: several outer points at once
+};
+
+std::string_view vectorStrategyName(VectorStrategy strategy);
+
+/// A value a loop computes that later loops of the same outer point compute
+/// again (softmax's exp): the producer stores it to a stack array by
+/// position, the consumers load it.
+struct CarriedValue {
+  const loop::Expr *expr = nullptr;
+  size_t producer = 0;           // the loop that computes it
+  std::vector<size_t> consumers; // the later loops that load it
+};
+
+/// How one kernel runs.
+struct KernelSchedule {
+  std::string name; // the kernel's, for logs
+  VectorStrategy strategy = VectorStrategy::Scalar;
+  int lanes = 1;  // elements of one vector (1: scalar)
+  int unroll = 1; // vectors one step of a vector loop covers
+  /// By loop: whether the Inner strategy vectorises its innermost variable.
+  std::vector<bool> innerVectorLoop;
+  /// The function's [begin, end) arguments range over the first
+  /// `parallelDepth` outer loops flattened (row-major); 0 without any.
+  size_t parallelDepth = 0;
+  /// The store written with non-temporal vector stores (nullptr: none),
+  /// the loop it is in, and the bytes its vector stores are aligned to.
+  const loop::Store *streamedStore = nullptr;
+  size_t streamedLoop = 0;
+  int64_t streamAlignment = 0;
+  std::string streamedName; // its buffer's name, for logs
+  std::vector<CarriedValue> carried;
+
+  /// The vector widths a vector loop steps by, widest first: an unrolled
+  /// one, then single vectors.
+  std::vector<int> vectorWidths() const;
+};
+
+/// A schedule for every Kernel step of one program.
+struct CpuSchedule {
+  /// By step: a record for each Kernel step, nullopt for the others.
+  std::vector<std::optional<KernelSchedule>> kernels;
+  /// The record of step `step`; throws kiln::Error where there is none.
+  const KernelSchedule &kernel(size_t step) const;
+  /// One line per kernel: "step 3 add_1: vector=inner lanes=8 unroll=4
+  /// parallel=1 stream=buf2 carried=1".
+  std::string str() const;
+};
+
+/// Decides how every kernel of `program` runs on `host`. The program must
+/// outlive the schedule (records point at its stores and expressions).
+CpuSchedule scheduleForCpu(const loop::Program &program,
+                           const HostTarget &host);
+
+} // namespace kiln::backend

@@ -1,0 +1,604 @@
+// Emits loop-IR expressions as LLVM IR for any LLVM target.
+// Depends on backend/llvm/ExprEmitter.h, backend/llvm/MathFunctionName.h,
+// ir/, LLVM.
+#include "backend/llvm/ExprEmitter.h"
+
+#include "backend/llvm/MathFunctionName.h"
+#include "ir/Error.h"
+
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include <cmath>
+
+namespace kiln::backend {
+
+using loop::BinaryOp;
+using loop::Expr;
+using loop::ExprKind;
+using loop::UnaryOp;
+
+ExprEmitter::ExprEmitter(llvm::Module &module, const loop::Program &program,
+                         std::string generator)
+    : LlvmTypes(module.getContext(), std::move(generator)), module_(module),
+      program_(program) {}
+
+ExprEmitter::~ExprEmitter() = default;
+
+llvm::Value *ExprEmitter::sizeValue(int64_t size) {
+  return builder_.getInt64(size);
+}
+
+void ExprEmitter::countedLoop(llvm::Value *start, llvm::Value *end,
+                              int64_t step, LoopBody body) {
+  emitCountedLoop(builder_, start, end, step, [&](llvm::Value *index) {
+    scopes_.emplace_back();
+    body(index);
+    scopes_.pop_back();
+  });
+}
+
+llvm::Value *ExprEmitter::reuse(const Expr *, bool) { return nullptr; }
+
+void ExprEmitter::computed(const Expr *, llvm::Value *) {}
+
+llvm::Value *ExprEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
+  return callMath(mathFunctionName(op), {x});
+}
+
+llvm::Value *ExprEmitter::emitLoad(const Expr *expr, bool vector) {
+  DType dtype = program_.buffers.at(expr->id()).dtype();
+  llvm::Value *loaded = loadElements(expr, dtype, vector);
+  return emitCast(fromStorage(dtype, loaded), dtype, expr->dtype());
+}
+
+llvm::Value *ExprEmitter::loadElements(const Expr *expr, DType dtype,
+                                       bool vector) {
+  if (vector)
+    throw Error(generator_ + " has no vector loads");
+  llvm::Type *storage = storageType(dtype);
+  llvm::Value *base = bufferPointer(expr->id());
+  llvm::Value *address =
+      builder_.CreateGEP(storage, base, emit(expr->index(), false));
+  return builder_.CreateAlignedLoad(storage, address,
+                                    llvm::Align(itemSize(dtype)));
+}
+
+bool ExprEmitter::varying(const Expr *expr) {
+  if (currentLanes_ == 1)
+    return false;
+  auto found = varyingMemo_.find(expr);
+  if (found != varyingMemo_.end())
+    return found->second;
+  bool result = false;
+  switch (expr->kind()) {
+  case ExprKind::Constant:
+    break;
+  case ExprKind::Var:
+    result = expr->id() == vectorVar_;
+    break;
+  case ExprKind::ReductionValue: {
+    llvm::Value *value = reductionValues_.at(expr->id());
+    result = value && lanesOf(value) > 1;
+    break;
+  }
+  default:
+    for (const Expr *operand : expr->operands())
+      result = result || varying(operand);
+  }
+  varyingMemo_[expr] = result;
+  return result;
+}
+
+bool ExprEmitter::indexReadsVectorReduction(const Expr *expr) {
+  if (expr->kind() == ExprKind::ReductionValue)
+    return varying(expr);
+  for (const Expr *operand : expr->operands())
+    if (indexReadsVectorReduction(operand))
+      return true;
+  return false;
+}
+
+llvm::Value *ExprEmitter::emit(const Expr *expr, bool vector) {
+  vector = vector && currentLanes_ > 1;
+  if (vector && !varying(expr))
+    return splat(emit(expr, false), currentLanes_);
+  for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
+    auto &cache = vector ? scope->vector : scope->scalar;
+    auto found = cache.find(expr);
+    if (found != cache.end())
+      return found->second;
+  }
+  llvm::Value *value = reuse(expr, vector);
+  if (!value) {
+    value = emitNode(expr, vector);
+    computed(expr, value);
+  }
+  (vector ? scopes_.back().vector : scopes_.back().scalar)[expr] = value;
+  return value;
+}
+
+llvm::Value *ExprEmitter::emitNode(const Expr *expr, bool vector) {
+  switch (expr->kind()) {
+  case ExprKind::Constant:
+    return constantOf(expr);
+  case ExprKind::Var: {
+    llvm::Value *value = vars_.at(expr->id());
+    if (!value)
+      throw Error("loop IR: a kernel reads a variable outside its loop");
+    if (vector)
+      return builder_.CreateAdd(splat(value, currentLanes_),
+                                laneOffsets(currentLanes_));
+    return value;
+  }
+  case ExprKind::ReductionValue: {
+    llvm::Value *value = reductionValues_.at(expr->id());
+    if (!value)
+      throw Error("loop IR: a kernel reads a reduction before it is final");
+    if (!vector && lanesOf(value) > 1)
+      return builder_.CreateExtractElement(value, uint64_t(0));
+    return value;
+  }
+  case ExprKind::Load:
+    return emitLoad(expr, vector);
+  case ExprKind::Unary: {
+    DType dtype = expr->operand(0)->dtype();
+    llvm::Value *result =
+        emitUnary(expr->unaryOp(), emit(expr->operand(0), vector), dtype);
+    return roundTo(expr->dtype(), result);
+  }
+  case ExprKind::Binary: {
+    DType dtype = expr->operand(0)->dtype();
+    llvm::Value *a = emit(expr->operand(0), vector);
+    llvm::Value *b = emit(expr->operand(1), vector);
+    return roundTo(expr->dtype(), emitBinary(expr->binaryOp(), a, b, dtype));
+  }
+  case ExprKind::Where:
+    return builder_.CreateSelect(emit(expr->operand(0), vector),
+                                 emit(expr->operand(1), vector),
+                                 emit(expr->operand(2), vector));
+  case ExprKind::Cast:
+    return emitCast(emit(expr->operand(0), vector), expr->operand(0)->dtype(),
+                    expr->dtype());
+  case ExprKind::MulAdd: {
+    // llvm.fmuladd: one fma where the target has one, mul and add where not.
+    llvm::Value *a = emit(expr->operand(0), vector);
+    llvm::Value *b = emit(expr->operand(1), vector);
+    llvm::Value *c = emit(expr->operand(2), vector);
+    return roundTo(expr->dtype(),
+                   builder_.CreateIntrinsic(llvm::Intrinsic::fmuladd,
+                                            {a->getType()}, {a, b, c}));
+  }
+  }
+  throw Error("loop IR: unknown expression kind");
+}
+
+llvm::Value *ExprEmitter::emitUnary(UnaryOp op, llvm::Value *x, DType dtype) {
+  auto unsupported = [&]() -> llvm::Value * {
+    throw Unsupported(generator_ + " cannot compute " +
+                      std::string(loop::unaryOpName(op)) + " of " +
+                      std::string(dtypeName(dtype)));
+  };
+  if (isFloatingPoint(dtype)) {
+    if (mathFunctionName(op))
+      return emitMathFunction(op, x);
+    switch (op) {
+    case UnaryOp::Neg:
+      return builder_.CreateFNeg(x);
+    case UnaryOp::Abs:
+      return callIntrinsic(llvm::Intrinsic::fabs, {x});
+    case UnaryOp::Sqrt:
+      return callIntrinsic(llvm::Intrinsic::sqrt, {x});
+    case UnaryOp::Rsqrt:
+      return builder_.CreateFDiv(floatLike(x, 1.0),
+                                 callIntrinsic(llvm::Intrinsic::sqrt, {x}));
+    case UnaryOp::Reciprocal:
+      return builder_.CreateFDiv(floatLike(x, 1.0), x);
+    case UnaryOp::Sigmoid: {
+      llvm::Value *exponential =
+          emitUnary(UnaryOp::Exp, builder_.CreateFNeg(x), dtype);
+      return builder_.CreateFDiv(
+          floatLike(x, 1.0),
+          builder_.CreateFAdd(floatLike(x, 1.0), exponential));
+    }
+    case UnaryOp::Floor:
+      return callIntrinsic(llvm::Intrinsic::floor, {x});
+    case UnaryOp::Ceil:
+      return callIntrinsic(llvm::Intrinsic::ceil, {x});
+    case UnaryOp::Trunc:
+      return callIntrinsic(llvm::Intrinsic::trunc, {x});
+    case UnaryOp::Round:
+      return callIntrinsic(llvm::Intrinsic::roundeven, {x});
+    case UnaryOp::Sign: // torch.sign(nan) is 0
+      return builder_.CreateSelect(
+          builder_.CreateFCmpOGT(x, floatLike(x, 0.0)), floatLike(x, 1.0),
+          builder_.CreateSelect(builder_.CreateFCmpOLT(x, floatLike(x, 0.0)),
+                                floatLike(x, -1.0), floatLike(x, 0.0)));
+    case UnaryOp::LogicalNot:
+      return builder_.CreateFCmpOEQ(x, floatLike(x, 0.0));
+    case UnaryOp::IsNan:
+      return builder_.CreateFCmpUNO(x, x);
+    case UnaryOp::IsInf:
+      return builder_.CreateFCmpOEQ(callIntrinsic(llvm::Intrinsic::fabs, {x}),
+                                    floatLike(x, INFINITY));
+    default:
+      return unsupported();
+    }
+  }
+  llvm::Value *falseValue =
+      llvm::ConstantInt::getFalse(withLanes(builder_.getInt1Ty(), lanesOf(x)));
+  if (dtype == DType::Bool) {
+    switch (op) {
+    case UnaryOp::LogicalNot:
+    case UnaryOp::BitwiseNot:
+      return builder_.CreateNot(x);
+    case UnaryOp::Abs:
+    case UnaryOp::Floor:
+    case UnaryOp::Ceil:
+    case UnaryOp::Round:
+    case UnaryOp::Trunc:
+    case UnaryOp::Sign:
+      return x;
+    case UnaryOp::IsNan:
+    case UnaryOp::IsInf:
+      return falseValue;
+    default:
+      return unsupported();
+    }
+  }
+  bool isUnsigned = isUnsignedType(dtype);
+  switch (op) {
+  case UnaryOp::Neg:
+    return builder_.CreateNeg(x);
+  case UnaryOp::Abs:
+    return isUnsigned
+               ? x
+               : builder_.CreateIntrinsic(llvm::Intrinsic::abs, {x->getType()},
+                                          {x, builder_.getFalse()});
+  case UnaryOp::Sign: {
+    llvm::Value *positive = builder_.CreateZExt(
+        isUnsigned ? builder_.CreateICmpNE(x, integerLike(x, 0))
+                   : builder_.CreateICmpSGT(x, integerLike(x, 0)),
+        x->getType());
+    if (isUnsigned)
+      return positive;
+    llvm::Value *negative = builder_.CreateZExt(
+        builder_.CreateICmpSLT(x, integerLike(x, 0)), x->getType());
+    return builder_.CreateSub(positive, negative);
+  }
+  case UnaryOp::Floor:
+  case UnaryOp::Ceil:
+  case UnaryOp::Round:
+  case UnaryOp::Trunc:
+    return x;
+  case UnaryOp::LogicalNot:
+    return builder_.CreateICmpEQ(x, integerLike(x, 0));
+  case UnaryOp::BitwiseNot:
+    return builder_.CreateNot(x);
+  case UnaryOp::IsNan:
+  case UnaryOp::IsInf:
+    return falseValue;
+  default:
+    return unsupported();
+  }
+}
+
+llvm::Value *ExprEmitter::emitIntegerDivision(BinaryOp op, llvm::Value *a,
+                                              llvm::Value *b, bool isUnsigned) {
+  // Division by zero must neither trap nor be undefined: divide by 1
+  // instead. INT_MIN / -1 overflows: -1 is handled as negation.
+  llvm::Value *zero = builder_.CreateICmpEQ(b, integerLike(b, 0));
+  if (isUnsigned) {
+    llvm::Value *divisor = builder_.CreateSelect(zero, integerLike(b, 1), b);
+    bool quotient = op == BinaryOp::Div || op == BinaryOp::FloorDiv;
+    return quotient ? builder_.CreateUDiv(a, divisor)
+                    : builder_.CreateURem(a, divisor);
+  }
+  llvm::Value *minusOne = builder_.CreateICmpEQ(b, integerLike(b, -1));
+  llvm::Value *divisor = builder_.CreateSelect(
+      builder_.CreateOr(zero, minusOne), integerLike(b, 1), b);
+  llvm::Value *quotient = builder_.CreateSDiv(a, divisor);
+  llvm::Value *remainder = builder_.CreateSRem(a, divisor);
+  llvm::Value *negated = builder_.CreateNeg(a);
+  // Python rounds toward negative infinity: adjust when the remainder and
+  // the divisor have opposite signs.
+  llvm::Value *adjust = builder_.CreateAnd(
+      builder_.CreateICmpNE(remainder, integerLike(remainder, 0)),
+      builder_.CreateICmpSLT(builder_.CreateXor(remainder, b),
+                             integerLike(b, 0)));
+  switch (op) {
+  case BinaryOp::Div:
+    return builder_.CreateSelect(minusOne, negated, quotient);
+  case BinaryOp::FloorDiv:
+    return builder_.CreateSelect(
+        minusOne, negated,
+        builder_.CreateSub(quotient,
+                           builder_.CreateZExt(adjust, a->getType())));
+  case BinaryOp::Mod:
+    return builder_.CreateAdd(
+        remainder, builder_.CreateSelect(adjust, b, integerLike(b, 0)));
+  default: // Fmod
+    return remainder;
+  }
+}
+
+// Whether a float fmod remainder is nonzero with the sign opposite to the
+// divisor's: where Python's floor division and modulo step one further
+// down than C's truncating ones.
+llvm::Value *ExprEmitter::remainderAgainstDivisor(llvm::Value *remainder,
+                                                  llvm::Value *divisor) {
+  return builder_.CreateAnd(
+      builder_.CreateFCmpUNE(remainder, floatLike(remainder, 0.0)),
+      builder_.CreateXor(
+          builder_.CreateFCmpOLT(divisor, floatLike(divisor, 0.0)),
+          builder_.CreateFCmpOLT(remainder, floatLike(remainder, 0.0))));
+}
+
+// Python's floor division of floats as torch computes it: the quotient of
+// a - fmod(a, b), which is exact where floor(a / b) is not (1 // 0.1 is 9:
+// a / b rounds up to 10), moved down where the remainder's sign differs
+// from the divisor's, then rounded to the nearest integer; a zero quotient
+// keeps the sign of a / b, and division by zero gives a / b.
+llvm::Value *ExprEmitter::emitFloatFloorDivision(llvm::Value *a,
+                                                 llvm::Value *b) {
+  llvm::Value *remainder = builder_.CreateFRem(a, b);
+  llvm::Value *quotient =
+      builder_.CreateFDiv(builder_.CreateFSub(a, remainder), b);
+  quotient = builder_.CreateSelect(
+      remainderAgainstDivisor(remainder, b),
+      builder_.CreateFSub(quotient, floatLike(quotient, 1.0)), quotient);
+  llvm::Value *floored = callIntrinsic(llvm::Intrinsic::floor, {quotient});
+  floored = builder_.CreateSelect(
+      builder_.CreateFCmpOGT(builder_.CreateFSub(quotient, floored),
+                             floatLike(quotient, 0.5)),
+      builder_.CreateFAdd(floored, floatLike(floored, 1.0)), floored);
+  llvm::Value *ratio = builder_.CreateFDiv(a, b);
+  llvm::Value *signedZero =
+      callIntrinsic(llvm::Intrinsic::copysign, {floatLike(ratio, 0.0), ratio});
+  llvm::Value *result = builder_.CreateSelect(
+      builder_.CreateFCmpUNE(quotient, floatLike(quotient, 0.0)), floored,
+      signedZero);
+  return builder_.CreateSelect(builder_.CreateFCmpOEQ(b, floatLike(b, 0.0)),
+                               ratio, result);
+}
+
+llvm::Value *ExprEmitter::emitIntegerPower(llvm::Value *base,
+                                           llvm::Value *exponent,
+                                           bool isUnsigned) {
+  // Square-and-multiply over every bit of the exponent: exact, wrapping.
+  unsigned bits = base->getType()->getScalarSizeInBits();
+  llvm::Value *result = integerLike(base, 1);
+  llvm::Value *square = base;
+  for (unsigned bit = 0; bit < bits; ++bit) {
+    llvm::Value *set = builder_.CreateICmpNE(
+        builder_.CreateAnd(exponent, integerLike(exponent, int64_t(1) << bit)),
+        integerLike(exponent, 0));
+    result =
+        builder_.CreateSelect(set, builder_.CreateMul(result, square), result);
+    square = builder_.CreateMul(square, square);
+  }
+  if (isUnsigned)
+    return result;
+  // Negative exponents: only 1 and -1 have integer powers; others give 0.
+  llvm::Value *odd = builder_.CreateICmpNE(
+      builder_.CreateAnd(exponent, integerLike(exponent, 1)),
+      integerLike(exponent, 0));
+  llvm::Value *negativePower = builder_.CreateSelect(
+      builder_.CreateICmpEQ(base, integerLike(base, 1)), integerLike(base, 1),
+      builder_.CreateSelect(builder_.CreateICmpEQ(base, integerLike(base, -1)),
+                            builder_.CreateSelect(odd, integerLike(base, -1),
+                                                  integerLike(base, 1)),
+                            integerLike(base, 0)));
+  return builder_.CreateSelect(
+      builder_.CreateICmpSLT(exponent, integerLike(exponent, 0)), negativePower,
+      result);
+}
+
+llvm::Value *ExprEmitter::emitBinary(BinaryOp op, llvm::Value *a,
+                                     llvm::Value *b, DType dtype) {
+  auto unsupported = [&]() -> llvm::Value * {
+    throw Unsupported(generator_ + " cannot compute " +
+                      std::string(loop::binaryOpName(op)) + " of " +
+                      std::string(dtypeName(dtype)));
+  };
+  if (isFloatingPoint(dtype)) {
+    auto isTrue = [&](llvm::Value *value) {
+      return builder_.CreateFCmpUNE(value, floatLike(value, 0.0));
+    };
+    switch (op) {
+    case BinaryOp::Add:
+      return builder_.CreateFAdd(a, b);
+    case BinaryOp::Sub:
+      return builder_.CreateFSub(a, b);
+    case BinaryOp::Mul:
+      return builder_.CreateFMul(a, b);
+    case BinaryOp::Div:
+      return builder_.CreateFDiv(a, b);
+    case BinaryOp::FloorDiv:
+      return emitFloatFloorDivision(a, b);
+    case BinaryOp::Mod: {
+      // torch.remainder: fmod, moved into the divisor's sign.
+      llvm::Value *remainder = builder_.CreateFRem(a, b);
+      return builder_.CreateSelect(remainderAgainstDivisor(remainder, b),
+                                   builder_.CreateFAdd(remainder, b),
+                                   remainder);
+    }
+    case BinaryOp::Fmod:
+      return builder_.CreateFRem(a, b);
+    case BinaryOp::Pow:
+      return callMath("pow", {a, b});
+    case BinaryOp::Atan2:
+      return callMath("atan2", {a, b});
+    case BinaryOp::Copysign:
+      return callIntrinsic(llvm::Intrinsic::copysign, {a, b});
+    case BinaryOp::Max:
+      return callIntrinsic(llvm::Intrinsic::maximum, {a, b});
+    case BinaryOp::Min:
+      return callIntrinsic(llvm::Intrinsic::minimum, {a, b});
+    case BinaryOp::Eq:
+      return builder_.CreateFCmpOEQ(a, b);
+    case BinaryOp::Ne:
+      return builder_.CreateFCmpUNE(a, b);
+    case BinaryOp::Lt:
+      return builder_.CreateFCmpOLT(a, b);
+    case BinaryOp::Le:
+      return builder_.CreateFCmpOLE(a, b);
+    case BinaryOp::Gt:
+      return builder_.CreateFCmpOGT(a, b);
+    case BinaryOp::Ge:
+      return builder_.CreateFCmpOGE(a, b);
+    case BinaryOp::LogicalAnd:
+      return builder_.CreateAnd(isTrue(a), isTrue(b));
+    case BinaryOp::LogicalOr:
+      return builder_.CreateOr(isTrue(a), isTrue(b));
+    case BinaryOp::LogicalXor:
+      return builder_.CreateXor(isTrue(a), isTrue(b));
+    default:
+      return unsupported();
+    }
+  }
+  bool isBool = dtype == DType::Bool;
+  bool isUnsigned = isUnsignedType(dtype);
+  auto isTrue = [&](llvm::Value *value) {
+    return isBool ? value : builder_.CreateICmpNE(value, integerLike(value, 0));
+  };
+  unsigned bits = a->getType()->getScalarSizeInBits();
+  switch (op) {
+  case BinaryOp::Add:
+    return isBool ? builder_.CreateOr(a, b) : builder_.CreateAdd(a, b);
+  case BinaryOp::Sub:
+    return isBool ? builder_.CreateXor(a, b) : builder_.CreateSub(a, b);
+  case BinaryOp::Mul:
+    return isBool ? builder_.CreateAnd(a, b) : builder_.CreateMul(a, b);
+  case BinaryOp::Div:
+  case BinaryOp::FloorDiv:
+  case BinaryOp::Mod:
+  case BinaryOp::Fmod:
+    if (isBool)
+      return unsupported();
+    return emitIntegerDivision(op, a, b, isUnsigned);
+  case BinaryOp::Pow:
+    if (isBool)
+      return unsupported();
+    return emitIntegerPower(a, b, isUnsigned);
+  case BinaryOp::Max:
+    return callIntrinsic(
+        isUnsigned ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, {a, b});
+  case BinaryOp::Min:
+    return callIntrinsic(
+        isUnsigned ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, {a, b});
+  case BinaryOp::Eq:
+    return builder_.CreateICmpEQ(a, b);
+  case BinaryOp::Ne:
+    return builder_.CreateICmpNE(a, b);
+  case BinaryOp::Lt:
+    return isUnsigned ? builder_.CreateICmpULT(a, b)
+                      : builder_.CreateICmpSLT(a, b);
+  case BinaryOp::Le:
+    return isUnsigned ? builder_.CreateICmpULE(a, b)
+                      : builder_.CreateICmpSLE(a, b);
+  case BinaryOp::Gt:
+    return isUnsigned ? builder_.CreateICmpUGT(a, b)
+                      : builder_.CreateICmpSGT(a, b);
+  case BinaryOp::Ge:
+    return isUnsigned ? builder_.CreateICmpUGE(a, b)
+                      : builder_.CreateICmpSGE(a, b);
+  case BinaryOp::LogicalAnd:
+    return builder_.CreateAnd(isTrue(a), isTrue(b));
+  case BinaryOp::LogicalOr:
+    return builder_.CreateOr(isTrue(a), isTrue(b));
+  case BinaryOp::LogicalXor:
+    return builder_.CreateXor(isTrue(a), isTrue(b));
+  case BinaryOp::BitwiseAnd:
+    return builder_.CreateAnd(a, b);
+  case BinaryOp::BitwiseOr:
+    return builder_.CreateOr(a, b);
+  case BinaryOp::BitwiseXor:
+    return builder_.CreateXor(a, b);
+  case BinaryOp::ShiftLeft: {
+    if (isBool)
+      return unsupported();
+    // Amounts past the width (or negative) shift everything out: no poison
+    // escapes, because select does not propagate its unchosen operand.
+    llvm::Value *tooFar = builder_.CreateICmpUGE(b, integerLike(b, bits));
+    return builder_.CreateSelect(tooFar, integerLike(a, 0),
+                                 builder_.CreateShl(a, b));
+  }
+  case BinaryOp::ShiftRight: {
+    if (isBool)
+      return unsupported();
+    llvm::Value *tooFar = builder_.CreateICmpUGE(b, integerLike(b, bits));
+    if (isUnsigned)
+      return builder_.CreateSelect(tooFar, integerLike(a, 0),
+                                   builder_.CreateLShr(a, b));
+    llvm::Value *amount =
+        builder_.CreateSelect(tooFar, integerLike(b, bits - 1), b);
+    return builder_.CreateAShr(a, amount);
+  }
+  default:
+    return unsupported();
+  }
+}
+
+llvm::Value *ExprEmitter::emitCast(llvm::Value *value, DType from, DType to) {
+  if (from == to)
+    return value;
+  int lanes = lanesOf(value);
+  llvm::Type *target = withLanes(computeType(to), lanes);
+  computeType(from); // rejects complex sources
+  if (to == DType::Bool)
+    return isFloatingPoint(from)
+               ? builder_.CreateFCmpUNE(value, floatLike(value, 0.0))
+               : builder_.CreateICmpNE(value, integerLike(value, 0));
+  if (from == DType::Bool)
+    return isFloatingPoint(to) ? builder_.CreateUIToFP(value, target)
+                               : builder_.CreateZExt(value, target);
+  if (isFloatingPoint(from) && isFloatingPoint(to)) {
+    // Half types are computed in float: a double rounds to float first, as
+    // c10::Half(double) and c10::BFloat16(double) do.
+    if (value->getType() != target)
+      value = to == DType::Float64 ? builder_.CreateFPExt(value, target)
+                                   : builder_.CreateFPTrunc(value, target);
+    return roundTo(to, value);
+  }
+  if (isFloatingPoint(from)) {
+    // As eager's static_cast on x86 (cvttss2si / cvttsd2si): 64-bit
+    // results convert at 64 bits, every other integer at 32 bits and keeps
+    // the low bits (300.0 -> uint8 44, -1.0 -> 255); NaN and values out of
+    // the converted width's range give its minimum (the "integer
+    // indefinite"), where LLVM's fptosi would be poison.
+    unsigned width = to == DType::Int64 ? 64 : 32;
+    llvm::Type *wide = withLanes(builder_.getIntNTy(width), lanes);
+    double limit = std::ldexp(1.0, static_cast<int>(width) - 1);
+    llvm::Value *inRange = builder_.CreateAnd(
+        builder_.CreateFCmpOGE(value, floatLike(value, -limit)),
+        builder_.CreateFCmpOLT(value, floatLike(value, limit)));
+    llvm::Value *converted = builder_.CreateIntrinsic(
+        llvm::Intrinsic::fptosi_sat, {wide, value->getType()}, {value});
+    llvm::Value *indefinite =
+        llvm::ConstantInt::get(wide, llvm::APInt::getSignedMinValue(width));
+    llvm::Value *result = builder_.CreateSelect(inRange, converted, indefinite);
+    return builder_.CreateIntCast(result, target, /*isSigned=*/true);
+  }
+  if (isFloatingPoint(to)) {
+    llvm::Value *converted = isUnsignedType(from)
+                                 ? builder_.CreateUIToFP(value, target)
+                                 : builder_.CreateSIToFP(value, target);
+    return roundTo(to, converted);
+  }
+  return builder_.CreateIntCast(value, target, !isUnsignedType(from));
+}
+
+void ExprEmitter::enterVector(int64_t var, int lanes) {
+  vectorVar_ = var;
+  currentLanes_ = lanes;
+  varyingMemo_.clear();
+}
+
+void ExprEmitter::leaveVector() {
+  vectorVar_ = -1;
+  currentLanes_ = 1;
+  varyingMemo_.clear();
+}
+
+} // namespace kiln::backend

@@ -1,0 +1,98 @@
+// Loop-IR expressions as LLVM IR for any target (XLA's ElementalIrEmitter);
+// hooks for loads, math functions and reuse; stores and loops are targets'.
+// Depends on backend/llvm/{LlvmTypes,LoopEmitter}.h, ir/LoopIR.h, LLVM.
+#pragma once
+
+#include "backend/llvm/LlvmTypes.h"
+#include "backend/llvm/LoopEmitter.h"
+#include "ir/LoopIR.h"
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace llvm {
+class Module;
+} // namespace llvm
+
+namespace kiln::backend {
+
+class ExprEmitter : public LlvmTypes {
+public:
+  ExprEmitter(llvm::Module &module, const loop::Program &program,
+              std::string generator);
+  virtual ~ExprEmitter();
+
+  /// The value of `expr` at the current point: one lane, or (`vector`, in a
+  /// vector region) the vector of the current lanes of the vectorised
+  /// variable. Values are computed once per scope.
+  llvm::Value *emit(const loop::Expr *expr, bool vector);
+  llvm::Value *emitUnary(loop::UnaryOp op, llvm::Value *x, DType dtype);
+  llvm::Value *emitBinary(loop::BinaryOp op, llvm::Value *a, llvm::Value *b,
+                          DType dtype);
+  llvm::Value *emitCast(llvm::Value *value, DType from, DType to);
+
+  /// The one place where a loop range, a size or a stride of the loop IR
+  /// becomes a value in the emitted code: a constant today; symbolic sizes
+  /// will read it from the kernel's arguments here.
+  llvm::Value *sizeValue(int64_t size);
+
+protected:
+  // ------------------------------------------------------------ the hooks
+  /// The data pointer of program buffer `buffer`.
+  virtual llvm::Value *bufferPointer(int64_t buffer) = 0;
+  /// The elements `load` reads, in the storage type of `dtype` (its
+  /// buffer's dtype): scalar by default, vectors are the target's.
+  virtual llvm::Value *loadElements(const loop::Expr *load, DType dtype,
+                                    bool vector);
+  /// The C library function `name` ("exp", "atan2") of `args` (float or
+  /// double, scalars or vectors).
+  virtual llvm::Value *callMath(const char *name,
+                                std::vector<llvm::Value *> args) = 0;
+  /// A unary op that mathFunctionName names, of a float or double `x`: the
+  /// library call by default; targets may compute some inline.
+  virtual llvm::Value *emitMathFunction(loop::UnaryOp op, llvm::Value *x);
+  /// A value the target has kept from an earlier loop (nullptr: compute it),
+  /// and the notice of each value computed.
+  virtual llvm::Value *reuse(const loop::Expr *expr, bool vector);
+  virtual void computed(const loop::Expr *expr, llvm::Value *value);
+
+  // ------------------------------------------------------- the emission
+  /// Whether `expr` differs between the lanes of the current vector.
+  bool varying(const loop::Expr *expr);
+  bool indexReadsVectorReduction(const loop::Expr *expr);
+  /// Vector regions: expressions over Var(`var`) take `lanes` lanes.
+  void enterVector(int64_t var, int lanes);
+  void leaveVector();
+  /// emitCountedLoop with a scope of computed values around the body.
+  void countedLoop(llvm::Value *start, llvm::Value *end, int64_t step,
+                   LoopBody body);
+
+  llvm::Module &module_;
+  const loop::Program &program_;
+  int64_t vectorVar_ = -1;
+  int currentLanes_ = 1;
+  /// The value of each loop variable where the emission is (nullptr outside
+  /// its loop), and of each reduction of the kernel once it is final.
+  std::vector<llvm::Value *> vars_;
+  std::vector<llvm::Value *> reductionValues_;
+  struct Scope {
+    std::unordered_map<const loop::Expr *, llvm::Value *> scalar, vector;
+  };
+  std::vector<Scope> scopes_;
+  std::unordered_map<const loop::Expr *, bool> varyingMemo_;
+
+private:
+  llvm::Value *emitNode(const loop::Expr *expr, bool vector);
+  llvm::Value *emitLoad(const loop::Expr *expr, bool vector);
+  llvm::Value *emitIntegerDivision(loop::BinaryOp op, llvm::Value *a,
+                                   llvm::Value *b, bool isUnsigned);
+  llvm::Value *remainderAgainstDivisor(llvm::Value *remainder,
+                                       llvm::Value *divisor);
+  llvm::Value *emitFloatFloorDivision(llvm::Value *a, llvm::Value *b);
+  llvm::Value *emitIntegerPower(llvm::Value *base, llvm::Value *exponent,
+                                bool isUnsigned);
+};
+
+} // namespace kiln::backend

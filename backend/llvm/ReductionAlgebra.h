@@ -1,0 +1,44 @@
+// The reduction algebra as LLVM IR for any target: identities, combining
+// (argmax/argmin with positions), lane narrowing, accumulator dtypes.
+// Depends on backend/llvm/LlvmTypes.h, ir/LoopIR.h, LLVM.
+#pragma once
+
+#include "backend/llvm/LlvmTypes.h"
+#include "ir/LoopIR.h"
+
+#include <utility>
+
+namespace kiln::backend {
+
+/// The dtype a reduction accumulates in (Bool for Any/All).
+DType accumulatorDType(const loop::Reduction &reduction);
+/// Whether a reduction is a floating-point sum (the compensated kind).
+bool isFloatSum(const loop::Reduction &reduction);
+
+class ReductionAlgebra {
+public:
+  explicit ReductionAlgebra(LlvmTypes &types);
+
+  /// The value a reduction starts from, at `lanes` lanes.
+  llvm::Value *identity(loop::ReduceOp op, DType dtype, int lanes);
+  /// Two partial results of Sum/Prod/Max/Min/Any/All combined; max and min
+  /// propagate NaN.
+  llvm::Value *combine(loop::ReduceOp op, DType dtype, llvm::Value *a,
+                       llvm::Value *b);
+  /// Two (value, position) partial results of ArgMax/ArgMin combined: the
+  /// first position of the maximum (minimum) wins, NaN beyond everything.
+  std::pair<llvm::Value *, llvm::Value *>
+  combineArg(loop::ReduceOp op, DType dtype, llvm::Value *valueA,
+             llvm::Value *indexA, llvm::Value *valueB, llvm::Value *indexB);
+  /// Combines the upper half of a vector's lanes into the lower half until
+  /// `lanes` remain (`position`: ArgMax/ArgMin's positions, else nullptr).
+  std::pair<llvm::Value *, llvm::Value *>
+  narrowLanes(loop::ReduceOp op, DType dtype, llvm::Value *value,
+              llvm::Value *position, int lanes);
+
+private:
+  LlvmTypes &types_;
+  llvm::IRBuilder<> &builder_;
+};
+
+} // namespace kiln::backend
