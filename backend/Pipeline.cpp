@@ -5,6 +5,8 @@
 #include "backend/Pipeline.h"
 
 #include "backend/cpu/CpuBackend.h"
+#include "backend/cpu/CpuSchedule.h"
+#include "backend/cpu/HostTarget.h"
 #include "ir/Logging.h"
 #include "passes/DeadCodeElimination.h"
 #include "passes/Lowering.h"
@@ -78,10 +80,11 @@ std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
 
   switch (target.kind) {
   case Target::Kind::Cpu: {
+    CpuSchedule schedule = scheduleForCpu(program, hostTarget());
     if (logEnabled("schedule"))
-      logArtifact("schedule", scheduleSummary(program));
-    compiled->code =
-        std::make_unique<CpuKernelCode>(CpuProgram::compile(program));
+      logArtifact("schedule", scheduleSummary(program) + schedule.str());
+    compiled->code = std::make_unique<CpuKernelCode>(
+        CpuProgram::compile(program, schedule));
     break;
   }
   }
