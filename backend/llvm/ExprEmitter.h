@@ -33,9 +33,10 @@ public:
                           DType dtype);
   llvm::Value *emitCast(llvm::Value *value, DType from, DType to);
 
-  /// The one place where a loop range, a size or a stride of the loop IR
-  /// becomes a value in the emitted code: a constant today; symbolic sizes
-  /// will read it from the kernel's arguments here.
+  /// The one place where a loop range or a size of the loop IR becomes a
+  /// value in the emitted code: a constant today; symbolic sizes will read
+  /// it from the kernel's arguments here. (Strides are factors in index
+  /// expressions; symbolic ones will be size expressions that reach here.)
   llvm::Value *sizeValue(int64_t size);
 
 protected:
