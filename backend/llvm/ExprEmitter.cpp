@@ -121,6 +121,9 @@ llvm::Value *ExprEmitter::emit(const Expr *expr, bool vector) {
 llvm::Value *ExprEmitter::emitNode(const Expr *expr, bool vector) {
   switch (expr->kind()) {
   case ExprKind::Constant:
+    // Index arithmetic is int64: strides and offsets are sizes too.
+    if (expr->dtype() == DType::Int64)
+      return sizeValue(expr->integer());
     return constantOf(expr);
   case ExprKind::Var: {
     llvm::Value *value = vars_.at(expr->id());

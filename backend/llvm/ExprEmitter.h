@@ -33,10 +33,10 @@ public:
                           DType dtype);
   llvm::Value *emitCast(llvm::Value *value, DType from, DType to);
 
-  /// The one place where a loop range or a size of the loop IR becomes a
+  /// The one place where a loop range, a size, a stride or an offset of the
+  /// loop IR (every int64 constant: index arithmetic is int64) becomes a
   /// value in the emitted code: a constant today; symbolic sizes will read
-  /// it from the kernel's arguments here. (Strides are factors in index
-  /// expressions; symbolic ones will be size expressions that reach here.)
+  /// it from the kernel's arguments here.
   llvm::Value *sizeValue(int64_t size);
 
 protected:
