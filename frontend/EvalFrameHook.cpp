@@ -10,6 +10,8 @@
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,12 @@ Py_ssize_t codeExtraIndex() {
   return index;
 }
 
+/// site-packages folders: under the standard library's folder, not skipped.
+std::vector<std::string> &packageRoots() {
+  static std::vector<std::string> roots;
+  return roots;
+}
+
 const std::vector<std::string> &skippedPrefixes() {
   // Imports may let another thread run: it waits without the GIL.
   PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<
@@ -54,6 +62,11 @@ const std::vector<std::string> &skippedPrefixes() {
                   py::dict paths = sysconfig.attr("get_paths")();
                   for (const char *key : {"stdlib", "platstdlib"})
                     result->push_back(paths[key].cast<std::string>());
+                  // Third-party packages live under the standard library's
+                  // folder (lib/python3.x/site-packages) but are user code:
+                  // a model from transformers is captured like one's own.
+                  for (const char *key : {"purelib", "platlib"})
+                    packageRoots().push_back(paths[key].cast<std::string>());
                   py::module_ os = py::module_::import("os");
                   for (const char *package : {"torch", "kiln"}) {
                     py::module_ module = py::module_::import(package);
@@ -83,7 +96,14 @@ CodeExtra *extraOf(PyCodeObject *code) {
   auto *created = new CodeExtra();
   constexpr int kGeneratorFlags =
       CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR;
-  created->skip = (code->co_flags & kGeneratorFlags) ||
+  // A 3.11 comprehension is a function of an iterator its caller made: its
+  // caller's frame (captured or run in CPython) is where it belongs.
+  const char *name = PyUnicode_AsUTF8(code->co_name);
+  bool comprehension =
+      name &&
+      (!std::strcmp(name, "<listcomp>") || !std::strcmp(name, "<dictcomp>") ||
+       !std::strcmp(name, "<setcomp>") || !std::strcmp(name, "<genexpr>"));
+  created->skip = (code->co_flags & kGeneratorFlags) || comprehension ||
                   isSkippedFile(PyUnicode_AsUTF8(code->co_filename));
   if (PyErr_Occurred())
     PyErr_Clear();
@@ -183,8 +203,18 @@ bool isSkippedFile(const char *filename) {
   if (!filename)
     return true;
   std::string name = filename;
-  for (const std::string &prefix : skippedPrefixes())
-    if (!prefix.empty() && name.compare(0, prefix.size(), prefix) == 0)
+  auto startsWith = [&](const std::string &prefix) {
+    return !prefix.empty() && name.compare(0, prefix.size(), prefix) == 0;
+  };
+  const std::vector<std::string> &skipped = skippedPrefixes();
+  // A package under site-packages is skipped only by a longer prefix
+  // (torch's, kiln's), not by the standard library's folder around it.
+  size_t packageRoot = 0;
+  for (const std::string &root : packageRoots())
+    if (startsWith(root))
+      packageRoot = std::max(packageRoot, root.size());
+  for (const std::string &prefix : skipped)
+    if (startsWith(prefix) && prefix.size() > packageRoot)
       return true;
   return false;
 }

@@ -34,7 +34,8 @@ public:
   HookSuspension &operator=(const HookSuspension &) = delete;
 };
 
-/// Whether a code object's frames are skipped (stdlib, torch, kiln).
+/// Whether a code object's frames are skipped: the standard library's,
+/// torch's and kiln's, but not those of other installed packages.
 bool isSkippedFile(const char *filename);
 
 /// The cache the hook keeps on `code` (entries, hits, ...), or None.

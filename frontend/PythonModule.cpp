@@ -135,6 +135,13 @@ PYBIND11_MODULE(_C, module) {
       },
       "The frame hook's cache on a code object (entries, hits, graphs), or "
       "None.");
+  module.def(
+      "hook_skips_file",
+      [](const std::string &filename) {
+        return frontend::isSkippedFile(filename.c_str());
+      },
+      "Whether the frame hook leaves functions defined in `filename` to "
+      "CPython (the standard library, torch, kiln).");
   module.def("reload_logging", &reloadLogSettings,
              "Re-reads KILN_LOGS and KILN_DUMP_DIR from the environment.");
   module.def("start_log_capture", &startLogCapture, py::arg("artifacts"),
