@@ -7,12 +7,19 @@
 
 namespace kiln::backend {
 
+/// Where a call runs: the stream GPU kernels are queued on (the caller's
+/// current CUDA stream; null is the default stream). The CPU ignores it.
+struct LaunchContext {
+  void *stream = nullptr;
+};
+
 class KernelCode {
 public:
   virtual ~KernelCode() = default;
   /// Runs the kernel of program step `stepIndex` (a Kernel step) on
   /// `buffers`: the data address of every program buffer, by buffer number.
-  virtual void runKernel(size_t stepIndex, char *const *buffers) const = 0;
+  virtual void runKernel(size_t stepIndex, char *const *buffers,
+                         const LaunchContext &context) const = 0;
 };
 
 } // namespace kiln::backend

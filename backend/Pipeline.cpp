@@ -29,7 +29,8 @@ class CpuKernelCode : public KernelCode {
 public:
   explicit CpuKernelCode(std::unique_ptr<CpuProgram> program)
       : program_(std::move(program)) {}
-  void runKernel(size_t stepIndex, char *const *buffers) const override {
+  void runKernel(size_t stepIndex, char *const *buffers,
+                 const LaunchContext &) const override {
     program_->runKernel(stepIndex, buffers);
   }
 

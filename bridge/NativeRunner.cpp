@@ -53,7 +53,7 @@ bool sameLayout(const TensorMeta &actual, const TensorMeta &expected) {
 class NativeRunner::TorchHost : public runtime::ExecutionHost {
 public:
   TorchHost(const NativeRunner &runner, std::vector<py::object> &slots)
-      : runner_(runner), slots_(slots) {}
+      : ExecutionHost(*runner.compiled_), runner_(runner), slots_(slots) {}
 
   char *allocate(int64_t buffer) override {
     static PyObject *dtypeKeyword = [] {

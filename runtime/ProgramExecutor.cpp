@@ -42,6 +42,16 @@ void checkInput(const CompiledProgram &program, size_t index,
   }
 }
 
+char *ExecutionHost::constantAddress(int64_t buffer) {
+  // Kernels only read constants.
+  return reinterpret_cast<char *>(const_cast<uint8_t *>(
+      program_.program().buffers[buffer].constant->bytes.data()));
+}
+
+Workspace ExecutionHost::workspace(int64_t bytes) {
+  return program_.device().workspace(bytes);
+}
+
 void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
                 size_t inputCount, ExecutionHost &host,
                 std::vector<char *> &addresses) {
@@ -57,12 +67,11 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
       addresses[b] = inputAddresses[i];
   for (size_t b = 0; b < bufferCount; ++b)
     if (program.buffers[b].kind == BufferKind::Constant)
-      // Kernels only read constants.
-      addresses[b] = reinterpret_cast<char *>(
-          const_cast<uint8_t *>(program.buffers[b].constant->bytes.data()));
+      addresses[b] = host.constantAddress(static_cast<int64_t>(b));
   for (int64_t b : compiled.allocatedBuffers())
     addresses[b] = host.allocate(b);
-  Workspace workspace = compiled.device().workspace(program.workspaceBytes);
+  Workspace workspace = host.workspace(program.workspaceBytes);
+  backend::LaunchContext context = host.launchContext();
   for (size_t b = 0; b < bufferCount; ++b)
     if (program.buffers[b].kind == BufferKind::Temporary)
       addresses[b] = workspace.data() + program.buffers[b].workspaceOffset;
@@ -78,7 +87,7 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
   readyViews(-1);
   for (size_t s = 0; s < program.steps.size(); ++s) {
     if (program.steps[s].kind == Step::Kind::Kernel) {
-      compiled.code().runKernel(s, addresses.data());
+      compiled.code().runKernel(s, addresses.data(), context);
       continue;
     }
     host.runExtern(s, addresses);
@@ -91,7 +100,8 @@ namespace {
 /// Outputs on the program's device, and no extern calls.
 class StandaloneHost : public ExecutionHost {
 public:
-  explicit StandaloneHost(const CompiledProgram &program) : program_(program) {}
+  explicit StandaloneHost(const CompiledProgram &program)
+      : ExecutionHost(program) {}
 
   char *allocate(int64_t buffer) override {
     Device &device = program_.device();
@@ -109,9 +119,6 @@ public:
   }
 
   std::vector<std::shared_ptr<char>> memory_;
-
-private:
-  const CompiledProgram &program_;
 };
 
 } // namespace

@@ -25,6 +25,7 @@ struct TensorBuffer {
 /// What a run needs from its caller besides the inputs.
 class ExecutionHost {
 public:
+  explicit ExecutionHost(const CompiledProgram &program) : program_(program) {}
   virtual ~ExecutionHost() = default;
   /// Memory for a Tensor buffer no step produces (an output, an extern's
   /// operand), with the buffer's layout.
@@ -36,6 +37,17 @@ public:
   /// per buffer).
   virtual void viewReady(int64_t /*buffer*/,
                          std::vector<char *> & /*addresses*/) {}
+  /// The address of constant buffer `buffer` on the program's device: its
+  /// bytes in the program by default (host memory).
+  virtual char *constantAddress(int64_t buffer);
+  /// Memory for the call's temporaries (`bytes`, 64-byte aligned), held
+  /// until the returned object goes: the device's workspace by default.
+  virtual Workspace workspace(int64_t bytes);
+  /// The stream kernels are queued on (GPU programs).
+  virtual backend::LaunchContext launchContext() { return {}; }
+
+protected:
+  const CompiledProgram &program_;
 };
 
 /// Throws kiln::Error when `tensor` is not what graph input `index` of

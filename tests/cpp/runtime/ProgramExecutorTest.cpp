@@ -170,7 +170,8 @@ namespace {
 /// A host that runs aten::mm itself, as an embedder without torch would.
 class MatmulHost : public runtime::ExecutionHost {
 public:
-  explicit MatmulHost(const CompiledProgram &program) : program_(program) {}
+  explicit MatmulHost(const CompiledProgram &program)
+      : ExecutionHost(program) {}
   char *allocate(int64_t buffer) override {
     memory_.emplace_back(program_.program().buffers[buffer].meta.numel() + 16,
                          0.0f);
@@ -202,7 +203,6 @@ public:
   int externCalls = 0;
 
 private:
-  const CompiledProgram &program_;
   std::vector<std::vector<float>> memory_;
 };
 
