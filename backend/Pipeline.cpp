@@ -1,12 +1,13 @@
 // The whole path from a graph to machine code, as one list of stages, each
 // followed by the log that shows its result (KILN_LOGS=graph,loop_ir,
 // schedule; +loop_ir prints the loop IR after every stage).
-// Depends on ir/, passes/, backend/cpu/.
+// Depends on ir/, passes/, backend/cpu/, backend/cuda/CudaCompile.h.
 #include "backend/Pipeline.h"
 
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/CpuSchedule.h"
 #include "backend/cpu/HostTarget.h"
+#include "backend/cuda/CudaCompile.h"
 #include "ir/Logging.h"
 #include "passes/DeadCodeElimination.h"
 #include "passes/Lowering.h"
@@ -40,10 +41,31 @@ private:
 
 } // namespace
 
+Target Target::forGraph(const Graph &graph) {
+  Target target;
+  for (const Value *input : graph.inputs())
+    if (input->meta().device.type == DeviceType::CUDA) {
+      target.kind = Kind::Cuda;
+      target.device = std::max(input->meta().device.index, 0);
+      break;
+    } else if (input->meta().device.type == DeviceType::CPU) {
+      break;
+    }
+  return target;
+}
+
+Device Target::tensorDevice() const {
+  if (kind == Kind::Cuda)
+    return Device{DeviceType::CUDA, device};
+  return Device{};
+}
+
 std::string Target::name() const {
   switch (kind) {
   case Kind::Cpu:
     return "cpu";
+  case Kind::Cuda:
+    return "cuda:" + std::to_string(device);
   }
   return "unknown";
 }
@@ -61,7 +83,7 @@ std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
   if (logVerbose("graph"))
     logArtifact("graph", "after clean-up\n" + graph->str());
 
-  program = lowerGraph(std::move(graph));
+  program = lowerGraph(std::move(graph), target.tensorDevice());
   logLoopIr(program, "lowering", true);
 
   simplifyIndices(program);
@@ -84,10 +106,13 @@ std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
     CpuSchedule schedule = scheduleForCpu(program, hostTarget());
     if (logEnabled("schedule"))
       logArtifact("schedule", scheduleSummary(program) + schedule.str());
-    compiled->code = std::make_unique<CpuKernelCode>(
-        CpuProgram::compile(program, schedule));
+    compiled->code =
+        std::make_unique<CpuKernelCode>(CpuProgram::compile(program, schedule));
     break;
   }
+  case Target::Kind::Cuda:
+    compiled->code = compileForCuda(program, target.device);
+    break;
   }
 
   compiled->compileMilliseconds = std::chrono::duration<double, std::milli>(

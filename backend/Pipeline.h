@@ -13,14 +13,17 @@
 
 namespace kiln::backend {
 
-/// What a program is compiled for. The CPU is the only target so far; the
-/// GPU (NVPTX) will be another.
+/// What a program is compiled for: the host CPU, or an NVIDIA GPU (PTX
+/// through LLVM's NVPTX target, run through the CUDA driver).
 struct Target {
-  enum class Kind : uint8_t { Cpu } kind = Kind::Cpu;
+  enum class Kind : uint8_t { Cpu, Cuda } kind = Kind::Cpu;
+  int device = -1; // Cuda: the GPU's ordinal
 
-  /// The target that runs tensors on `device`; throws kiln::Unsupported for
-  /// devices kiln does not compile for.
-  static Target forDevice(const Device &device);
+  /// The target of the device the graph's tensors live on (its first
+  /// input's; the CPU for a graph without tensor inputs).
+  static Target forGraph(const Graph &graph);
+  /// The device tensors of a program for this target live on.
+  Device tensorDevice() const;
   std::string name() const;
 };
 

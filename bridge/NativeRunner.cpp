@@ -6,6 +6,7 @@
 
 #include "bridge/EagerRunner.h"
 #include "ir/Error.h"
+#include "runtime/CudaDevice.h"
 #include "runtime/ProgramExecutor.h"
 
 namespace kiln::python {
@@ -24,6 +25,14 @@ char *dataPointer(PyObject *tensor) {
   auto value = PyLong_AsUnsignedLongLong(address);
   Py_DECREF(address);
   return reinterpret_cast<char *>(static_cast<uintptr_t>(value));
+}
+
+PyObject *keywordNames(std::initializer_list<const char *> names) {
+  PyObject *tuple = PyTuple_New(static_cast<Py_ssize_t>(names.size()));
+  Py_ssize_t index = 0;
+  for (const char *name : names)
+    PyTuple_SET_ITEM(tuple, index++, PyUnicode_InternFromString(name));
+  return tuple;
 }
 
 py::tuple tupleOf(const Shape &values) {
@@ -56,22 +65,51 @@ public:
       : ExecutionHost(*runner.compiled_), runner_(runner), slots_(slots) {}
 
   char *allocate(int64_t buffer) override {
-    static PyObject *dtypeKeyword = [] {
-      PyObject *names = PyTuple_New(1);
-      PyTuple_SET_ITEM(names, 0, PyUnicode_InternFromString("dtype"));
-      return names;
-    }();
+    // The device keyword only for GPU programs: the CPU's is the default.
+    static PyObject *dtypeKeyword = keywordNames({"dtype"});
+    static PyObject *dtypeAndDevice = keywordNames({"dtype", "device"});
     const Allocation &allocation = runner_.allocations_[buffer];
-    PyObject *arguments[] = {nullptr, allocation.sizes.ptr(),
-                             allocation.strides.ptr(),
-                             runner_.dtypes_[buffer].ptr()};
+    PyObject *arguments[] = {
+        nullptr, allocation.sizes.ptr(), allocation.strides.ptr(),
+        runner_.dtypes_[buffer].ptr(), runner_.torchDevice_.ptr()};
     PyObject *tensor =
         PyObject_Vectorcall(runner_.emptyStrided_.ptr(), arguments + 1,
-                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET, dtypeKeyword);
+                            2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                            runner_.onGpu_ ? dtypeAndDevice : dtypeKeyword);
     if (!tensor)
       throw py::error_already_set();
     slots_[buffer] = py::reinterpret_steal<py::object>(tensor);
     return dataPointer(tensor);
+  }
+
+  char *constantAddress(int64_t buffer) override {
+    if (!runner_.onGpu_)
+      return ExecutionHost::constantAddress(buffer);
+    return dataPointer(runner_.constants_[buffer].ptr()); // on the GPU
+  }
+
+  runtime::Workspace workspace(int64_t bytes) override {
+    if (!runner_.onGpu_ || bytes <= 0)
+      return ExecutionHost::workspace(bytes);
+    // From torch's caching allocator, on the call's stream.
+    using namespace pybind11::literals;
+    workspace_ = TorchHandles::get().torch.attr("empty")(
+        py::make_tuple(bytes + 256), "dtype"_a = dtypeToTorch(DType::UInt8),
+        "device"_a = runner_.torchDevice_);
+    auto address = reinterpret_cast<uintptr_t>(dataPointer(workspace_.ptr()));
+    return runtime::Workspace(
+        nullptr, reinterpret_cast<char *>((address + 255) & ~uintptr_t(255)),
+        nullptr);
+  }
+
+  backend::LaunchContext launchContext() override {
+    backend::LaunchContext context;
+    if (runner_.onGpu_) {
+      py::object stream = runner_.currentStream_(runner_.torchDevice_);
+      context.stream = reinterpret_cast<void *>(
+          stream.attr("cuda_stream").cast<uintptr_t>());
+    }
+    return context;
   }
 
   void runExtern(size_t step, std::vector<char *> &addresses) override {
@@ -111,7 +149,8 @@ private:
     using namespace pybind11::literals;
     py::object copy = runner_.emptyStrided_(
         tupleOf(buffer.meta.sizes), tupleOf(buffer.meta.strides),
-        "dtype"_a = runner_.dtypes_[bufferIndex]);
+        "dtype"_a = runner_.dtypes_[bufferIndex],
+        "device"_a = runner_.torchDevice_);
     copy.attr("copy_")(slots_[bufferIndex]);
     slots_[bufferIndex] = copy;
     addresses[bufferIndex] = dataPointer(copy.ptr());
@@ -119,6 +158,7 @@ private:
 
   const NativeRunner &runner_;
   std::vector<py::object> &slots_;
+  py::object workspace_;
 };
 
 NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
@@ -130,9 +170,18 @@ NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
     throw Error("native runner: a single output was asked for, but the "
                 "graph has " +
                 std::to_string(graph->outputs().size()));
+  backend::Target target = backend::Target::forGraph(*graph);
+  onGpu_ = target.kind == backend::Target::Kind::Cuda;
+  torchDevice_ = deviceToTorch(target.tensorDevice());
+  runtime::Device &device = onGpu_
+                                ? static_cast<runtime::Device &>(
+                                      runtime::CudaDevice::get(target.device))
+                                : runtime::CpuDevice::get();
+  if (onGpu_)
+    currentStream_ =
+        TorchHandles::get().torch.attr("cuda").attr("current_stream");
   compiled_ = std::make_unique<runtime::CompiledProgram>(
-      backend::compileGraph(std::move(graph), backend::Target{}),
-      runtime::CpuDevice::get());
+      backend::compileGraph(std::move(graph), target), device);
   const loop::Program &program = compiled_->program();
   size_t count = program.buffers.size();
   emptyStrided_ = TorchHandles::get().torch.attr("empty_strided");

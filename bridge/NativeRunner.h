@@ -50,6 +50,11 @@ private:
   std::vector<std::optional<TorchCall>> externs_; // per step
   std::vector<CallOperand> outputs_;
   std::vector<py::object> dtypes_; // per buffer: torch dtype
+  /// GPU programs: the torch device and the function giving its current
+  /// stream (kernels queue on it, in order with torch's own work).
+  bool onGpu_ = false;
+  py::object torchDevice_;
+  py::object currentStream_;
 };
 
 } // namespace kiln::python

@@ -15,8 +15,9 @@ namespace kiln {
 
 using loop::BufferKind;
 
-loop::Program lowerGraph(std::shared_ptr<const Graph> graph) {
-  return lowering::Lowerer(std::move(graph)).run();
+loop::Program lowerGraph(std::shared_ptr<const Graph> graph,
+                         const Device &device) {
+  return lowering::Lowerer(std::move(graph), device).run();
 }
 
 namespace lowering {
@@ -58,9 +59,12 @@ std::string shortOpName(const Node &node) {
   return name;
 }
 
-void checkDevice(const TensorMeta &meta, const Node &node) {
-  if (meta.device.type != DeviceType::CPU)
-    throw Unsupported("kiln compiles CPU tensors only; " +
+void checkDevice(const TensorMeta &meta, const Node &node,
+                 const Device &device) {
+  bool sameIndex = meta.device.index == device.index || meta.device.index < 0 ||
+                   device.index < 0;
+  if (meta.device.type != device.type || !sameIndex)
+    throw Unsupported("kiln compiles this graph for " + device.str() + "; " +
                       (node.schema() ? node.schema()->qualifiedName()
                                      : std::string("a graph input")) +
                       " uses " + meta.device.str() +
@@ -96,8 +100,8 @@ bool hasComplex(const Node &node) {
 
 } // namespace
 
-Lowerer::Lowerer(std::shared_ptr<const Graph> graph)
-    : graph_(std::move(graph)) {
+Lowerer::Lowerer(std::shared_ptr<const Graph> graph, Device device)
+    : graph_(std::move(graph)), device_(device) {
   program_.graph = graph_;
   for (const auto &node : graph_->nodes())
     for (const Value *value : distinctOperands(*node)) {
@@ -147,9 +151,9 @@ loop::Program Lowerer::run() {
 void Lowerer::lowerNode(const Node &node) {
   for (const Value *value : node.operands())
     if (value)
-      checkDevice(value->meta(), node);
+      checkDevice(value->meta(), node, device_);
   for (const auto &result : node.results())
-    checkDevice(result->meta(), node);
+    checkDevice(result->meta(), node, device_);
 
   if (node.kind() == Node::Kind::Input) {
     const Value *value = node.result();

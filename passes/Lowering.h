@@ -11,9 +11,10 @@ namespace kiln {
 
 /// Lowers `graph` to loop IR: one unfused kernel per realized value (a later
 /// scheduler pass merges kernels), extern steps for everything else, buffers
-/// and outputs. Throws kiln::Unsupported where the whole graph cannot be
-/// compiled natively (a non-CPU device anywhere; the caller then runs the
-/// graph eagerly).
-loop::Program lowerGraph(std::shared_ptr<const Graph> graph);
+/// and outputs, for tensors on `device`. Throws kiln::Unsupported where the
+/// whole graph cannot be compiled natively (a tensor on another device; the
+/// caller then runs the graph eagerly).
+loop::Program lowerGraph(std::shared_ptr<const Graph> graph,
+                         const Device &device = Device{});
 
 } // namespace kiln

@@ -1,37 +1,20 @@
 // A program's GPU kernels as the runtime runs them: one PTX module loaded
 // through the CUDA driver, one launch (grid, block, shared memory, buffer
 // parameters) per Kernel step, queued on the call's stream.
-// Depends on backend/KernelCode.h, backend/cuda/CudaDriver.h.
+// Depends on backend/KernelCode.h, backend/cuda/CudaDriver.h,
+// backend/nvptx/GpuCode.h.
 #pragma once
 
 #include "backend/KernelCode.h"
 #include "backend/cuda/CudaDriver.h"
+#include "backend/nvptx/GpuCode.h"
 
-#include <array>
-#include <cstdint>
-#include <optional>
-#include <string>
 #include <vector>
 
 namespace kiln::backend::cuda {
 
-/// How one kernel is launched. Its parameters are the addresses of
-/// `buffers` (program buffer numbers), in order.
-struct KernelLaunch {
-  std::string entry;
-  std::array<unsigned, 3> grid = {1, 1, 1};
-  std::array<unsigned, 3> block = {1, 1, 1};
-  unsigned sharedBytes = 0;
-  std::vector<int64_t> buffers;
-};
-
-/// A program compiled for a GPU, before any driver call.
-struct GpuCode {
-  std::string ptx;
-  std::string computeCapability; // "sm_90"
-  /// By step: the launch of each Kernel step, nullopt for the others.
-  std::vector<std::optional<KernelLaunch>> launches;
-};
+using backend::GpuCode;
+using backend::KernelLaunch;
 
 class CudaKernelCode : public KernelCode {
 public:

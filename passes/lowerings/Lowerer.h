@@ -69,7 +69,8 @@ const LoweringTable &loweringTable();
 
 class Lowerer {
 public:
-  explicit Lowerer(std::shared_ptr<const Graph> graph);
+  /// Lowers for tensors on `device` (the CPU by default).
+  explicit Lowerer(std::shared_ptr<const Graph> graph, Device device = {});
   loop::Program run();
 
   loop::ExprContext &exprs() { return *program_.exprs; }
@@ -149,6 +150,7 @@ private:
   void realizeBeforeMutation();
 
   std::shared_ptr<const Graph> graph_;
+  Device device_;
   loop::Program program_;
   const Node *node_ = nullptr;
   std::unordered_map<const Value *, LoweredTensor> tensors_;

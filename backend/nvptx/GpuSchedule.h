@@ -1,0 +1,37 @@
+// The GPU schedule pass: how each kernel of a program maps onto a CUDA grid,
+// as data to print (KILN_LOGS=schedule) and to test. Version 1 maps one
+// thread to each outer point of a kernel (its loops run in that thread), in
+// blocks of 256 threads: every kernel shape runs, pointwise kernels at full
+// width; row reductions over warps come next.
+// Depends on ir/LoopIR.h.
+#pragma once
+
+#include "ir/LoopIR.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::backend {
+
+struct GpuKernelSchedule {
+  std::string name;
+  int64_t points = 0;   // outer points, one per thread
+  unsigned block = 256; // threads per block
+  unsigned grid = 0;    // blocks (0: an empty domain, nothing to launch)
+};
+
+struct GpuSchedule {
+  /// By step: a record for each Kernel step, nullopt for the others.
+  std::vector<std::optional<GpuKernelSchedule>> kernels;
+  /// One line per kernel: "step 0 kernel_add_0: grid=16 block=256
+  /// points=4096 mapping=thread-per-point".
+  std::string str() const;
+};
+
+/// Throws kiln::Unsupported for a kernel with more outer points than one
+/// grid dimension holds.
+GpuSchedule scheduleForGpu(const loop::Program &program);
+
+} // namespace kiln::backend

@@ -1,0 +1,344 @@
+// The NVPTX kernel emitter: the shared expression emitter with the GPU's
+// hooks (kernel parameters as buffer addresses, libdevice math), a thread
+// per outer point, the kernel's loops run in order in that thread with
+// compensated float sums.
+// Depends on backend/nvptx/NvptxKernelEmitter.h, backend/llvm/, ir/, LLVM.
+#include "backend/nvptx/NvptxKernelEmitter.h"
+
+#include "backend/llvm/ExprEmitter.h"
+#include "backend/llvm/InlineMath.h"
+#include "backend/llvm/LoopEmitter.h"
+#include "backend/llvm/MathFunctionName.h"
+#include "backend/llvm/ReductionAlgebra.h"
+#include "ir/Error.h"
+
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/Module.h>
+
+#include <limits>
+
+namespace kiln::backend {
+
+namespace {
+
+using loop::Expr;
+using loop::ReduceOp;
+using loop::UnaryOp;
+
+struct Accumulator {
+  llvm::AllocaInst *value = nullptr;
+  llvm::AllocaInst *index = nullptr;        // ArgMax/ArgMin
+  llvm::AllocaInst *compensation = nullptr; // float sums (Kahan)
+};
+
+class NvptxKernelEmitter : public ExprEmitter {
+public:
+  NvptxKernelEmitter(llvm::Module &module, const loop::Program &program,
+                     const loop::Kernel &kernel,
+                     const GpuKernelSchedule &schedule)
+      : ExprEmitter(module, program, "the GPU code generator"), kernel_(kernel),
+        schedule_(schedule), algebra_(*this) {}
+
+  NvptxKernel emitFunction(const std::string &name);
+
+protected:
+  llvm::Value *bufferPointer(int64_t buffer) override;
+  llvm::Value *callMath(const char *name,
+                        std::vector<llvm::Value *> args) override;
+  llvm::Value *emitMathFunction(UnaryOp op, llvm::Value *x) override;
+
+private:
+  void emitPoint();
+  void emitLoop(size_t loopIndex, size_t reductionBase);
+  void emitStores(const std::vector<loop::Store> &stores);
+  llvm::Value *threadIndex();
+
+  const loop::Kernel &kernel_;
+  const GpuKernelSchedule &schedule_;
+  ReductionAlgebra algebra_;
+  llvm::Function *function_ = nullptr;
+  llvm::BasicBlock *entry_ = nullptr;
+  std::vector<int64_t> parameterBuffers_;
+  std::unordered_map<int64_t, llvm::Value *> pointers_;
+};
+
+// Every buffer the kernel reads or writes, in a fixed order, is a
+// parameter: the function's type is known before its body is emitted.
+std::vector<int64_t> buffersOf(const loop::Kernel &kernel) {
+  std::vector<int64_t> buffers;
+  auto add = [&](int64_t buffer) {
+    if (std::find(buffers.begin(), buffers.end(), buffer) == buffers.end())
+      buffers.push_back(buffer);
+  };
+  for (const loop::Loop &loop : kernel.loops) {
+    loop::forEachExpr(loop, [&](const Expr *expr) {
+      for (const Expr *load : loop::loadsOf(expr))
+        add(load->id());
+    });
+    for (const loop::Store &store : loop.stores)
+      add(store.buffer);
+  }
+  return buffers;
+}
+
+llvm::Value *NvptxKernelEmitter::bufferPointer(int64_t buffer) {
+  auto found = pointers_.find(buffer);
+  if (found == pointers_.end())
+    throw Error("GPU kernel " + kernel_.name + " uses buffer " +
+                std::to_string(buffer) + " it has no parameter for");
+  return found->second;
+}
+
+// libdevice's functions: __nv_<name>f for float, __nv_<name> for double.
+llvm::Value *NvptxKernelEmitter::callMath(const char *name,
+                                          std::vector<llvm::Value *> args) {
+  llvm::Type *type = args[0]->getType();
+  if (type->isVectorTy())
+    throw Error("the GPU code generator has no vector math");
+  bool isFloat = type->isFloatTy();
+  std::string function = std::string("__nv_") + name + (isFloat ? "f" : "");
+  std::vector<llvm::Type *> types(args.size(), type);
+  llvm::FunctionCallee callee = module_.getOrInsertFunction(
+      function, llvm::FunctionType::get(type, types, false));
+  return builder_.CreateCall(callee, args);
+}
+
+llvm::Value *NvptxKernelEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
+  bool isFloat = x->getType()->isFloatTy();
+  if (isFloat && op == UnaryOp::Exp)
+    return emitInlineExpF32(builder_, x);
+  if (isFloat && op == UnaryOp::Tanh)
+    return emitInlineTanhF32(builder_, x);
+  if (isFloat && op == UnaryOp::Erf)
+    return emitInlineErfF32(builder_, x);
+  return callMath(mathFunctionName(op), {x});
+}
+
+llvm::Value *NvptxKernelEmitter::threadIndex() {
+  auto read = [&](llvm::Intrinsic::ID id) {
+    return builder_.CreateZExt(builder_.CreateIntrinsic(id, {}, {}),
+                               builder_.getInt64Ty());
+  };
+  llvm::Value *block = read(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  llvm::Value *width = read(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+  llvm::Value *thread = read(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  return builder_.CreateAdd(builder_.CreateMul(block, width), thread);
+}
+
+NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
+  parameterBuffers_ = buffersOf(kernel_);
+  std::vector<llvm::Type *> parameters(parameterBuffers_.size(),
+                                       builder_.getPtrTy());
+  auto *type = llvm::FunctionType::get(builder_.getVoidTy(), parameters, false);
+  function_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
+                                     name, module_);
+  function_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+  entry_ = llvm::BasicBlock::Create(context_, "entry", function_);
+  builder_.SetInsertPoint(entry_);
+  for (size_t i = 0; i < parameterBuffers_.size(); ++i) {
+    function_->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::NoUndef);
+    pointers_[parameterBuffers_[i]] =
+        function_->getArg(static_cast<unsigned>(i));
+  }
+
+  // This thread's outer point, or nothing past the last.
+  llvm::Value *point = threadIndex();
+  llvm::BasicBlock *body =
+      llvm::BasicBlock::Create(context_, "point", function_);
+  llvm::BasicBlock *done =
+      llvm::BasicBlock::Create(context_, "done", function_);
+  builder_.CreateCondBr(
+      builder_.CreateICmpULT(point, sizeValue(schedule_.points)), body, done);
+  builder_.SetInsertPoint(body);
+  size_t outer = kernel_.outerRanges.size();
+  size_t variables = outer;
+  for (const loop::Loop &loop : kernel_.loops)
+    variables = std::max(variables, outer + loop.ranges.size());
+  vars_.assign(variables, nullptr);
+  // Row-major: the last outer variable varies fastest.
+  llvm::Value *rest = point;
+  for (size_t level = outer; level-- > 0;) {
+    llvm::Value *range = sizeValue(kernel_.outerRanges[level]);
+    vars_[level] = level == 0 ? rest : builder_.CreateURem(rest, range);
+    if (level > 0)
+      rest = builder_.CreateUDiv(rest, range);
+  }
+  scopes_.emplace_back();
+  emitPoint();
+  scopes_.pop_back();
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
+  builder_.CreateRetVoid();
+
+  // The kernel flag the NVPTX backend reads.
+  llvm::Metadata *operands[] = {
+      llvm::ValueAsMetadata::get(function_),
+      llvm::MDString::get(context_, "kernel"),
+      llvm::ConstantAsMetadata::get(builder_.getInt32(1))};
+  module_.getOrInsertNamedMetadata("nvvm.annotations")
+      ->addOperand(llvm::MDNode::get(context_, operands));
+  return {name, parameterBuffers_};
+}
+
+void NvptxKernelEmitter::emitPoint() {
+  reductionValues_.assign(static_cast<size_t>(kernel_.reductionCount()),
+                          nullptr);
+  size_t reductionBase = 0;
+  for (size_t loopIndex = 0; loopIndex < kernel_.loops.size(); ++loopIndex) {
+    emitLoop(loopIndex, reductionBase);
+    reductionBase += kernel_.loops[loopIndex].reductions.size();
+  }
+}
+
+void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
+  const loop::Loop &loop = kernel_.loops[loopIndex];
+  size_t outer = kernel_.outerRanges.size();
+  if (loop.ranges.empty()) {
+    scopes_.emplace_back();
+    for (size_t index = 0; index < loop.reductions.size(); ++index) {
+      const loop::Reduction &reduction = loop.reductions[index];
+      bool isArg =
+          reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin;
+      reductionValues_[reductionBase + index] =
+          isArg
+              ? builder_.getInt64(0)
+              : emitCast(emit(reduction.value, false), reduction.value->dtype(),
+                         accumulatorDType(reduction));
+    }
+    emitStores(loop.stores);
+    scopes_.pop_back();
+    return;
+  }
+
+  llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
+  std::vector<Accumulator> accumulators;
+  for (const loop::Reduction &reduction : loop.reductions) {
+    DType dtype = accumulatorDType(reduction);
+    llvm::Type *type = computeType(dtype);
+    Accumulator acc;
+    acc.value = entryBuilder.CreateAlloca(type);
+    builder_.CreateStore(algebra_.identity(reduction.op, dtype, 1), acc.value);
+    if (reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin) {
+      acc.index = entryBuilder.CreateAlloca(builder_.getInt64Ty());
+      builder_.CreateStore(
+          builder_.getInt64(std::numeric_limits<int64_t>::max()), acc.index);
+    }
+    if (isFloatSum(reduction)) {
+      acc.compensation = entryBuilder.CreateAlloca(type);
+      builder_.CreateStore(llvm::Constant::getNullValue(type),
+                           acc.compensation);
+    }
+    accumulators.push_back(acc);
+  }
+
+  std::vector<llvm::Value *> extents;
+  for (int64_t range : loop.ranges)
+    extents.push_back(sizeValue(range));
+  auto scopedLoop = [&](llvm::Value *start, llvm::Value *end, int64_t step,
+                        LoopBody body) { countedLoop(start, end, step, body); };
+  emitLoopNest(
+      builder_, llvm::ArrayRef<llvm::Value *>(extents).drop_back(),
+      builder_.getInt64(0), scopedLoop,
+      [&](llvm::ArrayRef<llvm::Value *> indices, llvm::Value *rowPosition) {
+        for (size_t d = 0; d < indices.size(); ++d)
+          vars_[outer + d] = indices[d];
+        countedLoop(
+            builder_.getInt64(0), extents.back(), 1, [&](llvm::Value *last) {
+              vars_[outer + loop.ranges.size() - 1] = last;
+              llvm::Value *position = builder_.CreateAdd(
+                  builder_.CreateMul(rowPosition, extents.back()), last);
+              for (size_t index = 0; index < loop.reductions.size(); ++index) {
+                const loop::Reduction &reduction = loop.reductions[index];
+                Accumulator &acc = accumulators[index];
+                DType dtype = accumulatorDType(reduction);
+                llvm::Type *type = acc.value->getAllocatedType();
+                llvm::Value *value = emitCast(emit(reduction.value, false),
+                                              reduction.value->dtype(), dtype);
+                llvm::Value *current = builder_.CreateLoad(type, acc.value);
+                if (acc.index) {
+                  auto [best, bestIndex] = algebra_.combineArg(
+                      reduction.op, dtype, current,
+                      builder_.CreateLoad(builder_.getInt64Ty(), acc.index),
+                      value, position);
+                  builder_.CreateStore(best, acc.value);
+                  builder_.CreateStore(bestIndex, acc.index);
+                } else if (acc.compensation) {
+                  // Kahan: long sums stay accurate in float32; once the sum
+                  // is inf or NaN the error term is zero (eager's inf).
+                  llvm::Value *error =
+                      builder_.CreateLoad(type, acc.compensation);
+                  llvm::Value *corrected = builder_.CreateFSub(value, error);
+                  llvm::Value *sum = builder_.CreateFAdd(current, corrected);
+                  llvm::Value *lost = builder_.CreateFSub(
+                      builder_.CreateFSub(sum, current), corrected);
+                  llvm::Value *finite = builder_.CreateFCmpOLT(
+                      callIntrinsic(llvm::Intrinsic::fabs, {sum}),
+                      floatLike(sum, std::numeric_limits<double>::infinity()));
+                  builder_.CreateStore(
+                      builder_.CreateSelect(finite, lost,
+                                            llvm::Constant::getNullValue(type)),
+                      acc.compensation);
+                  builder_.CreateStore(sum, acc.value);
+                } else {
+                  builder_.CreateStore(
+                      algebra_.combine(reduction.op, dtype, current, value),
+                      acc.value);
+                }
+              }
+              emitStores(loop.stores);
+            });
+      });
+  for (size_t d = 0; d < loop.ranges.size(); ++d)
+    vars_[outer + d] = nullptr;
+
+  for (size_t index = 0; index < loop.reductions.size(); ++index) {
+    const loop::Reduction &reduction = loop.reductions[index];
+    const Accumulator &acc = accumulators[index];
+    DType dtype = accumulatorDType(reduction);
+    llvm::Value *value =
+        builder_.CreateLoad(acc.value->getAllocatedType(), acc.value);
+    if (acc.index) {
+      llvm::Value *position =
+          builder_.CreateLoad(builder_.getInt64Ty(), acc.index);
+      // No point at all (an empty range) gives 0.
+      llvm::Value *none = builder_.CreateICmpEQ(
+          position, builder_.getInt64(std::numeric_limits<int64_t>::max()));
+      value = builder_.CreateSelect(none, builder_.getInt64(0), position);
+    } else {
+      value = roundTo(dtype, value);
+    }
+    reductionValues_[reductionBase + index] = value;
+  }
+}
+
+void NvptxKernelEmitter::emitStores(const std::vector<loop::Store> &stores) {
+  // Every value is computed before any store: the stores of one point are
+  // one parallel assignment.
+  std::vector<std::pair<llvm::Value *, llvm::Value *>> pending;
+  for (const loop::Store &store : stores) {
+    DType dtype = program_.buffers.at(store.buffer).dtype();
+    llvm::Value *index = emit(store.index, false);
+    llvm::Value *value = toStorage(
+        dtype, emitCast(emit(store.value, false), store.value->dtype(), dtype));
+    llvm::Value *address = builder_.CreateGEP(
+        storageType(dtype), bufferPointer(store.buffer), index);
+    pending.emplace_back(address, value);
+  }
+  for (size_t i = 0; i < stores.size(); ++i) {
+    DType dtype = program_.buffers.at(stores[i].buffer).dtype();
+    builder_.CreateAlignedStore(pending[i].second, pending[i].first,
+                                llvm::Align(itemSize(dtype)));
+  }
+}
+
+} // namespace
+
+NvptxKernel emitNvptxKernel(llvm::Module &module, const loop::Program &program,
+                            const loop::Kernel &kernel,
+                            const GpuKernelSchedule &schedule,
+                            const std::string &name) {
+  NvptxKernelEmitter emitter(module, program, kernel, schedule);
+  return emitter.emitFunction(name);
+}
+
+} // namespace kiln::backend

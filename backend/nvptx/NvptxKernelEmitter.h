@@ -1,0 +1,34 @@
+// Turns one kernel of the loop IR into an NVPTX kernel function whose
+// parameters are the addresses of the buffers it uses; each thread runs the
+// kernel's loops at one outer point (the GPU schedule's mapping).
+// Depends on backend/llvm/, backend/nvptx/GpuSchedule.h, ir/LoopIR.h, LLVM.
+#pragma once
+
+#include "backend/nvptx/GpuSchedule.h"
+#include "ir/LoopIR.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class Module;
+} // namespace llvm
+
+namespace kiln::backend {
+
+struct NvptxKernel {
+  std::string entry;
+  /// The program buffer each kernel parameter is the address of.
+  std::vector<int64_t> buffers;
+};
+
+/// Emits `kernel` into `module` as kernel entry `name`. Math functions
+/// other than float32 exp/tanh/erf are calls to libdevice (`__nv_*`), which
+/// the caller links in. Throws kiln::Unsupported for what it cannot emit.
+NvptxKernel emitNvptxKernel(llvm::Module &module, const loop::Program &program,
+                            const loop::Kernel &kernel,
+                            const GpuKernelSchedule &schedule,
+                            const std::string &name);
+
+} // namespace kiln::backend

@@ -1,0 +1,151 @@
+# The GPU backend op by op: PyTorch's own OpInfo sample inputs (op_db) on a
+# CUDA device, through kiln.compile and through eager torch, for the ops the
+# CPU backend lowers; plus layouts and special values. Skips without a GPU.
+# The counts of natively compiled cases go to bench/results (GPU machine).
+import collections
+
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+import kiln
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+try:  # op_db needs torch's test dependencies (expecttest)
+    from backend.test_cpu_ops import (DTYPES, NATIVE_OPS, OPS, _as_function,  # noqa: E402
+                                      _assert_eager_result, _keeps_strides)
+except ImportError as error:
+    OP_DB_MISSING = str(error)
+    DTYPES, NATIVE_OPS, OPS = [], [], {}
+
+    def _assert_eager_result(actual, expected, fn, tensors, tolerance):
+        torch.testing.assert_close(actual, expected, equal_nan=True, **tolerance)
+else:
+    OP_DB_MISSING = ""
+
+SAMPLES_PER_CASE = 4
+NATIVE_COUNTS = collections.Counter()
+
+
+def _tolerance(dtype):
+    if dtype == torch.float16:
+        return dict(rtol=2e-3, atol=2e-3)
+    if dtype == torch.bfloat16:
+        return dict(rtol=1.6e-2, atol=1e-2)
+    if dtype == torch.float32:
+        return dict(rtol=3e-5, atol=3e-5)
+    return {}
+
+
+def _cases():
+    for name in NATIVE_OPS:
+        op = OPS.get(name)
+        if op is None:
+            continue
+        for dtype in DTYPES:
+            if dtype in op.supported_dtypes("cuda"):
+                yield pytest.param(op, dtype, id=f"{name}-{str(dtype)[6:]}")
+
+
+def _ran_natively(compiled):
+    runners = kiln.cache_info(compiled).get("runners", [])
+    return bool(runners) and runners[0].startswith("native")
+
+
+@pytest.mark.parametrize("op,dtype", list(_cases()) if torch.cuda.is_available() else [])
+def test_op_matches_eager_on_the_gpu(op, dtype):
+    checked = 0
+    for sample in list(op.sample_inputs("cuda", dtype, requires_grad=False))[:SAMPLES_PER_CASE]:
+        fn, tensors = _as_function(op, sample)
+        try:
+            expected = fn(*tensors)
+        except Exception:
+            continue  # eager rejects this sample
+        compiled = kiln.compile(fn)
+        actual = compiled(*tensors)
+        torch.cuda.synchronize()
+        _assert_eager_result(actual, expected, fn, tensors, _tolerance(dtype))
+        for a, e in zip(pytree.tree_leaves(actual), pytree.tree_leaves(expected)):
+            if isinstance(e, torch.Tensor):
+                assert a.device == e.device
+                if e.numel() > 1:
+                    assert _keeps_strides(a, e)
+        checked += 1
+        NATIVE_COUNTS["native" if _ran_natively(compiled) else "eager"] += 1
+    if checked == 0:
+        pytest.skip("no sample ran in eager")
+
+
+LAYOUT_FUNCTIONS = {
+    "pointwise chain": lambda x, y: torch.tanh(x * 2 + y).sigmoid() - x.exp() / (1 + y.abs()),
+    "softmax": lambda x, y: torch.softmax(x + y, dim=-1),
+    "layer_norm": lambda x, y: torch.nn.functional.layer_norm(x * y, x.shape[-1:]),
+    "row sum": lambda x, y: (x * y).sum(-1),
+    "column sum": lambda x, y: (x + y).sum(0),
+    "full reduction": lambda x, y: (x - y).abs().max() + x.mean(),
+    "argmax": lambda x, y: (x + y).argmax(-1),
+    "gelu": lambda x, y: torch.nn.functional.gelu(x) * y,
+    "where": lambda x, y: torch.where(x > y, x.log1p().nan_to_num(), y.cos()),
+}
+
+
+def _layouts(dtype, device="cuda"):
+    def make(*shape):
+        return torch.randn(*shape, device=device).to(dtype)
+    yield "contiguous", make(64, 257), make(64, 257)
+    yield "transposed", make(257, 64).t(), make(64, 257)
+    yield "sliced", make(64, 600)[:, 3:260], make(64, 257)
+    yield "broadcast", make(64, 257), make(257)
+    yield "size-1", make(1, 1), make(1, 1)
+    yield "large rows", make(8, 5000), make(8, 5000)
+    special = make(4, 10)
+    special.view(-1)[:6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e30])
+    yield "special values", special, make(4, 10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", list(LAYOUT_FUNCTIONS))
+def test_layouts_and_special_values_on_the_gpu(name, dtype):
+    fn = LAYOUT_FUNCTIONS[name]
+    for layout, x, y in _layouts(dtype):
+        expected = fn(x, y)
+        compiled = kiln.compile(fn)
+        actual = compiled(x, y)
+        torch.cuda.synchronize()
+        _assert_eager_result(actual, expected, fn, [x, y], _tolerance(dtype))
+        assert actual.device == expected.device, layout
+        NATIVE_COUNTS["native" if _ran_natively(compiled) else "eager"] += 1
+
+
+def test_core_workloads_run_natively_on_the_gpu():
+    x = torch.randn(128, 512, device="cuda")
+    for name in ("pointwise chain", "softmax", "layer_norm", "row sum", "column sum", "gelu"):
+        compiled = kiln.compile(LAYOUT_FUNCTIONS[name])
+        torch.testing.assert_close(compiled(x, x), LAYOUT_FUNCTIONS[name](x, x), rtol=3e-5, atol=3e-5)
+        runner = kiln.cache_info(compiled)["runners"][0]
+        assert runner.startswith("native") and " 0 extern" in runner, (name, runner)
+
+
+def test_kernels_queue_on_the_current_stream():
+    fn = kiln.compile(lambda x: (x * 3 + 1).relu())
+    stream = torch.cuda.Stream()
+    x = torch.randn(1 << 20, device="cuda")
+    with torch.cuda.stream(stream):
+        y = x.sin()  # queued on `stream`: kiln's kernel must run after it
+        out = fn(y)
+    stream.synchronize()
+    torch.testing.assert_close(out, (x.sin() * 3 + 1).relu())
+
+
+def test_empty_and_zero_sized_on_the_gpu():
+    fn = kiln.compile(lambda x: (x + 1).sum(-1))
+    x = torch.randn(0, 7, device="cuda")
+    torch.testing.assert_close(fn(x), (x + 1).sum(-1))
+    x = torch.randn(5, 0, device="cuda")
+    torch.testing.assert_close(fn(x), (x + 1).sum(-1))
+
+
+def test_zz_report_native_counts(capsys):
+    with capsys.disabled():
+        print(f"\nkiln GPU cases: {dict(NATIVE_COUNTS)}")
