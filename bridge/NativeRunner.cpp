@@ -104,11 +104,16 @@ public:
 
   backend::LaunchContext launchContext() override {
     backend::LaunchContext context;
-    if (runner_.onGpu_) {
-      py::object stream = runner_.currentStream_(runner_.torchDevice_);
-      context.stream = reinterpret_cast<void *>(
-          stream.attr("cuda_stream").cast<uintptr_t>());
-    }
+    if (!runner_.onGpu_)
+      return context;
+    // torch._C._cuda_getCurrentRawStream(index) is the stream's address
+    // (what Inductor's launchers read); torch.cuda.current_stream where a
+    // build lacks it.
+    py::object stream =
+        runner_.currentRawStream_
+            ? runner_.currentRawStream_(runner_.deviceIndex_)
+            : runner_.currentStream_(runner_.torchDevice_).attr("cuda_stream");
+    context.stream = reinterpret_cast<void *>(stream.cast<uintptr_t>());
     return context;
   }
 

@@ -55,6 +55,8 @@ private:
   bool onGpu_ = false;
   py::object torchDevice_;
   py::object currentStream_;
+  py::object currentRawStream_; // torch._C._cuda_getCurrentRawStream
+  py::object deviceIndex_;
 };
 
 } // namespace kiln::python

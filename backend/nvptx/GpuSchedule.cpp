@@ -11,6 +11,12 @@ namespace kiln::backend {
 namespace {
 constexpr unsigned kBlock = 256;
 constexpr int64_t kMaxGrid = (int64_t(1) << 31) - 1;
+// A thread per outer point is fast where a reduction kernel has threads to
+// fill the GPU and little serial work per thread; elsewhere (softmax over
+// long rows, column sums) torch's kernels are far faster until reductions
+// map onto warps and blocks, so the graph runs through torch.
+constexpr int64_t kMinReductionThreads = 16384;
+constexpr int64_t kMaxReductionWork = 256;
 } // namespace
 
 GpuSchedule scheduleForGpu(const loop::Program &program) {
@@ -25,6 +31,23 @@ GpuSchedule scheduleForGpu(const loop::Program &program) {
     record.points = 1;
     for (int64_t range : step.kernel.outerRanges)
       record.points *= range;
+    int64_t work = 0;
+    bool reduces = false;
+    for (const loop::Loop &loop : step.kernel.loops) {
+      int64_t points = 1;
+      for (int64_t range : loop.ranges)
+        points *= range;
+      work += points;
+      reduces = reduces || !loop.reductions.empty();
+    }
+    if (reduces && record.points > 0 &&
+        (record.points < kMinReductionThreads || work > kMaxReductionWork))
+      throw Unsupported(
+          "kernel " + record.name + " reduces " + std::to_string(work) +
+          " elements in each of " + std::to_string(record.points) +
+          " threads: the GPU schedule's thread-per-point mapping is slow "
+          "there (warp and block reductions are not written yet), torch "
+          "runs the graph");
     record.block = kBlock;
     int64_t blocks = (record.points + kBlock - 1) / kBlock;
     if (blocks > kMaxGrid)

@@ -1,8 +1,8 @@
 // The GPU schedule pass: how each kernel of a program maps onto a CUDA grid,
 // as data to print (KILN_LOGS=schedule) and to test. Version 1 maps one
 // thread to each outer point of a kernel (its loops run in that thread), in
-// blocks of 256 threads: every kernel shape runs, pointwise kernels at full
-// width; row reductions over warps come next.
+// blocks of 256 threads: pointwise kernels at full width, reductions only
+// where many short ones fill the GPU; row reductions over warps come next.
 // Depends on ir/LoopIR.h.
 #pragma once
 
@@ -31,7 +31,8 @@ struct GpuSchedule {
 };
 
 /// Throws kiln::Unsupported for a kernel with more outer points than one
-/// grid dimension holds.
+/// grid dimension holds, and for reductions the mapping runs slowly (few
+/// threads, or long serial work per thread): torch runs those graphs.
 GpuSchedule scheduleForGpu(const loop::Program &program);
 
 } // namespace kiln::backend

@@ -108,12 +108,17 @@ def _fake_results(func, args, kwargs, device):
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, default_device, device, fast=True, watch_generator=True):
+    def __init__(self, default_device, device, fast=True, watch_generator=True,
+                 options_from_tensors=False):
         super().__init__()
         self.calls = []
         self.default_device = default_device
         # The device the meta tensors stand for.
         self.device = device if device is not None else torch.device(default_device)
+        # Whether the traced call reads tensors: a C++ composite (the
+        # scaled_dot_product_attention math path) then makes its tensors
+        # with its inputs' options, whose device is the meta tensors' own.
+        self.options_from_tensors = options_from_tensors
         self.fast = fast
         # Ops on meta tensors draw no random numbers: the CPU generator
         # changes during a trace only where Python code seeds it (as
@@ -134,9 +139,11 @@ class _Recorder(TorchDispatchMode):
         if device is not None:
             device = torch.device(device)
             if device.type == "meta":
-                # Injected by the meta default device: the program meant its
-                # own default device.
-                kwargs = dict(kwargs, device=self.default_device)
+                # Injected by the meta default device (the program meant its
+                # own default device), or taken from a meta input's options
+                # (the device that input stands for).
+                meant = self.device if self.options_from_tensors else self.default_device
+                kwargs = dict(kwargs, device=meant)
             else:
                 run_kwargs = dict(kwargs, device=torch.device("meta"))
         if torch.Tag.nondeterministic_seeded in func.tags:
@@ -172,8 +179,11 @@ def trace(fn, args, kwargs, device=None):
     _layouts gives them when each op returned."""
     # Functions written in C (torch.add, Tensor.view) cannot seed the
     # generator; watching it costs 20 us a call, so only Python ones are.
+    reads_tensors = any(isinstance(leaf, torch.Tensor)
+                        for leaf in torch.utils._pytree.tree_leaves((args, kwargs)))
     recorder = _Recorder(torch.get_default_device(), device,
-                         watch_generator=not isinstance(fn, _C_CALLABLES))
+                         watch_generator=not isinstance(fn, _C_CALLABLES),
+                         options_from_tensors=reads_tensors)
     with torch.device("meta"), recorder:
         out = fn(*args, **kwargs)
     recorder.check_generator()

@@ -84,21 +84,32 @@ TEST(NvptxCodegen, PointwiseChainIsOneKernelOverEveryElement) {
   EXPECT_NE(code.ptx.find("%ctaid.x"), std::string::npos);
 }
 
-TEST(NvptxCodegen, RowReductionsAndSoftmaxCompileForSm90) {
+TEST(NvptxCodegen, ShortRowReductionsCompileLongOnesRunThroughTorch) {
+  auto softmax = [](Graph &g, Value *x) {
+    return op(g, "aten::_softmax", {x, Argument(-1), Argument(false)});
+  };
   for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16}) {
-    loop::Program p = program(dtype, {32, 1000}, [](Graph &g, Value *x) {
-      return op(g, "aten::_softmax", {x, Argument(-1), Argument(false)});
-    });
+    loop::Program p = program(dtype, {32768, 8}, softmax);
     GpuSchedule schedule = scheduleForGpu(p);
     int64_t points = 0;
     for (const auto &record : schedule.kernels)
       if (record)
         points = std::max(points, record->points);
-    EXPECT_EQ(points, 32); // a thread per row
+    EXPECT_EQ(points, 32768); // a thread per row
     GpuCode code = generateGpuCode(p, "sm_90");
     EXPECT_NE(code.ptx.find(".target sm_90"), std::string::npos);
     EXPECT_GE(count(code.ptx, ".entry"), 1u);
   }
+  // Few long rows, and a column sum: slow as a thread per point.
+  EXPECT_THROW(scheduleForGpu(program(DType::Float32, {32, 1000}, softmax)),
+               Unsupported);
+  EXPECT_THROW(
+      scheduleForGpu(program(DType::Float32, {8192, 64},
+                             [](Graph &g, Value *x) {
+                               return op(g, "aten::sum.dim_IntList",
+                                         {x, std::vector<int64_t>{0}, false});
+                             })),
+      Unsupported);
 }
 
 TEST(NvptxCodegen, LayoutsAndDtypesWithoutLibdeviceMath) {
@@ -133,8 +144,11 @@ TEST(NvptxCodegen, LayoutsAndDtypesWithoutLibdeviceMath) {
     for (size_t b = 0; b < bodies.size(); ++b) {
       if (!isFloatingPoint(dtype) && (b == 5 || b == 6))
         continue; // sqrt and floor of integers are other ops
-      for (Shape strides : {Shape{}, Shape{1, 16}}) {
-        loop::Program p = program(dtype, {16, 16}, bodies[b], strides);
+      for (Shape strides : {Shape{}, Shape{1, 16384}}) {
+        // A reduction along a strided dim is a column reduction: refused.
+        if (b < 3 && !strides.empty())
+          continue;
+        loop::Program p = program(dtype, {16384, 16}, bodies[b], strides);
         GpuCode code = generateGpuCode(p, "sm_80");
         EXPECT_NE(code.ptx.find(".entry"), std::string::npos)
             << "body " << b << " dtype " << dtypeName(dtype);
@@ -152,7 +166,7 @@ TEST(NvptxCodegen, LayoutsAndDtypesWithoutLibdeviceMath) {
     }
   }
   loop::Program one = program(DType::Float32, {1, 1}, [](Graph &g, Value *x) {
-    return op(g, "aten::tanh", {op(g, "aten::sum", {x})});
+    return op(g, "aten::tanh", {op(g, "aten::neg", {x})});
   });
   EXPECT_NE(generateGpuCode(one, "sm_80").ptx.find(".entry"),
             std::string::npos);
