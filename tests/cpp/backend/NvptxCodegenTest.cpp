@@ -117,7 +117,7 @@ TEST(NvptxCodegen, LayoutsAndDtypesWithoutLibdeviceMath) {
   std::vector<std::function<Value *(Graph &, Value *)>> bodies = {
       [](Graph &g, Value *x) {
         return op(g, "aten::sum.dim_IntList",
-                  {x, std::vector<int64_t>{0}, false});
+                  {x, std::vector<int64_t>{1}, false});
       },
       [](Graph &g, Value *x) {
         return op(g, "aten::amax", {x, std::vector<int64_t>{1}, true});
