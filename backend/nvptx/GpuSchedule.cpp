@@ -17,6 +17,11 @@ constexpr int64_t kMaxGrid = (int64_t(1) << 31) - 1;
 // map onto warps and blocks, so the graph runs through torch.
 constexpr int64_t kMinReductionThreads = 16384;
 constexpr int64_t kMaxReductionWork = 256;
+// A warp per point where a point's loops are long enough to share out and
+// there are enough points to fill the GPU with warps.
+constexpr unsigned kWarp = 32;
+constexpr int64_t kMinWarpWork = 64;
+constexpr int64_t kMinWarpPoints = 2048;
 } // namespace
 
 GpuSchedule scheduleForGpu(const loop::Program &program) {
@@ -40,16 +45,20 @@ GpuSchedule scheduleForGpu(const loop::Program &program) {
       work += points;
       reduces = reduces || !loop.reductions.empty();
     }
-    if (reduces && record.points > 0 &&
+    bool warp =
+        reduces && work >= kMinWarpWork && record.points >= kMinWarpPoints;
+    if (reduces && !warp && record.points > 0 &&
         (record.points < kMinReductionThreads || work > kMaxReductionWork))
       throw Unsupported(
           "kernel " + record.name + " reduces " + std::to_string(work) +
-          " elements in each of " + std::to_string(record.points) +
-          " threads: the GPU schedule's thread-per-point mapping is slow "
-          "there (warp and block reductions are not written yet), torch "
-          "runs the graph");
+          " elements at each of " + std::to_string(record.points) +
+          " points: neither a thread nor a warp per point is fast there "
+          "(block and split reductions are not written yet), torch runs "
+          "the graph");
+    record.lanesPerPoint = warp ? kWarp : 1;
     record.block = kBlock;
-    int64_t blocks = (record.points + kBlock - 1) / kBlock;
+    int64_t threads = record.points * record.lanesPerPoint;
+    int64_t blocks = (threads + kBlock - 1) / kBlock;
     if (blocks > kMaxGrid)
       throw Unsupported("a GPU kernel of " + std::to_string(record.points) +
                         " points is more than one grid holds");
@@ -65,7 +74,10 @@ std::string GpuSchedule::str() const {
     if (kernels[s])
       out << "step " << s << " " << kernels[s]->name
           << ": grid=" << kernels[s]->grid << " block=" << kernels[s]->block
-          << " points=" << kernels[s]->points << " mapping=thread-per-point\n";
+          << " points=" << kernels[s]->points << " mapping="
+          << (kernels[s]->lanesPerPoint > 1 ? "warp-per-point"
+                                            : "thread-per-point")
+          << "\n";
   return out.str();
 }
 

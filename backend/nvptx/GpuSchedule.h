@@ -1,8 +1,8 @@
 // The GPU schedule pass: how each kernel of a program maps onto a CUDA grid,
-// as data to print (KILN_LOGS=schedule) and to test. Version 1 maps one
-// thread to each outer point of a kernel (its loops run in that thread), in
-// blocks of 256 threads: pointwise kernels at full width, reductions only
-// where many short ones fill the GPU; row reductions over warps come next.
+// as data to print (KILN_LOGS=schedule) and to test. Pointwise kernels and
+// many short reductions: a thread per outer point (its loops run in that
+// thread); long reductions over enough rows (softmax, layer_norm, row
+// sums): a warp per outer point. Blocks of 256 threads.
 // Depends on ir/LoopIR.h.
 #pragma once
 
@@ -17,7 +17,11 @@ namespace kiln::backend {
 
 struct GpuKernelSchedule {
   std::string name;
-  int64_t points = 0;   // outer points, one per thread
+  int64_t points = 0; // outer points
+  /// Threads per outer point: 1 (a thread runs the point's loops), or 32
+  /// (a warp: its lanes share each loop's points, reductions combine
+  /// across the lanes with shuffles).
+  unsigned lanesPerPoint = 1;
   unsigned block = 256; // threads per block
   unsigned grid = 0;    // blocks (0: an empty domain, nothing to launch)
 };

@@ -16,6 +16,7 @@
 #include <llvm/IR/Module.h>
 
 #include <limits>
+#include <tuple>
 
 namespace kiln::backend {
 
@@ -50,6 +51,12 @@ protected:
 private:
   void emitPoint();
   void emitLoop(size_t loopIndex, size_t reductionBase);
+  /// `value` combined with its copies in the other lanes of the warp
+  /// (butterfly shuffles): every lane ends with the whole warp's result.
+  std::pair<llvm::Value *, llvm::Value *>
+  combineAcrossWarp(const loop::Reduction &reduction, DType dtype,
+                    llvm::Value *value, llvm::Value *position);
+  llvm::Value *shuffleXor(llvm::Value *value, unsigned offset);
   void emitStores(const std::vector<loop::Store> &stores);
   llvm::Value *threadIndex();
 
@@ -59,6 +66,7 @@ private:
   llvm::Function *function_ = nullptr;
   llvm::BasicBlock *entry_ = nullptr;
   std::vector<int64_t> parameterBuffers_;
+  llvm::Value *lane_ = nullptr; // this thread's lane (warp mapping)
   std::unordered_map<int64_t, llvm::Value *> pointers_;
 };
 
@@ -141,8 +149,15 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
         function_->getArg(static_cast<unsigned>(i));
   }
 
-  // This thread's outer point, or nothing past the last.
+  // This thread's outer point (and lane), or nothing past the last: a warp
+  // shares one point, so it exits whole and its shuffles see every lane.
   llvm::Value *point = threadIndex();
+  if (schedule_.lanesPerPoint > 1) {
+    lane_ =
+        builder_.CreateURem(point, builder_.getInt64(schedule_.lanesPerPoint));
+    point =
+        builder_.CreateUDiv(point, builder_.getInt64(schedule_.lanesPerPoint));
+  }
   llvm::BasicBlock *body =
       llvm::BasicBlock::Create(context_, "point", function_);
   llvm::BasicBlock *done =
@@ -205,7 +220,21 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
               : emitCast(emit(reduction.value, false), reduction.value->dtype(),
                          accumulatorDType(reduction));
     }
-    emitStores(loop.stores);
+    if (lane_ && !loop.stores.empty()) {
+      // Every lane has the point's values; one stores them.
+      llvm::BasicBlock *store =
+          llvm::BasicBlock::Create(context_, "lane0", function_);
+      llvm::BasicBlock *after =
+          llvm::BasicBlock::Create(context_, "stored", function_);
+      builder_.CreateCondBr(builder_.CreateICmpEQ(lane_, builder_.getInt64(0)),
+                            store, after);
+      builder_.SetInsertPoint(store);
+      emitStores(loop.stores);
+      builder_.CreateBr(after);
+      builder_.SetInsertPoint(after);
+    } else {
+      emitStores(loop.stores);
+    }
     scopes_.pop_back();
     return;
   }
@@ -231,63 +260,86 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
     accumulators.push_back(acc);
   }
 
+  // One point of the loop: accumulate every reduction, then the stores.
+  auto visit = [&](llvm::Value *position) {
+    for (size_t index = 0; index < loop.reductions.size(); ++index) {
+      const loop::Reduction &reduction = loop.reductions[index];
+      Accumulator &acc = accumulators[index];
+      DType dtype = accumulatorDType(reduction);
+      llvm::Type *type = acc.value->getAllocatedType();
+      llvm::Value *value = emitCast(emit(reduction.value, false),
+                                    reduction.value->dtype(), dtype);
+      llvm::Value *current = builder_.CreateLoad(type, acc.value);
+      if (acc.index) {
+        auto [best, bestIndex] = algebra_.combineArg(
+            reduction.op, dtype, current,
+            builder_.CreateLoad(builder_.getInt64Ty(), acc.index), value,
+            position);
+        builder_.CreateStore(best, acc.value);
+        builder_.CreateStore(bestIndex, acc.index);
+      } else if (acc.compensation) {
+        // Kahan: long sums stay accurate in float32; once the sum is inf or
+        // NaN the error term is zero (eager's inf).
+        llvm::Value *error = builder_.CreateLoad(type, acc.compensation);
+        llvm::Value *corrected = builder_.CreateFSub(value, error);
+        llvm::Value *sum = builder_.CreateFAdd(current, corrected);
+        llvm::Value *lost =
+            builder_.CreateFSub(builder_.CreateFSub(sum, current), corrected);
+        llvm::Value *finite = builder_.CreateFCmpOLT(
+            callIntrinsic(llvm::Intrinsic::fabs, {sum}),
+            floatLike(sum, std::numeric_limits<double>::infinity()));
+        builder_.CreateStore(
+            builder_.CreateSelect(finite, lost,
+                                  llvm::Constant::getNullValue(type)),
+            acc.compensation);
+        builder_.CreateStore(sum, acc.value);
+      } else {
+        builder_.CreateStore(
+            algebra_.combine(reduction.op, dtype, current, value), acc.value);
+      }
+    }
+    emitStores(loop.stores);
+  };
+
   std::vector<llvm::Value *> extents;
   for (int64_t range : loop.ranges)
     extents.push_back(sizeValue(range));
-  auto scopedLoop = [&](llvm::Value *start, llvm::Value *end, int64_t step,
-                        LoopBody body) { countedLoop(start, end, step, body); };
-  emitLoopNest(
-      builder_, llvm::ArrayRef<llvm::Value *>(extents).drop_back(),
-      builder_.getInt64(0), scopedLoop,
-      [&](llvm::ArrayRef<llvm::Value *> indices, llvm::Value *rowPosition) {
-        for (size_t d = 0; d < indices.size(); ++d)
-          vars_[outer + d] = indices[d];
-        countedLoop(
-            builder_.getInt64(0), extents.back(), 1, [&](llvm::Value *last) {
-              vars_[outer + loop.ranges.size() - 1] = last;
-              llvm::Value *position = builder_.CreateAdd(
-                  builder_.CreateMul(rowPosition, extents.back()), last);
-              for (size_t index = 0; index < loop.reductions.size(); ++index) {
-                const loop::Reduction &reduction = loop.reductions[index];
-                Accumulator &acc = accumulators[index];
-                DType dtype = accumulatorDType(reduction);
-                llvm::Type *type = acc.value->getAllocatedType();
-                llvm::Value *value = emitCast(emit(reduction.value, false),
-                                              reduction.value->dtype(), dtype);
-                llvm::Value *current = builder_.CreateLoad(type, acc.value);
-                if (acc.index) {
-                  auto [best, bestIndex] = algebra_.combineArg(
-                      reduction.op, dtype, current,
-                      builder_.CreateLoad(builder_.getInt64Ty(), acc.index),
-                      value, position);
-                  builder_.CreateStore(best, acc.value);
-                  builder_.CreateStore(bestIndex, acc.index);
-                } else if (acc.compensation) {
-                  // Kahan: long sums stay accurate in float32; once the sum
-                  // is inf or NaN the error term is zero (eager's inf).
-                  llvm::Value *error =
-                      builder_.CreateLoad(type, acc.compensation);
-                  llvm::Value *corrected = builder_.CreateFSub(value, error);
-                  llvm::Value *sum = builder_.CreateFAdd(current, corrected);
-                  llvm::Value *lost = builder_.CreateFSub(
-                      builder_.CreateFSub(sum, current), corrected);
-                  llvm::Value *finite = builder_.CreateFCmpOLT(
-                      callIntrinsic(llvm::Intrinsic::fabs, {sum}),
-                      floatLike(sum, std::numeric_limits<double>::infinity()));
-                  builder_.CreateStore(
-                      builder_.CreateSelect(finite, lost,
-                                            llvm::Constant::getNullValue(type)),
-                      acc.compensation);
-                  builder_.CreateStore(sum, acc.value);
-                } else {
-                  builder_.CreateStore(
-                      algebra_.combine(reduction.op, dtype, current, value),
-                      acc.value);
-                }
-              }
-              emitStores(loop.stores);
-            });
-      });
+  if (lane_) {
+    // The warp's lanes take the loop's points in turn (consecutive lanes,
+    // consecutive points: contiguous rows load coalesced).
+    int64_t total = 1;
+    for (int64_t range : loop.ranges)
+      total *= range;
+    countedLoop(lane_, sizeValue(total), schedule_.lanesPerPoint,
+                [&](llvm::Value *position) {
+                  llvm::Value *rest = position;
+                  for (size_t d = loop.ranges.size(); d-- > 0;) {
+                    vars_[outer + d] =
+                        d == 0 ? rest : builder_.CreateURem(rest, extents[d]);
+                    if (d > 0)
+                      rest = builder_.CreateUDiv(rest, extents[d]);
+                  }
+                  visit(position);
+                });
+  } else {
+    auto scopedLoop = [&](llvm::Value *start, llvm::Value *end, int64_t step,
+                          LoopBody body) {
+      countedLoop(start, end, step, body);
+    };
+    emitLoopNest(
+        builder_, llvm::ArrayRef<llvm::Value *>(extents).drop_back(),
+        builder_.getInt64(0), scopedLoop,
+        [&](llvm::ArrayRef<llvm::Value *> indices, llvm::Value *rowPosition) {
+          for (size_t d = 0; d < indices.size(); ++d)
+            vars_[outer + d] = indices[d];
+          countedLoop(
+              builder_.getInt64(0), extents.back(), 1, [&](llvm::Value *last) {
+                vars_[outer + loop.ranges.size() - 1] = last;
+                visit(builder_.CreateAdd(
+                    builder_.CreateMul(rowPosition, extents.back()), last));
+              });
+        });
+  }
   for (size_t d = 0; d < loop.ranges.size(); ++d)
     vars_[outer + d] = nullptr;
 
@@ -297,9 +349,17 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
     DType dtype = accumulatorDType(reduction);
     llvm::Value *value =
         builder_.CreateLoad(acc.value->getAllocatedType(), acc.value);
+    llvm::Value *position =
+        acc.index ? builder_.CreateLoad(builder_.getInt64Ty(), acc.index)
+                  : nullptr;
+    if (acc.compensation) // the sum less its lost low part
+      value = builder_.CreateFSub(
+          value, builder_.CreateLoad(acc.compensation->getAllocatedType(),
+                                     acc.compensation));
+    if (lane_)
+      std::tie(value, position) =
+          combineAcrossWarp(reduction, dtype, value, position);
     if (acc.index) {
-      llvm::Value *position =
-          builder_.CreateLoad(builder_.getInt64Ty(), acc.index);
       // No point at all (an empty range) gives 0.
       llvm::Value *none = builder_.CreateICmpEQ(
           position, builder_.getInt64(std::numeric_limits<int64_t>::max()));
@@ -309,6 +369,53 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
     }
     reductionValues_[reductionBase + index] = value;
   }
+}
+
+llvm::Value *NvptxKernelEmitter::shuffleXor(llvm::Value *value,
+                                            unsigned offset) {
+  llvm::Type *type = value->getType();
+  auto shuffle32 = [&](llvm::Value *word) {
+    return builder_.CreateIntrinsic(
+        llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+        {builder_.getInt32(0xffffffffu), word, builder_.getInt32(offset),
+         builder_.getInt32(31)});
+  };
+  unsigned bits = type->getPrimitiveSizeInBits();
+  llvm::Type *integer = builder_.getIntNTy(bits);
+  llvm::Value *asInteger =
+      type->isIntegerTy() ? value : builder_.CreateBitCast(value, integer);
+  llvm::Value *shuffled;
+  if (bits <= 32) {
+    shuffled = builder_.CreateTrunc(
+        shuffle32(builder_.CreateZExt(asInteger, builder_.getInt32Ty())),
+        integer);
+  } else { // 64 bits: two words
+    llvm::Value *low =
+        shuffle32(builder_.CreateTrunc(asInteger, builder_.getInt32Ty()));
+    llvm::Value *high = shuffle32(builder_.CreateTrunc(
+        builder_.CreateLShr(asInteger, 32), builder_.getInt32Ty()));
+    shuffled = builder_.CreateOr(
+        builder_.CreateZExt(low, integer),
+        builder_.CreateShl(builder_.CreateZExt(high, integer), 32));
+  }
+  return type->isIntegerTy() ? shuffled
+                             : builder_.CreateBitCast(shuffled, type);
+}
+
+std::pair<llvm::Value *, llvm::Value *>
+NvptxKernelEmitter::combineAcrossWarp(const loop::Reduction &reduction,
+                                      DType dtype, llvm::Value *value,
+                                      llvm::Value *position) {
+  for (unsigned offset = schedule_.lanesPerPoint / 2; offset > 0; offset /= 2) {
+    llvm::Value *other = shuffleXor(value, offset);
+    if (position)
+      std::tie(value, position) =
+          algebra_.combineArg(reduction.op, dtype, value, position, other,
+                              shuffleXor(position, offset));
+    else
+      value = algebra_.combine(reduction.op, dtype, value, other);
+  }
+  return {value, position};
 }
 
 void NvptxKernelEmitter::emitStores(const std::vector<loop::Store> &stores) {

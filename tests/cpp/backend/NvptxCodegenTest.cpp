@@ -190,3 +190,26 @@ TEST(NvptxCodegen, LibdeviceMathIsLinkedOrRefusedClearly) {
   EXPECT_EQ(code.ptx.find("__nv_"), std::string::npos)
       << "libdevice calls left unresolved";
 }
+
+TEST(NvptxCodegen, LongRowsGetAWarpEachWithShuffleReductions) {
+  for (DType dtype : {DType::Float32, DType::Float16, DType::Float64}) {
+    loop::Program p = program(dtype, {4096, 1024}, [](Graph &g, Value *x) {
+      Value *soft = op(g, "aten::_softmax", {x, Argument(-1), Argument(false)});
+      return op(g, "aten::add.Tensor",
+                {soft, op(g, "aten::argmax", {x, Argument(1), true})});
+    });
+    GpuSchedule schedule = scheduleForGpu(p);
+    int warps = 0;
+    for (const auto &record : schedule.kernels) {
+      if (!record || record->lanesPerPoint == 1)
+        continue;
+      ++warps;
+      EXPECT_EQ(record->lanesPerPoint, 32u);
+      EXPECT_EQ(record->grid, record->points * 32 / 256);
+    }
+    EXPECT_GE(warps, 1) << schedule.str();
+    EXPECT_NE(schedule.str().find("mapping=warp-per-point"), std::string::npos);
+    GpuCode code = generateGpuCode(p, "sm_90");
+    EXPECT_NE(code.ptx.find("shfl.sync.bfly"), std::string::npos);
+  }
+}

@@ -174,3 +174,17 @@ def test_causal_attention_makes_its_mask_on_the_gpu():
     torch.testing.assert_close(compiled(q, k, v), attend(q, k, v), rtol=1e-4, atol=1e-4)
     graph = kiln.cache_info(compiled)["graphs"][0]
     assert "device=cpu" not in graph, graph
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_long_rows_reduce_natively_with_a_warp_each(dtype):
+    x = torch.randn(4096, 1024, device="cuda").to(dtype)
+    x[0, :8] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e4, -1e4, 3.0])
+    tolerance = _tolerance(dtype)
+    for name in ("softmax", "layer_norm", "row sum", "argmax"):
+        fn = LAYOUT_FUNCTIONS[name]
+        compiled = kiln.compile(fn)
+        actual, expected = compiled(x, x), fn(x, x)
+        torch.testing.assert_close(actual, expected, equal_nan=True, **tolerance)
+        runner = kiln.cache_info(compiled)["runners"][0]
+        assert runner.startswith("native") and " 0 extern" in runner, (name, runner)
