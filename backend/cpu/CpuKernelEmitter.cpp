@@ -5,9 +5,7 @@
 
 #include "backend/cpu/MathLibrary.h"
 #include "backend/llvm/ExprEmitter.h"
-#include "backend/llvm/InlineMath.h"
 #include "backend/llvm/LoopEmitter.h"
-#include "backend/llvm/MathFunctionName.h"
 #include "backend/llvm/ReductionAlgebra.h"
 #include "ir/Error.h"
 
@@ -270,16 +268,11 @@ llvm::Value *CpuKernelEmitter::callMath(const char *name,
   return result;
 }
 
-// Float32 exp, tanh and erf inline (they vectorise with the code around
-// them); the rest through SLEEF or the C library.
+// The shared emitter's (float32 exp, tanh and erf inline: they vectorise
+// with the code around them; the rest through SLEEF or the C library), and
+// log1p guarded for SLEEF.
 llvm::Value *CpuKernelEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
   bool isFloat = x->getType()->getScalarType()->isFloatTy();
-  if (isFloat && op == UnaryOp::Exp)
-    return emitInlineExpF32(builder_, x);
-  if (isFloat && op == UnaryOp::Tanh)
-    return emitInlineTanhF32(builder_, x);
-  if (isFloat && op == UnaryOp::Erf)
-    return emitInlineErfF32(builder_, x);
   if (op == UnaryOp::Log1p) {
     // SLEEF's vector log1p gives inf above about 1e307 (1e38 in float);
     // where 1 + x rounds to x, log1p(x) is log(x).
@@ -288,7 +281,7 @@ llvm::Value *CpuKernelEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
     return builder_.CreateSelect(huge, callMath("log", {x}),
                                  callMath("log1p", {x}));
   }
-  return callMath(mathFunctionName(op), {x});
+  return ExprEmitter::emitMathFunction(op, x);
 }
 
 // ------------------------------------------------------ loops and reductions
@@ -474,21 +467,11 @@ void CpuKernelEmitter::foldPartials(const loop::Loop &loop,
       continue;
     llvm::Type *type = acc.value->getAllocatedType();
     llvm::Value *total = builder_.CreateLoad(type, acc.value);
-    llvm::Value *corrected =
-        builder_.CreateFSub(builder_.CreateLoad(type, acc.partial),
-                            builder_.CreateLoad(type, acc.compensation));
-    llvm::Value *sum = builder_.CreateFAdd(total, corrected);
-    // Once the sum is infinite (an inf input, or float overflow) or NaN, its
-    // error term would be inf - inf: it is zero then, so that the sum ends
-    // as eager's does (inf, not NaN).
-    llvm::Value *error =
-        builder_.CreateFSub(builder_.CreateFSub(sum, total), corrected);
-    llvm::Value *finite = builder_.CreateFCmpOLT(
-        callIntrinsic(llvm::Intrinsic::fabs, {sum}),
-        floatLike(sum, std::numeric_limits<double>::infinity()));
-    builder_.CreateStore(builder_.CreateSelect(
-                             finite, error, llvm::Constant::getNullValue(type)),
-                         acc.compensation);
+    // (The compensation loads first, as it always has: the same IR.)
+    llvm::Value *compensation = builder_.CreateLoad(type, acc.compensation);
+    llvm::Value *partial = builder_.CreateLoad(type, acc.partial);
+    auto [sum, error] = algebra_.compensatedAdd(total, compensation, partial);
+    builder_.CreateStore(error, acc.compensation);
     builder_.CreateStore(sum, acc.value);
   }
 }

@@ -3,6 +3,7 @@
 // ir/, LLVM.
 #include "backend/llvm/ExprEmitter.h"
 
+#include "backend/llvm/InlineMath.h"
 #include "backend/llvm/MathFunctionName.h"
 #include "ir/Error.h"
 
@@ -43,6 +44,13 @@ llvm::Value *ExprEmitter::reuse(const Expr *, bool) { return nullptr; }
 void ExprEmitter::computed(const Expr *, llvm::Value *) {}
 
 llvm::Value *ExprEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
+  bool isFloat = x->getType()->getScalarType()->isFloatTy();
+  if (isFloat && op == UnaryOp::Exp)
+    return emitInlineExpF32(builder_, x);
+  if (isFloat && op == UnaryOp::Tanh)
+    return emitInlineTanhF32(builder_, x);
+  if (isFloat && op == UnaryOp::Erf)
+    return emitInlineErfF32(builder_, x);
   return callMath(mathFunctionName(op), {x});
 }
 

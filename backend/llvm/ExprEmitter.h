@@ -51,8 +51,9 @@ protected:
   /// double, scalars or vectors).
   virtual llvm::Value *callMath(const char *name,
                                 std::vector<llvm::Value *> args) = 0;
-  /// A unary op that mathFunctionName names, of a float or double `x`: the
-  /// library call by default; targets may compute some inline.
+  /// A unary op that mathFunctionName names, of a float or double `x`:
+  /// float32 exp, tanh and erf inline (backend/llvm/InlineMath), the rest
+  /// through callMath.
   virtual llvm::Value *emitMathFunction(loop::UnaryOp op, llvm::Value *x);
   /// A value the target has kept from an earlier loop (nullptr: compute it),
   /// and the notice of each value computed.

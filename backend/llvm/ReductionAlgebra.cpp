@@ -4,6 +4,8 @@
 
 #include "ir/Error.h"
 
+#include <limits>
+
 namespace kiln::backend {
 
 using loop::ReduceOp;
@@ -90,6 +92,21 @@ llvm::Value *ReductionAlgebra::combine(ReduceOp op, DType dtype, llvm::Value *a,
   default:
     throw Error("loop IR: arg reductions combine through combineArg");
   }
+}
+
+std::pair<llvm::Value *, llvm::Value *>
+ReductionAlgebra::compensatedAdd(llvm::Value *total, llvm::Value *compensation,
+                                 llvm::Value *addend) {
+  llvm::Value *corrected = builder_.CreateFSub(addend, compensation);
+  llvm::Value *sum = builder_.CreateFAdd(total, corrected);
+  llvm::Value *error =
+      builder_.CreateFSub(builder_.CreateFSub(sum, total), corrected);
+  llvm::Value *finite = builder_.CreateFCmpOLT(
+      types_.callIntrinsic(llvm::Intrinsic::fabs, {sum}),
+      types_.floatLike(sum, std::numeric_limits<double>::infinity()));
+  return {sum,
+          builder_.CreateSelect(finite, error,
+                                llvm::Constant::getNullValue(sum->getType()))};
 }
 
 std::pair<llvm::Value *, llvm::Value *>

@@ -30,6 +30,13 @@ public:
   std::pair<llvm::Value *, llvm::Value *>
   combineArg(loop::ReduceOp op, DType dtype, llvm::Value *valueA,
              llvm::Value *indexA, llvm::Value *valueB, llvm::Value *indexB);
+  /// One step of Kahan summation: `total` + `addend` less the running
+  /// `compensation`, as (new total, new compensation). Once the total is
+  /// infinite or NaN the compensation is zero, so that the sum ends as
+  /// eager's does (inf, not inf - inf = NaN).
+  std::pair<llvm::Value *, llvm::Value *>
+  compensatedAdd(llvm::Value *total, llvm::Value *compensation,
+                 llvm::Value *addend);
   /// Combines the upper half of a vector's lanes into the lower half until
   /// `lanes` remain (`position`: ArgMax/ArgMin's positions, else nullptr).
   std::pair<llvm::Value *, llvm::Value *>

@@ -6,9 +6,7 @@
 #include "backend/nvptx/NvptxKernelEmitter.h"
 
 #include "backend/llvm/ExprEmitter.h"
-#include "backend/llvm/InlineMath.h"
 #include "backend/llvm/LoopEmitter.h"
-#include "backend/llvm/MathFunctionName.h"
 #include "backend/llvm/ReductionAlgebra.h"
 #include "ir/Error.h"
 
@@ -46,7 +44,6 @@ protected:
   llvm::Value *bufferPointer(int64_t buffer) override;
   llvm::Value *callMath(const char *name,
                         std::vector<llvm::Value *> args) override;
-  llvm::Value *emitMathFunction(UnaryOp op, llvm::Value *x) override;
 
 private:
   void emitPoint();
@@ -109,17 +106,6 @@ llvm::Value *NvptxKernelEmitter::callMath(const char *name,
   llvm::FunctionCallee callee = module_.getOrInsertFunction(
       function, llvm::FunctionType::get(type, types, false));
   return builder_.CreateCall(callee, args);
-}
-
-llvm::Value *NvptxKernelEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
-  bool isFloat = x->getType()->isFloatTy();
-  if (isFloat && op == UnaryOp::Exp)
-    return emitInlineExpF32(builder_, x);
-  if (isFloat && op == UnaryOp::Tanh)
-    return emitInlineTanhF32(builder_, x);
-  if (isFloat && op == UnaryOp::Erf)
-    return emitInlineErfF32(builder_, x);
-  return callMath(mathFunctionName(op), {x});
 }
 
 llvm::Value *NvptxKernelEmitter::threadIndex() {
@@ -278,20 +264,10 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
         builder_.CreateStore(best, acc.value);
         builder_.CreateStore(bestIndex, acc.index);
       } else if (acc.compensation) {
-        // Kahan: long sums stay accurate in float32; once the sum is inf or
-        // NaN the error term is zero (eager's inf).
-        llvm::Value *error = builder_.CreateLoad(type, acc.compensation);
-        llvm::Value *corrected = builder_.CreateFSub(value, error);
-        llvm::Value *sum = builder_.CreateFAdd(current, corrected);
-        llvm::Value *lost =
-            builder_.CreateFSub(builder_.CreateFSub(sum, current), corrected);
-        llvm::Value *finite = builder_.CreateFCmpOLT(
-            callIntrinsic(llvm::Intrinsic::fabs, {sum}),
-            floatLike(sum, std::numeric_limits<double>::infinity()));
-        builder_.CreateStore(
-            builder_.CreateSelect(finite, lost,
-                                  llvm::Constant::getNullValue(type)),
-            acc.compensation);
+        // Kahan: long sums stay accurate in float32.
+        auto [sum, error] = algebra_.compensatedAdd(
+            current, builder_.CreateLoad(type, acc.compensation), value);
+        builder_.CreateStore(error, acc.compensation);
         builder_.CreateStore(sum, acc.value);
       } else {
         builder_.CreateStore(
