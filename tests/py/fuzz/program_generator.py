@@ -289,13 +289,20 @@ def _float64_reference(fn, program):
     """The program's outputs on its inputs widened to float64 (None where it
     cannot run so)."""
     inputs = [t.double() if t.dtype.is_floating_point else t for t in program.make_inputs()]
+    # Integer inputs promote to the default dtype (x1 / x0 of ints): float64
+    # here too, so that eager's float32 kernels are not their own reference
+    # (torch's AVX-512 float32 gelu(inf) is NaN; float64's is inf).
+    default = torch.get_default_dtype()
     try:
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            torch.set_default_dtype(torch.float64)
             return fn(*inputs)
     except Exception:  # noqa: BLE001
         return None
+    finally:
+        torch.set_default_dtype(default)
 
 
 def _elementwise_close(x, y, dtype):
