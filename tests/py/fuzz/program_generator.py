@@ -289,9 +289,17 @@ def _float64_reference(fn, program):
     """The program's outputs on its inputs widened to float64 (None where it
     cannot run so)."""
     inputs = [t.double() if t.dtype.is_floating_point else t for t in program.make_inputs()]
-    # Integer inputs promote to the default dtype (x1 / x0 of ints): float64
-    # here too, so that eager's float32 kernels are not their own reference
-    # (torch's AVX-512 float32 gelu(inf) is NaN; float64's is inf).
+    # Casts to a float dtype cast to float64 instead, and integer inputs
+    # promote to float64 (x1 / x0 of ints: the default dtype), so that
+    # eager's own float32 and half kernels are never the reference: torch's
+    # AVX-512 gelu(inf) is NaN in float32 and bfloat16, inf in float64; a
+    # float32 vector_norm of [1e-30] underflows to 0.
+    source = program.source
+    for name in ("float16", "bfloat16", "float32"):
+        source = source.replace(f"torch.{name}", "torch.float64")
+    namespace = {"torch": torch}
+    exec(compile(source, f"<fuzz program {program.seed}, float64>", "exec"), namespace)
+    fn = namespace["program"]
     default = torch.get_default_dtype()
     try:
         import warnings
