@@ -55,8 +55,13 @@ struct Handles {
       torch.attr("_C").attr("_has_torch_function_variadic"),
       torch.attr("jit").attr("is_scripting"),
       torch.attr("jit").attr("is_tracing"),
+  };
+  // Functions that ask whether a compiler is capturing the code: yes, as
+  // under TorchDynamo (code skips its eager-only checks and logging).
+  std::vector<py::object> alwaysTrue = {
       torch.attr("compiler").attr("is_compiling"),
       torch.attr("_dynamo").attr("is_compiling"),
+      torch.attr("_utils").attr("is_compiling"),
   };
   // Builtins that have no side effects: with constant arguments they are
   // evaluated during capture.

@@ -436,6 +436,14 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
   const Handles &h = Handles::get();
   switch (callable->kind) {
   case Kind::Function:
+    if (callable->object) {
+      for (const py::object &trueFunction : h.alwaysTrue)
+        if (callable->object.is(trueFunction))
+          return Variable::constant(py::bool_(true));
+      for (const py::object &falseFunction : h.alwaysFalse)
+        if (callable->object.is(falseFunction))
+          return Variable::constant(py::bool_(false));
+    }
     if (callable->object && isTorchModuleName(moduleOf(callable->object)))
       return torchCall(callable->object, args, kwargs);
     return inlineFunction(callable, std::move(args), std::move(kwargs));
@@ -470,6 +478,9 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     for (const py::object &falseFunction : h.alwaysFalse)
       if (function.is(falseFunction))
         return Variable::constant(py::bool_(false));
+    for (const py::object &trueFunction : h.alwaysTrue)
+      if (function.is(trueFunction))
+        return Variable::constant(py::bool_(true));
     if (function.is(h.isGradEnabled))
       return Variable::constant(py::bool_(gradEnabled_));
     if (function.is(h.noGrad) || function.is(h.enableGrad)) {

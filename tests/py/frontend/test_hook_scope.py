@@ -73,3 +73,17 @@ def test_comprehensions_stay_with_their_caller(monkeypatch, capfd):
     logged = capfd.readouterr().err
     assert "internal error" not in logged
     assert "<listcomp>" not in logged and "<dictcomp>" not in logged
+
+
+def test_code_sees_that_it_is_being_compiled():
+    # As under TorchDynamo: torch.compiler.is_compiling() is True in the
+    # captured code (which then skips its eager-only checks), False outside.
+    def fn(x):
+        if torch.compiler.is_compiling() and not torch.jit.is_scripting():
+            return x + 1
+        return x - 1
+
+    x = torch.zeros(3)
+    assert torch.equal(kiln.compile(fn)(x), x + 1)
+    assert torch.equal(fn(x), x - 1)
+    assert not torch.compiler.is_compiling()
