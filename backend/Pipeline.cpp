@@ -72,18 +72,12 @@ std::string Target::name() const {
 
 void cleanUpGraph(Graph &graph) { passes::eliminateDeadCode(graph); }
 
-std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
-                                            const Target &target) {
-  auto start = std::chrono::steady_clock::now();
-  auto compiled = std::make_unique<CompiledGraph>();
-  compiled->target = target;
-  loop::Program &program = compiled->program;
-
+loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   cleanUpGraph(*graph);
   if (logVerbose("graph"))
     logArtifact("graph", "after clean-up\n" + graph->str());
 
-  program = lowerGraph(std::move(graph), target.tensorDevice());
+  loop::Program program = lowerGraph(std::move(graph), target.tensorDevice());
   logLoopIr(program, "lowering", true);
 
   simplifyIndices(program);
@@ -100,6 +94,17 @@ std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
   logLoopIr(program, "second fusion", false);
   planMemory(program);
   logLoopIr(program, "memory planning", true);
+  return program;
+}
+
+std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
+                                            const Target &target) {
+  auto start = std::chrono::steady_clock::now();
+  auto compiled = std::make_unique<CompiledGraph>();
+  compiled->target = target;
+  loop::Program &program = compiled->program;
+
+  program = planProgram(std::move(graph), target);
 
   switch (target.kind) {
   case Target::Kind::Cpu: {

@@ -42,7 +42,13 @@ struct CompiledGraph {
 /// here.
 void cleanUpGraph(Graph &graph);
 
-/// Compiles `graph` (cleaned up in place first) for `target`. Throws
+/// The stages every target shares, in order: graph clean-up (in place),
+/// lowering for the target's device, index simplification, fusion, loop
+/// order, memory planning. Throws kiln::Unsupported as compileGraph does.
+loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target);
+
+/// Compiles `graph` (cleaned up in place first) for `target`: the shared
+/// stages (planProgram), then the target's schedule and code generation. Throws
 /// kiln::Unsupported when the graph cannot run natively (an op or dtype the
 /// code generator refuses); callers run it through torch then.
 std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,

@@ -42,19 +42,6 @@ py::tuple tupleOf(const Shape &values) {
   return tuple;
 }
 
-// Strides matter only for dimensions with more than one element, and not
-// at all for empty tensors.
-bool sameLayout(const TensorMeta &actual, const TensorMeta &expected) {
-  if (actual.dtype != expected.dtype || actual.sizes != expected.sizes)
-    return false;
-  if (expected.numel() == 0)
-    return true;
-  for (size_t d = 0; d < expected.sizes.size(); ++d)
-    if (expected.sizes[d] > 1 && actual.strides[d] != expected.strides[d])
-      return false;
-  return true;
-}
-
 } // namespace
 
 /// A call's buffers as torch tensors: inputs, allocations (torch's
@@ -118,9 +105,7 @@ public:
   }
 
   void runExtern(size_t step, std::vector<char *> &addresses) override {
-    const Step &external = runner_.program().steps[step];
-    std::vector<int32_t> resultSlots(external.results.begin(),
-                                     external.results.end());
+    const std::vector<int32_t> &resultSlots = runner_.resultSlots_[step];
     runner_.externs_[step]->run(slots_, resultSlots);
     for (int32_t result : resultSlots)
       if (slots_[result])
@@ -146,7 +131,7 @@ private:
   void conformLayout(int64_t bufferIndex, std::vector<char *> &addresses) {
     const Buffer &buffer = runner_.program().buffers[bufferIndex];
     TensorMeta actual = tensorMetaOf(slots_[bufferIndex]);
-    if (sameLayout(actual, buffer.meta))
+    if (runtime::sameLayout(actual, buffer.meta))
       return;
     if (actual.sizes != buffer.meta.sizes || actual.dtype != buffer.dtype())
       throw Error("kiln: an extern call returned " + actual.str() +
@@ -210,9 +195,13 @@ NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
     return operand;
   };
   externs_.resize(program.steps.size());
+  resultSlots_.resize(program.steps.size());
   for (size_t s = 0; s < program.steps.size(); ++s)
-    if (program.steps[s].kind == Step::Kind::Extern)
+    if (program.steps[s].kind == Step::Kind::Extern) {
       externs_[s].emplace(*program.steps[s].node, tensorOperand);
+      resultSlots_[s].assign(program.steps[s].results.begin(),
+                             program.steps[s].results.end());
+    }
   for (const loop::ProgramOutput &output : program.outputs) {
     CallOperand operand;
     if (output.buffer >= 0) {
@@ -234,7 +223,8 @@ void NativeRunner::checkInput(size_t index, PyObject *tensor) const {
   int64_t bufferIndex = compiled_->inputBuffer(index);
   const Buffer &buffer = program().buffers[bufferIndex];
   TensorMeta actual = tensorMetaOf(tensor);
-  if (actual.device != buffer.meta.device || !sameLayout(actual, buffer.meta))
+  if (actual.device != buffer.meta.device ||
+      !runtime::sameLayout(actual, buffer.meta))
     throw py::value_error(
         "kiln: input " + std::to_string(index) + " is " + actual.str() +
         " on " + actual.device.str() + ", but the graph was compiled for " +

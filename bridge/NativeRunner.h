@@ -48,6 +48,7 @@ private:
   py::object emptyStrided_;
   std::vector<Allocation> allocations_;           // per buffer a call allocates
   std::vector<std::optional<TorchCall>> externs_; // per step
+  std::vector<std::vector<int32_t>> resultSlots_; // per extern step
   std::vector<CallOperand> outputs_;
   std::vector<py::object> dtypes_; // per buffer: torch dtype
   /// GPU programs: the torch device and the function giving its current

@@ -11,6 +11,18 @@ using loop::Buffer;
 using loop::BufferKind;
 using loop::Step;
 
+bool sameLayout(const TensorMeta &actual, const TensorMeta &expected) {
+  if (actual.dtype != expected.dtype || actual.sizes != expected.sizes ||
+      actual.strides.size() != expected.sizes.size())
+    return false;
+  if (expected.numel() == 0)
+    return true;
+  for (size_t d = 0; d < expected.sizes.size(); ++d)
+    if (expected.sizes[d] > 1 && actual.strides[d] != expected.strides[d])
+      return false;
+  return true;
+}
+
 void checkInput(const CompiledProgram &program, size_t index,
                 const TensorBuffer &tensor) {
   if (index >= program.inputCount())
@@ -23,23 +35,16 @@ void checkInput(const CompiledProgram &program, size_t index,
   if (bufferIndex < 0)
     return;
   const TensorMeta &expected = program.program().buffers[bufferIndex].meta;
-  bool same = tensor.dtype == expected.dtype &&
-              tensor.sizes == expected.sizes &&
-              tensor.strides.size() == expected.sizes.size();
-  if (same && expected.numel() != 0)
-    for (size_t d = 0; d < expected.sizes.size(); ++d)
-      if (expected.sizes[d] > 1 && tensor.strides[d] != expected.strides[d])
-        same = false;
+  TensorMeta actual;
+  actual.dtype = tensor.dtype;
+  actual.sizes = tensor.sizes;
+  actual.strides = tensor.strides;
+  bool same = sameLayout(actual, expected);
   if (same && !tensor.data && expected.numel() != 0)
     throw Error("input " + std::to_string(index) + " has no data");
-  if (!same) {
-    TensorMeta actual;
-    actual.dtype = tensor.dtype;
-    actual.sizes = tensor.sizes;
-    actual.strides = tensor.strides;
+  if (!same)
     throw Error("input " + std::to_string(index) + " is " + actual.str() +
                 ", but the program was compiled for " + expected.str());
-  }
 }
 
 char *ExecutionHost::constantAddress(int64_t buffer) {

@@ -50,6 +50,11 @@ protected:
   const CompiledProgram &program_;
 };
 
+/// Whether a tensor laid out as `actual` can stand where `expected` was
+/// compiled for: the same dtype and sizes, and the same strides where a
+/// dimension has more than one element (none matter for an empty tensor).
+bool sameLayout(const TensorMeta &actual, const TensorMeta &expected);
+
 /// Throws kiln::Error when `tensor` is not what graph input `index` of
 /// `program` was compiled for (dtype, sizes, strides where a dimension has
 /// more than one element).

@@ -1,8 +1,10 @@
 // Loads a program's PTX through the CUDA driver and launches its kernels.
-// Depends on backend/cuda/CudaKernelCode.h, ir/Error.h.
+// Depends on backend/cuda/CudaKernelCode.h, ir/Error.h, LLVM (ADT).
 #include "backend/cuda/CudaKernelCode.h"
 
 #include "ir/Error.h"
+
+#include <llvm/ADT/SmallVector.h>
 
 namespace kiln::backend::cuda {
 
@@ -66,8 +68,9 @@ void CudaKernelCode::runKernel(size_t stepIndex, char *const *buffers,
   if (launch->grid[0] == 0 || launch->grid[1] == 0 || launch->grid[2] == 0)
     return; // an empty domain
   useDevice(ordinal_);
-  std::vector<DevicePointer> addresses(launch->buffers.size());
-  std::vector<void *> parameters(launch->buffers.size());
+  // On the stack for the usual few parameters: this runs on every call.
+  llvm::SmallVector<DevicePointer, 16> addresses(launch->buffers.size());
+  llvm::SmallVector<void *, 16> parameters(launch->buffers.size());
   for (size_t i = 0; i < launch->buffers.size(); ++i) {
     addresses[i] = reinterpret_cast<DevicePointer>(buffers[launch->buffers[i]]);
     parameters[i] = &addresses[i];

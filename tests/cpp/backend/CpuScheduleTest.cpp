@@ -4,13 +4,12 @@
 // Depends on backend/cpu/CpuSchedule.h, backend/cpu/CpuBackend.h, passes/,
 // GoogleTest.
 #include "backend/cpu/CpuSchedule.h"
+#include "backend/Pipeline.h"
 
 #include "backend/cpu/CpuBackend.h"
 #include "ir/Error.h"
 #include "ir/Graph.h"
 #include "ir/Logging.h"
-#include "passes/Lowering.h"
-#include "passes/Scheduler.h"
 
 #include <gtest/gtest.h>
 
@@ -31,14 +30,7 @@ Value *op(Graph &graph, std::string_view name,
 
 // The stages of the pipeline before the target's schedule.
 loop::Program lowerAndFuse(std::shared_ptr<Graph> graph) {
-  loop::Program program = lowerGraph(std::move(graph));
-  simplifyIndices(program);
-  fuseKernels(program);
-  chooseLoopOrder(program);
-  simplifyIndices(program);
-  fuseKernels(program);
-  planMemory(program);
-  return program;
+  return backend::planProgram(std::move(graph), backend::Target{});
 }
 
 // A host with AVX2-wide vectors, unrolled twice, never streaming.

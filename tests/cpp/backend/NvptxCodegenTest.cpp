@@ -2,13 +2,11 @@
 // pipeline's stages, then the GPU schedule, NVPTX kernels and PTX. Math that
 // needs libdevice is checked where libdevice is found (the GPU machine).
 // Depends on backend/nvptx/, passes/, ir/, GoogleTest.
+#include "backend/Pipeline.h"
 #include "backend/nvptx/GpuCodegen.h"
 #include "backend/nvptx/GpuSchedule.h"
 #include "ir/Error.h"
 #include "ir/Graph.h"
-#include "passes/DeadCodeElimination.h"
-#include "passes/Lowering.h"
-#include "passes/Scheduler.h"
 
 #include <gtest/gtest.h>
 
@@ -28,15 +26,10 @@ Value *op(Graph &graph, std::string_view name,
 
 /// The pipeline's stages up to memory planning, for CUDA tensors.
 loop::Program planned(const std::shared_ptr<Graph> &graph) {
-  passes::eliminateDeadCode(*graph);
-  loop::Program program = lowerGraph(graph, kCuda);
-  simplifyIndices(program);
-  fuseKernels(program);
-  chooseLoopOrder(program);
-  simplifyIndices(program);
-  fuseKernels(program);
-  planMemory(program);
-  return program;
+  backend::Target cuda;
+  cuda.kind = backend::Target::Kind::Cuda;
+  cuda.device = 0;
+  return backend::planProgram(graph, cuda);
 }
 
 /// A graph of one input [rows, columns] of `dtype` on the GPU and `body`.
