@@ -204,6 +204,10 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = self(lowerer, node);
   std::vector<int64_t> dims = dimsOf(node, 2);
   DType dtype = sumType(lowerer, node);
+  // The 2-norm of one element is its magnitude, as eager gives it: the
+  // square would underflow (a float64 1e-200) or overflow (1e200).
+  if (order == 2 && reducedNumel(input.sizes, dims) == 1)
+    order = 1;
   // Squares in double: a float32 or bfloat16 1e30 (or 1e-30) squared
   // overflows (underflows) float32, where eager's norm of [1e30] is 1e30.
   if (order == 2 && isFloatingPoint(dtype))
