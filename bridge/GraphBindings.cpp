@@ -277,15 +277,16 @@ void defineGraphBindings(py::module_ &module) {
   module.def(
       "choose_runner",
       [](std::shared_ptr<Graph> graph, const std::string &output,
-         const std::string &backend, const std::string &name) {
+         const std::string &backend, const std::string &name,
+         const std::string &mode) {
         if (!graph)
           throw py::type_error("choose_runner needs a kiln Graph, not None");
         return std::shared_ptr<GraphRunner>(chooseGraphRunner(
             std::move(graph), outputFormFromName(output), backend, "", name,
-            /*checkInputs=*/true));
+            /*checkInputs=*/true, mode));
       },
       "graph"_a, "output"_a = "tuple", "backend"_a = "llvm",
-      "name"_a = "a graph",
+      "name"_a = "a graph", "mode"_a = "default",
       "The runner kiln's own frontend would choose for `graph`: native code "
       "for backend 'llvm' where the graph compiles, else torch's operators "
       "(the reason goes to KILN_LOGS=breaks).");

@@ -18,10 +18,13 @@ namespace kiln::python {
 /// eager one otherwise, the reason logged to KILN_LOGS=breaks under `name`.
 /// A compiler error never escapes: the graph runs through torch instead.
 /// With `checkInputs`, a native runner checks every call's tensors against
-/// the graph's layouts (for callers that do not guard them).
+/// the graph's layouts (for callers that do not guard them). `mode`
+/// "reduce-overhead" replays a GPU graph's work as a CUDA graph where it
+/// can (bridge/CudaGraphRunner.h), the reason logged where it cannot.
 std::unique_ptr<GraphRunner>
 chooseGraphRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
                   const std::string &backend, std::string eagerReason,
-                  const std::string &name, bool checkInputs);
+                  const std::string &name, bool checkInputs,
+                  const std::string &mode = "default");
 
 } // namespace kiln::python

@@ -71,7 +71,7 @@ CodeCache::makeRunner(const std::shared_ptr<Graph> &graph,
     eagerReason = "autograd records its history (an input requires grad)";
   return python::chooseGraphRunner(graph, python::OutputForm::Tuple,
                                    options_.backend, std::move(eagerReason),
-                                   name, /*checkInputs=*/false);
+                                   name, /*checkInputs=*/false, options_.mode);
 }
 
 PyObject *unsupportedErrorType() {

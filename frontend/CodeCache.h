@@ -22,6 +22,9 @@ struct CacheOptions {
   std::string backend = "llvm";
   bool fullgraph = false;
   int cacheLimit = 8;
+  /// "default", "reduce-overhead" (GPU graphs replayed as CUDA graphs)
+  /// or "max-autotune" (as default today).
+  std::string mode = "default";
 };
 
 struct CacheEntry;

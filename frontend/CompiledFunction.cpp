@@ -186,15 +186,16 @@ int compiledClear(PyObject *object) {
 }
 
 PyObject *compiledNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-  static const char *keywords[] = {"function", "backend", "fullgraph",
-                                   "cache_limit", nullptr};
+  static const char *keywords[] = {"function",    "backend", "fullgraph",
+                                   "cache_limit", "mode",    nullptr};
   PyObject *function = nullptr;
   const char *backend = "llvm";
   int fullgraph = 0;
   int cacheLimit = 8;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|spi",
+  const char *mode = "default";
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|spis",
                                    const_cast<char **>(keywords), &function,
-                                   &backend, &fullgraph, &cacheLimit))
+                                   &backend, &fullgraph, &cacheLimit, &mode))
     return nullptr;
   PyObject *self = nullptr;
   if (PyMethod_Check(function)) {
@@ -217,6 +218,15 @@ PyObject *compiledNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
                  "unknown kiln backend '%s' (known: 'llvm', 'eager')", backend);
     return nullptr;
   }
+  std::string_view modeName(mode);
+  if (modeName != "default" && modeName != "reduce-overhead" &&
+      modeName != "max-autotune") {
+    PyErr_Format(PyExc_ValueError,
+                 "unknown kiln mode '%s' (known: 'default', 'reduce-overhead', "
+                 "'max-autotune')",
+                 mode);
+    return nullptr;
+  }
   auto *object =
       reinterpret_cast<CompiledFunctionObject *>(type->tp_alloc(type, 0));
   if (!object)
@@ -225,7 +235,7 @@ PyObject *compiledNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   object->function = Py_NewRef(function);
   object->boundSelf = Py_XNewRef(self);
   object->cache =
-      new CodeCache(CacheOptions{backend, fullgraph != 0, cacheLimit});
+      new CodeCache(CacheOptions{backend, fullgraph != 0, cacheLimit, mode});
   return reinterpret_cast<PyObject *>(object);
 }
 

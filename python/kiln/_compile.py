@@ -89,7 +89,7 @@ def _compile(target, options):
             f"got {target!r} ({type(target).__name__})"
         )
     settings = dict(backend=options.backend, fullgraph=options.fullgraph,
-                    cache_limit=options.cache_limit)
+                    cache_limit=options.cache_limit, mode=options.mode)
     if isinstance(target, torch.nn.Module):
         forward = _C.CompiledFunction(type(target).forward.__get__(target), **settings)
         return CompiledModule(target, _ModuleCall(target, forward), options)
@@ -137,11 +137,13 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="llvm",
             line, instead of running the function in CPython.
         dynamic: None, True or False. kiln specialises on every shape today
             and recompiles when one changes; symbolic shapes come later.
-        backend: "llvm", kiln's native backend, or "eager", the reference
-            backend. Today both run every graph node by calling torch's ATen
-            operators from kiln's graph runner: no op is lowered to LLVM yet.
-        mode: "default", "reduce-overhead" or "max-autotune"; accepted and
-            validated, but it does not change anything yet.
+        backend: "llvm", kiln's native backend (graphs compile to CPU or GPU
+            code; ops without a lowering call torch), or "eager", the
+            reference backend (every graph node through torch's operators).
+        mode: "default"; "reduce-overhead": a graph on a CUDA GPU is
+            recorded as a CUDA graph on its second call and replayed after
+            (one launch a call; outputs are copied out of the recording);
+            "max-autotune": as "default" today.
         cache_limit: how many guard sets to keep before running in CPython.
     """
     options = CompileOptions(fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
