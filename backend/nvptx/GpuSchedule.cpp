@@ -29,12 +29,15 @@ constexpr int64_t kMaxReductionWork = 256;
 constexpr int64_t kMinWarpWork = 64;
 constexpr int64_t kMinWarpPoints = 2048;
 // Lanes get at least this many of a point's elements (a lane's loads then
-// outweigh its share of the combine), and at most kMaxLaneWork: beyond,
-// a block per point or per column leaves the GPU mostly idle, and a split
-// reduction (partials of several blocks, combined by a second launch) is
-// the answer, not written yet.
+// outweigh its share of the combine), and at most kMaxLaneWork, or
+// kMaxFewBlocksLaneWork where the grid has blocks for a quarter of the
+// multiprocessors or fewer: beyond, the blocks read so much each while most
+// of the GPU idles that torch's split reductions are several times faster.
+// A split reduction (partials of several blocks, combined by a second
+// launch) is the answer, not written yet.
 constexpr int64_t kMinLaneWork = 8;
 constexpr int64_t kMaxLaneWork = 2048;
+constexpr int64_t kMaxFewBlocksLaneWork = 512;
 // Threads a column mapping aims for: H100 holds 270K resident, and a
 // column sum streams from memory only with many loads in flight.
 constexpr int64_t kColumnThreads = int64_t(1) << 17;
@@ -59,9 +62,19 @@ int64_t lastWalkingVar(int64_t first, const std::vector<int64_t> &ranges) {
   return -1;
 }
 
-std::string workMessage(const GpuKernelSchedule &record, int64_t work) {
-  return "kernel " + record.name + " reduces " + std::to_string(work) +
-         " elements at each of " + std::to_string(record.points) + " points";
+// Throws kiln::Unsupported where each lane of `record` has too much work.
+void refuseLongLanes(const GpuKernelSchedule &record, int64_t work,
+                     const std::string &mapping) {
+  int64_t laneWork = (work + record.lanesPerPoint - 1) / record.lanesPerPoint;
+  if (laneWork <= kMaxLaneWork && (record.grid * 4 >= kMultiprocessors ||
+                                   laneWork <= kMaxFewBlocksLaneWork))
+    return;
+  throw Unsupported("kernel " + record.name + " reduces " +
+                    std::to_string(work) + " elements at each of " +
+                    std::to_string(record.points) + " points: " + mapping +
+                    " (" + std::to_string(record.grid) +
+                    " blocks) is too little of the GPU, and split reductions "
+                    "across blocks are not written yet; torch runs the graph");
 }
 
 // Lanes and points per block of a mapping, and the grid and shared memory
@@ -113,13 +126,8 @@ void shapeColumns(GpuKernelSchedule &record, const loop::Kernel &kernel,
       lanes /= 2; // fewer partials to combine
     }
   }
-  if ((work + lanes - 1) / lanes > kMaxLaneWork)
-    throw Unsupported(workMessage(record, work) +
-                      " along a strided dimension: a block per " +
-                      std::to_string(width) +
-                      " columns is too little of the GPU (split reductions "
-                      "across blocks are not written yet); torch runs the "
-                      "graph");
+  refuseLongLanes(record, work,
+                  "a block per " + std::to_string(width) + " columns");
 }
 
 // A warp or a block per point: lanes from the point's work, consecutive
@@ -134,11 +142,7 @@ void shapeRows(GpuKernelSchedule &record, const loop::Kernel &kernel,
   else
     shape(record, kernel, GpuMapping::BlockPerPoint, lanes,
           std::max(1u, kThreadBlock / lanes));
-  if ((work + lanes - 1) / lanes > kMaxLaneWork)
-    throw Unsupported(workMessage(record, work) +
-                      ": a block per point is too little of the GPU (split "
-                      "reductions across blocks are not written yet); "
-                      "torch runs the graph");
+  refuseLongLanes(record, work, "a block per point");
 }
 
 } // namespace
@@ -194,9 +198,15 @@ bool reducesAlongColumns(const loop::Kernel &kernel) {
             loop::affineCoefficient(load->index(), lastVar);
         std::optional<int64_t> across =
             loop::affineCoefficient(load->index(), lastOuter);
-        if (along == 1)
+        auto magnitude = [](int64_t value) {
+          return value < 0 ? -value : value;
+        };
+        // Column-like: neighbouring points lie closer in memory than
+        // neighbouring positions of the reduction (a sliced column too).
+        if (along && magnitude(*along) == 1)
           ++row;
-        else if (across == 1)
+        else if (across && *across != 0 &&
+                 (!along || magnitude(*across) < magnitude(*along)))
           ++column;
       }
     }

@@ -69,7 +69,7 @@ int64_t sharedWordsOfLoop(const loop::Loop &loop,
                           const GpuKernelSchedule &schedule);
 
 /// Whether `kernel` reduces along a strided dimension while its last outer
-/// variable walks memory contiguously (a column sum): its loads vote, as
+/// variable walks memory in shorter steps (a column sum): its loads vote, as
 /// the CPU schedule's inner/outer choice does.
 bool reducesAlongColumns(const loop::Kernel &kernel);
 

@@ -350,7 +350,7 @@ TEST(NvptxCodegen, ColumnReductionsSplitColumnsAcrossLanes) {
   EXPECT_EQ(laned[0].pointsPerBlock, 16u);
   EXPECT_GE(int64_t(laned[0].grid) * laned[0].block, 65536);
   // Few columns, long or short.
-  for (Shape sizes : {Shape{100000, 7}, Shape{5000, 3}, Shape{17, 33}}) {
+  for (Shape sizes : {Shape{5000, 3}, Shape{17, 33}}) {
     for (size_t b = 0; b < bodies.size(); ++b) {
       loop::Program p = program(DType::Float32, sizes, bodies[b]);
       GpuSchedule schedule = scheduleForGpu(p);
@@ -361,6 +361,16 @@ TEST(NvptxCodegen, ColumnReductionsSplitColumnsAcrossLanes) {
                 std::string::npos);
     }
   }
+  // 7 long columns: one block, 781 rows a lane; torch's split reduction is
+  // far faster.
+  EXPECT_THROW(scheduleForGpu(program(DType::Float32, {100000, 7}, bodies[0])),
+               Unsupported);
+  // A sliced input (every other column) is still column-like.
+  loop::Program sliced =
+      program(DType::Float32, {4096, 512}, bodies[0], Shape{1024, 2});
+  laned = lanedKernels(scheduleForGpu(sliced));
+  ASSERT_EQ(laned.size(), 1u);
+  EXPECT_EQ(laned[0].mapping, GpuMapping::Column);
   // A transposed input reduced over dim 0 walks rows: not a column.
   loop::Program transposed = program(
       DType::Float32, {4096, 64},
@@ -385,4 +395,75 @@ TEST(NvptxCodegen, ColumnDecisionFollowsTheLoads) {
   };
   EXPECT_FALSE(reducesAlongColumns(reducing(rows)));
   EXPECT_TRUE(reducesAlongColumns(reducing(columns)));
+}
+
+TEST(NvptxCodegen, EveryReductionOpCompilesOverFewLongRows) {
+  // The ops and shapes tests/py/backend/test_cuda_ops.py expects natively
+  // compiled on the GPU, reduced along the last dimension.
+  std::vector<std::pair<std::string, std::function<Value *(Graph &, Value *)>>>
+      floatBodies = {
+          {"softmax",
+           [](Graph &g, Value *x) {
+             return op(g, "aten::_softmax", {x, Argument(-1), Argument(false)});
+           }},
+          {"log_softmax",
+           [](Graph &g, Value *x) {
+             return op(g, "aten::_log_softmax",
+                       {x, Argument(-1), Argument(false)});
+           }},
+          {"var",
+           [](Graph &g, Value *x) {
+             return op(g, "aten::var.dim",
+                       {x, std::vector<int64_t>{-1}, Argument(true)});
+           }},
+          {"mean",
+           [](Graph &g, Value *x) {
+             return op(g, "aten::mean.dim",
+                       {x, std::vector<int64_t>{-1}, Argument(false)});
+           }},
+      };
+  std::vector<std::pair<std::string, std::function<Value *(Graph &, Value *)>>>
+      anyBodies = {
+          {"sum", [](Graph &g, Value *x) { return sumOver(g, x, -1); }},
+          {"amax",
+           [](Graph &g, Value *x) {
+             return op(g, "aten::amax", {x, std::vector<int64_t>{-1}, false});
+           }},
+          {"argmax",
+           [](Graph &g, Value *x) {
+             return op(g, "aten::argmax", {x, Argument(-1), false});
+           }},
+      };
+  for (Shape sizes : {Shape{8, 100000}, Shape{3, 5000}, Shape{1, 70000}}) {
+    int64_t columns = sizes[1];
+    floatBodies.emplace_back("layer_norm", [columns](Graph &g, Value *x) {
+      return op(g, "aten::layer_norm", {x, std::vector<int64_t>{columns}});
+    });
+    for (DType dtype : {DType::Float32, DType::Float16, DType::BFloat16,
+                        DType::Int32, DType::Int64}) {
+      auto check = [&](const std::string &name,
+                       const std::function<Value *(Graph &, Value *)> &body) {
+        loop::Program p = program(dtype, sizes, body);
+        GpuSchedule schedule;
+        try {
+          schedule = scheduleForGpu(p);
+          generateGpuCode(p, "sm_90");
+        } catch (const Unsupported &error) {
+          ADD_FAILURE() << name << " " << dtypeName(dtype) << " " << sizes[0]
+                        << "x" << sizes[1] << ": " << error.what();
+          return;
+        }
+        for (const GpuKernelSchedule &record : lanedKernels(schedule))
+          EXPECT_EQ(record.mapping, GpuMapping::BlockPerPoint)
+              << name << "\n"
+              << schedule.str();
+      };
+      for (const auto &[name, body] : anyBodies)
+        check(name, body);
+      if (isFloatingPoint(dtype))
+        for (const auto &[name, body] : floatBodies)
+          check(name, body);
+    }
+    floatBodies.pop_back();
+  }
 }
