@@ -233,13 +233,19 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
   builder_.SetInsertPoint(done);
   builder_.CreateRetVoid();
 
-  // The kernel flag the NVPTX backend reads.
-  llvm::Metadata *operands[] = {
-      llvm::ValueAsMetadata::get(function_),
-      llvm::MDString::get(context_, "kernel"),
-      llvm::ConstantAsMetadata::get(builder_.getInt32(1))};
-  module_.getOrInsertNamedMetadata("nvvm.annotations")
-      ->addOperand(llvm::MDNode::get(context_, operands));
+  // The kernel flag the NVPTX backend reads, and the block size it is
+  // launched with (.maxntid): ptxas then keeps to the registers a block of
+  // 1024 threads has (64 each) instead of failing the launch.
+  auto annotate = [&](const char *key, unsigned value) {
+    llvm::Metadata *operands[] = {
+        llvm::ValueAsMetadata::get(function_),
+        llvm::MDString::get(context_, key),
+        llvm::ConstantAsMetadata::get(builder_.getInt32(value))};
+    module_.getOrInsertNamedMetadata("nvvm.annotations")
+        ->addOperand(llvm::MDNode::get(context_, operands));
+  };
+  annotate("kernel", 1);
+  annotate("maxntidx", schedule_.block);
   return {name, parameterBuffers_};
 }
 

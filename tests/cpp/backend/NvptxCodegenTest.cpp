@@ -278,6 +278,9 @@ TEST(NvptxCodegen, FewLongRowsGetABlockEachThroughSharedMemory) {
       EXPECT_NE(code.ptx.find("bar.sync"), std::string::npos);
       EXPECT_NE(code.ptx.find("shfl.sync.bfly"), std::string::npos);
       EXPECT_NE(code.ptx.find(".shared"), std::string::npos);
+      // ptxas keeps to the registers a block this size has.
+      EXPECT_NE(code.ptx.find(".maxntid " + std::to_string(laned[0].block)),
+                std::string::npos);
       for (size_t s = 0; s < code.launches.size(); ++s) {
         if (code.launches[s] && schedule.kernels[s]) {
           EXPECT_EQ(code.launches[s]->block[0], schedule.kernels[s]->block);
