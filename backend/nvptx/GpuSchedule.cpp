@@ -77,6 +77,16 @@ void refuseLongLanes(const GpuKernelSchedule &record, int64_t work,
                     "across blocks are not written yet; torch runs the graph");
 }
 
+// The shared memory a mapping's partial results take: two areas of the
+// loop that needs the most.
+int64_t partialBytes(const loop::Kernel &kernel,
+                     const GpuKernelSchedule &record) {
+  int64_t words = 0;
+  for (const loop::Loop &loop : kernel.loops)
+    words = std::max(words, sharedWordsOfLoop(loop, record));
+  return 2 * words * 8;
+}
+
 // Lanes and points per block of a mapping, and the grid and shared memory
 // they give. Throws kiln::Unsupported where the shared memory is too much.
 void shape(GpuKernelSchedule &record, const loop::Kernel &kernel,
@@ -90,10 +100,7 @@ void shape(GpuKernelSchedule &record, const loop::Kernel &kernel,
     throw Unsupported("a GPU kernel of " + std::to_string(record.points) +
                       " points is more than one grid holds");
   record.grid = static_cast<unsigned>(blocks);
-  int64_t words = 0;
-  for (const loop::Loop &loop : kernel.loops)
-    words = std::max(words, sharedWordsOfLoop(loop, record));
-  int64_t bytes = 2 * words * 8;
+  int64_t bytes = partialBytes(kernel, record);
   if (bytes > kMaxSharedBytes)
     throw Unsupported("kernel " + record.name + " combines " +
                       std::to_string(bytes) +
@@ -116,16 +123,18 @@ void shapeColumns(GpuKernelSchedule &record, const loop::Kernel &kernel,
          int64_t(lanes) * 2 * kMinLaneWork <= work &&
          record.points * lanes < kColumnThreads)
     lanes *= 2;
-  while (true) {
-    try {
-      shape(record, kernel, GpuMapping::Column, lanes, width);
+  // Fewer lanes, fewer partials, where shared memory runs short (many
+  // reductions in one loop).
+  GpuKernelSchedule trial = record;
+  trial.mapping = GpuMapping::Column;
+  trial.pointsPerBlock = width;
+  while (lanes > kWarp / width) {
+    trial.lanesPerPoint = lanes;
+    if (partialBytes(kernel, trial) <= kMaxSharedBytes)
       break;
-    } catch (const Unsupported &) {
-      if (lanes == kWarp / width)
-        throw;
-      lanes /= 2; // fewer partials to combine
-    }
+    lanes /= 2;
   }
+  shape(record, kernel, GpuMapping::Column, lanes, width);
   refuseLongLanes(record, work,
                   "a block per " + std::to_string(width) + " columns");
 }

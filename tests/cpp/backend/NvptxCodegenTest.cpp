@@ -470,3 +470,30 @@ TEST(NvptxCodegen, EveryReductionOpCompilesOverFewLongRows) {
     floatBodies.pop_back();
   }
 }
+
+TEST(NvptxCodegen, ManyColumnReductionsOfOneInputFitSharedMemory) {
+  // Fused into one kernel of seven loops, whose partials take the two
+  // shared areas in turn: one barrier a loop.
+  auto graph = std::make_shared<Graph>();
+  TensorMeta meta(DType::Float64, {4096, 1024}, kCuda);
+  meta.device = kCuda;
+  Value *x = graph->addInput(meta);
+  std::vector<Argument> outputs;
+  for (const char *name : {"aten::argmax", "aten::argmin"})
+    for (int copy = 0; copy < 3; ++copy)
+      outputs.push_back(
+          op(*graph, name,
+             {op(*graph, "aten::mul.Scalar", {x, Argument(double(copy + 1))}),
+              Argument(0), false}));
+  outputs.push_back(sumOver(*graph, x, 0));
+  graph->setOutputs(outputs);
+  loop::Program p = planned(graph);
+  GpuSchedule schedule = scheduleForGpu(p);
+  std::vector<GpuKernelSchedule> laned = lanedKernels(schedule);
+  ASSERT_GE(laned.size(), 1u) << schedule.str();
+  for (const GpuKernelSchedule &record : laned)
+    EXPECT_EQ(record.mapping, GpuMapping::Column) << schedule.str();
+  ASSERT_EQ(laned.size(), 1u) << schedule.str();
+  EXPECT_EQ(laned[0].sharedBytes, 2u * 2u * 8u * 32u * 8u); // argmax's area
+  EXPECT_EQ(count(generateGpuCode(p, "sm_90").ptx, "bar.sync"), 7u);
+}
