@@ -484,9 +484,10 @@ void NvptxKernelEmitter::combineAcrossWarps(
   int64_t slots = int64_t(schedule_.pointsPerBlock) * partials;
   int64_t area = int64_t(reducingLoops_++ % 2) * sharedWords_;
   std::vector<int64_t> regions;
-  for (size_t index = 0, word = area; index < loop.reductions.size(); ++index) {
-    regions.push_back(static_cast<int64_t>(word));
-    word += slots * (positions[index] ? 2 : 1);
+  int64_t word = area;
+  for (llvm::Value *position : positions) {
+    regions.push_back(word);
+    word += slots * (position ? 2 : 1);
   }
   llvm::Value *lanesPerWarp = builder_.getInt64(schedule_.lanesPerWarp());
   llvm::Value *width = builder_.getInt64(schedule_.pointsPerBlock);
