@@ -1,28 +1,227 @@
-// The GPU schedule pass, version 1: a thread per outer point.
+// The GPU schedule pass: a mapping per kernel from its points and serial
+// work, and for reductions from the layout its loads walk.
 // Depends on backend/nvptx/GpuSchedule.h, ir/Error.h.
 #include "backend/nvptx/GpuSchedule.h"
 
 #include "ir/Error.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace kiln::backend {
 
 namespace {
-constexpr unsigned kBlock = 256;
+constexpr unsigned kWarp = 32;
+constexpr unsigned kMaxBlock = 1024;
+constexpr unsigned kThreadBlock = 256;
 constexpr int64_t kMaxGrid = (int64_t(1) << 31) - 1;
-// A thread per outer point is fast where a reduction kernel has threads to
-// fill the GPU and little serial work per thread; elsewhere (softmax over
-// long rows, column sums) torch's kernels are far faster until reductions
-// map onto warps and blocks, so the graph runs through torch.
+// Static shared memory one block may have.
+constexpr int64_t kMaxSharedBytes = 48 * 1024;
+// An H100's multiprocessors (an A100 has 108): a grid of fewer blocks
+// leaves some idle.
+constexpr int64_t kMultiprocessors = 132;
+// A thread per point where a reduction kernel has threads to fill the GPU
+// and little serial work per thread.
 constexpr int64_t kMinReductionThreads = 16384;
 constexpr int64_t kMaxReductionWork = 256;
 // A warp per point where a point's loops are long enough to share out and
-// there are enough points to fill the GPU with warps.
-constexpr unsigned kWarp = 32;
+// there are enough points to fill the GPU with warps (measured on an H100).
 constexpr int64_t kMinWarpWork = 64;
 constexpr int64_t kMinWarpPoints = 2048;
+// Lanes get at least this many of a point's elements (a lane's loads then
+// outweigh its share of the combine), and at most kMaxLaneWork, or
+// kMaxFewBlocksLaneWork where the grid has blocks for a quarter of the
+// multiprocessors or fewer: beyond, the blocks read so much each while most
+// of the GPU idles that torch's split reductions are several times faster.
+// A split reduction (partials of several blocks, combined by a second
+// launch) is the answer, not written yet.
+constexpr int64_t kMinLaneWork = 8;
+constexpr int64_t kMaxLaneWork = 2048;
+constexpr int64_t kMaxFewBlocksLaneWork = 512;
+// Threads a column mapping aims for: H100 holds 270K resident, and a
+// column sum streams from memory only with many loads in flight.
+constexpr int64_t kColumnThreads = int64_t(1) << 17;
+
+unsigned floorPowerOfTwo(int64_t value) {
+  unsigned result = 1;
+  while (int64_t(result) * 2 <= value && result < (1u << 30))
+    result *= 2;
+  return result;
+}
+
+bool isArg(loop::ReduceOp op) {
+  return op == loop::ReduceOp::ArgMax || op == loop::ReduceOp::ArgMin;
+}
+
+// The last variable among `first`..`first + ranges.size() - 1` whose range
+// is more than 1 (a variable of range 1 walks nothing), or -1.
+int64_t lastWalkingVar(int64_t first, const std::vector<int64_t> &ranges) {
+  for (size_t d = ranges.size(); d-- > 0;)
+    if (ranges[d] > 1)
+      return first + static_cast<int64_t>(d);
+  return -1;
+}
+
+// Throws kiln::Unsupported where each lane of `record` has too much work.
+void refuseLongLanes(const GpuKernelSchedule &record, int64_t work,
+                     const std::string &mapping) {
+  int64_t laneWork = (work + record.lanesPerPoint - 1) / record.lanesPerPoint;
+  if (laneWork <= kMaxLaneWork && (record.grid * 4 >= kMultiprocessors ||
+                                   laneWork <= kMaxFewBlocksLaneWork))
+    return;
+  throw Unsupported("kernel " + record.name + " reduces " +
+                    std::to_string(work) + " elements at each of " +
+                    std::to_string(record.points) + " points: " + mapping +
+                    " (" + std::to_string(record.grid) +
+                    " blocks) is too little of the GPU, and split reductions "
+                    "across blocks are not written yet; torch runs the graph");
+}
+
+// The shared memory a mapping's partial results take: two areas of the
+// loop that needs the most.
+int64_t partialBytes(const loop::Kernel &kernel,
+                     const GpuKernelSchedule &record) {
+  int64_t words = 0;
+  for (const loop::Loop &loop : kernel.loops)
+    words = std::max(words, sharedWordsOfLoop(loop, record));
+  return 2 * words * 8;
+}
+
+// Lanes and points per block of a mapping, and the grid and shared memory
+// they give. Throws kiln::Unsupported where the shared memory is too much.
+void shape(GpuKernelSchedule &record, const loop::Kernel &kernel,
+           GpuMapping mapping, unsigned lanes, unsigned pointsPerBlock) {
+  record.mapping = mapping;
+  record.lanesPerPoint = lanes;
+  record.pointsPerBlock = pointsPerBlock;
+  record.block = lanes * pointsPerBlock;
+  int64_t blocks = (record.points + pointsPerBlock - 1) / pointsPerBlock;
+  if (blocks > kMaxGrid)
+    throw Unsupported("a GPU kernel of " + std::to_string(record.points) +
+                      " points is more than one grid holds");
+  record.grid = static_cast<unsigned>(blocks);
+  int64_t bytes = partialBytes(kernel, record);
+  if (bytes > kMaxSharedBytes)
+    throw Unsupported("kernel " + record.name + " combines " +
+                      std::to_string(bytes) +
+                      " bytes of partial results in shared memory, more "
+                      "than a block has; torch runs the graph");
+  record.sharedBytes = static_cast<unsigned>(bytes);
+}
+
+// A column mapping: `width` consecutive points a block (the widest that
+// still gives a block to every multiprocessor, at least 8: 32 bytes of
+// float32, a whole memory sector), lanes doubled until the grid has
+// kColumnThreads or lanes run short of work.
+void shapeColumns(GpuKernelSchedule &record, const loop::Kernel &kernel,
+                  int64_t work) {
+  unsigned width = 32;
+  while (width > 8 && (record.points + width - 1) / width < kMultiprocessors)
+    width /= 2;
+  unsigned lanes = kWarp / width; // whole warps: shuffles need every lane
+  while (lanes * 2 * width <= kMaxBlock &&
+         int64_t(lanes) * 2 * kMinLaneWork <= work &&
+         record.points * lanes < kColumnThreads)
+    lanes *= 2;
+  // Fewer lanes, fewer partials, where shared memory runs short (many
+  // reductions in one loop).
+  GpuKernelSchedule trial = record;
+  trial.mapping = GpuMapping::Column;
+  trial.pointsPerBlock = width;
+  while (lanes > kWarp / width) {
+    trial.lanesPerPoint = lanes;
+    if (partialBytes(kernel, trial) <= kMaxSharedBytes)
+      break;
+    lanes /= 2;
+  }
+  shape(record, kernel, GpuMapping::Column, lanes, width);
+  refuseLongLanes(record, work,
+                  "a block per " + std::to_string(width) + " columns");
+}
+
+// A warp or a block per point: lanes from the point's work, consecutive
+// (coalesced along contiguous rows).
+void shapeRows(GpuKernelSchedule &record, const loop::Kernel &kernel,
+               int64_t work) {
+  unsigned lanes = std::clamp<unsigned>(floorPowerOfTwo(work / kMinLaneWork),
+                                        kWarp, kMaxBlock);
+  if (lanes == kWarp)
+    shape(record, kernel, GpuMapping::WarpPerPoint, kWarp,
+          kThreadBlock / kWarp);
+  else
+    shape(record, kernel, GpuMapping::BlockPerPoint, lanes,
+          std::max(1u, kThreadBlock / lanes));
+  refuseLongLanes(record, work, "a block per point");
+}
+
 } // namespace
+
+std::string_view gpuMappingName(GpuMapping mapping) {
+  switch (mapping) {
+  case GpuMapping::ThreadPerPoint:
+    return "thread-per-point";
+  case GpuMapping::WarpPerPoint:
+    return "warp-per-point";
+  case GpuMapping::BlockPerPoint:
+    return "block-per-point";
+  case GpuMapping::Column:
+    return "column";
+  }
+  return "?";
+}
+
+unsigned GpuKernelSchedule::lanesPerWarp() const {
+  return pointsInnermost() ? std::min(lanesPerPoint, kWarp / pointsPerBlock)
+                           : std::min(lanesPerPoint, kWarp);
+}
+
+unsigned GpuKernelSchedule::partialsPerPoint() const {
+  return lanesPerPoint / lanesPerWarp();
+}
+
+int64_t sharedWordsOfLoop(const loop::Loop &loop,
+                          const GpuKernelSchedule &schedule) {
+  if (schedule.partialsPerPoint() <= 1)
+    return 0;
+  int64_t slots =
+      int64_t(schedule.pointsPerBlock) * schedule.partialsPerPoint();
+  int64_t words = 0;
+  for (const loop::Reduction &reduction : loop.reductions)
+    words += slots * (isArg(reduction.op) ? 2 : 1);
+  return words;
+}
+
+bool reducesAlongColumns(const loop::Kernel &kernel) {
+  int64_t outer = static_cast<int64_t>(kernel.outerRanges.size());
+  int64_t lastOuter = lastWalkingVar(0, kernel.outerRanges);
+  if (lastOuter < 0)
+    return false;
+  int64_t column = 0, row = 0;
+  for (const loop::Loop &loop : kernel.loops) {
+    int64_t lastVar = lastWalkingVar(outer, loop.ranges);
+    if (lastVar < 0)
+      continue;
+    for (const loop::Reduction &reduction : loop.reductions) {
+      for (const loop::Expr *load : loop::loadsOf(reduction.value)) {
+        std::optional<int64_t> along =
+            loop::affineCoefficient(load->index(), lastVar);
+        std::optional<int64_t> across =
+            loop::affineCoefficient(load->index(), lastOuter);
+        auto magnitude = [](int64_t value) {
+          return value < 0 ? -value : value;
+        };
+        // Column-like: neighbouring points lie closer in memory than
+        // neighbouring positions of the reduction (a sliced column too).
+        if (along && magnitude(*along) == 1)
+          ++row;
+        else if (across && *across != 0 &&
+                 (!along || magnitude(*across) < magnitude(*along)))
+          ++column;
+      }
+    }
+  }
+  return column > row;
+}
 
 GpuSchedule scheduleForGpu(const loop::Program &program) {
   GpuSchedule schedule;
@@ -31,38 +230,27 @@ GpuSchedule scheduleForGpu(const loop::Program &program) {
     const loop::Step &step = program.steps[s];
     if (step.kind != loop::Step::Kind::Kernel)
       continue;
+    const loop::Kernel &kernel = step.kernel;
     GpuKernelSchedule record;
-    record.name = step.kernel.name;
-    record.points = 1;
-    for (int64_t range : step.kernel.outerRanges)
-      record.points *= range;
+    record.name = kernel.name;
+    record.points = numelOf(kernel.outerRanges);
+    // A point's serial work: every loop's points.
     int64_t work = 0;
     bool reduces = false;
-    for (const loop::Loop &loop : step.kernel.loops) {
-      int64_t points = 1;
-      for (int64_t range : loop.ranges)
-        points *= range;
-      work += points;
+    for (const loop::Loop &loop : kernel.loops) {
+      work += numelOf(loop.ranges);
       reduces = reduces || !loop.reductions.empty();
     }
-    bool warp =
-        reduces && work >= kMinWarpWork && record.points >= kMinWarpPoints;
-    if (reduces && !warp && record.points > 0 &&
-        (record.points < kMinReductionThreads || work > kMaxReductionWork))
-      throw Unsupported(
-          "kernel " + record.name + " reduces " + std::to_string(work) +
-          " elements at each of " + std::to_string(record.points) +
-          " points: neither a thread nor a warp per point is fast there "
-          "(block and split reductions are not written yet), torch runs "
-          "the graph");
-    record.lanesPerPoint = warp ? kWarp : 1;
-    record.block = kBlock;
-    int64_t threads = record.points * record.lanesPerPoint;
-    int64_t blocks = (threads + kBlock - 1) / kBlock;
-    if (blocks > kMaxGrid)
-      throw Unsupported("a GPU kernel of " + std::to_string(record.points) +
-                        " points is more than one grid holds");
-    record.grid = static_cast<unsigned>(blocks);
+    if (!reduces || record.points == 0 ||
+        (record.points >= kMinReductionThreads && work <= kMaxReductionWork))
+      shape(record, kernel, GpuMapping::ThreadPerPoint, 1, kThreadBlock);
+    else if (reducesAlongColumns(kernel))
+      shapeColumns(record, kernel, work);
+    else if (work >= kMinWarpWork && record.points >= kMinWarpPoints)
+      shape(record, kernel, GpuMapping::WarpPerPoint, kWarp,
+            kThreadBlock / kWarp);
+    else
+      shapeRows(record, kernel, work);
     schedule.kernels[s] = record;
   }
   return schedule;
@@ -70,14 +258,22 @@ GpuSchedule scheduleForGpu(const loop::Program &program) {
 
 std::string GpuSchedule::str() const {
   std::ostringstream out;
-  for (size_t s = 0; s < kernels.size(); ++s)
-    if (kernels[s])
-      out << "step " << s << " " << kernels[s]->name
-          << ": grid=" << kernels[s]->grid << " block=" << kernels[s]->block
-          << " points=" << kernels[s]->points << " mapping="
-          << (kernels[s]->lanesPerPoint > 1 ? "warp-per-point"
-                                            : "thread-per-point")
-          << "\n";
+  for (size_t s = 0; s < kernels.size(); ++s) {
+    if (!kernels[s])
+      continue;
+    const GpuKernelSchedule &record = *kernels[s];
+    out << "step " << s << " " << record.name << ": grid=" << record.grid
+        << " block=" << record.block << " points=" << record.points
+        << " mapping=" << gpuMappingName(record.mapping);
+    if (record.mapping == GpuMapping::BlockPerPoint)
+      out << " lanes=" << record.lanesPerPoint;
+    if (record.mapping == GpuMapping::Column)
+      out << " points=" << record.pointsPerBlock
+          << " lanes=" << record.lanesPerPoint;
+    if (record.sharedBytes > 0)
+      out << " shared=" << record.sharedBytes;
+    out << "\n";
+  }
   return out.str();
 }
 

@@ -1,7 +1,8 @@
 // The NVPTX kernel emitter: the shared expression emitter with the GPU's
-// hooks (kernel parameters as buffer addresses, libdevice math), a thread
-// per outer point, the kernel's loops run in order in that thread with
-// compensated float sums.
+// hooks (kernel parameters as buffer addresses, libdevice math) and the GPU
+// schedule's mapping: the lanes of an outer point share each of its loops,
+// their partial reductions (compensated float sums per lane) combine by
+// warp shuffles, then through shared memory across the warps of a block.
 // Depends on backend/nvptx/NvptxKernelEmitter.h, backend/llvm/, ir/, LLVM.
 #include "backend/nvptx/NvptxKernelEmitter.h"
 
@@ -10,6 +11,7 @@
 #include "backend/llvm/ReductionAlgebra.h"
 #include "ir/Error.h"
 
+#include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 
@@ -48,14 +50,24 @@ protected:
 private:
   void emitPoint();
   void emitLoop(size_t loopIndex, size_t reductionBase);
-  /// `value` combined with its copies in the other lanes of the warp
-  /// (butterfly shuffles): every lane ends with the whole warp's result.
+  /// `value` combined with its copies in the point's other lanes of the
+  /// warp (butterfly shuffles): each of them ends with the warp's result.
   std::pair<llvm::Value *, llvm::Value *>
   combineAcrossWarp(const loop::Reduction &reduction, DType dtype,
                     llvm::Value *value, llvm::Value *position);
   llvm::Value *shuffleXor(llvm::Value *value, unsigned offset);
+  /// The warps' partial results of one loop's reductions combined through
+  /// shared memory: every lane ends with the point's results.
+  void combineAcrossWarps(const loop::Loop &loop,
+                          std::vector<llvm::Value *> &values,
+                          std::vector<llvm::Value *> &positions);
+  /// Word `word` of the shared partials.
+  llvm::Value *sharedSlot(llvm::Value *word);
+  /// `then` emitted where `condition` holds.
+  void emitIf(llvm::Value *condition, const char *name,
+              llvm::function_ref<void()> then);
   void emitStores(const std::vector<loop::Store> &stores);
-  llvm::Value *threadIndex();
+  llvm::Value *readSpecialRegister(llvm::Intrinsic::ID id);
 
   const loop::Kernel &kernel_;
   const GpuKernelSchedule &schedule_;
@@ -63,7 +75,18 @@ private:
   llvm::Function *function_ = nullptr;
   llvm::BasicBlock *entry_ = nullptr;
   std::vector<int64_t> parameterBuffers_;
-  llvm::Value *lane_ = nullptr; // this thread's lane (warp mapping)
+  llvm::Value *lane_ = nullptr; // this thread's lane of its point
+  llvm::Value *pointInBlock_ = nullptr;
+  /// Mappings with barriers run every thread of a block to the end (a
+  /// barrier waits for all of them); those past the last point run with
+  /// `valid_` false: no loop points, no stores.
+  llvm::Value *valid_ = nullptr;
+  /// Shared memory for partial results: two areas of `sharedWords_`, which
+  /// loops with reductions take in turn (a loop writes its area while the
+  /// lanes may still read the other; the barrier between makes it safe).
+  llvm::GlobalVariable *shared_ = nullptr;
+  int64_t sharedWords_ = 0;
+  size_t reducingLoops_ = 0;
   std::unordered_map<int64_t, llvm::Value *> pointers_;
 };
 
@@ -108,15 +131,21 @@ llvm::Value *NvptxKernelEmitter::callMath(const char *name,
   return builder_.CreateCall(callee, args);
 }
 
-llvm::Value *NvptxKernelEmitter::threadIndex() {
-  auto read = [&](llvm::Intrinsic::ID id) {
-    return builder_.CreateZExt(builder_.CreateIntrinsic(id, {}, {}),
-                               builder_.getInt64Ty());
-  };
-  llvm::Value *block = read(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
-  llvm::Value *width = read(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
-  llvm::Value *thread = read(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
-  return builder_.CreateAdd(builder_.CreateMul(block, width), thread);
+llvm::Value *NvptxKernelEmitter::readSpecialRegister(llvm::Intrinsic::ID id) {
+  return builder_.CreateZExt(builder_.CreateIntrinsic(id, {}, {}),
+                             builder_.getInt64Ty());
+}
+
+void NvptxKernelEmitter::emitIf(llvm::Value *condition, const char *name,
+                                llvm::function_ref<void()> then) {
+  llvm::BasicBlock *body = llvm::BasicBlock::Create(context_, name, function_);
+  llvm::BasicBlock *after =
+      llvm::BasicBlock::Create(context_, "endif", function_);
+  builder_.CreateCondBr(condition, body, after);
+  builder_.SetInsertPoint(body);
+  then();
+  builder_.CreateBr(after);
+  builder_.SetInsertPoint(after);
 }
 
 NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
@@ -135,22 +164,55 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
         function_->getArg(static_cast<unsigned>(i));
   }
 
-  // This thread's outer point (and lane), or nothing past the last: a warp
-  // shares one point, so it exits whole and its shuffles see every lane.
-  llvm::Value *point = threadIndex();
-  if (schedule_.lanesPerPoint > 1) {
-    lane_ =
-        builder_.CreateURem(point, builder_.getInt64(schedule_.lanesPerPoint));
-    point =
-        builder_.CreateUDiv(point, builder_.getInt64(schedule_.lanesPerPoint));
+  // This thread's outer point and lane within its block.
+  llvm::Value *thread =
+      readSpecialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x);
+  llvm::Value *blockIndex =
+      readSpecialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+  llvm::Value *lanes = builder_.getInt64(schedule_.lanesPerPoint);
+  llvm::Value *width = builder_.getInt64(schedule_.pointsPerBlock);
+  pointInBlock_ = thread;
+  if (schedule_.lanesPerPoint > 1 && schedule_.pointsInnermost()) {
+    pointInBlock_ = builder_.CreateURem(thread, width);
+    lane_ = builder_.CreateUDiv(thread, width);
+  } else if (schedule_.lanesPerPoint > 1) {
+    lane_ = builder_.CreateURem(thread, lanes);
+    pointInBlock_ = builder_.CreateUDiv(thread, lanes);
   }
-  llvm::BasicBlock *body =
-      llvm::BasicBlock::Create(context_, "point", function_);
+  llvm::Value *point =
+      builder_.CreateAdd(builder_.CreateMul(blockIndex, width), pointInBlock_);
+  llvm::Value *inRange =
+      builder_.CreateICmpULT(point, sizeValue(schedule_.points));
   llvm::BasicBlock *done =
       llvm::BasicBlock::Create(context_, "done", function_);
-  builder_.CreateCondBr(
-      builder_.CreateICmpULT(point, sizeValue(schedule_.points)), body, done);
-  builder_.SetInsertPoint(body);
+  bool barriers = schedule_.partialsPerPoint() > 1;
+  if (barriers || (lane_ && schedule_.pointsInnermost())) {
+    // Every thread reaches every barrier and every shuffle (a warp of a
+    // column mapping holds several points): those past the last point
+    // compute at point 0 (addresses stay inside the buffers) with `valid_`
+    // false.
+    valid_ = inRange;
+    point = builder_.CreateSelect(valid_, point, builder_.getInt64(0));
+  }
+  if (barriers) {
+    for (const loop::Loop &loop : kernel_.loops)
+      sharedWords_ = std::max(sharedWords_, sharedWordsOfLoop(loop, schedule_));
+    auto *type = llvm::ArrayType::get(builder_.getInt64Ty(),
+                                      static_cast<uint64_t>(2 * sharedWords_));
+    shared_ = new llvm::GlobalVariable(
+        module_, type, false, llvm::GlobalValue::InternalLinkage,
+        llvm::UndefValue::get(type), name + "_partials", nullptr,
+        llvm::GlobalValue::NotThreadLocal, /*AddressSpace=*/3);
+    shared_->setAlignment(llvm::Align(8));
+  }
+  if (!valid_) {
+    // Nothing past the last point: a warp holds whole points, so it exits
+    // whole and its shuffles see every lane.
+    llvm::BasicBlock *body =
+        llvm::BasicBlock::Create(context_, "point", function_);
+    builder_.CreateCondBr(inRange, body, done);
+    builder_.SetInsertPoint(body);
+  }
   size_t outer = kernel_.outerRanges.size();
   size_t variables = outer;
   for (const loop::Loop &loop : kernel_.loops)
@@ -171,13 +233,19 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
   builder_.SetInsertPoint(done);
   builder_.CreateRetVoid();
 
-  // The kernel flag the NVPTX backend reads.
-  llvm::Metadata *operands[] = {
-      llvm::ValueAsMetadata::get(function_),
-      llvm::MDString::get(context_, "kernel"),
-      llvm::ConstantAsMetadata::get(builder_.getInt32(1))};
-  module_.getOrInsertNamedMetadata("nvvm.annotations")
-      ->addOperand(llvm::MDNode::get(context_, operands));
+  // The kernel flag the NVPTX backend reads, and the block size it is
+  // launched with (.maxntid): ptxas then keeps to the registers a block of
+  // 1024 threads has (64 each) instead of failing the launch.
+  auto annotate = [&](const char *key, unsigned value) {
+    llvm::Metadata *operands[] = {
+        llvm::ValueAsMetadata::get(function_),
+        llvm::MDString::get(context_, key),
+        llvm::ConstantAsMetadata::get(builder_.getInt32(value))};
+    module_.getOrInsertNamedMetadata("nvvm.annotations")
+        ->addOperand(llvm::MDNode::get(context_, operands));
+  };
+  annotate("kernel", 1);
+  annotate("maxntidx", schedule_.block);
   return {name, parameterBuffers_};
 }
 
@@ -206,21 +274,15 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
               : emitCast(emit(reduction.value, false), reduction.value->dtype(),
                          accumulatorDType(reduction));
     }
-    if (lane_ && !loop.stores.empty()) {
-      // Every lane has the point's values; one stores them.
-      llvm::BasicBlock *store =
-          llvm::BasicBlock::Create(context_, "lane0", function_);
-      llvm::BasicBlock *after =
-          llvm::BasicBlock::Create(context_, "stored", function_);
-      builder_.CreateCondBr(builder_.CreateICmpEQ(lane_, builder_.getInt64(0)),
-                            store, after);
-      builder_.SetInsertPoint(store);
-      emitStores(loop.stores);
-      builder_.CreateBr(after);
-      builder_.SetInsertPoint(after);
-    } else {
-      emitStores(loop.stores);
+    llvm::Value *stores = valid_;
+    if (lane_) { // every lane has the point's values; one stores them
+      llvm::Value *first = builder_.CreateICmpEQ(lane_, builder_.getInt64(0));
+      stores = stores ? builder_.CreateAnd(stores, first) : first;
     }
+    if (stores && !loop.stores.empty())
+      emitIf(stores, "store", [&] { emitStores(loop.stores); });
+    else
+      emitStores(loop.stores);
     scopes_.pop_back();
     return;
   }
@@ -281,12 +343,12 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
   for (int64_t range : loop.ranges)
     extents.push_back(sizeValue(range));
   if (lane_) {
-    // The warp's lanes take the loop's points in turn (consecutive lanes,
+    // The point's lanes take the loop's points in turn (consecutive lanes,
     // consecutive points: contiguous rows load coalesced).
-    int64_t total = 1;
-    for (int64_t range : loop.ranges)
-      total *= range;
-    countedLoop(lane_, sizeValue(total), schedule_.lanesPerPoint,
+    llvm::Value *total = sizeValue(numelOf(loop.ranges));
+    if (valid_)
+      total = builder_.CreateSelect(valid_, total, builder_.getInt64(0));
+    countedLoop(lane_, total, schedule_.lanesPerPoint,
                 [&](llvm::Value *position) {
                   llvm::Value *rest = position;
                   for (size_t d = loop.ranges.size(); d-- > 0;) {
@@ -319,6 +381,8 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
   for (size_t d = 0; d < loop.ranges.size(); ++d)
     vars_[outer + d] = nullptr;
 
+  // Each lane's partial results, then the point's.
+  std::vector<llvm::Value *> values, positions;
   for (size_t index = 0; index < loop.reductions.size(); ++index) {
     const loop::Reduction &reduction = loop.reductions[index];
     const Accumulator &acc = accumulators[index];
@@ -335,7 +399,17 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
     if (lane_)
       std::tie(value, position) =
           combineAcrossWarp(reduction, dtype, value, position);
-    if (acc.index) {
+    values.push_back(value);
+    positions.push_back(position);
+  }
+  if (shared_ && !loop.reductions.empty())
+    combineAcrossWarps(loop, values, positions);
+  for (size_t index = 0; index < loop.reductions.size(); ++index) {
+    const loop::Reduction &reduction = loop.reductions[index];
+    DType dtype = accumulatorDType(reduction);
+    llvm::Value *value = values[index];
+    llvm::Value *position = positions[index];
+    if (position) {
       // No point at all (an empty range) gives 0.
       llvm::Value *none = builder_.CreateICmpEQ(
           position, builder_.getInt64(std::numeric_limits<int64_t>::max()));
@@ -382,7 +456,8 @@ std::pair<llvm::Value *, llvm::Value *>
 NvptxKernelEmitter::combineAcrossWarp(const loop::Reduction &reduction,
                                       DType dtype, llvm::Value *value,
                                       llvm::Value *position) {
-  for (unsigned offset = schedule_.lanesPerPoint / 2; offset > 0; offset /= 2) {
+  for (unsigned step = schedule_.lanesPerWarp() / 2; step > 0; step /= 2) {
+    unsigned offset = step * schedule_.laneStride();
     llvm::Value *other = shuffleXor(value, offset);
     if (position)
       std::tie(value, position) =
@@ -392,6 +467,81 @@ NvptxKernelEmitter::combineAcrossWarp(const loop::Reduction &reduction,
       value = algebra_.combine(reduction.op, dtype, value, other);
   }
   return {value, position};
+}
+
+llvm::Value *NvptxKernelEmitter::sharedSlot(llvm::Value *word) {
+  return builder_.CreateGEP(builder_.getInt64Ty(), shared_, {word});
+}
+
+void NvptxKernelEmitter::combineAcrossWarps(
+    const loop::Loop &loop, std::vector<llvm::Value *> &values,
+    std::vector<llvm::Value *> &positions) {
+  // The loop's area holds, for each reduction, a word per partial of each
+  // point of the block, partial-major (the points of a column mapping's
+  // warp read consecutive words: no bank conflicts), then as many for
+  // ArgMax/ArgMin's positions.
+  int64_t partials = schedule_.partialsPerPoint();
+  int64_t slots = int64_t(schedule_.pointsPerBlock) * partials;
+  int64_t area = int64_t(reducingLoops_++ % 2) * sharedWords_;
+  std::vector<int64_t> regions;
+  int64_t word = area;
+  for (llvm::Value *position : positions) {
+    regions.push_back(word);
+    word += slots * (position ? 2 : 1);
+  }
+  llvm::Value *lanesPerWarp = builder_.getInt64(schedule_.lanesPerWarp());
+  llvm::Value *width = builder_.getInt64(schedule_.pointsPerBlock);
+  auto slot = [&](int64_t region, llvm::Value *within) {
+    return sharedSlot(builder_.CreateAdd(builder_.getInt64(region), within));
+  };
+
+  // One lane of each warp writes the warp's partials.
+  llvm::Value *writes = builder_.CreateICmpEQ(
+      builder_.CreateURem(lane_, lanesPerWarp), builder_.getInt64(0));
+  emitIf(writes, "partials", [&] {
+    llvm::Value *own = builder_.CreateAdd(
+        builder_.CreateMul(builder_.CreateUDiv(lane_, lanesPerWarp), width),
+        pointInBlock_);
+    for (size_t index = 0; index < values.size(); ++index) {
+      builder_.CreateAlignedStore(values[index], slot(regions[index], own),
+                                  llvm::Align(8));
+      if (positions[index])
+        builder_.CreateAlignedStore(positions[index],
+                                    slot(regions[index] + slots, own),
+                                    llvm::Align(8));
+    }
+  });
+  builder_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+
+  // Every lane combines its point's partials in the same order, so all get
+  // the same result without a second barrier to broadcast it.
+  for (size_t index = 0; index < values.size(); ++index) {
+    const loop::Reduction &reduction = loop.reductions[index];
+    DType dtype = accumulatorDType(reduction);
+    llvm::Type *type = values[index]->getType();
+    llvm::Value *value = nullptr, *position = nullptr;
+    for (int64_t partial = 0; partial < partials; ++partial) {
+      llvm::Value *within = builder_.CreateAdd(
+          builder_.getInt64(partial * schedule_.pointsPerBlock), pointInBlock_);
+      llvm::Value *next = builder_.CreateAlignedLoad(
+          type, slot(regions[index], within), llvm::Align(8));
+      llvm::Value *nextPosition =
+          positions[index]
+              ? builder_.CreateAlignedLoad(builder_.getInt64Ty(),
+                                           slot(regions[index] + slots, within),
+                                           llvm::Align(8))
+              : nullptr;
+      if (!value)
+        std::tie(value, position) = std::pair(next, nextPosition);
+      else if (position)
+        std::tie(value, position) = algebra_.combineArg(
+            reduction.op, dtype, value, position, next, nextPosition);
+      else
+        value = algebra_.combine(reduction.op, dtype, value, next);
+    }
+    values[index] = value;
+    positions[index] = position;
+  }
 }
 
 void NvptxKernelEmitter::emitStores(const std::vector<loop::Store> &stores) {

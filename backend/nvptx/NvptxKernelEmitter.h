@@ -1,6 +1,7 @@
 // Turns one kernel of the loop IR into an NVPTX kernel function whose
-// parameters are the addresses of the buffers it uses; each thread runs the
-// kernel's loops at one outer point (the GPU schedule's mapping).
+// parameters are the addresses of the buffers it uses; the lanes of each
+// outer point (a thread, a warp, a block, or a column mapping's lanes: the
+// GPU schedule's mapping) share the kernel's loops at that point.
 // Depends on backend/llvm/, backend/nvptx/GpuSchedule.h, ir/LoopIR.h, LLVM.
 #pragma once
 

@@ -188,3 +188,176 @@ def test_long_rows_reduce_natively_with_a_warp_each(dtype):
         torch.testing.assert_close(actual, expected, equal_nan=True, **tolerance)
         runner = kiln.cache_info(compiled)["runners"][0]
         assert runner.startswith("native") and " 0 extern" in runner, (name, runner)
+
+
+# Reductions the GPU schedule maps with more lanes than a warp: few long rows
+# get a block each, column reductions blocks of columns with each column
+# split across lanes. Inputs have a nonzero mean and planted extremes, so a
+# lost or doubled partial (a warp, a lane, a loop's last points) changes the
+# answer beyond the tolerance; each case also checks where it ran.
+def _reduction_input(shape, dtype, seed=0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    if dtype.is_floating_point:
+        x = torch.randn(*shape, device="cuda", generator=generator) + 0.5
+    else:
+        x = torch.randint(-1000, 1000, shape, device="cuda", generator=generator)
+    return x.to(dtype)
+
+
+def _plant_extremes(x, dim):
+    # Along `dim`: a maximum far above the rest at a random position, at the
+    # first position in some lines, the last in others, and twice in others
+    # (argmax: the first of equal maxima). In place: `x` keeps its layout.
+    length = x.shape[dim]
+    if length < 2 or x.numel() == 0:
+        return x
+    moved = x.movedim(dim, -1)  # a view: scatter_ writes through to x
+    generator = torch.Generator().manual_seed(1)
+    positions = torch.randint(0, length, moved.shape[:-1], generator=generator)
+    line = torch.arange(positions.numel()).view(positions.shape)
+    positions[line % 4 == 1] = 0
+    positions[line % 4 == 2] = length - 1
+    ties = torch.where(line % 4 == 3, torch.full_like(positions, length - 1), positions)
+    big = 1000.0 if x.dtype.is_floating_point else 5000
+    for where in (positions, ties):
+        moved.scatter_(-1, where.unsqueeze(-1).to(x.device), big)
+    return x
+
+
+def _check_reduction(fn, x, native, tolerance, scale=1.0):
+    expected = fn(x)
+    compiled = kiln.compile(fn)
+    actual = compiled(x)
+    torch.cuda.synchronize()
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    if not expected.dtype.is_floating_point:
+        assert torch.equal(actual, expected)
+    else:
+        torch.testing.assert_close(actual.float() * scale, expected.float() * scale,
+                                   equal_nan=True, **tolerance)
+    runner = kiln.cache_info(compiled)["runners"][0]
+    if native:
+        assert runner.startswith("native") and " 0 extern" in runner, runner
+    return runner
+
+
+ROW_REDUCTIONS = {
+    "softmax": (lambda x: torch.softmax(x, -1), True),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), True),
+    "layer_norm": (lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]), True),
+    "var": (lambda x: x.var(-1), True),
+    "mean": (lambda x: x.mean(-1), True),
+    "sum": (lambda x: x.sum(-1), False),
+    "amax": (lambda x: x.amax(-1), False),
+    "argmax": (lambda x: x.argmax(-1), False),
+}
+ROW_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+
+
+def _reduction_tolerance(dtype, name="", length=1):
+    # Sums of thousands of terms differ by their order of additions; a lost
+    # or doubled partial moves a result by percents.
+    if dtype == torch.float32:
+        return dict(rtol=1e-4, atol=1e-5)
+    tolerance = dict(_tolerance(dtype))
+    if name == "softmax" and dtype == torch.float16:
+        # Compared times the row length (about 1 each): float16 holds the
+        # 1e-5 probabilities of a 100000-long row as subnormals, 6e-8 apart.
+        tolerance["atol"] = max(tolerance["atol"], 1.2e-7 * length)
+    return tolerance
+
+
+@pytest.mark.parametrize("dtype", ROW_DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("shape", [(8, 100000), (3, 5000), (1, 70000)], ids=str)
+@pytest.mark.parametrize("name", list(ROW_REDUCTIONS))
+def test_gpu_reduction_few_long_rows_get_a_block_each(name, shape, dtype):
+    fn, floats_only = ROW_REDUCTIONS[name]
+    if floats_only and not dtype.is_floating_point:
+        pytest.skip("a floating-point op")
+    x = _reduction_input(shape, dtype)
+    if name in ("amax", "argmax"):
+        x = _plant_extremes(x, -1)
+    scale = shape[-1] if name == "softmax" else 1.0
+    _check_reduction(fn, x, True, _reduction_tolerance(dtype, name, shape[-1]), scale)
+
+
+COLUMN_REDUCTIONS = {
+    "sum": lambda x: x.sum(0),
+    "amax": lambda x: x.amax(0),
+    "argmax": lambda x: x.argmax(0),
+    "mean": lambda x: x.mean(0),
+}
+# (100000, 7): one block would read 781 rows a lane; torch runs it.
+COLUMN_SHAPES = {(4096, 1024): True, (5000, 3): True, (100000, 7): False, (17, 33): True}
+
+
+@pytest.mark.parametrize("dtype", ROW_DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("shape", list(COLUMN_SHAPES), ids=str)
+@pytest.mark.parametrize("name", list(COLUMN_REDUCTIONS))
+def test_gpu_reduction_columns_split_across_lanes(name, shape, dtype):
+    if name == "mean" and not dtype.is_floating_point:
+        pytest.skip("mean of integers is an error in eager")
+    x = _reduction_input(shape, dtype)
+    if name in ("amax", "argmax"):
+        x = _plant_extremes(x, 0)
+    _check_reduction(COLUMN_REDUCTIONS[name], x, COLUMN_SHAPES[shape], _reduction_tolerance(dtype))
+
+
+def _column_layouts():
+    base = _reduction_input((1024, 4096), torch.float32, seed=2)
+    yield "transposed", base.t(), True  # dim 0 walks contiguous rows
+    wide = _reduction_input((4096, 2048), torch.float32, seed=3)
+    yield "sliced columns", wide[:, ::2], True
+    yield "offset rows", wide[7:3007, 5:1029], True
+    yield "middle dim", _reduction_input((64, 128, 33), torch.float32, seed=4).transpose(0, 1), True
+    yield "broadcast", _reduction_input((1, 1024), torch.float32, seed=5).expand(4096, 1024), True
+
+
+@pytest.mark.parametrize("name", list(COLUMN_REDUCTIONS))
+def test_gpu_reduction_columns_of_non_contiguous_inputs(name):
+    fn = COLUMN_REDUCTIONS[name]
+    for layout, x, native in _column_layouts():
+        if layout != "broadcast" and name in ("amax", "argmax"):
+            x = _plant_extremes(x, 0)
+        try:
+            _check_reduction(fn, x, native, _reduction_tolerance(x.dtype))
+        except AssertionError as error:
+            raise AssertionError(f"{layout}: {error}") from error
+
+
+@pytest.mark.parametrize("name", list(COLUMN_REDUCTIONS) + ["softmax", "row sum"])
+def test_gpu_reduction_empty_and_size_one_dims(name):
+    functions = dict(COLUMN_REDUCTIONS, softmax=lambda x: torch.softmax(x, 0),
+                     **{"row sum": lambda x: x.sum(-1)})
+    fn = functions[name]
+    for shape in [(0, 1024), (4096, 0), (1, 1024), (4096, 1), (1, 1), (2, 1, 70000)]:
+        x = _reduction_input(shape, torch.float32, seed=6)
+        try:
+            expected = fn(x)
+        except (RuntimeError, IndexError):
+            continue  # eager rejects it (amax or argmax over an empty dim)
+        compiled = kiln.compile(fn)
+        actual = compiled(x)
+        torch.cuda.synchronize()
+        assert actual.shape == expected.shape, shape
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
+def test_gpu_reduction_special_values_in_long_rows_and_columns(dtype):
+    rows = _reduction_input((4, 30000), dtype, seed=7)
+    rows[0, 12345] = float("nan")
+    rows[1, 29999] = float("inf")
+    rows[2, 0] = -float("inf")
+    rows[3, 777] = float("nan")
+    rows[3, 20000] = float("inf")
+    for name in ("softmax", "sum", "amax", "argmax", "mean"):
+        _check_reduction(ROW_REDUCTIONS[name][0], rows, True, _reduction_tolerance(dtype, name, 30000),
+                         30000 if name == "softmax" else 1.0)
+    columns = _reduction_input((4096, 64), dtype, seed=8)
+    columns[4000, 3] = float("nan")
+    columns[5, 10] = float("inf")
+    columns[0, 11] = -float("inf")
+    columns[:, 12] = float("nan")
+    for name in ("sum", "amax", "argmax", "mean"):
+        _check_reduction(COLUMN_REDUCTIONS[name], columns, True, _reduction_tolerance(dtype))
