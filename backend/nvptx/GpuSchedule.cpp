@@ -26,8 +26,8 @@ constexpr int64_t kMinReductionThreads = 16384;
 constexpr int64_t kMaxReductionWork = 256;
 // A warp per point where a point's loops are long enough to share out and
 // there are enough points to fill the GPU with warps (measured on an H100).
-constexpr int64_t kMinWarpWork = 64;
 constexpr int64_t kMinWarpPoints = 2048;
+constexpr int64_t kRowLaneWork = 16;
 // Lanes get at least this many of a point's elements (a lane's loads then
 // outweigh its share of the combine), and at most kMaxLaneWork, or
 // kMaxFewBlocksLaneWork where the grid has blocks for a quarter of the
@@ -140,11 +140,20 @@ void shapeColumns(GpuKernelSchedule &record, const loop::Kernel &kernel,
 }
 
 // A warp or a block per point: lanes from the point's work, consecutive
-// (coalesced along contiguous rows).
+// (coalesced along contiguous rows). Over many points, from its longest
+// loop: kRowLaneWork elements a lane, so that a long row (softmax over
+// 4096) takes a block, whose few rows in flight per multiprocessor stay in
+// its cache for the row's later loops (a warp per row keeps so many rows
+// in flight that the second and third reads of softmax come from memory).
 void shapeRows(GpuKernelSchedule &record, const loop::Kernel &kernel,
                int64_t work) {
-  unsigned lanes = std::clamp<unsigned>(floorPowerOfTwo(work / kMinLaneWork),
-                                        kWarp, kMaxBlock);
+  int64_t longest = 0;
+  for (const loop::Loop &loop : kernel.loops)
+    longest = std::max(longest, numelOf(loop.ranges));
+  int64_t share = record.points >= kMinWarpPoints ? longest / kRowLaneWork
+                                                  : work / kMinLaneWork;
+  unsigned lanes =
+      std::clamp<unsigned>(floorPowerOfTwo(share), kWarp, kMaxBlock);
   if (lanes == kWarp)
     shape(record, kernel, GpuMapping::WarpPerPoint, kWarp,
           kThreadBlock / kWarp);
@@ -246,9 +255,6 @@ GpuSchedule scheduleForGpu(const loop::Program &program) {
       shape(record, kernel, GpuMapping::ThreadPerPoint, 1, kThreadBlock);
     else if (reducesAlongColumns(kernel))
       shapeColumns(record, kernel, work);
-    else if (work >= kMinWarpWork && record.points >= kMinWarpPoints)
-      shape(record, kernel, GpuMapping::WarpPerPoint, kWarp,
-            kThreadBlock / kWarp);
     else
       shapeRows(record, kernel, work);
     schedule.kernels[s] = record;

@@ -183,27 +183,35 @@ TEST(NvptxCodegen, LibdeviceMathIsLinkedOrRefusedClearly) {
       << "libdevice calls left unresolved";
 }
 
-TEST(NvptxCodegen, LongRowsGetAWarpEachWithShuffleReductions) {
-  for (DType dtype : {DType::Float32, DType::Float16, DType::Float64}) {
-    loop::Program p = program(dtype, {4096, 1024}, [](Graph &g, Value *x) {
-      Value *soft = op(g, "aten::_softmax", {x, Argument(-1), Argument(false)});
-      return op(g, "aten::add.Tensor",
-                {soft, op(g, "aten::argmax", {x, Argument(1), true})});
-    });
-    GpuSchedule schedule = scheduleForGpu(p);
-    int warps = 0;
-    for (const auto &record : schedule.kernels) {
-      if (!record || record->lanesPerPoint == 1)
-        continue;
-      ++warps;
-      EXPECT_EQ(record->lanesPerPoint, 32u);
-      EXPECT_EQ(record->grid, record->points * 32 / 256);
+TEST(NvptxCodegen, RowsOfManyPointsGetSixteenElementsALane) {
+  // 512-element rows: a warp each; 4096-element rows (softmax): a block of
+  // 256 lanes each, few rows in flight so that the later loops hit cache.
+  for (int64_t row : {512, 4096})
+    for (DType dtype : {DType::Float32, DType::Float16, DType::Float64}) {
+      loop::Program p = program(dtype, {4096, row}, [](Graph &g, Value *x) {
+        Value *soft =
+            op(g, "aten::_softmax", {x, Argument(-1), Argument(false)});
+        return op(g, "aten::add.Tensor",
+                  {soft, op(g, "aten::argmax", {x, Argument(1), true})});
+      });
+      GpuSchedule schedule = scheduleForGpu(p);
+      unsigned lanes = static_cast<unsigned>(row / 16);
+      int shared = 0;
+      for (const auto &record : schedule.kernels) {
+        if (!record || record->lanesPerPoint == 1)
+          continue;
+        ++shared;
+        EXPECT_EQ(record->lanesPerPoint, lanes);
+        EXPECT_EQ(record->grid, record->points * lanes / std::max(256u, lanes));
+      }
+      EXPECT_GE(shared, 1) << schedule.str();
+      EXPECT_NE(schedule.str().find(row == 512 ? "mapping=warp-per-point"
+                                               : "block-per-point lanes=256"),
+                std::string::npos)
+          << schedule.str();
+      GpuCode code = generateGpuCode(p, "sm_90");
+      EXPECT_NE(code.ptx.find("shfl.sync.bfly"), std::string::npos);
     }
-    EXPECT_GE(warps, 1) << schedule.str();
-    EXPECT_NE(schedule.str().find("mapping=warp-per-point"), std::string::npos);
-    GpuCode code = generateGpuCode(p, "sm_90");
-    EXPECT_NE(code.ptx.find("shfl.sync.bfly"), std::string::npos);
-  }
 }
 
 namespace {
