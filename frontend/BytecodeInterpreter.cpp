@@ -46,6 +46,12 @@ VariablePtr Evaluator::local(Frame &frame, int index) {
   return slot;
 }
 
+void Evaluator::clearLocal(Frame &frame, int index) {
+  frame.locals.at(index) = nullptr;
+  if (frame.isRoot && index < static_cast<int>(frame.rootArguments.size()))
+    frame.rootArguments[index] = py::object();
+}
+
 VariablePtr Evaluator::loadGlobal(Frame &frame, const std::string &name) {
   py::str key(name);
   bool rootGlobals = frame.globals.ptr() == inputs_.globals;
@@ -204,6 +210,14 @@ VariablePtr Evaluator::runFrame(Frame &frame) {
   while (!frame.returned) {
     if (frame.pc >= instructions.size())
       throw Error("ran past the end of " + frame.code->name);
+    if (frame.isRoot) {
+      if (rootStep_ == stopStep_) {
+        stopped_ = true;
+        return nullptr;
+      }
+      ++rootStep_;
+    }
+    size_t pc = frame.pc;
     const Instruction &instruction = instructions[frame.pc++];
     if (++executed_ > kMaxInstructions)
       unsupported("more than " + std::to_string(kMaxInstructions) +
@@ -213,6 +227,11 @@ VariablePtr Evaluator::runFrame(Frame &frame) {
     try {
       execute(frame, instruction);
     } catch (const Unsupported &error) {
+      if (frame.isRoot) {
+        failedStep_ = rootStep_ - 1;
+        failedPc_ = pc;
+        failedOffset_ = instruction.offset;
+      }
       std::string message = error.what();
       if (message.find(" [at ") == std::string::npos)
         message += " [at " + where_ + ", " + instruction.opname + "]";
@@ -264,16 +283,19 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   case Opcode::LOAD_FAST_AND_CLEAR: {
     VariablePtr &slot = frame.locals.at(instruction.arg);
     frame.stack.push_back(slot ? slot : Variable::make(Kind::Null));
-    slot = nullptr;
+    clearLocal(frame, instruction.arg);
     return;
   }
   case Opcode::STORE_FAST: {
     VariablePtr value = pop(frame);
-    frame.locals.at(instruction.arg) = value->is(Kind::Null) ? nullptr : value;
+    if (value->is(Kind::Null))
+      clearLocal(frame, instruction.arg);
+    else
+      frame.locals.at(instruction.arg) = value;
     return;
   }
   case Opcode::DELETE_FAST:
-    frame.locals.at(instruction.arg) = nullptr;
+    clearLocal(frame, instruction.arg);
     return;
   case Opcode::LOAD_GLOBAL: {
     // Both 3.11 and 3.12 push NULL first when the low bit is set.

@@ -322,9 +322,15 @@ void GuardTree::addGraphInput(const SourcePtr &source) {
   graphInputs_.push_back(nodeFor(source));
 }
 
+int GuardTree::addRead(const SourcePtr &source) {
+  reads_.push_back(nodeFor(source));
+  return static_cast<int>(reads_.size()) - 1;
+}
+
 bool GuardTree::evaluate(const FrameInputs &frame,
                          std::vector<py::object> &graphInputs,
-                         std::string *failure) const {
+                         std::string *failure,
+                         std::vector<py::object> *reads) const {
   for (const GuardCheck &check : globalChecks_) {
     bool passes = true;
     if (check.kind == GuardCheck::Kind::GradMode) {
@@ -362,6 +368,11 @@ bool GuardTree::evaluate(const FrameInputs &frame,
   graphInputs.clear();
   for (int node : graphInputs_)
     graphInputs.push_back(values[node]);
+  if (reads) {
+    reads->clear();
+    for (int node : reads_)
+      reads->push_back(values[node]);
+  }
   return true;
 }
 
