@@ -63,8 +63,9 @@ _BACKWARD_JUMPS = {"JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "POP_JUMP_BACK
 # Resume code objects: (base code, offset, layout) -> R's code, so that a
 # recompile finds the code (and the frame hook's cache on it) it made before.
 _resume_codes = weakref.WeakKeyDictionary()
-# R's code -> (the code it was made from, the prologue's length in bytes):
-# a break inside R is a break of the original code.
+# R's code -> (a weak reference to the code it was made from, the prologue's
+# length in bytes): a break inside R is a break of the original code. Weak,
+# as the original code holds R through _resume_codes.
 _bases = weakref.WeakKeyDictionary()
 
 
@@ -72,8 +73,10 @@ def base_of(code, offset):
     """The original code object and offset of `offset` in `code`, which may
     be a resume function's code."""
     while code in _bases:
-        code, prologue = _bases[code]
-        offset -= prologue
+        base, prologue = _bases[code]
+        if base() is None:  # gone: R stands on its own
+            break
+        code, offset = base(), offset - prologue
     return code, offset
 
 
@@ -196,7 +199,8 @@ def _stack_after(code, offset, stack_nulls):
 
 
 def _resume_code(code, offset, next_offset, bound, after, line):
-    key = (offset, bound, after)
+    # Code objects compare equal across files: the file is part of the key.
+    key = (code.co_filename, offset, bound, after)
     per_code = _resume_codes.setdefault(code, {})
     if key in per_code:
         return per_code[key]
@@ -238,7 +242,7 @@ def _resume_code(code, offset, next_offset, bound, after, line):
         co_stacksize=max(code.co_stacksize, len(after)) + 1,
         co_qualname=f"{code.co_qualname}.<resume after line {line}>",
     )
-    _bases[resumed] = (code, len(prologue))
+    _bases[resumed] = (weakref.ref(code), len(prologue))
     per_code[key] = resumed
     return resumed
 
