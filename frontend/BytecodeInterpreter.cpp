@@ -32,6 +32,17 @@ VariablePtr Evaluator::local(Frame &frame, int index) {
   if (!slot && frame.isRoot &&
       index < static_cast<int>(frame.rootArguments.size()) &&
       frame.rootArguments[index]) {
+    // Two arguments that are one tensor (a resume function's locals after
+    // `y = x`) are one graph input, guarded to stay one object.
+    PyObject *object = frame.rootArguments[index].ptr();
+    for (int other = 0; other < index && python::isTensor(object); ++other) {
+      if (frame.rootArguments[other].ptr() != object)
+        continue;
+      slot = local(frame, other);
+      guards_.addSameAs(Source::local(index, frame.localNames[index]),
+                        Source::local(other, frame.localNames[other]));
+      return slot;
+    }
     slot = wrap(frame.rootArguments[index],
                 Source::local(index, frame.localNames[index]));
     // *args and **kwargs are made fresh by each call.
@@ -288,9 +299,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   }
   case Opcode::STORE_FAST: {
     VariablePtr value = pop(frame);
-    if (value->is(Kind::Null))
-      clearLocal(frame, instruction.arg);
-    else
+    // The slot no longer holds its argument (root frames read arguments
+    // lazily).
+    clearLocal(frame, instruction.arg);
+    if (!value->is(Kind::Null))
       frame.locals.at(instruction.arg) = value;
     return;
   }

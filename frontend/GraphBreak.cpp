@@ -42,6 +42,11 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
       rebuilder.byVariable[value.get()] = it->second;
       return it->second;
     }
+    // The graph hands out a constant's own buffer on every call, and code
+    // after the break may write into it.
+    if (value->tensor->producer()->kind() == Node::Kind::Constant)
+      unsupported("a tensor constant (torch.tensor of Python data) is live "
+                  "at the break");
     step.kind = RebuildStep::Kind::Output;
     step.index = static_cast<int>(rebuilder.outputs.size());
     rebuilder.outputs.push_back(value->tensor);

@@ -35,6 +35,7 @@ struct GuardCheck {
     DictKeys,     // list(value.keys()) == keys
     GradMode,     // torch.is_grad_enabled() == flag (source-less)
     DefaultDType, // torch.get_default_dtype() is expected (source-less)
+    SameAs,       // value is the value of guard node `length` (an alias)
   };
   Kind kind;
   py::object expected; // type / constant / weakref / keys tuple
@@ -49,6 +50,9 @@ public:
   /// Adds a check on `source` (null for the source-less GradMode and
   /// DefaultDType).
   void addCheck(const SourcePtr &source, GuardCheck check);
+  /// Checks that `source` is the very object `other` is (two arguments that
+  /// are one tensor: the graph reads it once).
+  void addSameAs(const SourcePtr &source, const SourcePtr &other);
   /// Makes the value of `source` graph input number `slot` (slots in order).
   void addGraphInput(const SourcePtr &source);
   size_t graphInputCount() const { return graphInputs_.size(); }

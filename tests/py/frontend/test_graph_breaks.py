@@ -405,3 +405,31 @@ def test_explain_and_logs_report_breaks(capfd, monkeypatch):
     err = capfd.readouterr().err
     assert err.count("has a graph break at") == 3
     assert f"several_breaks has a graph break at {__file__}:" in err
+
+
+def alias_across_a_break(x):
+    y = x
+    print("alias")
+    y.add_(1)  # through the alias: x changes too
+    return x * 2, y is x
+
+
+def constant_across_a_break(x):
+    t = torch.tensor([1.0, 2.0])
+    print("constant")
+    t.add_(1)  # must not change the next call's constant
+    return x + t
+
+
+def test_aliases_and_constants_across_the_break():
+    compiled = kiln.compile(alias_across_a_break)
+    for _ in range(3):
+        x = torch.randn(2)
+        x_eager = x.clone()
+        (actual, same), (expected, same_eager) = compiled(x), alias_across_a_break(x_eager)
+        assert_close(actual, expected)
+        assert_close(x, x_eager)
+        assert same and same_eager
+    assert kiln.cache_info(compiled)["breaks"]
+    compiled = check(constant_across_a_break, lambda: (torch.randn(2),))
+    assert "tensor constant" in kiln.cache_info(compiled)["fallback_reason"]
