@@ -32,6 +32,17 @@ VariablePtr Evaluator::local(Frame &frame, int index) {
   if (!slot && frame.isRoot &&
       index < static_cast<int>(frame.rootArguments.size()) &&
       frame.rootArguments[index]) {
+    // Two arguments that are one tensor (a resume function's locals after
+    // `y = x`) are one graph input, guarded to stay one object.
+    PyObject *object = frame.rootArguments[index].ptr();
+    for (int other = 0; other < index && python::isTensor(object); ++other) {
+      if (frame.rootArguments[other].ptr() != object)
+        continue;
+      slot = local(frame, other);
+      guards_.addSameAs(Source::local(index, frame.localNames[index]),
+                        Source::local(other, frame.localNames[other]));
+      return slot;
+    }
     slot = wrap(frame.rootArguments[index],
                 Source::local(index, frame.localNames[index]));
     // *args and **kwargs are made fresh by each call.
@@ -44,6 +55,12 @@ VariablePtr Evaluator::local(Frame &frame, int index) {
     unsupported("local variable '" + frame.localNames[index] +
                 "' referenced before assignment");
   return slot;
+}
+
+void Evaluator::clearLocal(Frame &frame, int index) {
+  frame.locals.at(index) = nullptr;
+  if (frame.isRoot && index < static_cast<int>(frame.rootArguments.size()))
+    frame.rootArguments[index] = py::object();
 }
 
 VariablePtr Evaluator::loadGlobal(Frame &frame, const std::string &name) {
@@ -204,6 +221,14 @@ VariablePtr Evaluator::runFrame(Frame &frame) {
   while (!frame.returned) {
     if (frame.pc >= instructions.size())
       throw Error("ran past the end of " + frame.code->name);
+    if (frame.isRoot) {
+      if (rootStep_ == stopStep_) {
+        stopped_ = true;
+        return nullptr;
+      }
+      ++rootStep_;
+    }
+    size_t pc = frame.pc;
     const Instruction &instruction = instructions[frame.pc++];
     if (++executed_ > kMaxInstructions)
       unsupported("more than " + std::to_string(kMaxInstructions) +
@@ -213,6 +238,11 @@ VariablePtr Evaluator::runFrame(Frame &frame) {
     try {
       execute(frame, instruction);
     } catch (const Unsupported &error) {
+      if (frame.isRoot) {
+        failedStep_ = rootStep_ - 1;
+        failedPc_ = pc;
+        failedOffset_ = instruction.offset;
+      }
       std::string message = error.what();
       if (message.find(" [at ") == std::string::npos)
         message += " [at " + where_ + ", " + instruction.opname + "]";
@@ -264,16 +294,20 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   case Opcode::LOAD_FAST_AND_CLEAR: {
     VariablePtr &slot = frame.locals.at(instruction.arg);
     frame.stack.push_back(slot ? slot : Variable::make(Kind::Null));
-    slot = nullptr;
+    clearLocal(frame, instruction.arg);
     return;
   }
   case Opcode::STORE_FAST: {
     VariablePtr value = pop(frame);
-    frame.locals.at(instruction.arg) = value->is(Kind::Null) ? nullptr : value;
+    // The slot no longer holds its argument (root frames read arguments
+    // lazily).
+    clearLocal(frame, instruction.arg);
+    if (!value->is(Kind::Null))
+      frame.locals.at(instruction.arg) = value;
     return;
   }
   case Opcode::DELETE_FAST:
-    frame.locals.at(instruction.arg) = nullptr;
+    clearLocal(frame, instruction.arg);
     return;
   case Opcode::LOAD_GLOBAL: {
     // Both 3.11 and 3.12 push NULL first when the low bit is set.

@@ -9,6 +9,8 @@
 #include "ir/Error.h"
 #include "ir/Logging.h"
 
+#include <algorithm>
+
 namespace kiln::frontend {
 
 struct CacheEntry {
@@ -16,6 +18,17 @@ struct CacheEntry {
   std::unique_ptr<python::GraphRunner> runner;
   OutputTemplate output;
   std::string graphText;
+  /// A capture that ended at a graph break: the frame's state there, the
+  /// continuation that runs the break's instruction in CPython and calls
+  /// the resume function, and that function's code.
+  std::shared_ptr<const GraphBreak> graphBreak;
+  py::object continuation;
+  py::object resumeCode;
+  /// How many of the frame's locals the continuation takes (a resume
+  /// function's stack temporaries, unbound after its prologue, are not).
+  size_t continuationLocals = 0;
+  /// The globals the continuation runs with (it holds them).
+  PyObject *globals = nullptr;
 };
 
 namespace {
@@ -27,18 +40,41 @@ std::string qualifiedNameOf(PyObject *function) {
 }
 
 PyObject *runEntry(const CacheEntry &entry,
-                   const std::vector<py::object> &graphInputs) {
+                   const std::vector<py::object> &graphInputs,
+                   const std::vector<py::object> &reads) {
   std::vector<PyObject *> inputs;
   inputs.reserve(graphInputs.size());
   for (const py::object &input : graphInputs)
     inputs.push_back(input.ptr());
-  // Torch's own Python code runs below: the hook must not capture it, and a
-  // graph that changes grad mode leaves it as it found it.
-  HookSuspension suspension;
-  py::object results = entry.runner->run(inputs.data(), inputs.size());
-  return entry.output.build(&PyTuple_GET_ITEM(results.ptr(), 0))
-      .release()
-      .ptr();
+  std::vector<py::object> values;
+  {
+    // Torch's own Python code runs below: the hook must not capture it, and
+    // a graph that changes grad mode leaves it as it found it.
+    HookSuspension suspension;
+    py::object results = entry.runner->run(inputs.data(), inputs.size());
+    PyObject *const *outputs = &PyTuple_GET_ITEM(results.ptr(), 0);
+    if (!entry.graphBreak)
+      return entry.output.build(outputs).release().ptr();
+    values = entry.graphBreak->rebuild(outputs, reads);
+  }
+  // The continuation takes every local (None where unbound) and the stack
+  // items that are objects, in order.
+  std::vector<PyObject *> arguments;
+  const std::vector<int> &locals = entry.graphBreak->locals;
+  for (size_t i = 0; i < entry.continuationLocals; ++i)
+    arguments.push_back(locals[i] < 0 ? Py_None : values[locals[i]].ptr());
+  for (int item : entry.graphBreak->stack)
+    if (item >= 0)
+      arguments.push_back(values[item].ptr());
+  // The resume function's frames are captured in turn.
+  HookActivation activation;
+  return PyObject_Vectorcall(entry.continuation.ptr(), arguments.data(),
+                             arguments.size(), nullptr);
+}
+
+std::string breakDescription(const GraphBreak &graphBreak) {
+  return "a graph break at " + graphBreak.location + " (" +
+         graphBreak.instruction + "): " + graphBreak.reason;
 }
 
 } // namespace
@@ -152,13 +188,16 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
   }
   try {
     std::shared_ptr<const EntryList> entries = this->entries();
-    std::vector<py::object> graphInputs;
+    std::vector<py::object> graphInputs, reads;
     std::string firstFailure;
     for (const auto &entry : *entries) {
+      // A continuation runs with the globals of the capture's function.
+      if (entry->globals && entry->globals != inputs.globals)
+        continue;
       std::string *failure = firstFailure.empty() ? &firstFailure : nullptr;
-      if (entry->guards.evaluate(inputs, graphInputs, failure)) {
+      if (entry->guards.evaluate(inputs, graphInputs, failure, &reads)) {
         hits_++;
-        return runEntry(*entry, graphInputs);
+        return runEntry(*entry, graphInputs, reads);
       }
     }
     misses_++;
@@ -183,7 +222,7 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     std::string unsupported;
     std::shared_ptr<CacheEntry> entry;
     try {
-      entry = captureEntry(function, inputs, name, graphInputs);
+      entry = captureEntry(function, inputs, name, graphInputs, reads);
     } catch (const Unsupported &error) {
       unsupported = error.what();
     } catch (py::error_already_set &error) {
@@ -208,7 +247,7 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     // Over the limit (threads recompiling at once), the entry serves this
     // call only.
     addEntry(entry);
-    return runEntry(*entry, graphInputs);
+    return runEntry(*entry, graphInputs, reads);
   } catch (py::error_already_set &error) {
     error.restore();
     return nullptr;
@@ -224,19 +263,23 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
 std::shared_ptr<CacheEntry>
 CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
                         const std::string &name,
-                        std::vector<py::object> &graphInputs) const {
+                        std::vector<py::object> &graphInputs,
+                        std::vector<py::object> &reads) const {
   Capture capture;
+  auto entry = std::make_shared<CacheEntry>();
   {
     HookSuspension suspension;
-    capture = captureFunction(function, inputs);
+    capture = captureFunction(function, inputs, !options_.fullgraph);
+    if (capture.graphBreak)
+      makeContinuation(*entry, *capture.graphBreak, inputs);
   }
-  auto entry = std::make_shared<CacheEntry>();
   entry->output = std::move(capture.output);
   entry->guards = std::move(capture.guards);
+  entry->graphBreak = capture.graphBreak;
   // The graph's inputs are exactly what the guard tree collects.
   graphInputs.clear();
   std::string failure;
-  if (!entry->guards.evaluate(inputs, graphInputs, &failure))
+  if (!entry->guards.evaluate(inputs, graphInputs, &failure, &reads))
     throw Error("the guards of a fresh capture fail on the call that made "
                 "them (" +
                 failure + ")");
@@ -251,16 +294,67 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
   }
   if (logEnabled("guards"))
     logArtifact("guards", "guards of " + name + "\n" + entry->guards.str());
+  if (entry->graphBreak && logEnabled("breaks"))
+    logArtifact("breaks",
+                name + " has " + breakDescription(*entry->graphBreak));
   return entry;
 }
 
+void CodeCache::makeContinuation(CacheEntry &entry,
+                                 const GraphBreak &graphBreak,
+                                 const FrameInputs &inputs) {
+  py::list bound, nulls;
+  for (int local : graphBreak.locals)
+    bound.append(py::bool_(local >= 0));
+  for (int item : graphBreak.stack)
+    nulls.append(py::bool_(item < 0));
+  py::object globals = py::reinterpret_borrow<py::object>(inputs.globals);
+  py::tuple made = py::module_::import("kiln._resume")
+                       .attr("continuation")(graphBreak.code, graphBreak.offset,
+                                             bound, nulls, globals);
+  entry.continuation = made[0];
+  entry.resumeCode = made[1];
+  entry.continuationLocals = made[2].cast<size_t>();
+  entry.globals = inputs.globals;
+  skipCodeInHook(entry.continuation.attr("__code__").ptr());
+}
+
 py::dict CodeCache::info() const {
-  py::list graphs, guards, runners;
+  py::list graphs, guards, runners, breaks, breakReasons;
   std::shared_ptr<const EntryList> entries = this->entries();
+  // Graphs of this function and of the resume functions its breaks made
+  // (captured by the frame hook, each resume code once).
+  long graphCount = 0;
+  std::vector<PyObject *> resumeCodes;
   for (const auto &entry : *entries) {
     graphs.append(entry->graphText);
     guards.append(entry->guards.str());
     runners.append(entry->runner->describe());
+    ++graphCount;
+    if (!entry->graphBreak)
+      continue;
+    const GraphBreak &graphBreak = *entry->graphBreak;
+    py::dict item;
+    item["reason"] = graphBreak.reason;
+    item["location"] = graphBreak.location;
+    item["instruction"] = graphBreak.instruction;
+    item["resume"] = entry->resumeCode;
+    breaks.append(item);
+    breakReasons.append(py::str(graphBreak.reason));
+    PyObject *resume = entry->resumeCode.ptr();
+    if (std::find(resumeCodes.begin(), resumeCodes.end(), resume) !=
+        resumeCodes.end())
+      continue;
+    resumeCodes.push_back(resume);
+    py::object resumed =
+        py::reinterpret_steal<py::object>(codeCacheInfo(resume));
+    if (!resumed)
+      throw py::error_already_set();
+    if (resumed.is_none())
+      continue;
+    graphCount += resumed["graph_count"].cast<long>();
+    for (py::handle reason : resumed["break_reasons"])
+      breakReasons.append(reason);
   }
   py::dict info;
   info["entries"] = py::int_(entries->size());
@@ -275,6 +369,9 @@ py::dict CodeCache::info() const {
   info["graphs"] = graphs;
   info["guards"] = guards;
   info["runners"] = runners;
+  info["breaks"] = breaks;
+  info["graph_count"] = py::int_(graphCount);
+  info["break_reasons"] = breakReasons;
   return info;
 }
 

@@ -28,6 +28,7 @@ struct CacheOptions {
 };
 
 struct CacheEntry;
+struct GraphBreak;
 
 class CodeCache {
 public:
@@ -42,7 +43,8 @@ public:
   /// Whether every call now runs in CPython (capture failed, or the limit).
   bool runsInCPython() const { return runInCPython_; }
   void noteFallback() { fallbacks_++; }
-  /// Entries, graphs, guards and counters, for tests and kiln.explain.
+  /// Entries, graphs, guards and counters, for tests and kiln.explain; the
+  /// graph breaks, and the graph count with those of resume functions.
   py::dict info() const;
   void reset();
   const CacheOptions &options() const { return options_; }
@@ -59,8 +61,12 @@ private:
   /// this call. Throws what capture or compilation throws.
   std::shared_ptr<CacheEntry>
   captureEntry(PyObject *function, const FrameInputs &inputs,
-               const std::string &name,
-               std::vector<py::object> &graphInputs) const;
+               const std::string &name, std::vector<py::object> &graphInputs,
+               std::vector<py::object> &reads) const;
+  /// Makes the continuation of a capture that ended at `graphBreak` (its
+  /// code, once per entry, by kiln._resume).
+  static void makeContinuation(CacheEntry &entry, const GraphBreak &graphBreak,
+                               const FrameInputs &inputs);
   /// The entries now (threads replace the list as a whole, atomically).
   std::shared_ptr<const EntryList> entries() const;
   /// Adds `entry` unless the cache limit is reached; says whether it did.

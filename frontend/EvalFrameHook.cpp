@@ -232,6 +232,11 @@ PyObject *codeCacheInfo(PyObject *code) {
   return static_cast<CodeExtra *>(extra)->cache.info().release().ptr();
 }
 
+void skipCodeInHook(PyObject *code) {
+  if (CodeExtra *extra = extraOf(reinterpret_cast<PyCodeObject *>(code)))
+    extra->skip = true;
+}
+
 HookActivation::HookActivation(PyObject *runsInCPython)
     : previousSkip_(skipNextFrameOf) {
   skippedPrefixes(); // computed before the hook can ask for them

@@ -41,4 +41,8 @@ bool isSkippedFile(const char *filename);
 /// The cache the hook keeps on `code` (entries, hits, ...), or None.
 PyObject *codeCacheInfo(PyObject *code);
 
+/// Makes the hook leave every frame of `code` to CPython (a graph break's
+/// continuation, which runs the instruction kiln could not capture).
+void skipCodeInHook(PyObject *code);
+
 } // namespace kiln::frontend

@@ -114,6 +114,21 @@ public:
 
   Capture run(py::handle function);
 
+  /// Makes run() stop before the root frame's instruction number `step`
+  /// (counting executed instructions; it must be the one at index `pc`) and
+  /// end the capture at a graph break there, for `reason`.
+  void stopBefore(long step, size_t pc, std::string reason) {
+    stopStep_ = step;
+    stopPc_ = pc;
+    breakReason_ = std::move(reason);
+  }
+  /// After run() threw Unsupported: whether an instruction of the root frame
+  /// was executing (a graph break could stop before it), and which.
+  bool failedInRootFrame() const { return failedStep_ >= 0; }
+  long failedStep() const { return failedStep_; }
+  size_t failedPc() const { return failedPc_; }
+  int failedOffset() const { return failedOffset_; }
+
 private:
   struct Frame {
     std::shared_ptr<const Bytecode> code;
@@ -215,6 +230,16 @@ private:
   void setGradMode(bool enabled);
   OutputTemplate buildOutput(const VariablePtr &value,
                              std::vector<Argument> &outputs);
+  /// A local slot's value is gone (deleted, cleared): in the root frame its
+  /// argument must not be read again either.
+  void clearLocal(Frame &frame, int index);
+
+  // --- graph breaks (GraphBreak.cpp) -----------------------------------
+  /// The capture of everything before the root frame's current instruction,
+  /// whose graph outputs the live values there.
+  Capture captureAtBreak(Frame &frame, bool initialGradMode);
+  struct Rebuilder;
+  int rebuild(const VariablePtr &value, Rebuilder &rebuilder);
 
   [[noreturn]] void unsupported(const std::string &what) {
     throw Unsupported(what);
@@ -232,6 +257,16 @@ private:
   int depth_ = 0;
   long executed_ = 0;
   std::string where_;
+  // Graph breaks: the root frame's instructions started so far, where to
+  // stop, and where the last Unsupported came from.
+  long rootStep_ = 0;
+  long stopStep_ = -1;
+  size_t stopPc_ = 0;
+  bool stopped_ = false;
+  std::string breakReason_;
+  long failedStep_ = -1;
+  size_t failedPc_ = 0;
+  int failedOffset_ = 0;
 };
 
 } // namespace kiln::frontend::evaluation

@@ -150,6 +150,7 @@ bool checkPasses(PyObject *value, const GuardCheck &check) {
   }
   case GuardCheck::Kind::GradMode:
   case GuardCheck::Kind::DefaultDType:
+  case GuardCheck::Kind::SameAs:
     return false; // evaluated separately
   }
   return false;
@@ -177,6 +178,8 @@ std::string describe(const GuardCheck &check) {
   case GuardCheck::Kind::GradMode:
     return std::string("torch.is_grad_enabled() == ") +
            (check.flag ? "True" : "False");
+  case GuardCheck::Kind::SameAs:
+    return "is the object of guard " + std::to_string(check.length);
   case GuardCheck::Kind::DefaultDType:
     return "torch.get_default_dtype() is " +
            py::str(check.expected).cast<std::string>();
@@ -322,9 +325,21 @@ void GuardTree::addGraphInput(const SourcePtr &source) {
   graphInputs_.push_back(nodeFor(source));
 }
 
+void GuardTree::addSameAs(const SourcePtr &source, const SourcePtr &other) {
+  GuardCheck check{GuardCheck::Kind::SameAs, {}, {}};
+  check.length = nodeFor(other); // before `source`'s node: evaluated first
+  nodes_[nodeFor(source)].checks.push_back(std::move(check));
+}
+
+int GuardTree::addRead(const SourcePtr &source) {
+  reads_.push_back(nodeFor(source));
+  return static_cast<int>(reads_.size()) - 1;
+}
+
 bool GuardTree::evaluate(const FrameInputs &frame,
                          std::vector<py::object> &graphInputs,
-                         std::string *failure) const {
+                         std::string *failure,
+                         std::vector<py::object> *reads) const {
   for (const GuardCheck &check : globalChecks_) {
     bool passes = true;
     if (check.kind == GuardCheck::Kind::GradMode) {
@@ -352,7 +367,11 @@ bool GuardTree::evaluate(const FrameInputs &frame,
     }
     values[i] = py::reinterpret_steal<py::object>(value);
     for (const GuardCheck &check : node.checks) {
-      if (!checkPasses(value, check)) {
+      bool passes = check.kind == GuardCheck::Kind::SameAs
+                        ? check.length < static_cast<int64_t>(i) &&
+                              values[check.length].ptr() == value
+                        : checkPasses(value, check);
+      if (!passes) {
         if (failure)
           *failure = node.source->str() + " " + describe(check);
         return false;
@@ -362,6 +381,11 @@ bool GuardTree::evaluate(const FrameInputs &frame,
   graphInputs.clear();
   for (int node : graphInputs_)
     graphInputs.push_back(values[node]);
+  if (reads) {
+    reads->clear();
+    for (int node : reads_)
+      reads->push_back(values[node]);
+  }
   return true;
 }
 

@@ -35,6 +35,7 @@ struct GuardCheck {
     DictKeys,     // list(value.keys()) == keys
     GradMode,     // torch.is_grad_enabled() == flag (source-less)
     DefaultDType, // torch.get_default_dtype() is expected (source-less)
+    SameAs,       // value is the value of guard node `length` (an alias)
   };
   Kind kind;
   py::object expected; // type / constant / weakref / keys tuple
@@ -49,15 +50,23 @@ public:
   /// Adds a check on `source` (null for the source-less GradMode and
   /// DefaultDType).
   void addCheck(const SourcePtr &source, GuardCheck check);
+  /// Checks that `source` is the very object `other` is (two arguments that
+  /// are one tensor: the graph reads it once).
+  void addSameAs(const SourcePtr &source, const SourcePtr &other);
   /// Makes the value of `source` graph input number `slot` (slots in order).
   void addGraphInput(const SourcePtr &source);
   size_t graphInputCount() const { return graphInputs_.size(); }
+  /// Makes the value of `source` read number `slot` (slots in order): what a
+  /// graph break passes on from this call's inputs, unchecked.
+  int addRead(const SourcePtr &source);
 
-  /// Runs every check. On success fills `graphInputs` (new references) and
-  /// returns true; otherwise returns false and, if `failure` is given, says
-  /// which check failed. Never raises: an access that fails is a miss.
+  /// Runs every check. On success fills `graphInputs` (new references) and,
+  /// if given, `reads`, and returns true; otherwise returns false and, if
+  /// `failure` is given, says which check failed. Never raises: an access
+  /// that fails is a miss.
   bool evaluate(const FrameInputs &frame, std::vector<py::object> &graphInputs,
-                std::string *failure = nullptr) const;
+                std::string *failure = nullptr,
+                std::vector<py::object> *reads = nullptr) const;
 
   /// One line per check, for KILN_LOGS=guards.
   std::string str() const;
@@ -75,6 +84,7 @@ private:
   std::map<std::string, int> nodeBySource_;
   std::vector<GuardCheck> globalChecks_;
   std::vector<int> graphInputs_; // node index per graph input
+  std::vector<int> reads_;       // node index per read
 };
 
 /// The check that a tensor still has this metadata.

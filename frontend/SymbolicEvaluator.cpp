@@ -832,6 +832,8 @@ Capture Evaluator::run(py::handle function) {
   bool initialGradMode = gradEnabled_;
 
   VariablePtr returned = runFrame(frame);
+  if (stopped_)
+    return captureAtBreak(frame, initialGradMode);
   // Leave grad mode as the caller had it; a `with` block restores it already,
   // so this only matters for unbalanced graphs.
   setGradMode(initialGradMode);
@@ -881,9 +883,39 @@ py::object OutputTemplate::build(PyObject *const *outputs) const {
   return py::none();
 }
 
-Capture captureFunction(py::handle function, const FrameInputs &inputs) {
+Capture captureFunction(py::handle function, const FrameInputs &inputs,
+                        bool allowBreaks) {
   evaluation::Evaluator evaluator(inputs);
-  return evaluator.run(function);
+  try {
+    return evaluator.run(function);
+  } catch (const Unsupported &error) {
+    if (!allowBreaks || !evaluator.failedInRootFrame())
+      throw;
+    // A graph break before the root frame's instruction that failed (the
+    // call that entered an inlined chain, if the failure was in there).
+    // Capture again from the start, stopping there: the first capture may
+    // have recorded part of that instruction's work.
+    std::string reason = error.what();
+    // "why [at where]" becomes "why; no graph break: refusal [at where]".
+    auto refused = [&](const std::string &refusal) {
+      size_t at = reason.rfind(" [at ");
+      std::string suffix = at == std::string::npos ? "" : reason.substr(at);
+      return Unsupported(reason.substr(0, at) + "; no graph break: " + refusal +
+                         suffix);
+    };
+    py::object refusal = py::module_::import("kiln._resume")
+                             .attr("refusal")(function.attr("__code__"),
+                                              evaluator.failedOffset());
+    if (!refusal.is_none())
+      throw refused(refusal.cast<std::string>());
+    evaluation::Evaluator resumed(inputs);
+    resumed.stopBefore(evaluator.failedStep(), evaluator.failedPc(), reason);
+    try {
+      return resumed.run(function);
+    } catch (const Unsupported &error) {
+      throw refused(error.what());
+    }
+  }
 }
 
 } // namespace kiln::frontend

@@ -32,16 +32,62 @@ struct OutputTemplate {
   py::object build(PyObject *const *outputs) const;
 };
 
+/// One value a graph break passes on, built from the graph's outputs, this
+/// call's reads (GuardTree::addRead) and values built before it.
+struct RebuildStep {
+  enum class Kind : uint8_t {
+    Output,   // graph output `index`
+    Read,     // read `index` of this call
+    Constant, // `object`
+    Tuple,    // of the values `items`
+    List,
+    Dict,        // `keys` to the values `items`
+    Struct,      // `object` (a structseq type) called with a tuple of `items`
+    BoundMethod, // `object` (a function) bound to the value items[0]
+    Attribute,   // getattr(value items[0], `name`)
+  };
+  Kind kind = Kind::Constant;
+  int index = 0;
+  py::object object;
+  std::vector<int> items;
+  std::vector<py::object> keys;
+  std::string name;
+};
+
+/// Where a capture stopped at a graph break: the frame's state before the
+/// instruction at `offset`, which runs in CPython, and everything a cache
+/// hit needs to rebuild that state.
+struct GraphBreak {
+  py::object code; // the captured frame's code
+  int offset = 0;  // of the instruction that runs in CPython
+  std::string instruction;
+  std::string location; // "file.py:12"
+  std::string reason;   // why the instruction could not be captured
+  /// Values in build order: each refers only to earlier ones.
+  std::vector<RebuildStep> steps;
+  std::vector<int> locals; // value per local slot; -1: unbound
+  std::vector<int> stack;  // value per stack item, bottom first; -1: NULL
+
+  /// The values, in the order of `steps`.
+  std::vector<py::object> rebuild(PyObject *const *outputs,
+                                  const std::vector<py::object> &reads) const;
+};
+
 struct Capture {
   std::shared_ptr<Graph> graph;
   GuardTree guards;
   OutputTemplate output;
+  /// Set when the capture ends at a graph break (`output` is then unused).
+  std::shared_ptr<const GraphBreak> graphBreak;
   /// Human-readable notes (ops kept as externs and why), for the logs.
   std::vector<std::string> notes;
 };
 
 /// Captures one call of `function` with the given frame inputs (arguments
-/// already bound to the code's locals). Throws kiln::Unsupported.
-Capture captureFunction(py::handle function, const FrameInputs &inputs);
+/// already bound to the code's locals). With `allowBreaks`, what cannot be
+/// captured ends the capture at a graph break where the frame's state can be
+/// rebuilt; otherwise (and where it cannot) throws kiln::Unsupported.
+Capture captureFunction(py::handle function, const FrameInputs &inputs,
+                        bool allowBreaks = false);
 
 } // namespace kiln::frontend

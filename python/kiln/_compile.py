@@ -102,7 +102,9 @@ def _compile(target, options):
 def cache_info(compiled):
     """What kiln cached for a compiled function or module: entries (one per
     guard set), hits, misses, fallbacks, whether it now runs in CPython and
-    why, and each entry's graph and guards as text."""
+    why, each entry's graph and guards as text, its graph breaks (`breaks`:
+    reason, location, instruction, resume code), and `graph_count` and
+    `break_reasons` counting the resume functions' graphs and breaks too."""
     inner = getattr(compiled, "_kiln_compiled", compiled)
     if not hasattr(inner, "cache_info"):
         raise TypeError(f"kiln.cache_info: {compiled!r} was not made by kiln.compile")
@@ -128,8 +130,10 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="llvm",
     guard. Later calls whose guards pass run the cached graph; a call that
     misses captures again (up to ``cache_limit`` entries). What cannot be
     captured (print, ``.item()`` in control flow, data-dependent shapes,
-    side effects on the caller's objects) runs in CPython unchanged, and
-    KILN_LOGS=breaks says why.
+    side effects on the caller's objects) is a graph break: that instruction
+    runs in CPython between the graph before it and a resume function that
+    is captured in turn; where kiln cannot resume (try/with blocks, loops)
+    the whole function runs in CPython. KILN_LOGS=breaks says where and why.
 
     Args:
         fn_or_module: the function or module; None returns a decorator.

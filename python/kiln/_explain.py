@@ -8,8 +8,10 @@ import re
 from kiln import _C
 
 _ARTIFACTS = ["graph", "guards", "breaks", "recompiles"]
-# "f runs in CPython: reason [at file.py:12 in f, CALL]"
-_BREAK = re.compile(r"^(?P<function>.*?) (?P<how>runs in CPython|runs through torch's operators): "
+# "f runs in CPython: reason [at file.py:12 in f, CALL]",
+# "f has a graph break at file.py:12 (CALL): reason [at file.py:30 in g, CALL]"
+_BREAK = re.compile(r"^(?P<function>.*?) (?P<how>runs in CPython|runs through torch's operators|"
+                    r"has a graph break at (?P<location>.*?) \((?P<instruction>[A-Z_]+)\)): "
                     r"(?P<reason>.*?)(?: \[at (?P<where>[^\]]*)\])?$", re.S)
 
 
@@ -31,7 +33,12 @@ class Break:
     function: str
     reason: str
     where: str  # "file.py:12 in f, CALL", or "" where kiln did not say
-    runs_in_cpython: bool  # else: captured, but run by torch's operators
+    runs_in_cpython: bool  # the whole function; else see graph_break
+    # A graph break: the graph before it and the resume function after it
+    # are captured; one instruction of the function runs in CPython.
+    graph_break: bool = False
+    location: str = ""  # a graph break's "file.py:12" in the function
+    instruction: str = ""  # and the instruction there ("CALL")
 
 
 @dataclasses.dataclass
@@ -61,7 +68,12 @@ class ExplainOutput:
         if self.breaks:
             lines.append("Break Reasons:")
             for number, item in enumerate(self.breaks, 1):
-                how = "runs in CPython" if item.runs_in_cpython else "runs through torch's operators"
+                if item.graph_break:
+                    how = f"has a graph break at {item.location} ({item.instruction})"
+                elif item.runs_in_cpython:
+                    how = "runs in CPython"
+                else:
+                    how = "runs through torch's operators"
                 lines.append(f"  {number}. {item.function} {how}: {item.reason}")
                 if item.where:
                     lines.append(f"     at {item.where}")
@@ -81,7 +93,9 @@ def _parse_break(text):
     if not match:
         return Break(function="?", reason=text.strip(), where="", runs_in_cpython=True)
     return Break(function=match["function"], reason=match["reason"], where=match["where"] or "",
-                 runs_in_cpython=match["how"] == "runs in CPython")
+                 runs_in_cpython=match["how"] == "runs in CPython",
+                 graph_break=match["location"] is not None, location=match["location"] or "",
+                 instruction=match["instruction"] or "")
 
 
 def explain(fn, *args, **kwargs):

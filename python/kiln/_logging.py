@@ -5,7 +5,8 @@ import os
 import sys
 
 #: The names kiln logs under today. "graph": each kiln graph as text;
-#: "breaks": graphs kiln could not take and ran as they are, with the reason;
+#: "breaks": each graph break (where, the instruction, why) and each function
+#: kiln ran in CPython whole, with the reason;
 #: "meta": registered ops kept as externs because kiln's meta function
 #: disagreed with torch's metadata.
 NAMES = ("graph", "breaks", "meta")

@@ -200,7 +200,8 @@ def test_kiln_logs_graph_and_breaks(monkeypatch, capfd):
 
     kiln.compile(prints)(x)
     err = capfd.readouterr().err
-    assert "[kiln:breaks] " in err and "prints runs in CPython: print()" in err
+    assert "[kiln:breaks] " in err and "prints has a graph break at " in err
+    assert "(CALL): print()" in err
     # Graphs that TorchDynamo hands to kiln's backend log the same way.
     torch._dynamo.reset()
     torch.compile(double_relu, backend="kiln", dynamic=True)(x)

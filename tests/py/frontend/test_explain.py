@@ -37,14 +37,42 @@ def test_explain_names_each_break_with_its_line(capsys):
     assert capsys.readouterr().out == "side effect\n"  # the call ran once
     assert out.break_count == 1
     item = out.breaks[0]
-    assert item.function == "with_a_print" and item.runs_in_cpython
-    assert "print" in item.reason
+    assert item.function == "with_a_print" and item.graph_break and not item.runs_in_cpython
+    assert "print" in item.reason and item.instruction == "CALL"
+    assert item.location == f"{__file__}:{with_a_print.__code__.co_firstlineno + 2}"
     assert item.where.startswith(__file__ + ":") and "in with_a_print" in item.where
-    # The helper it calls is captured on its own.
-    assert [graph.function for graph in out.graphs] == ["helper"]
+    # The graph before the break, and the resume function's graph after it
+    # (the helper inlined there).
+    assert [graph.function for graph in out.graphs] == [
+        "with_a_print", f"with_a_print.<resume after line {with_a_print.__code__.co_firstlineno + 2}>"]
+    assert "aten::cos" in out.graphs[1].text
     torch.testing.assert_close(out.result, with_a_print(x))
     capsys.readouterr()
-    assert "1. with_a_print runs in CPython: print()" in str(out)
+    assert f"1. with_a_print has a graph break at {item.location} (CALL): print()" in str(out)
+
+
+def in_cpython(x):
+    y = x.sin() + 1
+    try:
+        print("side effect")  # in a try block: no graph break
+    finally:
+        pass
+    return helper(y)
+
+
+def test_explain_names_a_function_that_runs_in_cpython(capsys):
+    x = torch.randn(3)
+    out = kiln.explain(in_cpython, x)
+    assert out.break_count == 1
+    item = out.breaks[0]
+    assert item.function == "in_cpython" and item.runs_in_cpython and not item.graph_break
+    assert "print" in item.reason and "no graph break: inside a try or with block" in item.reason
+    assert item.where.startswith(__file__ + ":") and "in in_cpython" in item.where
+    # The helper it calls is captured on its own.
+    assert [graph.function for graph in out.graphs] == ["helper"]
+    torch.testing.assert_close(out.result, in_cpython(x))
+    capsys.readouterr()
+    assert "1. in_cpython runs in CPython: print()" in str(out)
 
 
 def test_explain_does_not_need_kiln_logs(monkeypatch, capfd):

@@ -81,9 +81,11 @@ def test_an_internal_error_during_capture_is_a_fallback(monkeypatch):
     f = kiln.compile(fn)
     x = torch.randn(5)
     torch.testing.assert_close(f(x), fn(x))
+    # The failure ends the capture: a graph break (where the frame's state
+    # can be rebuilt) or the whole frame in CPython.
     info = kiln.cache_info(f)
-    assert info["runs_in_cpython"]
-    assert "injected failure inside capture" in info["fallback_reason"]
+    reasons = [info["fallback_reason"]] + info["break_reasons"]
+    assert any("injected failure inside capture" in reason for reason in reasons)
 
 
 def test_an_internal_error_under_fullgraph_is_unsupported(monkeypatch):

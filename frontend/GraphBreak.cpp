@@ -1,0 +1,222 @@
+// Graph breaks, capture side: where the symbolic evaluator stops before an
+// instruction it cannot capture, the live stack items and locals become the
+// graph's outputs and a plan (RebuildStep) that rebuilds them on every cache
+// hit; kiln._resume makes the code that continues in CPython.
+// Depends on frontend/Evaluator.h, pybind11, CPython.
+#include "frontend/Evaluator.h"
+
+namespace kiln::frontend::evaluation {
+
+struct Evaluator::Rebuilder {
+  GraphBreak &state;
+  std::vector<Argument> outputs;
+  std::unordered_map<const Variable *, int> byVariable;
+  std::unordered_map<Value *, int> byTensor;
+
+  int add(RebuildStep step) {
+    state.steps.push_back(std::move(step));
+    return static_cast<int>(state.steps.size()) - 1;
+  }
+};
+
+int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
+  auto known = rebuilder.byVariable.find(value.get());
+  if (known != rebuilder.byVariable.end())
+    return known->second;
+  RebuildStep step;
+  // What came from the frame's inputs is read from this call's, not taken
+  // from the capture: containers the caller sees keep their identity, and
+  // objects guarded only by type are this call's objects.
+  auto read = [&]() {
+    step.kind = RebuildStep::Kind::Read;
+    step.index = guards_.addRead(value->source);
+  };
+  switch (value->kind) {
+  case Kind::Tensor: {
+    if (value->source) {
+      read();
+      break;
+    }
+    auto it = rebuilder.byTensor.find(value->tensor);
+    if (it != rebuilder.byTensor.end()) {
+      rebuilder.byVariable[value.get()] = it->second;
+      return it->second;
+    }
+    // The graph hands out a constant's own buffer on every call, and code
+    // after the break may write into it.
+    if (value->tensor->producer()->kind() == Node::Kind::Constant)
+      unsupported("a tensor constant (torch.tensor of Python data) is live "
+                  "at the break");
+    step.kind = RebuildStep::Kind::Output;
+    step.index = static_cast<int>(rebuilder.outputs.size());
+    rebuilder.outputs.push_back(value->tensor);
+    int index = rebuilder.add(std::move(step));
+    rebuilder.byTensor[value->tensor] = index;
+    rebuilder.byVariable[value.get()] = index;
+    return index;
+  }
+  case Kind::Constant:
+    step.kind = RebuildStep::Kind::Constant;
+    step.object = value->object;
+    break;
+  case Kind::Tuple:
+  case Kind::List:
+  case Kind::Dict:
+    // The evaluator never changes a container the caller can see.
+    if (value->source && !value->ownedByFrame) {
+      read();
+      break;
+    }
+    for (const VariablePtr &item : value->items)
+      step.items.push_back(rebuild(item, rebuilder));
+    step.keys = value->keys;
+    step.kind = value->is(Kind::List)   ? RebuildStep::Kind::List
+                : value->is(Kind::Dict) ? RebuildStep::Kind::Dict
+                : value->object && !value->object.is_none()
+                    ? RebuildStep::Kind::Struct
+                    : RebuildStep::Kind::Tuple;
+    if (step.kind == RebuildStep::Kind::Struct)
+      step.object = value->object;
+    break;
+  case Kind::Module:
+  case Kind::Callable:
+  case Kind::PythonModule:
+  case Kind::Object:
+  case Kind::Function:
+    if (value->source) {
+      read();
+      break;
+    }
+    if (!value->object)
+      unsupported("a function defined in the frame is live at the break");
+    step.kind = RebuildStep::Kind::Constant;
+    step.object = value->object;
+    break;
+  case Kind::Method:
+    if (value->source) {
+      read();
+      break;
+    }
+    step.items.push_back(rebuild(value->items.at(0), rebuilder));
+    if (!value->object || value->object.is_none()) {
+      step.kind = RebuildStep::Kind::Attribute;
+      step.name = value->name;
+    } else {
+      step.kind = RebuildStep::Kind::BoundMethod;
+      step.object = value->object;
+    }
+    break;
+  case Kind::Iterator:
+    unsupported("a live iterator (a loop or an iter() around the break)");
+  default:
+    unsupported("a " + kindNameOf(pythonTypeOf(value)) +
+                " is live at the break and cannot be rebuilt");
+  }
+  int index = rebuilder.add(std::move(step));
+  rebuilder.byVariable[value.get()] = index;
+  return index;
+}
+
+Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
+  const Instruction &instruction = frame.code->instructions.at(frame.pc);
+  if (frame.pc != stopPc_)
+    unsupported("the capture did not reach the same instruction again");
+  if (gradEnabled_ != initialGradMode)
+    unsupported("grad mode was changed before the break");
+  if (!frame.freeCells.empty())
+    unsupported("the function has closure cells");
+  auto state = std::make_shared<GraphBreak>();
+  state->code = frame.codeObject;
+  state->offset = instruction.offset;
+  state->instruction = instruction.opname;
+  state->location =
+      frame.code->filename + ":" + std::to_string(instruction.line);
+  state->reason = breakReason_;
+  Rebuilder rebuilder{*state, {}, {}, {}};
+  for (const VariablePtr &item : frame.stack)
+    state->stack.push_back(item->is(Kind::Null) ? -1
+                                                : rebuild(item, rebuilder));
+  for (size_t i = 0; i < frame.locals.size(); ++i) {
+    if (frame.locals[i]) {
+      if (frame.locals[i]->is(Kind::Cell))
+        unsupported("a closure cell is live at the break");
+      state->locals.push_back(rebuild(frame.locals[i], rebuilder));
+    } else if (i < frame.rootArguments.size() && frame.rootArguments[i]) {
+      // An argument the capture never read: this call's, as it is.
+      RebuildStep step;
+      step.kind = RebuildStep::Kind::Read;
+      step.index = guards_.addRead(
+          Source::local(static_cast<int>(i), frame.localNames[i]));
+      state->locals.push_back(rebuilder.add(std::move(step)));
+    } else {
+      state->locals.push_back(-1);
+    }
+  }
+  graph_->setOutputs(std::move(rebuilder.outputs));
+  Capture capture;
+  capture.graph = graph_;
+  capture.guards = std::move(guards_);
+  capture.graphBreak = std::move(state);
+  capture.notes = std::move(notes_);
+  return capture;
+}
+
+} // namespace kiln::frontend::evaluation
+
+namespace kiln::frontend {
+
+std::vector<py::object>
+GraphBreak::rebuild(PyObject *const *outputs,
+                    const std::vector<py::object> &reads) const {
+  std::vector<py::object> values;
+  values.reserve(steps.size());
+  for (const RebuildStep &step : steps) {
+    switch (step.kind) {
+    case RebuildStep::Kind::Output:
+      values.push_back(py::reinterpret_borrow<py::object>(outputs[step.index]));
+      break;
+    case RebuildStep::Kind::Read:
+      values.push_back(reads.at(step.index));
+      break;
+    case RebuildStep::Kind::Constant:
+      values.push_back(step.object);
+      break;
+    case RebuildStep::Kind::Tuple:
+    case RebuildStep::Kind::Struct: {
+      py::tuple items(step.items.size());
+      for (size_t i = 0; i < step.items.size(); ++i)
+        items[i] = values[step.items[i]];
+      values.push_back(step.kind == RebuildStep::Kind::Struct
+                           ? step.object(items)
+                           : py::object(std::move(items)));
+      break;
+    }
+    case RebuildStep::Kind::List: {
+      py::list items;
+      for (int item : step.items)
+        items.append(values[item]);
+      values.push_back(std::move(items));
+      break;
+    }
+    case RebuildStep::Kind::Dict: {
+      py::dict items;
+      for (size_t i = 0; i < step.keys.size(); ++i)
+        items[step.keys[i]] = values[step.items[i]];
+      values.push_back(std::move(items));
+      break;
+    }
+    case RebuildStep::Kind::BoundMethod:
+      values.push_back(py::reinterpret_steal<py::object>(
+          PyMethod_New(step.object.ptr(), values[step.items[0]].ptr())));
+      if (!values.back())
+        throw py::error_already_set();
+      break;
+    case RebuildStep::Kind::Attribute:
+      values.push_back(values[step.items[0]].attr(step.name.c_str()));
+      break;
+    }
+  }
+  return values;
+}
+
+} // namespace kiln::frontend

@@ -1,0 +1,325 @@
+# Graph breaks: the code objects a break runs through. The continuation B
+# restores a frame's stack, runs the one instruction kiln could not capture
+# and calls the resume function R: the original code with a prologue that
+# restores the locals and stack and jumps to the instruction after the break.
+# Called once per capture from frontend/CodeCache.cpp, never per call.
+# Depends on the running interpreter's dis and opcode tables (3.11, 3.12).
+import dis
+import opcode
+import sys
+import types
+import weakref
+
+__all__ = ["refusal", "continuation", "base_of"]
+
+_OP = opcode.opmap
+_CACHES = opcode._inline_cache_entries
+_PY311 = sys.version_info[:2] == (3, 11)
+_CO_VARARGS = 0x04
+_CO_VARKEYWORDS = 0x08
+_CO_GENERATOR_LIKE = 0x20 | 0x80 | 0x100 | 0x200
+
+
+def _call_effect(arg):
+    return arg + 2, 1  # [NULL or self, callable, *args] -> result
+
+
+def _call_ex_effect(arg):
+    return 3 + (arg & 1), 1  # [NULL, callable, args, kwargs?] -> result
+
+
+# The instructions a break may stop at, with (popped, pushed) for their
+# argument. Every pushed item is an object (never NULL); what an instruction
+# leaves below its operands keeps its kind. LOAD_ATTR's method form pushes a
+# NULL or not depending on the object: it is not here.
+_BREAKABLE = {
+    "CALL": _call_effect,
+    "CALL_FUNCTION_EX": _call_ex_effect,
+    "BINARY_OP": lambda arg: (2, 1),
+    "BINARY_SUBSCR": lambda arg: (2, 1),
+    "COMPARE_OP": lambda arg: (2, 1),
+    "CONTAINS_OP": lambda arg: (2, 1),
+    "UNARY_NEGATIVE": lambda arg: (1, 1),
+    "UNARY_INVERT": lambda arg: (1, 1),
+    "UNARY_NOT": lambda arg: (1, 1),
+    "STORE_ATTR": lambda arg: (2, 0),
+    "STORE_SUBSCR": lambda arg: (3, 0),
+    "DELETE_SUBSCR": lambda arg: (2, 0),
+    "STORE_GLOBAL": lambda arg: (1, 0),
+    "BUILD_STRING": lambda arg: (arg, 1),
+    "FORMAT_VALUE": lambda arg: (2 if arg & 4 else 1, 1),
+}
+if _PY311:
+    _BREAKABLE["LOAD_ATTR"] = lambda arg: (1, 1)
+else:
+    _BREAKABLE["LOAD_ATTR"] = lambda arg: (1, 1) if not arg & 1 else None
+# Instructions that set up a CALL and run with it: 3.11's KW_NAMES and
+# PRECALL, 3.12's KW_NAMES.
+_CALL_PREFIX = {"KW_NAMES", "PRECALL"}
+_BACKWARD_JUMPS = {"JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "POP_JUMP_BACKWARD_IF_FALSE",
+                   "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_NONE",
+                   "POP_JUMP_BACKWARD_IF_NOT_NONE"}
+
+# Resume code objects: (base code, offset, layout) -> R's code, so that a
+# recompile finds the code (and the frame hook's cache on it) it made before.
+_resume_codes = weakref.WeakKeyDictionary()
+# R's code -> (a weak reference to the code it was made from, the prologue's
+# length in bytes): a break inside R is a break of the original code. Weak,
+# as the original code holds R through _resume_codes.
+_bases = weakref.WeakKeyDictionary()
+
+
+def base_of(code, offset):
+    """The original code object and offset of `offset` in `code`, which may
+    be a resume function's code."""
+    while code in _bases:
+        base, prologue = _bases[code]
+        if base() is None:  # gone: R stands on its own
+            break
+        code, offset = base(), offset - prologue
+    return code, offset
+
+
+def _instructions(code):
+    return list(dis.get_instructions(code))
+
+
+def _at(instructions, offset):
+    for index, instruction in enumerate(instructions):
+        if instruction.offset == offset:
+            return index
+    raise ValueError(f"no instruction at offset {offset}")
+
+
+def refusal(code, offset):
+    """Why a graph break at the instruction at `offset` of `code` cannot be
+    made (a message), or None when it can."""
+    code, offset = base_of(code, offset)
+    if code.co_flags & _CO_GENERATOR_LIKE:
+        return "a generator or coroutine frame"
+    if code.co_cellvars or code.co_freevars:
+        return "the function has closure cells (" + ", ".join(
+            code.co_cellvars + code.co_freevars) + ")"
+    instructions = _instructions(code)
+    instruction = instructions[_at(instructions, offset)]
+    effect = _BREAKABLE.get(instruction.opname)
+    if effect is None or effect(instruction.arg or 0) is None:
+        return f"kiln cannot resume after a {instruction.opname} instruction"
+    for entry in dis._parse_exception_table(code):
+        if entry.start <= offset < entry.end:
+            return "inside a try or with block"
+    for later in instructions:
+        if (later.offset > offset and later.opname in _BACKWARD_JUMPS
+                and later.argval <= offset):
+            return "inside a loop"
+    return None
+
+
+def _emit(code_bytes, name, arg=0):
+    """Appends one instruction (with EXTENDED_ARG prefixes and zeroed cache
+    entries) to a bytearray."""
+    op = _OP[name]
+    for shift in (24, 16, 8):
+        if arg >> shift:
+            code_bytes += bytes([_OP["EXTENDED_ARG"], (arg >> shift) & 0xFF])
+    code_bytes += bytes([op, arg & 0xFF])
+    code_bytes += bytes(2 * _CACHES[op])
+
+
+def _emit_call(code_bytes, count):
+    if _PY311:
+        _emit(code_bytes, "PRECALL", count)
+    _emit(code_bytes, "CALL", count)
+
+
+def _varint_le(value):
+    out = bytearray()
+    while value >= 64:
+        out.append(64 | (value & 63))
+        value >>= 6
+    out.append(value)
+    return out
+
+
+def _line_entries(units, line_delta):
+    """Location-table entries (no columns) covering `units` code units: the
+    first moves the line by `line_delta`, the rest stay on that line."""
+    out = bytearray()
+    delta = line_delta
+    while units > 0:
+        length = min(units, 8)
+        out.append(0x80 | (13 << 3) | (length - 1))
+        out += _varint_le((-delta << 1) | 1 if delta < 0 else delta << 1)
+        delta = 0
+        units -= length
+    return out
+
+
+def _varint_be(value, start):
+    chunks = [value & 63]
+    value >>= 6
+    while value:
+        chunks.append(value & 63)
+        value >>= 6
+    chunks.reverse()
+    out = bytearray(chunk | 64 for chunk in chunks)
+    out[-1] &= ~64
+    if start:
+        out[0] |= 128
+    return out
+
+
+def _shifted_exception_table(code, units):
+    out = bytearray()
+    for entry in dis._parse_exception_table(code):
+        out += _varint_be(entry.start // 2 + units, True)
+        out += _varint_be((entry.end - entry.start) // 2, False)
+        out += _varint_be(entry.target // 2 + units, False)
+        out += _varint_be((entry.depth << 1) | int(entry.lasti), False)
+    return bytes(out)
+
+
+def _stack_after(code, offset, stack_nulls):
+    """The break instruction, the instructions replayed with it, the next
+    instruction's offset and which items of the stack after it are NULL."""
+    instructions = _instructions(code)
+    index = _at(instructions, offset)
+    instruction = instructions[index]
+    popped, pushed = _BREAKABLE[instruction.opname](instruction.arg or 0)
+    prefix = []
+    while index - len(prefix) > 0 and instructions[index - len(prefix) - 1].opname in _CALL_PREFIX:
+        prefix.insert(0, instructions[index - len(prefix) - 1])
+    # 3.11 counts part of a call's effect on its PRECALL.
+    expected = sum(dis.stack_effect(item.opcode, item.arg, jump=False)
+                   for item in prefix + [instruction])
+    if pushed - popped != expected or popped > len(stack_nulls):
+        raise ValueError(f"stack effect of {instruction.opname} does not match")
+    after = tuple(stack_nulls[:len(stack_nulls) - popped]) + (False,) * pushed
+    return instruction, prefix, instructions[index + 1].offset, after
+
+
+def _resume_code(code, offset, next_offset, bound, after, line):
+    # Code objects compare equal across files: the file is part of the key.
+    key = (code.co_filename, offset, bound, after)
+    per_code = _resume_codes.setdefault(code, {})
+    if key in per_code:
+        return per_code[key]
+    count = len(code.co_varnames)
+    temps = tuple(f"__kiln_stack{j}" for j, null in enumerate(after) if not null)
+    varnames = code.co_varnames + temps
+    prologue = bytearray()
+    _emit(prologue, "RESUME", 0)
+    for slot in range(count):
+        if not bound[slot]:
+            _emit(prologue, "DELETE_FAST", slot)
+    temp = count
+    for null in after:
+        if null:
+            _emit(prologue, "PUSH_NULL")
+        else:
+            _emit(prologue, "LOAD_FAST", temp)
+            temp += 1
+    for slot in range(count, len(varnames)):
+        _emit(prologue, "DELETE_FAST", slot)
+    # A fixed-width jump: its length must not depend on its own distance.
+    # It lands on the body's `next_offset`, measured from after the jump,
+    # where the body starts.
+    distance = next_offset // 2
+    for shift in (24, 16, 8):
+        prologue += bytes([_OP["EXTENDED_ARG"], (distance >> shift) & 0xFF])
+    prologue += bytes([_OP["JUMP_FORWARD"], distance & 0xFF])
+    units = len(prologue) // 2
+    resumed = code.replace(
+        co_code=bytes(prologue) + code.co_code,
+        co_linetable=bytes(_line_entries(units, 0)) + code.co_linetable,
+        co_exceptiontable=_shifted_exception_table(code, units),
+        co_varnames=varnames,
+        co_nlocals=len(varnames),
+        co_argcount=len(varnames),
+        co_posonlyargcount=0,
+        co_kwonlyargcount=0,
+        co_flags=code.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS),
+        co_stacksize=max(code.co_stacksize, len(after)) + 1,
+        co_qualname=f"{code.co_qualname}.<resume after line {line}>",
+    )
+    _bases[resumed] = (weakref.ref(code), len(prologue))
+    per_code[key] = resumed
+    return resumed
+
+
+def continuation(code, offset, bound, stack_nulls, globals_):
+    """The function a cache hit calls after its graph, with the frame's
+    locals (None where `bound` says a local is unbound) and its stack
+    items (those `stack_nulls` does not mark NULL) as arguments: it runs
+    the instruction at `offset` in CPython and returns what the resume
+    function returns. Returns (function, resume code, how many locals the
+    function takes: those of the original code)."""
+    code, offset = base_of(code, offset)
+    count = len(code.co_varnames)
+    if any(bound[count:]):
+        raise ValueError("a resume function's stack temporary is live")
+    bound = tuple(bound[:count])
+    stack_nulls = tuple(stack_nulls)
+    instruction, prefix, next_offset, after = _stack_after(code, offset, stack_nulls)
+    line = instruction.positions.lineno if instruction.positions else None
+    line = line or code.co_firstlineno
+    resume = _resume_code(code, offset, next_offset, bound, after, line)
+    resume_function = types.FunctionType(resume, globals_)
+
+    inputs = tuple(f"__kiln_in{j}" for j, null in enumerate(stack_nulls) if not null)
+    outputs = tuple(f"__kiln_out{j}" for j, null in enumerate(after) if not null)
+    varnames = code.co_varnames + inputs + outputs + ("__kiln_null",)
+    consts = code.co_consts + (resume_function, None)
+    body = bytearray()
+    _emit(body, "RESUME", 0)
+    for slot in range(count):
+        if not bound[slot]:
+            _emit(body, "DELETE_FAST", slot)
+    slot = count
+    for null in stack_nulls:
+        if null:
+            _emit(body, "PUSH_NULL")
+        else:
+            _emit(body, "LOAD_FAST", slot)
+            slot += 1
+    for replayed in prefix + [instruction]:
+        _emit(body, replayed.opname, replayed.arg or 0)
+    # The stack after the instruction, top first, into temporaries; a NULL
+    # (a call's, below) goes to a scratch local, as POP_TOP cannot take it.
+    null_slot = len(varnames) - 1
+    out_slot = count + len(inputs) + len(outputs)
+    for null in reversed(after):
+        if null:
+            _emit(body, "STORE_FAST", null_slot)
+        else:
+            out_slot -= 1
+            _emit(body, "STORE_FAST", out_slot)
+    _emit(body, "PUSH_NULL")
+    _emit(body, "LOAD_CONST", len(consts) - 2)
+    for slot in range(count):
+        if bound[slot]:
+            _emit(body, "LOAD_FAST", slot)
+        else:
+            _emit(body, "LOAD_CONST", len(consts) - 1)
+    for slot in range(count + len(inputs), count + len(inputs) + len(outputs)):
+        _emit(body, "LOAD_FAST", slot)
+    _emit_call(body, count + len(outputs))
+    _emit(body, "RETURN_VALUE")
+    # Every instruction of B is on the break's line: a traceback through it
+    # shows the user's statement.
+    units = len(body) // 2
+    continued = code.replace(
+        co_code=bytes(body),
+        co_linetable=bytes(_line_entries(units, line - code.co_firstlineno)),
+        co_exceptiontable=b"",
+        co_consts=consts,
+        co_varnames=varnames,
+        co_nlocals=len(varnames),
+        co_argcount=count + len(inputs),
+        co_posonlyargcount=0,
+        co_kwonlyargcount=0,
+        co_flags=code.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS),
+        co_stacksize=len(stack_nulls) + count + len(after) + 4,
+        co_qualname=f"{code.co_qualname}.<graph break at line {line}>",
+    )
+    return types.FunctionType(continued, globals_), resume, count

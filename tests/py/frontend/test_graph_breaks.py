@@ -1,0 +1,435 @@
+# Graph breaks: what kiln cannot capture (print, unknown C functions,
+# .item() in control flow, side effects on the caller's objects) runs in
+# CPython as one instruction between two captured graphs; the rest of the
+# function is a resume function that the frame hook captures in turn. Every
+# case is compared with eager on fresh random inputs; the fallback cases
+# (try, with, loops) still run the whole frame in CPython.
+import os
+import traceback
+
+import pytest
+import torch
+from torch import nn
+
+import kiln
+
+def assert_close(actual, expected):
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def check(fn, make_inputs, calls=3):
+    """Compiles `fn`, compares it with eager over `calls` fresh inputs and
+    returns the compiled function."""
+    compiled = kiln.compile(fn)
+    for _ in range(calls):
+        args = make_inputs()
+        assert_close(compiled(*args), fn(*args))
+    return compiled
+
+
+def assert_breaks(compiled, count, graphs):
+    info = kiln.cache_info(compiled)
+    assert not info["runs_in_cpython"], info["fallback_reason"]
+    assert len(info["break_reasons"]) == count, info["break_reasons"]
+    assert info["graph_count"] == graphs, info
+    return info
+
+
+def print_between(x, y):
+    a = torch.relu(x) + y
+    print("a =", a)
+    return (a * y).sum(dim=0)
+
+
+def test_print_between_tensor_ops(capsys):
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    expected = print_between(x, y)
+    eager_out = capsys.readouterr().out
+    compiled = kiln.compile(print_between)
+    for _ in range(2):  # a capture, then a cache hit
+        assert_close(compiled(x, y), expected)
+        assert capsys.readouterr().out == eager_out  # printed once, the same value
+    info = assert_breaks(compiled, 1, 2)
+    assert info["hits"] == 1 and info["breaks"][0]["instruction"] == "CALL"
+    assert info["breaks"][0]["location"] == f"{__file__}:{print_between.__code__.co_firstlineno + 2}"
+    assert "print()" in info["breaks"][0]["reason"]
+    # The part after the break is a graph of its own, captured by the hook.
+    resumed = kiln.code_cache_info(info["breaks"][0]["resume"])
+    assert resumed["entries"] == 1 and "aten::mul" in resumed["graphs"][0]
+    assert "aten::relu" in info["graphs"][0]
+    for _ in range(3):
+        x, y = torch.randn(3, 4), torch.randn(3, 4)
+        assert_close(compiled(x, y), print_between(x, y))
+
+
+def calls_getpid(x):
+    y = x.sin()
+    pid = os.getpid()
+    return y * 2 + (pid > 0)
+
+
+def test_unknown_c_function_mid_function():
+    compiled = check(calls_getpid, lambda: (torch.randn(5),))
+    info = assert_breaks(compiled, 1, 2)
+    assert "getpid" in info["break_reasons"][0]
+
+
+def item_feeds_if(x):
+    y = x.relu()
+    if y.sum().item() > 3:
+        return y * 2
+    return y - 1
+
+
+def test_item_feeding_an_if():
+    compiled = kiln.compile(item_feeds_if)
+    for scale in (0.1, 10.0, 0.1, 10.0):
+        x = torch.randn(8) * scale
+        assert_close(compiled(x), item_feeds_if(x))
+    info = kiln.cache_info(compiled)
+    assert not info["runs_in_cpython"] and "tensor.item()" in info["break_reasons"][0]
+    assert "aten::relu" in info["graphs"][0]
+
+
+def noisy(t, scale=2.0):
+    print("in noisy")
+    return t * scale
+
+
+def break_in_helper(x, y):
+    a = x.cos()
+    b = noisy(a + y)
+    return a + b
+
+
+def test_break_inside_an_inlined_helper(capsys):
+    compiled = check(break_in_helper, lambda: (torch.randn(4), torch.randn(4)))
+    assert capsys.readouterr().out == "in noisy\n" * 6  # once per call, compiled or eager
+    info = assert_breaks(compiled, 1, 2)
+    # The break is the top frame's call; the reason names the helper's line.
+    assert info["breaks"][0]["location"].endswith(f":{break_in_helper.__code__.co_firstlineno + 2}")
+    assert "in noisy" in info["break_reasons"][0]
+    # The helper itself ran in CPython through the hook, which captured it.
+    assert kiln.code_cache_info(noisy)["entries"] >= 1
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.norm = nn.LayerNorm(6)
+
+    def forward(self, x):
+        h = self.norm(self.fc(x))
+        print("block", h.shape)
+        return torch.relu(h) + x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(6, 6)
+        self.block = Block()
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        x = torch.tanh(self.first(x))
+        x = self.block(x)
+        return self.head(x)
+
+
+def test_break_inside_module_forward_with_submodules():
+    torch.manual_seed(0)
+    net = Net().eval()
+    compiled = kiln.compile(net)
+    with torch.no_grad():
+        for rows in (3, 3, 5):
+            x = torch.randn(rows, 6)
+            assert_close(compiled(x), net(x))
+    info = kiln.cache_info(compiled)
+    assert not info["runs_in_cpython"], info["fallback_reason"]
+    assert info["entries"] == 2 and len(info["breaks"]) == 2  # a recompile for 5 rows
+
+
+def cat_around_a_break(a, b, c):
+    return torch.cat([a, noisy(b, scale=3.0), c], dim=0) * 2
+
+
+def tuple_around_a_break(a, b):
+    parts = (1.5, a, noisy(b), "label", None)
+    return parts[1] * parts[0] + parts[2]
+
+
+def test_stack_with_tensors_and_constants_at_the_break():
+    compiled = check(cat_around_a_break, lambda: (torch.randn(2, 3), torch.randn(1, 3),
+                                                  torch.randn(4, 3)))
+    assert_breaks(compiled, 1, 2)
+    compiled = check(tuple_around_a_break, lambda: (torch.randn(3), torch.randn(3)))
+    assert_breaks(compiled, 1, 2)
+
+
+def several_breaks(x):
+    a = x + 1
+    print("one")
+    b = a * 2
+    n = os.getpid()
+    c = b - a
+    print("two", n > 0)
+    return c.sum() + a.mean()
+
+
+def test_several_breaks_in_one_function(capsys):
+    compiled = check(several_breaks, lambda: (torch.randn(4, 4),))
+    info = kiln.cache_info(compiled)
+    assert info["graph_count"] == 4 and len(info["break_reasons"]) == 3
+    assert capsys.readouterr().out.count("one\n") == 6
+
+
+def many_locals(x, items, module, flag=None):
+    t = x * 2
+    n = x.shape[0]
+    made = [t, n, "s"]
+    table = {"k": t + 1, "n": n}
+    nothing = None
+    text = f"rows={n}"
+    print(text)
+    items.append(n)  # the caller's list: the same object after the break
+    out = module(t) + made[0] + table["k"]
+    assert nothing is None and flag is None and made[1] == n and table["n"] == n
+    return out, made, table, text
+
+
+def test_locals_of_many_kinds_live_across_the_break():
+    torch.manual_seed(0)
+    module = nn.Linear(3, 3)
+    compiled = kiln.compile(many_locals)
+    for rows in (2, 2, 4):
+        x = torch.randn(rows, 3)
+        seen, expected_seen = [], []
+        with torch.no_grad():
+            actual = compiled(x, seen, module)
+            expected = many_locals(x, expected_seen, module)
+        assert seen == expected_seen == [rows]
+        assert_close(actual[0], expected[0])
+        assert_close(actual[1][0], expected[1][0])
+        assert actual[1][1:] == expected[1][1:] and actual[3] == expected[3]
+        assert_close(actual[2]["k"], expected[2]["k"])
+    assert kiln.cache_info(compiled)["breaks"]
+
+
+def result_after_break(x):
+    y = x.exp()
+    print("between")
+    z = y.log() + 1
+    return {"z": z, "pair": (y, z * 2), "rows": x.shape[0]}
+
+
+def test_return_value_built_after_the_break():
+    compiled = kiln.compile(result_after_break)
+    for _ in range(3):
+        x = torch.rand(3, 2)
+        actual, expected = compiled(x), result_after_break(x)
+        assert actual.keys() == expected.keys() and actual["rows"] == expected["rows"]
+        assert_close(actual["z"], expected["z"])
+        assert_close(actual["pair"][1], expected["pair"][1])
+    assert_breaks(compiled, 1, 2)
+
+
+def keywords_at_break(x):
+    y = x.abs()
+    print("values", y.shape, sep="|", end="!\n")
+    return y.sqrt()
+
+
+def test_keyword_arguments_at_the_break(capsys):
+    x = torch.randn(5)
+    compiled = kiln.compile(keywords_at_break)
+    assert_close(compiled(x), keywords_at_break(x))
+    out = capsys.readouterr().out
+    assert out == "values|torch.Size([5])!\n" * 2
+    assert_breaks(compiled, 1, 2)
+
+
+def shapes_across_a_break(x, y):
+    a = torch.relu(x) + y
+    print("rows", a.shape[0])
+    return (a * y).sum(dim=0)
+
+
+def test_recompiles_after_the_break():
+    compiled = kiln.compile(shapes_across_a_break)
+    for shape in ((2, 3), (2, 3), (4, 5), (1, 1), (4, 5)):
+        x, y = torch.randn(shape), torch.randn(shape)
+        assert_close(compiled(x, y), shapes_across_a_break(x, y))
+    info = kiln.cache_info(compiled)
+    assert info["entries"] == 3 and info["hits"] == 2 and len(info["breaks"]) == 3
+    # Each entry's break resumes in the same resume function: its cache
+    # holds one entry per shape.
+    assert len({id(item["resume"]) for item in info["breaks"]}) == 1
+    assert kiln.code_cache_info(info["breaks"][0]["resume"])["entries"] == 3
+
+
+def test_fullgraph_raises_at_the_first_break():
+    with pytest.raises(kiln.Unsupported, match="print"):
+        kiln.compile(print_between, fullgraph=True)(torch.randn(2), torch.randn(2))
+
+
+def break_in_try(x):
+    y = x + 1
+    try:
+        print("in try")
+    finally:
+        y = y * 2
+    return y
+
+
+def break_in_with(x):
+    y = x + 1
+    with torch.no_grad():
+        print("in with")
+        y = y * 2
+    return y
+
+
+def break_in_for(x):
+    total = x * 0
+    for i in range(3):
+        print("step", i)
+        total = total + x * i
+    return total
+
+
+def break_in_while(x):
+    i = 0
+    while i < 2:
+        print("step", i)
+        i += 1
+    return x * i
+
+
+@pytest.mark.parametrize("fn, refusal", [
+    (break_in_try, "inside a try or with block"),
+    (break_in_with, "inside a try or with block"),
+    (break_in_for, "inside a loop"),
+    (break_in_while, "inside a loop"),
+])
+def test_breaks_that_are_refused_run_the_frame_in_cpython(fn, refusal):
+    compiled = check(fn, lambda: (torch.randn(3),))
+    info = kiln.cache_info(compiled)
+    assert info["runs_in_cpython"] and not info["breaks"]
+    assert "no graph break: " + refusal in info["fallback_reason"]
+
+
+def raises_after_break(x, limit):
+    y = x * 2
+    print("before the error")
+    if limit < 0:
+        raise ValueError("negative limit")  # the line a traceback must show
+    return y + limit
+
+
+def test_traceback_after_the_break_shows_the_user_line():
+    compiled = kiln.compile(raises_after_break)
+    assert_close(compiled(torch.ones(2), 1), torch.full((2,), 3.0))
+    with pytest.raises(ValueError, match="negative limit") as error:
+        compiled(torch.ones(2), -1)
+    frames = traceback.extract_tb(error.value.__traceback__)
+    raise_line = raises_after_break.__code__.co_firstlineno + 4
+    assert (frames[-1].filename, frames[-1].lineno) == (__file__, raise_line)
+    assert "raise ValueError" in frames[-1].line
+
+
+def fails_at_the_break(x):
+    y = x * 2
+    print("before", undefined_name)  # noqa: F821
+    return y
+
+
+def test_an_error_at_the_break_instruction_shows_its_line():
+    compiled = kiln.compile(fails_at_the_break)
+    with pytest.raises(NameError):
+        compiled(torch.ones(2))
+    with pytest.raises(NameError) as error:
+        fails_at_the_break(torch.ones(2))
+    assert traceback.extract_tb(error.value.__traceback__)[-1].lineno == \
+        fails_at_the_break.__code__.co_firstlineno + 2
+
+
+def mutates_input_then_breaks(x, acc):
+    x.add_(1)
+    y = x * 2
+    acc.append(y.shape[0])
+    return x + y
+
+
+def test_in_place_update_of_an_input_before_the_break():
+    compiled = kiln.compile(mutates_input_then_breaks)
+    for _ in range(3):
+        x = torch.randn(4)
+        x_eager = x.clone()
+        acc, acc_eager = [], []
+        actual = compiled(x, acc)
+        expected = mutates_input_then_breaks(x_eager, acc_eager)
+        assert_close(actual, expected)
+        assert_close(x, x_eager)
+        assert acc == acc_eager == [4]
+    assert kiln.cache_info(compiled)["breaks"]
+
+
+def explained(x, y):
+    a = x.sin() * y
+    print("explained")
+    return a.cos() - y
+
+
+def test_explain_and_logs_report_breaks(capfd, monkeypatch):
+    x, y = torch.randn(2, 2), torch.randn(2, 2)
+    out = kiln.explain(explained, x, y)
+    assert out.graph_count == 2 and out.break_count == 1
+    line = explained.__code__.co_firstlineno + 2
+    assert out.op_count == 4 and out.graphs[1].function == f"explained.<resume after line {line}>"
+    item = out.breaks[0]
+    assert item.graph_break and not item.runs_in_cpython and item.instruction == "CALL"
+    assert item.location == f"{__file__}:{explained.__code__.co_firstlineno + 2}"
+    assert "print()" in item.reason
+    assert_close(out.result, explained(x, y))
+    assert "has a graph break at " + item.location + " (CALL): print()" in str(out)
+    capfd.readouterr()
+    monkeypatch.setenv("KILN_LOGS", "breaks")
+    kiln.reload_logging()
+    try:
+        kiln.compile(several_breaks)(torch.randn(2))
+    finally:
+        monkeypatch.delenv("KILN_LOGS")
+        kiln.reload_logging()
+    err = capfd.readouterr().err
+    assert err.count("has a graph break at") == 3
+    assert f"several_breaks has a graph break at {__file__}:" in err
+
+
+def alias_across_a_break(x):
+    y = x
+    print("alias")
+    y.add_(1)  # through the alias: x changes too
+    return x * 2, y is x
+
+
+def constant_across_a_break(x):
+    t = torch.tensor([1.0, 2.0])
+    print("constant")
+    t.add_(1)  # must not change the next call's constant
+    return x + t
+
+
+def test_aliases_and_constants_across_the_break():
+    compiled = kiln.compile(alias_across_a_break)
+    for _ in range(3):
+        x = torch.randn(2)
+        x_eager = x.clone()
+        (actual, same), (expected, same_eager) = compiled(x), alias_across_a_break(x_eager)
+        assert_close(actual, expected)
+        assert_close(x, x_eager)
+        assert same and same_eager
+    assert kiln.cache_info(compiled)["breaks"]
+    compiled = check(constant_across_a_break, lambda: (torch.randn(2),))
+    assert "tensor constant" in kiln.cache_info(compiled)["fallback_reason"]
