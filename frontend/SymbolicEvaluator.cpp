@@ -769,6 +769,11 @@ OutputTemplate Evaluator::buildOutput(const VariablePtr &value,
   case Kind::Object:
     if (!value->object)
       break;
+    // The template returns this object on every hit: one read from the
+    // frame's inputs must be that object on every call (a type guard alone
+    // returned the first call's geqrf result for later calls).
+    if (value->source && !value->is(Kind::Constant))
+      guards_.addCheck(value->source, identity(value->object));
     result.kind = OutputTemplate::Kind::Constant;
     result.constant = value->object;
     return result;

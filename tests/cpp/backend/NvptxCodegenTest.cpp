@@ -184,9 +184,10 @@ TEST(NvptxCodegen, LibdeviceMathIsLinkedOrRefusedClearly) {
 }
 
 TEST(NvptxCodegen, RowsOfManyPointsGetSixteenElementsALane) {
-  // 512-element rows: a warp each; 4096-element rows (softmax): a block of
-  // 256 lanes each, few rows in flight so that the later loops hit cache.
-  for (int64_t row : {512, 4096})
+  // 512- and 1024-element rows: a warp each; 4096-element rows (softmax): a
+  // block of 256 lanes each, few rows in flight so that the later loops hit
+  // cache.
+  for (int64_t row : {512, 1024, 4096})
     for (DType dtype : {DType::Float32, DType::Float16, DType::Float64}) {
       loop::Program p = program(dtype, {4096, row}, [](Graph &g, Value *x) {
         Value *soft =
@@ -195,7 +196,7 @@ TEST(NvptxCodegen, RowsOfManyPointsGetSixteenElementsALane) {
                   {soft, op(g, "aten::argmax", {x, Argument(1), true})});
       });
       GpuSchedule schedule = scheduleForGpu(p);
-      unsigned lanes = static_cast<unsigned>(row / 16);
+      unsigned lanes = row == 4096 ? 256u : 32u;
       int shared = 0;
       for (const auto &record : schedule.kernels) {
         if (!record || record->lanesPerPoint == 1)
@@ -205,7 +206,7 @@ TEST(NvptxCodegen, RowsOfManyPointsGetSixteenElementsALane) {
         EXPECT_EQ(record->grid, record->points * lanes / std::max(256u, lanes));
       }
       EXPECT_GE(shared, 1) << schedule.str();
-      EXPECT_NE(schedule.str().find(row == 512 ? "mapping=warp-per-point"
+      EXPECT_NE(schedule.str().find(row < 4096 ? "mapping=warp-per-point"
                                                : "block-per-point lanes=256"),
                 std::string::npos)
           << schedule.str();

@@ -433,3 +433,31 @@ def test_aliases_and_constants_across_the_break():
     assert kiln.cache_info(compiled)["breaks"]
     compiled = check(constant_across_a_break, lambda: (torch.randn(2),))
     assert "tensor constant" in kiln.cache_info(compiled)["fallback_reason"]
+
+
+def test_an_object_a_break_leaves_on_the_stack_is_this_calls_object():
+    # The resume function returns what the break computed (a geqrf
+    # structseq, guarded by its type only): each call must return its own,
+    # not the first call's (op_db's geqrf, lu_factor, ldl_factor, lstsq).
+    def fn(x):
+        return torch.geqrf(x)
+
+    compiled = kiln.compile(fn)
+    for rows in (5, 3, 4, 3):
+        x = torch.randn(rows, 2)
+        actual, expected = compiled(x), fn(x)
+        assert type(actual) is type(expected)
+        for a, e in zip(actual, expected):
+            torch.testing.assert_close(a, e)
+
+
+def test_a_returned_input_object_is_this_calls_object():
+    def fn(x, pair):
+        return x + 1, pair
+
+    compiled = kiln.compile(fn)
+    for rows in (2, 2, 2):
+        x = torch.randn(rows)
+        pair = torch.return_types.max((x, x.clone()))
+        result = compiled(x, pair)
+        assert result[1] is pair
