@@ -93,7 +93,7 @@ TensorMeta applyRule(const MetaArgs &args, const ElementwiseRule &rule) {
   }
   for (size_t i = 0; i < tensors.size(); ++i)
     tensors[i] = &converted[i];
-  return elementwiseResult(tensors, dtype);
+  return elementwiseResult(tensors, dtype, promoting.size() == tensors.size());
 }
 
 MetaFunction elementwise(std::vector<int> operands, Result result,
@@ -256,7 +256,7 @@ std::vector<TensorMeta> where(const MetaArgs &args) {
   std::vector<const TensorMeta *> tensors;
   for (const TensorMeta &tensor : converted)
     tensors.push_back(&tensor);
-  return {elementwiseResult(tensors, dtype)};
+  return {elementwiseResult(tensors, dtype, tensors.size() == 3)};
 }
 
 // masked_fill: self's type, broadcast with the mask, and contiguous (torch

@@ -230,8 +230,36 @@ Device commonDevice(const std::vector<const TensorMeta *> &inputs) {
   return scalarDevice.value_or(Device());
 }
 
+// TensorIterator's fast set-up (compute_fast_setup_type): operands of the
+// result's shape that are all contiguous, all channels-last, or all dense
+// with one set of strides give the result that layout, before (and
+// whatever) the stride sort would choose.
+static std::optional<TensorMeta>
+fastSetUp(const std::vector<const TensorMeta *> &inputs, const Shape &shape,
+          DType dtype, Device device) {
+  bool contiguous = true, channelsLast = true, dense = true, sameStrides = true;
+  for (const TensorMeta *input : inputs) {
+    if (input->sizes != shape)
+      return std::nullopt;
+    contiguous &= input->isContiguous();
+    channelsLast &=
+        shape.size() == 4 && isContiguousIn(*input, MemoryFormat::ChannelsLast);
+    dense &= input->isNonOverlappingAndDense();
+    sameStrides &= input->strides == inputs.front()->strides;
+  }
+  if (contiguous)
+    return contiguousLike(dtype, shape, device);
+  if (channelsLast)
+    return TensorMeta(dtype, shape,
+                      stridesForFormat(shape, MemoryFormat::ChannelsLast), 0,
+                      device);
+  if (dense && sameStrides)
+    return TensorMeta(dtype, shape, inputs.front()->strides, 0, device);
+  return std::nullopt;
+}
+
 TensorMeta elementwiseResult(const std::vector<const TensorMeta *> &inputs,
-                             DType resultDType) {
+                             DType resultDType, bool onlyTensors) {
   if (inputs.empty())
     throw Error("an elementwise op needs at least one tensor operand");
   std::vector<const Shape *> shapes;
@@ -242,6 +270,10 @@ TensorMeta elementwiseResult(const std::vector<const TensorMeta *> &inputs,
   int64_t ndim = static_cast<int64_t>(shape.size());
   if (ndim <= 1)
     return contiguousLike(resultDType, std::move(shape), device);
+  if (onlyTensors)
+    if (std::optional<TensorMeta> fast =
+            fastSetUp(inputs, shape, resultDType, device))
+      return *fast;
 
   // Each operand's strides over the broadcast shape, in elements of a common
   // width (torch compares bytes; the order is the same within one operand).

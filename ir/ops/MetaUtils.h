@@ -43,8 +43,12 @@ PromotionOperand operandOf(const Argument &scalar);
 /// The result of an elementwise op over `inputs` (TensorIterator's rules):
 /// the broadcast shape, laid out in the memory order of the inputs, so a
 /// transposed input gives a transposed result. Empty `inputs` is an error.
+/// `onlyTensors`: `inputs` are all the op's operands (no Python number
+/// among them), so TensorIterator's fast set-up applies where they share
+/// the result's shape: contiguous (size-1 dimensions ignored), channels
+/// last, or one set of dense strides is kept as it is.
 TensorMeta elementwiseResult(const std::vector<const TensorMeta *> &inputs,
-                             DType resultDType);
+                             DType resultDType, bool onlyTensors = false);
 
 /// The device of the result of an op over these tensors: 0-d CPU tensors may
 /// mix with tensors of another device; other mixes are an error.

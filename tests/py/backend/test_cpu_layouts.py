@@ -289,3 +289,27 @@ def test_large_matrix_products_call_blas():
     compiled = kiln.compile(lambda a, b: torch.relu(a @ b), fullgraph=True)
     assert_close(compiled(a, b), torch.relu(a @ b))
     assert kernels_of(compiled) == (1, 1)
+
+
+def test_elementwise_results_take_tensoriterators_fast_set_up_layouts():
+    # Operands of the result's shape that are all contiguous (size-1 dims
+    # ignored), all channels-last, or dense with one set of strides give the
+    # result that layout; with a Python number among the operands the stride
+    # sort decides (fuzz seed 603655: an expanded bool ^ a sliced uint8).
+    sliced = torch.arange(17, dtype=torch.uint8).reshape(17, 1, 1)[..., ::2]   # (1, 1, 2)
+    expanded = torch.ones(1, 1, 1, dtype=torch.bool).expand(17, 1, 1)
+    channels_last = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    permuted = torch.randn(4, 5, 6).permute(2, 0, 1)
+    cases = [
+        (lambda a, b: a ^ b, (expanded, sliced)),
+        (lambda a, b: b ^ b, (expanded, sliced)),
+        (lambda a, b: b + 1, (expanded, sliced)),
+        (lambda a, b: a * b, (channels_last, channels_last.clone())),
+        (lambda a, b: a - b, (permuted, permuted.clone().mul_(2))),
+        (lambda a, b: a + b, (permuted, permuted.contiguous())),
+        (lambda a, b: torch.where(a > 0, a, b), (permuted, permuted.clone())),
+    ]
+    for fn, inputs in cases:
+        expected, actual = fn(*inputs), kiln.compile(fn)(*inputs)
+        assert actual.stride() == expected.stride(), (actual.stride(), expected.stride())
+        assert torch.equal(actual, expected)
