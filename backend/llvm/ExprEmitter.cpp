@@ -443,9 +443,16 @@ llvm::Value *ExprEmitter::emitBinary(BinaryOp op, llvm::Value *a,
     case BinaryOp::Copysign:
       return callIntrinsic(llvm::Intrinsic::copysign, {a, b});
     case BinaryOp::Max:
-      return callIntrinsic(llvm::Intrinsic::maximum, {a, b});
-    case BinaryOp::Min:
-      return callIntrinsic(llvm::Intrinsic::minimum, {a, b});
+    case BinaryOp::Min: {
+      llvm::Intrinsic::ID id = op == BinaryOp::Max ? llvm::Intrinsic::maximum
+                                                   : llvm::Intrinsic::minimum;
+      // NaN from either operand, explicitly: LLVM 19's x86 lowering of
+      // llvm.maximum drops a NaN that comes from a half-to-float conversion
+      // (torch.maximum of float16 NaN and 0 gave 0 on AVX2).
+      llvm::Value *extremum = callIntrinsic(id, {a, b});
+      llvm::Value *either = builder_.CreateFCmpUNO(a, b);
+      return builder_.CreateSelect(either, builder_.CreateFAdd(a, b), extremum);
+    }
     case BinaryOp::Eq:
       return builder_.CreateFCmpOEQ(a, b);
     case BinaryOp::Ne:
