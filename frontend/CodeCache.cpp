@@ -41,7 +41,8 @@ std::string qualifiedNameOf(PyObject *function) {
 
 PyObject *runEntry(const CacheEntry &entry,
                    const std::vector<py::object> &graphInputs,
-                   const std::vector<py::object> &reads) {
+                   const std::vector<py::object> &reads,
+                   const CacheOptions &options) {
   std::vector<PyObject *> inputs;
   inputs.reserve(graphInputs.size());
   for (const py::object &input : graphInputs)
@@ -66,8 +67,9 @@ PyObject *runEntry(const CacheEntry &entry,
   for (int item : entry.graphBreak->stack)
     if (item >= 0)
       arguments.push_back(values[item].ptr());
-  // The resume function's frames are captured in turn.
-  HookActivation activation;
+  // The resume function's frames are captured in turn, with this
+  // function's options.
+  HookActivation activation(nullptr, &options);
   return PyObject_Vectorcall(entry.continuation.ptr(), arguments.data(),
                              arguments.size(), nullptr);
 }
@@ -197,7 +199,7 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
       std::string *failure = firstFailure.empty() ? &firstFailure : nullptr;
       if (entry->guards.evaluate(inputs, graphInputs, failure, &reads)) {
         hits_++;
-        return runEntry(*entry, graphInputs, reads);
+        return runEntry(*entry, graphInputs, reads, options_);
       }
     }
     misses_++;
@@ -247,7 +249,7 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     // Over the limit (threads recompiling at once), the entry serves this
     // call only.
     addEntry(entry);
-    return runEntry(*entry, graphInputs, reads);
+    return runEntry(*entry, graphInputs, reads, options_);
   } catch (py::error_already_set &error) {
     error.restore();
     return nullptr;

@@ -124,7 +124,8 @@ PyObject *callInCPython(CompiledFunctionObject *self, PyObject *const *args,
   self->cache->noteFallback();
   // Nested user frames may still be captured; the function's own frame
   // just failed to be (or must not be).
-  HookActivation activation(PyFunction_GET_CODE(self->function));
+  HookActivation activation(PyFunction_GET_CODE(self->function),
+                            &self->cache->options());
   if (!self->boundSelf)
     return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
   py::object bound = py::reinterpret_steal<py::object>(

@@ -22,14 +22,24 @@ thread_local int activeDepth = 0;
 thread_local int suspendedDepth = 0;
 // The code whose next frame runs in CPython untouched (HookActivation's).
 thread_local PyObject *skipNextFrameOf = nullptr;
+// The options of the compiled function the hook captures for (null: the
+// defaults).
+thread_local const CacheOptions *activeOptions = nullptr;
 int installedCount = 0; // guarded by the GIL
 _PyFrameEvalFunction previousEvalFrame = nullptr;
 
 // What kiln decided about one code object, kept in its extra slot.
 struct CodeExtra {
+  explicit CodeExtra(const CacheOptions &options) : cache(options) {}
   bool skip = false;
-  CodeCache cache{CacheOptions{}};
+  CodeCache cache;
 };
+
+CacheOptions inheritedOptions() {
+  CacheOptions options = activeOptions ? *activeOptions : CacheOptions{};
+  options.fullgraph = false; // a nested frame falls back, never raises
+  return options;
+}
 
 void freeCodeExtra(void *extra) { delete static_cast<CodeExtra *>(extra); }
 
@@ -93,7 +103,7 @@ CodeExtra *extraOf(PyCodeObject *code) {
   }
   if (extra)
     return static_cast<CodeExtra *>(extra);
-  auto *created = new CodeExtra();
+  auto *created = new CodeExtra(inheritedOptions());
   constexpr int kGeneratorFlags =
       CO_GENERATOR | CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR;
   // A 3.11 comprehension is a function of an iterator its caller made: its
@@ -237,10 +247,13 @@ void skipCodeInHook(PyObject *code) {
     extra->skip = true;
 }
 
-HookActivation::HookActivation(PyObject *runsInCPython)
-    : previousSkip_(skipNextFrameOf) {
+HookActivation::HookActivation(PyObject *runsInCPython,
+                               const CacheOptions *options)
+    : previousSkip_(skipNextFrameOf), previousOptions_(activeOptions) {
   skippedPrefixes(); // computed before the hook can ask for them
   skipNextFrameOf = runsInCPython;
+  if (options)
+    activeOptions = options;
   ++activeDepth;
   if (installedCount++ == 0) {
     PyInterpreterState *interpreter = PyInterpreterState_Get();
@@ -251,6 +264,7 @@ HookActivation::HookActivation(PyObject *runsInCPython)
 
 HookActivation::~HookActivation() {
   skipNextFrameOf = previousSkip_;
+  activeOptions = previousOptions_;
   --activeDepth;
   if (--installedCount == 0)
     _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(),

@@ -8,6 +8,8 @@
 
 namespace kiln::frontend {
 
+struct CacheOptions;
+
 /// While alive, frames on this thread are offered to kiln. Installs the hook
 /// for the interpreter while any activation exists, on any thread.
 class HookActivation {
@@ -15,13 +17,20 @@ public:
   /// `runsInCPython`: the code of the frame the caller is about to run in
   /// CPython (a compiled function that fell back): the hook leaves its
   /// first frame alone instead of trying to capture it a second time.
-  explicit HookActivation(PyObject *runsInCPython = nullptr);
+  /// `options`: what the compiled function on whose behalf frames are
+  /// captured was asked for (backend, mode, cache limit); code the hook
+  /// meets first under this activation caches with them (fullgraph aside:
+  /// a nested frame falls back, it never raises). Null keeps the enclosing
+  /// activation's.
+  explicit HookActivation(PyObject *runsInCPython = nullptr,
+                          const CacheOptions *options = nullptr);
   ~HookActivation();
   HookActivation(const HookActivation &) = delete;
   HookActivation &operator=(const HookActivation &) = delete;
 
 private:
   PyObject *previousSkip_;
+  const CacheOptions *previousOptions_;
 };
 
 /// While alive, frames on this thread run untouched (kiln's own work:

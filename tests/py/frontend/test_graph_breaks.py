@@ -461,3 +461,29 @@ def test_a_returned_input_object_is_this_calls_object():
         pair = torch.return_types.max((x, x.clone()))
         result = compiled(x, pair)
         assert result[1] is pair
+
+
+def _helper_after_break(y):
+    return torch.sin(y) * 2
+
+
+def test_resume_functions_compile_with_the_compiled_functions_options():
+    # backend="eager" (and mode, cache_limit) reach the graphs after a break
+    # and the frames the hook captures for a function that fell back.
+    from kiln import _resume
+
+    def fn(x):
+        y = x + 1
+        print("break", end="\r")
+        return _helper_after_break(y) - 1
+
+    compiled = kiln.compile(fn, backend="eager")
+    x = torch.randn(8)
+    torch.testing.assert_close(compiled(x), fn(x))
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert kiln.cache_info(compiled)["breaks"], kiln.cache_info(compiled)
+    resumed = list(_resume._resume_codes[fn.__code__].values())
+    assert resumed
+    for code in resumed:
+        runners = kiln.code_cache_info(code)["runners"]
+        assert runners and all(r.startswith("eager") for r in runners), runners
