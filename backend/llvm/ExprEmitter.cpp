@@ -405,6 +405,17 @@ llvm::Value *ExprEmitter::emitIntegerPower(llvm::Value *base,
       result);
 }
 
+// LLVM 19's InstCombine reads select(x > 0, x, 0) over x = select(y < 0,
+// 0, y) as two maxima and folds them into the inner one, whose NaN rule
+// differs: where(relu(y) > 0, relu(y), 0) of NaN gave NaN, eager 0 (fuzz
+// seed 738107). A value that is itself a select, compared, goes through an
+// arithmetic fence (no code) so that the outer select is no min/max idiom.
+llvm::Value *ExprEmitter::fenced(llvm::Value *value) {
+  if (!llvm::isa<llvm::SelectInst>(value) && !llvm::isa<llvm::CallInst>(value))
+    return value;
+  return builder_.CreateArithmeticFence(value, value->getType());
+}
+
 llvm::Value *ExprEmitter::emitBinary(BinaryOp op, llvm::Value *a,
                                      llvm::Value *b, DType dtype) {
   auto unsupported = [&]() -> llvm::Value * {
@@ -458,13 +469,13 @@ llvm::Value *ExprEmitter::emitBinary(BinaryOp op, llvm::Value *a,
     case BinaryOp::Ne:
       return builder_.CreateFCmpUNE(a, b);
     case BinaryOp::Lt:
-      return builder_.CreateFCmpOLT(a, b);
+      return builder_.CreateFCmpOLT(fenced(a), fenced(b));
     case BinaryOp::Le:
-      return builder_.CreateFCmpOLE(a, b);
+      return builder_.CreateFCmpOLE(fenced(a), fenced(b));
     case BinaryOp::Gt:
-      return builder_.CreateFCmpOGT(a, b);
+      return builder_.CreateFCmpOGT(fenced(a), fenced(b));
     case BinaryOp::Ge:
-      return builder_.CreateFCmpOGE(a, b);
+      return builder_.CreateFCmpOGE(fenced(a), fenced(b));
     case BinaryOp::LogicalAnd:
       return builder_.CreateAnd(isTrue(a), isTrue(b));
     case BinaryOp::LogicalOr:

@@ -29,6 +29,9 @@ public:
   /// variable. Values are computed once per scope.
   llvm::Value *emit(const loop::Expr *expr, bool vector);
   llvm::Value *emitUnary(loop::UnaryOp op, llvm::Value *x, DType dtype);
+  /// `value` behind an arithmetic fence where it is a select or a call
+  /// (see the .cpp: an LLVM 19 min/max folding bug).
+  llvm::Value *fenced(llvm::Value *value);
   llvm::Value *emitBinary(loop::BinaryOp op, llvm::Value *a, llvm::Value *b,
                           DType dtype);
   llvm::Value *emitCast(llvm::Value *value, DType from, DType to);

@@ -282,3 +282,17 @@ def _check_extrema(a, b):
         expected, actual = fn(a, b), kiln.compile(fn)(a, b)
         assert torch.equal(actual.isnan(), expected.isnan())
         torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_a_select_compared_again_keeps_its_nan_rule(dtype):
+    # LLVM 19 folded where(relu(y) > 0, relu(y), 0) into relu(y): NaN where
+    # eager gives 0 (fuzz seed 738107).
+    y = torch.tensor([float("nan"), -1.0, 0.0, -0.0, 2.0, float("inf"), float("-inf")] * 3,
+                     dtype=dtype)
+    for fn in (lambda y: torch.where(torch.relu(y) > 0, torch.relu(y), 0.0),
+               lambda y: torch.where(torch.clamp(y, min=0) >= 1, torch.clamp(y, min=0), 1.0),
+               lambda y: torch.where(torch.relu(y) < 1, torch.relu(y), 1.0)):
+        expected, actual = fn(y), kiln.compile(fn)(y)
+        assert torch.equal(actual.isnan(), expected.isnan()), (actual, expected)
+        torch.testing.assert_close(actual, expected, equal_nan=True)
