@@ -15,10 +15,6 @@ namespace {
 // graph runs plain.
 constexpr int kMaxRecordings = 4;
 
-uintptr_t dataAddress(py::handle tensor) {
-  return tensor.attr("data_ptr")().cast<uintptr_t>();
-}
-
 // Follows views (transpose, reshape, slices, …) back to what they alias.
 const Node *aliasRoot(const Value *value) {
   const Node *node = value->producer();
@@ -106,9 +102,9 @@ struct CudaGraphRunner::Recording {
   /// the recording's own buffer that each call's input is copied into.
   std::vector<py::object> inputs;
   std::vector<bool> inPlace;
-  std::vector<uintptr_t> addresses; // of the in-place inputs
-  py::object outputs;               // the recording's results
-  py::object stream;                // recorded for this stream only
+  std::vector<char *> addresses; // of the in-place inputs
+  py::object outputs;            // the recording's results
+  py::object stream;             // recorded for this stream only
 };
 
 CudaGraphRunner::CudaGraphRunner(std::unique_ptr<GraphRunner> inner,
@@ -176,7 +172,8 @@ py::object CudaGraphRunner::record(PyObject *const *inputs,
     }
     recording->inputs.push_back(read);
     recording->inPlace.push_back(inPlace);
-    recording->addresses.push_back(inPlace ? dataAddress(input) : 0);
+    recording->addresses.push_back(inPlace ? dataPointer(input.ptr())
+                                           : nullptr);
     reads[i] = read.ptr();
   }
 
@@ -212,7 +209,7 @@ py::object CudaGraphRunner::replay(PyObject *const *inputs,
   Recording &recording = *recording_;
   for (size_t i = 0; i < count; ++i) {
     if (recording.inPlace[i]) {
-      if (dataAddress(inputs[i]) != recording.addresses[i]) {
+      if (dataPointer(inputs[i]) != recording.addresses[i]) {
         recording_.reset(); // a parameter moved: record again
         return record(inputs, count);
       }

@@ -57,7 +57,6 @@ private:
   mutable int calls_ = 0;
   mutable int recordings_ = 0;
   mutable std::string disabled_;
-  mutable std::vector<uintptr_t> warmAddresses_;
   mutable std::unique_ptr<Recording> recording_;
 };
 

@@ -17,16 +17,6 @@ using loop::Step;
 
 namespace {
 
-char *dataPointer(PyObject *tensor) {
-  static PyObject *name = PyUnicode_InternFromString("data_ptr");
-  PyObject *address = PyObject_CallMethodNoArgs(tensor, name);
-  if (!address)
-    throw py::error_already_set();
-  auto value = PyLong_AsUnsignedLongLong(address);
-  Py_DECREF(address);
-  return reinterpret_cast<char *>(static_cast<uintptr_t>(value));
-}
-
 PyObject *keywordNames(std::initializer_list<const char *> names) {
   PyObject *tuple = PyTuple_New(static_cast<Py_ssize_t>(names.size()));
   Py_ssize_t index = 0;

@@ -91,6 +91,16 @@ int64_t toInt64(py::handle object, const char *what) {
 
 } // namespace
 
+char *dataPointer(PyObject *tensor) {
+  static PyObject *name = PyUnicode_InternFromString("data_ptr");
+  PyObject *address = PyObject_CallMethodNoArgs(tensor, name);
+  if (!address)
+    throw py::error_already_set();
+  auto value = PyLong_AsUnsignedLongLong(address);
+  Py_DECREF(address);
+  return reinterpret_cast<char *>(static_cast<uintptr_t>(value));
+}
+
 TensorMeta tensorMetaOf(py::handle tensor) {
   py::object layout = tensor.attr("layout");
   if (!layout.is(TorchHandles::get().torch.attr("strided")))

@@ -63,6 +63,9 @@ py::object memoryFormatToTorch(MemoryFormat format);
 /// A tensor's dtype, device, sizes, strides and storage offset.
 TensorMeta tensorMetaOf(py::handle tensor);
 
+/// tensor.data_ptr(), called without attribute lookup (per-call paths).
+char *dataPointer(PyObject *tensor);
+
 /// A copy of a tensor's data as a graph constant: contiguous, on the host,
 /// its metadata keeping the tensor's device. Throws Unsupported for tensors
 /// without data (meta, fake).
