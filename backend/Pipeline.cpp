@@ -73,27 +73,38 @@ std::string Target::name() const {
 void cleanUpGraph(Graph &graph) { passes::eliminateDeadCode(graph); }
 
 loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
+  PhaseTimes times("planning (" + std::to_string(graph->nodes().size()) +
+                   " graph nodes)");
   cleanUpGraph(*graph);
+  times.lap("dead code elimination");
   if (logVerbose("graph"))
     logArtifact("graph", "after clean-up\n" + graph->str());
 
   loop::Program program = lowerGraph(std::move(graph), target.tensorDevice());
+  times.lap("lowering");
   logLoopIr(program, "lowering", true);
 
   simplifyIndices(program);
+  times.lap("index simplification");
   logLoopIr(program, "index simplification", false);
   fuseKernels(program);
+  times.lap("fusion");
   logLoopIr(program, "fusion", false);
   chooseLoopOrder(program);
+  times.lap("loop order");
   logLoopIr(program, "loop order", false);
   simplifyIndices(program); // coalesced and dropped loops change the ranges
+  times.lap("index simplification");
   // Kernels whose domains only now agree (a reduction over [2, 8, 256]
   // coalesced to [16, 256], and its epilogue over a [16, 256, 256] view)
   // fuse on the second try.
   fuseKernels(program);
+  times.lap("second fusion");
   logLoopIr(program, "second fusion", false);
   planMemory(program);
+  times.lap("memory planning");
   logLoopIr(program, "memory planning", true);
+  times.log();
   return program;
 }
 

@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 
 namespace kiln {
 namespace {
@@ -157,6 +159,32 @@ std::vector<std::pair<std::string, std::string>> stopLogCapture() {
   settings().capture.reset();
   return capture ? std::move(capture->records)
                  : std::vector<std::pair<std::string, std::string>>{};
+}
+
+PhaseTimes::PhaseTimes(std::string title)
+    : title_(std::move(title)), start_(Clock::now()), last_(start_) {}
+
+void PhaseTimes::lap(std::string_view phase) {
+  Clock::time_point now = Clock::now();
+  phases_.emplace_back(
+      std::string(phase),
+      std::chrono::duration<double, std::milli>(now - last_).count());
+  last_ = now;
+}
+
+double PhaseTimes::totalMilliseconds() const {
+  return std::chrono::duration<double, std::milli>(last_ - start_).count();
+}
+
+void PhaseTimes::log() const {
+  if (!logEnabled("compile_time"))
+    return;
+  std::ostringstream text;
+  text << title_ << ": " << std::fixed << std::setprecision(1)
+       << totalMilliseconds() << " ms\n";
+  for (const auto &[phase, milliseconds] : phases_)
+    text << "  " << std::setw(9) << milliseconds << " ms  " << phase << "\n";
+  logArtifact("compile_time", text.str());
 }
 
 } // namespace kiln

@@ -3,6 +3,7 @@
 // to. Read once from the environment. Depends on nothing in kiln.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,5 +29,23 @@ void reloadLogSettings();
 /// first.
 void startLogCapture(std::vector<std::string> artifacts);
 std::vector<std::pair<std::string, std::string>> stopLogCapture();
+
+/// Wall-clock time of a compilation's phases: `lap(name)` ends the phase
+/// that began at construction or at the previous lap. `KILN_LOGS=
+/// compile_time` prints them (`log`), one line per phase.
+class PhaseTimes {
+public:
+  explicit PhaseTimes(std::string title);
+  void lap(std::string_view phase);
+  /// Prints the phases under `compile_time` when that log is on.
+  void log() const;
+  double totalMilliseconds() const;
+
+private:
+  using Clock = std::chrono::steady_clock;
+  std::string title_;
+  Clock::time_point start_, last_;
+  std::vector<std::pair<std::string, double>> phases_;
+};
 
 } // namespace kiln

@@ -374,28 +374,42 @@ int64_t floorDivide(int64_t value, int64_t divisor) {
          ((value % divisor != 0) && ((value < 0) != (divisor < 0)));
 }
 
-std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var) {
+namespace {
+
+// affineCoefficient over a DAG: each node's coefficient computed once.
+std::optional<int64_t> affineCoefficientOf(
+    const Expr *index, int64_t var,
+    std::unordered_map<const Expr *, std::optional<int64_t>> &memo) {
+  if (auto done = memo.find(index); done != memo.end())
+    return done->second;
+  std::optional<int64_t> result;
+  bool decided = false;
   switch (index->kind()) {
   case ExprKind::Var:
-    return index->id() == var ? 1 : 0;
+    result = index->id() == var ? 1 : 0;
+    decided = true;
+    break;
   case ExprKind::Constant:
-    return 0;
+    result = 0;
+    decided = true;
+    break;
   case ExprKind::Binary: {
     BinaryOp op = index->binaryOp();
     if (op == BinaryOp::Add || op == BinaryOp::Sub) {
-      auto a = affineCoefficient(index->operand(0), var);
-      auto b = affineCoefficient(index->operand(1), var);
-      if (!a || !b)
-        return std::nullopt;
-      return op == BinaryOp::Add ? *a + *b : *a - *b;
+      auto a = affineCoefficientOf(index->operand(0), var, memo);
+      auto b = affineCoefficientOf(index->operand(1), var, memo);
+      if (a && b)
+        result = op == BinaryOp::Add ? *a + *b : *a - *b;
+      decided = true;
+      break;
     }
     if (op == BinaryOp::Mul) {
-      for (int side = 0; side < 2; ++side)
+      for (int side = 0; side < 2 && !decided; ++side)
         if (index->operand(side)->isConstant()) {
-          auto other = affineCoefficient(index->operand(1 - side), var);
-          if (!other)
-            return std::nullopt;
-          return *other * index->operand(side)->integer();
+          auto other = affineCoefficientOf(index->operand(1 - side), var, memo);
+          if (other)
+            result = *other * index->operand(side)->integer();
+          decided = true;
         }
     }
     break;
@@ -403,18 +417,57 @@ std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var) {
   default:
     break;
   }
-  if (dependsOnVar(index, var))
-    return std::nullopt;
-  return 0;
+  if (!decided && !dependsOnVar(index, var))
+    result = 0;
+  memo[index] = result;
+  return result;
+}
+
+} // namespace
+
+std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var) {
+  std::unordered_map<const Expr *, std::optional<int64_t>> memo;
+  return affineCoefficientOf(index, var, memo);
+}
+
+bool anyNode(const Expr *root, const std::function<bool(const Expr *)> &match,
+             const std::function<bool(const Expr *)> &descend) {
+  std::unordered_set<const Expr *> seen;
+  std::vector<const Expr *> pending{root};
+  while (!pending.empty()) {
+    const Expr *node = pending.back();
+    pending.pop_back();
+    if (!seen.insert(node).second)
+      continue;
+    if (match(node))
+      return true;
+    if (!descend || descend(node))
+      for (const Expr *operand : node->operands())
+        pending.push_back(operand);
+  }
+  return false;
 }
 
 bool dependsOnVar(const Expr *expr, int64_t var) {
-  if (expr->kind() == ExprKind::Var)
-    return expr->id() == var;
-  for (const Expr *operand : expr->operands())
-    if (dependsOnVar(operand, var))
-      return true;
-  return false;
+  return anyNode(expr, [&](const Expr *node) {
+    return node->kind() == ExprKind::Var && node->id() == var;
+  });
+}
+
+int64_t operationCount(const Expr *expr,
+                       std::unordered_set<const Expr *> &seen) {
+  int64_t count = 0;
+  std::vector<const Expr *> pending{expr};
+  while (!pending.empty()) {
+    const Expr *node = pending.back();
+    pending.pop_back();
+    if (node->operands().empty() || !seen.insert(node).second)
+      continue;
+    ++count;
+    for (const Expr *operand : node->operands())
+      pending.push_back(operand);
+  }
+  return count;
 }
 
 std::vector<const Expr *> loadsOf(const Expr *expr) {

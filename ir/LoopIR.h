@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace kiln::loop {
@@ -194,6 +195,22 @@ int64_t floorDivide(int64_t value, int64_t divisor);
 std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var);
 /// Whether Var(`var`) occurs in `expr`.
 bool dependsOnVar(const Expr *expr, int64_t var);
+/// Whether some node of `root` (searched below the nodes `descend` accepts,
+/// every node when it is empty) satisfies `match`. Each shared node is
+/// visited once: expressions are DAGs, and a walk of their paths can take
+/// exponential time.
+bool anyNode(const Expr *root, const std::function<bool(const Expr *)> &match,
+             const std::function<bool(const Expr *)> &descend = {});
+/// The operations of `expr` (its distinct nodes with operands, loads and
+/// their indices included) not yet in `seen`, which gains them.
+int64_t operationCount(const Expr *expr,
+                       std::unordered_set<const Expr *> &seen);
+/// A kernel's body grows, by lowering's inlining of single-use values and
+/// by fusion, up to about this many operations. Past it, fusing saves one
+/// store and one load per point among hundreds of operations, while making
+/// one function's machine code (instruction selection and register
+/// allocation over one long body) costs more than linear time.
+constexpr int64_t kMaxKernelOperations = 192;
 /// Every Load node of `expr`, each once.
 std::vector<const Expr *> loadsOf(const Expr *expr);
 /// "add(load(buf2, 4*v0 + v1), 1.0:f32)".

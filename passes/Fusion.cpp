@@ -260,7 +260,10 @@ bool eliminateDeadStores(Program &program) {
     }
     // Reductions no later expression reads.
     std::unordered_set<int64_t> usedReductions;
+    std::unordered_set<const Expr *> seen;
     std::function<void(const Expr *)> markUsed = [&](const Expr *expr) {
+      if (!seen.insert(expr).second)
+        return;
       if (expr->kind() == ExprKind::ReductionValue)
         usedReductions.insert(expr->id());
       for (const Expr *operand : expr->operands())
@@ -311,18 +314,32 @@ bool eliminateDeadStores(Program &program) {
 
 } // namespace
 
+int64_t operationCount(const Kernel &kernel) {
+  std::unordered_set<const Expr *> seen;
+  int64_t count = 0;
+  forEachExpr(kernel,
+              [&](const Expr *expr) { count += operationCount(expr, seen); });
+  return count;
+}
+
 void fuseKernels(Program &program) {
   std::vector<Step> fused;
+  int64_t lastCount = 0; // operationCount of fused.back()'s kernel
   for (Step &step : program.steps) {
+    int64_t count =
+        step.kind == Step::Kind::Kernel ? operationCount(step.kernel) : 0;
     if (step.kind == Step::Kind::Kernel && !fused.empty() &&
-        fused.back().kind == Step::Kind::Kernel) {
+        fused.back().kind == Step::Kind::Kernel &&
+        lastCount + count <= kMaxKernelOperations) {
       if (auto merged =
               tryMerge(*program.exprs, fused.back().kernel, step.kernel)) {
         fused.back().kernel = std::move(*merged);
+        lastCount += count;
         continue;
       }
     }
     fused.push_back(std::move(step));
+    lastCount = count;
   }
   program.steps = std::move(fused);
   for (Step &step : program.steps)

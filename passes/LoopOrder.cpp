@@ -16,17 +16,13 @@ namespace {
 // Whether `var` occurs somewhere other than inside an index (a value that
 // depends on its position, like tril's mask or arange).
 bool usedAsValue(const Expr *expr, int64_t var) {
-  switch (expr->kind()) {
-  case ExprKind::Var:
-    return expr->id() == var;
-  case ExprKind::Load:
-    return false; // indices are checked by the caller
-  default:
-    for (const Expr *operand : expr->operands())
-      if (usedAsValue(operand, var))
-        return true;
-    return false;
-  }
+  return anyNode(
+      expr,
+      [&](const Expr *node) {
+        return node->kind() == ExprKind::Var && node->id() == var;
+      },
+      // Indices are checked by the caller.
+      [](const Expr *node) { return node->kind() != ExprKind::Load; });
 }
 
 // Index expressions: every load's and store's index, including loads nested

@@ -236,6 +236,15 @@ void Lowerer::lowerNode(const Node &node) {
   afterNode(node);
 }
 
+bool Lowerer::tooLongToInline(const LoweredTensor &tensor) {
+  Index index;
+  for (int64_t d = 0; d < tensor.dim(); ++d)
+    index.push_back(exprs().var(d));
+  std::unordered_set<const Expr *> seen;
+  return loop::operationCount(tensor.loader(index), seen) >
+         loop::kMaxKernelOperations;
+}
+
 void Lowerer::afterNode(const Node &node) {
   for (const auto &result : node.results()) {
     LoweredTensor &tensor = tensors_.at(result.get());
@@ -244,7 +253,8 @@ void Lowerer::afterNode(const Node &node) {
     if (isOutput_.count(result.get()))
       tensor = realize(tensor, result->meta(), BufferKind::Tensor,
                        shortOpName(node));
-    else if (users_[result.get()] >= 2 && !tensor.cheap)
+    else if (!tensor.cheap &&
+             (users_[result.get()] >= 2 || tooLongToInline(tensor)))
       tensor = realize(tensor, result->meta(), BufferKind::Temporary,
                        shortOpName(node));
   }

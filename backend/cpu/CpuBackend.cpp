@@ -17,6 +17,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/SmallVectorMemoryBuffer.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Transforms/Utils/Cloning.h>
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 namespace kiln::backend {
@@ -75,6 +77,86 @@ std::string assemblyOf(const llvm::Module &module,
     return "; the target cannot emit assembly";
   passes.run(*copy);
   return std::string(text);
+}
+
+// One kernel's module on its way to machine code.
+struct ModuleToCompile {
+  std::unique_ptr<llvm::LLVMContext> context;
+  std::unique_ptr<llvm::Module> module;
+  std::unique_ptr<llvm::MemoryBuffer> object;
+  std::string optimisedText, assembly; // when their logs are on
+  std::string error;
+};
+
+// Verifies, optimises and compiles `pending` to an object file with
+// `machine` (one per thread: target machines are not thread-safe).
+void compileModule(ModuleToCompile &pending, llvm::TargetMachine &machine) {
+  llvm::Module &module = *pending.module;
+  std::string problems;
+  llvm::raw_string_ostream problemStream(problems);
+  if (llvm::verifyModule(module, &problemStream)) {
+    pending.error = "the CPU code generator made invalid LLVM IR: " + problems;
+    return;
+  }
+  optimise(module, machine);
+  if (logEnabled("llvm_opt"))
+    pending.optimisedText = moduleText(module);
+  if (logEnabled("asm"))
+    pending.assembly = assemblyOf(module, machine);
+  llvm::SmallVector<char, 0> buffer;
+  llvm::raw_svector_ostream stream(buffer);
+  llvm::legacy::PassManager passes;
+  if (machine.addPassesToEmitFile(passes, stream, nullptr,
+                                  llvm::CodeGenFileType::ObjectFile)) {
+    pending.error = "the host's LLVM target cannot emit object files";
+    return;
+  }
+  passes.run(module);
+  pending.object = std::make_unique<llvm::SmallVectorMemoryBuffer>(
+      std::move(buffer), module.getName(), /*RequiresNullTerminator=*/false);
+}
+
+// Threads that compile a program's modules: KILN_COMPILE_THREADS, or one
+// per hardware thread.
+unsigned compileThreadLimit() {
+  if (const char *text = std::getenv("KILN_COMPILE_THREADS")) {
+    int threads = std::atoi(text);
+    if (threads >= 1)
+      return static_cast<unsigned>(threads);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Compiles every module to an object, on up to compileThreadLimit()
+// threads (modules taken in order as threads free up); throws the first
+// error. Returns the threads used.
+unsigned compileModules(std::vector<ModuleToCompile> &modules, CpuJit &jit) {
+  unsigned threads = static_cast<unsigned>(
+      std::min<size_t>(compileThreadLimit(), modules.size()));
+  std::atomic<size_t> next{0};
+  std::vector<std::string> failures(threads);
+  auto work = [&](unsigned thread) {
+    try {
+      std::unique_ptr<llvm::TargetMachine> machine = jit.newTargetMachine();
+      for (size_t index = next++; index < modules.size(); index = next++)
+        compileModule(modules[index], *machine);
+    } catch (const std::exception &error) {
+      failures[thread] = error.what();
+    }
+  };
+  std::vector<std::thread> workers;
+  for (unsigned thread = 1; thread < threads; ++thread)
+    workers.emplace_back(work, thread);
+  work(0);
+  for (std::thread &worker : workers)
+    worker.join();
+  for (const std::string &failure : failures)
+    if (!failure.empty())
+      throw Error(failure);
+  for (const ModuleToCompile &pending : modules)
+    if (!pending.error.empty())
+      throw Error(pending.error);
+  return threads;
 }
 
 using KernelFunction = void (*)(char *const *, int64_t, int64_t);
@@ -161,16 +243,12 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program) {
 
 std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
                                                 const CpuSchedule &schedule) {
-  auto start = std::chrono::steady_clock::now();
+  PhaseTimes times("CPU code generation (" +
+                   std::to_string(program.steps.size()) + " steps)");
   CpuJit &jit = CpuJit::instance();
   const MathLibrary &math = MathLibrary::instance(jit.host().vectorBits);
   std::unique_ptr<CpuProgram> result(new CpuProgram());
   uint64_t programNumber = programCount.fetch_add(1);
-
-  auto context = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>(
-      "kiln_program_" + std::to_string(programNumber), *context);
-  jit.prepare(*module);
 
   // IR logs show every kernel, so they bypass the cache.
   bool cached =
@@ -180,6 +258,10 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
   std::vector<std::string> keys(program.steps.size());
   std::vector<size_t> sameAs(program.steps.size()); // step compiling its code
   std::vector<std::string> names(program.steps.size());
+  // Each kernel to compile is a module of its own, in its own context, so
+  // that modules optimise and compile on several threads.
+  std::vector<ModuleToCompile> modules;
+  std::vector<size_t> stepOfModule;
   result->impl_->kernels.resize(program.steps.size());
   for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
     const loop::Step &step = program.steps[stepIndex];
@@ -188,9 +270,15 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
     const loop::Kernel &kernel = step.kernel;
     names[stepIndex] = "kiln_" + std::to_string(programNumber) + "_" +
                        std::to_string(stepIndex) + "_" + kernel.name;
+    ModuleToCompile pending;
+    pending.context = std::make_unique<llvm::LLVMContext>();
+    pending.module =
+        std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
+    jit.prepare(*pending.module);
     const KernelSchedule &plan = schedule.kernel(stepIndex);
-    EmittedKernel emitted = emitCpuKernel(*module, program, kernel, plan,
-                                          names[stepIndex], jit.host(), math);
+    EmittedKernel emitted =
+        emitCpuKernel(*pending.module, program, kernel, plan, names[stepIndex],
+                      jit.host(), math);
     CompiledKernel compiled;
     for (size_t level = 0; level < plan.parallelDepth; ++level)
       compiled.parallelRange *= kernel.outerRanges[level];
@@ -210,6 +298,7 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
         kernel.outerRanges.size() == 1)
       compiled.alignment = plan.lanes * plan.unroll;
     sameAs[stepIndex] = stepIndex;
+    result->impl_->kernels[stepIndex] = compiled;
     if (cached) {
       std::string key = kernelKey(*emitted.function);
       auto found = firstStepOf.find(key);
@@ -224,45 +313,53 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
         }
       }
       if (found != firstStepOf.end() || code) {
-        emitted.function->eraseFromParent();
         if (code) {
           result->impl_->code.push_back(std::move(code));
-          compiled.function = function;
+          result->impl_->kernels[stepIndex]->function = function;
         } else {
           sameAs[stepIndex] = found->second;
         }
         std::lock_guard<std::mutex> lock(cache.mutex);
         ++cache.stats.reused;
-      } else {
-        firstStepOf.emplace(key, stepIndex);
-        keys[stepIndex] = std::move(key);
-      }
-    }
-    result->impl_->kernels[stepIndex] = compiled;
-  }
-  if (!firstStepOf.empty() || !cached) {
-    if (logEnabled("llvm"))
-      logArtifact("llvm", moduleText(*module));
-    std::string problems;
-    llvm::raw_string_ostream problemStream(problems);
-    if (llvm::verifyModule(*module, &problemStream))
-      throw Error("the CPU code generator made invalid LLVM IR: " + problems);
-    {
-      std::lock_guard<std::mutex> lock(jit.targetMachineMutex());
-      optimise(*module, jit.targetMachine());
-      if (logEnabled("llvm_opt"))
-        logArtifact("llvm_opt", moduleText(*module));
-      if (logEnabled("asm"))
-        logArtifact("asm", assemblyOf(*module, jit.targetMachine()));
-    }
-
-    std::shared_ptr<JitCode> ownCode =
-        jit.addModule(std::move(module), std::move(context));
-    result->impl_->code.push_back(ownCode);
-    for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
-      std::optional<CompiledKernel> &kernel = result->impl_->kernels[stepIndex];
-      if (!kernel || kernel->function || sameAs[stepIndex] != stepIndex)
         continue;
+      }
+      firstStepOf.emplace(key, stepIndex);
+      keys[stepIndex] = std::move(key);
+    }
+    modules.push_back(std::move(pending));
+    stepOfModule.push_back(stepIndex);
+  }
+  times.lap("LLVM IR emission and cache lookup");
+  if (!modules.empty()) {
+    if (logEnabled("llvm")) {
+      std::string text;
+      for (const ModuleToCompile &pending : modules)
+        text += moduleText(*pending.module);
+      logArtifact("llvm", text);
+    }
+    unsigned threads = compileModules(modules, jit);
+    times.lap("LLVM optimisation and machine code (" +
+              std::to_string(modules.size()) + " modules, " +
+              std::to_string(threads) + " threads)");
+    if (logEnabled("llvm_opt") || logEnabled("asm")) {
+      std::string optimised, assembly;
+      for (const ModuleToCompile &pending : modules) {
+        optimised += pending.optimisedText;
+        assembly += pending.assembly;
+      }
+      if (logEnabled("llvm_opt"))
+        logArtifact("llvm_opt", optimised);
+      if (logEnabled("asm"))
+        logArtifact("asm", assembly);
+    }
+    std::vector<std::unique_ptr<llvm::MemoryBuffer>> objects;
+    for (ModuleToCompile &pending : modules)
+      objects.push_back(std::move(pending.object));
+    modules.clear();
+    std::shared_ptr<JitCode> ownCode = jit.addObjects(std::move(objects));
+    result->impl_->code.push_back(ownCode);
+    for (size_t stepIndex : stepOfModule) {
+      std::optional<CompiledKernel> &kernel = result->impl_->kernels[stepIndex];
       kernel->function =
           reinterpret_cast<KernelFunction>(jit.lookup(names[stepIndex]));
       if (!cached)
@@ -275,15 +372,14 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
       if (cache.pruneIfDue())
         jit.releaseDeadSymbols();
     }
+    times.lap("linking");
   }
   for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex)
     if (result->impl_->kernels[stepIndex] && sameAs[stepIndex] != stepIndex)
       result->impl_->kernels[stepIndex]->function =
           result->impl_->kernels[sameAs[stepIndex]]->function;
-  result->impl_->compileMilliseconds =
-      std::chrono::duration<double, std::milli>(
-          std::chrono::steady_clock::now() - start)
-          .count();
+  result->impl_->compileMilliseconds = times.totalMilliseconds();
+  times.log();
   return result;
 }
 

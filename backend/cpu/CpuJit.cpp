@@ -43,8 +43,8 @@ CpuJit::CpuJit() {
                             "cannot describe the host CPU to LLVM");
   builder.setCPU(host_.cpuName);
   builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
-  machine_ = unwrapLlvm(builder.createTargetMachine(),
-                        "cannot create an LLVM target machine for the host");
+  machineBuilder_ =
+      std::make_unique<llvm::orc::JITTargetMachineBuilder>(builder);
   jit_ = unwrapLlvm(llvm::orc::LLJITBuilder()
                         .setJITTargetMachineBuilder(std::move(builder))
                         .create(),
@@ -78,6 +78,21 @@ CpuJit::addModule(std::unique_ptr<llvm::Module> module,
                                                           std::move(context))),
             "cannot add a module to the JIT");
   return code;
+}
+
+std::shared_ptr<JitCode>
+CpuJit::addObjects(std::vector<std::unique_ptr<llvm::MemoryBuffer>> objects) {
+  auto code = std::make_shared<JitCode>(
+      jit_->getMainJITDylib().createResourceTracker());
+  for (std::unique_ptr<llvm::MemoryBuffer> &object : objects)
+    checkLlvm(jit_->addObjectFile(code->tracker_, std::move(object)),
+              "cannot add an object file to the JIT");
+  return code;
+}
+
+std::unique_ptr<llvm::TargetMachine> CpuJit::newTargetMachine() const {
+  return unwrapLlvm(machineBuilder_->createTargetMachine(),
+                    "cannot create an LLVM target machine for the host");
 }
 
 uint64_t CpuJit::lookup(const std::string &symbol) {

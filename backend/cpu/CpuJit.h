@@ -7,14 +7,16 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <vector>
 
 namespace llvm {
 class LLVMContext;
+class MemoryBuffer;
 class Module;
 class TargetMachine;
 namespace orc {
+class JITTargetMachineBuilder;
 class LLJIT;
 } // namespace orc
 } // namespace llvm
@@ -45,14 +47,18 @@ public:
   std::shared_ptr<JitCode>
   addModule(std::unique_ptr<llvm::Module> module,
             std::unique_ptr<llvm::LLVMContext> context);
+  /// Takes object files compiled for the host (by newTargetMachine()'s
+  /// machines), linked on the first lookup of one of their functions; their
+  /// code is freed when the returned JitCode is. Throws kiln::Error.
+  std::shared_ptr<JitCode>
+  addObjects(std::vector<std::unique_ptr<llvm::MemoryBuffer>> objects);
+  /// A target machine for the host as the JIT compiles for it, owned by
+  /// the caller (one per compiling thread).
+  std::unique_ptr<llvm::TargetMachine> newTargetMachine() const;
   /// The address of a compiled function; throws kiln::Error when missing.
   uint64_t lookup(const std::string &symbol);
   /// Forgets the symbol names of freed code (ORC keeps them until asked).
   void releaseDeadSymbols();
-  /// The host's target machine (for optimisation and assembly listings);
-  /// hold `targetMachineMutex()` while using it.
-  llvm::TargetMachine &targetMachine() { return *machine_; }
-  std::mutex &targetMachineMutex() { return machineMutex_; }
   /// The host's target triple and CPU name, as the JIT compiles for them.
   std::string targetTriple() const;
   std::string cpuName() const;
@@ -60,8 +66,7 @@ public:
 private:
   HostTarget host_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
-  std::unique_ptr<llvm::TargetMachine> machine_;
-  std::mutex machineMutex_;
+  std::unique_ptr<llvm::orc::JITTargetMachineBuilder> machineBuilder_;
 };
 
 } // namespace kiln::backend

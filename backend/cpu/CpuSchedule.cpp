@@ -37,6 +37,30 @@ int64_t countOperations(const Expr *value) {
   return count;
 }
 
+// Instructions a value's arithmetic takes per point, roughly: a call of the
+// math library (inline polynomials) counts kMathCallCost.
+constexpr int64_t kMathCallCost = 16;
+int64_t bodyCost(const Expr *value, std::unordered_set<const Expr *> &seen) {
+  int64_t cost = 0;
+  std::function<void(const Expr *)> visit = [&](const Expr *node) {
+    if (!seen.insert(node).second || node->operands().empty())
+      return;
+    bool call = node->kind() == ExprKind::Unary &&
+                mathFunctionName(node->unaryOp()) != nullptr;
+    cost += call ? kMathCallCost : 1;
+    for (const Expr *operand : node->operands())
+      visit(operand);
+  };
+  visit(value);
+  return cost;
+}
+
+// Past this many instructions per point a loop body has independent work
+// enough to fill the pipelines: unrolling it gains nothing and multiplies
+// the machine code the JIT makes (instruction selection and register
+// allocation of long bodies cost more than linear time).
+constexpr int64_t kUnrolledBodyLimit = 256;
+
 // Picks how to vectorise by estimating the instructions each choice issues
 // per outer point. Loops whose innermost variable has no contiguous access
 // stay scalar under the inner strategy.
@@ -129,8 +153,14 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
   if (outerWorks && outerCost < best)
     schedule.strategy = VectorStrategy::Outer;
   schedule.lanes = schedule.strategy == VectorStrategy::Scalar ? 1 : lanes;
+  std::unordered_set<const Expr *> seen;
+  int64_t cost = 0;
+  forEachExpr(kernel,
+              [&](const Expr *value) { cost += bodyCost(value, seen); });
   schedule.unroll =
-      schedule.strategy == VectorStrategy::Scalar ? 1 : host.unroll;
+      schedule.strategy == VectorStrategy::Scalar || cost > kUnrolledBodyLimit
+          ? 1
+          : host.unroll;
 }
 
 // A kernel whose vectorised output is at least host.streamingBytes writes
@@ -254,9 +284,19 @@ void planCarried(KernelSchedule &schedule, const loop::Kernel &kernel) {
     // The largest expensive subexpressions of the producer's reductions.
     std::vector<const Expr *> candidates;
     std::unordered_set<const Expr *> seen;
+    std::unordered_map<const Expr *, bool> variesMemo;
+    std::function<bool(const Expr *)> varies = [&](const Expr *node) {
+      if (auto found = variesMemo.find(node); found != variesMemo.end())
+        return found->second;
+      bool result = node->kind() == ExprKind::Var && node->id() == lastVar;
+      for (const Expr *operand : node->operands())
+        result = result || varies(operand);
+      variesMemo[node] = result;
+      return result;
+    };
     std::function<void(const Expr *)> collect = [&](const Expr *node) {
       if (!seen.insert(node).second || node->kind() == ExprKind::Load ||
-          !loop::dependsOnVar(node, lastVar) || !expensive(node))
+          !varies(node) || !expensive(node))
         return;
       // Stack arrays hold floats only (a Bool's i1 has no byte layout).
       if (isFloatingPoint(node->dtype()))

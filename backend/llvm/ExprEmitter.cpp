@@ -99,12 +99,9 @@ bool ExprEmitter::varying(const Expr *expr) {
 }
 
 bool ExprEmitter::indexReadsVectorReduction(const Expr *expr) {
-  if (expr->kind() == ExprKind::ReductionValue)
-    return varying(expr);
-  for (const Expr *operand : expr->operands())
-    if (indexReadsVectorReduction(operand))
-      return true;
-  return false;
+  return loop::anyNode(expr, [&](const Expr *node) {
+    return node->kind() == ExprKind::ReductionValue && varying(node);
+  });
 }
 
 llvm::Value *ExprEmitter::emit(const Expr *expr, bool vector) {

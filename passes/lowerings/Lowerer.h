@@ -143,6 +143,10 @@ private:
   void lowerNode(const Node &node);
   void lowerExtern(const Node &node);
   void afterNode(const Node &node);
+  /// Whether a virtual tensor's element takes more operations than one
+  /// kernel should hold (loop::kMaxKernelOperations): it is realized, and
+  /// its readers load it.
+  bool tooLongToInline(const LoweredTensor &tensor);
   int64_t bufferOfValue(const Value *value, bool mustBeTensor);
   int64_t outputBuffer(const Value *value);
   int64_t viewBufferFor(const Placement &placement, const Shape &sizes,

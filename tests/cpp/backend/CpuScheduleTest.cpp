@@ -286,3 +286,29 @@ TEST(CpuSchedule, CompiledCodeFollowsTheSchedule) {
   // A schedule without the program's kernel is an error, not a guess.
   EXPECT_THROW(backend::CpuProgram::compile(program, CpuSchedule()), Error);
 }
+
+TEST(CpuSchedule, LongBodiesAreNotUnrolled) {
+  // Unrolling gives short bodies independent work; a body of hundreds of
+  // instructions has plenty, and unrolling it would only multiply the
+  // machine code to make.
+  auto chain = [](int length) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, {64, 32}));
+    for (int step = 0; step < length; ++step)
+      x = op(*graph, "aten::tanh",
+             {op(*graph, "aten::add.Tensor", {x, 1.0 + step})});
+    graph->setOutputs({x});
+    return lowerAndFuse(graph);
+  };
+  loop::Program shortChain = chain(2);
+  EXPECT_EQ(
+      onlyKernel(shortChain, backend::scheduleForCpu(shortChain, avx2Host()))
+          .unroll,
+      2);
+  loop::Program longChain = chain(40);
+  KernelSchedule kernel =
+      onlyKernel(longChain, backend::scheduleForCpu(longChain, avx2Host()));
+  EXPECT_EQ(kernel.strategy, VectorStrategy::Outer);
+  EXPECT_EQ(kernel.unroll, 1);
+  EXPECT_EQ(kernel.vectorWidths(), std::vector<int>({8}));
+}

@@ -257,3 +257,46 @@ TEST(Scheduler, IndexSimplificationRecombinesQuotientAndRemainder) {
   EXPECT_EQ(stores[0].index, e.add(e.mul(v0, e.integer(256)), v1));
   EXPECT_FALSE(loop::affineCoefficient(stores[1].index, 0).has_value());
 }
+
+// Two values that read each other in turn (x = x + y; y = y * x) make each
+// step's expression a DAG whose paths double with every step: walks that
+// visit every path (dead-store elimination's reduction marking did) took
+// exponential time; shared nodes are visited once now.
+TEST(Scheduler, InterleavedChainsPlanInLinearTime) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {16, 8}));
+  Value *y = graph->addInput(TensorMeta(DType::Float32, {16, 8}));
+  for (int step = 0; step < 120; ++step) {
+    x = op(*graph, "aten::add.Tensor", {x, y});
+    y = op(*graph, "aten::mul.Tensor", {y, x});
+  }
+  graph->setOutputs({x, y});
+  loop::Program program = schedule(graph);
+  EXPECT_FALSE(kernelsOf(program).empty());
+}
+
+// Fusion stops growing a kernel at a bounded number of operations: a long
+// chain becomes several kernels (each with a bounded body, so the machine
+// code of each is quick to make), and a short one stays one kernel.
+TEST(Scheduler, LongChainsSplitIntoBoundedKernels) {
+  auto chain = [](int length) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, {16, 8}));
+    for (int step = 0; step < length; ++step)
+      x = op(*graph, "aten::mul.Tensor",
+             {op(*graph, "aten::add.Tensor", {x, 1.0 + step}), 0.5});
+    graph->setOutputs({x});
+    return graph;
+  };
+  EXPECT_EQ(kernelsOf(schedule(chain(20))).size(), 1u);
+  loop::Program program = schedule(chain(2000));
+  size_t kernels = kernelsOf(program).size();
+  EXPECT_GT(kernels, 4u);
+  EXPECT_LT(kernels, 64u);
+  // Each kernel stores its result for the next: all but the last are
+  // temporaries, each read by one later kernel.
+  for (const loop::Kernel *kernel : kernelsOf(program)) {
+    ASSERT_EQ(kernel->loops.size(), 1u);
+    EXPECT_EQ(kernel->loops[0].stores.size(), 1u);
+  }
+}
