@@ -7,6 +7,7 @@ import os
 import shutil
 
 TIMED = ("ok", "FALLBACK", "WRONG")   # statuses that still have a time to show
+ALLOCATOR_LABELS = {"plain": "plain process", "retained": "retained memory"}   # runner's --allocator modes
 
 
 def format_time(seconds):
@@ -104,6 +105,18 @@ def table(run, notes):
     return lines
 
 
+def allocator_line(run_at):
+    """The malloc variables the benchmark process saw, as a check on its mode."""
+    seen = run_at["allocator_env"]
+    if seen is None:
+        return "Allocator: not recorded (the process died first)."
+    if not seen:
+        text = "Allocator: glibc's defaults (the process saw no `MALLOC_*` variable)."
+    else:
+        text = "Allocator: " + ", ".join(f"`{name}={value}`" for name, value in seen.items()) + "."
+    return text + (" **Not a plain process.**" if run_at["allocator"] == "plain" and seen else "")
+
+
 def markdown(run, chart_name):
     environment, settings = run["environment"], run["settings"]
     notes = Notes()
@@ -114,15 +127,19 @@ def markdown(run, chart_name):
              f"torch {environment['torch']}, transformers {environment['transformers']}.",
              f"- kiln: {environment['kiln']} (column compiled with `{environment['kiln_via']}`); "
              f"repository at `{environment['commit']}`.",
-             f"- Allocator: glibc malloc in the benchmark processes with "
-             + (", ".join(f"`{k}={v}`" for k, v in environment.get("allocator", {}).items()) or "its defaults")
-             + " (freed blocks stay with the process, so calls do not fault their outputs' pages in again; "
-             "see `ALLOCATOR_ENV` in bench/runner.py).",
+             "- Allocator (`--allocator`; this run: "
+             + ", ".join(dict.fromkeys(ALLOCATOR_LABELS[r["allocator"]] for r in run["runs"])) + "): a *plain "
+             "process* runs with glibc malloc's defaults, no `MALLOC_*` variable set, as users run; malloc then "
+             "hands a freed block above its mmap threshold back to the OS, so a workload with megabyte outputs "
+             "may fault their pages in again on every call. A *retained-memory* process sets "
+             "`MALLOC_MMAP_THRESHOLD_` and `MALLOC_TRIM_THRESHOLD_` high (`ALLOCATOR_ENV` in bench/runner.py), so "
+             "freed memory stays with the process as in a long-running one's steady state, and the times compare "
+             "kernels, not page faults. Each table's heading says which; under it, the variables its process saw.",
              f"- Load average (1 min) at start / end: {run['load_average_start'][0]:.2f} / "
              f"{run['load_average_end'][0]:.2f}; the whole run took {run['wall_s']:.0f} s"
              + (" (**--quick**: few samples, numbers are rough)." if run["quick"] else "."),
-             f"- Method: one process per thread count, all three columns in it on the same inputs; Inductor's "
-             f"cache starts empty for each thread count and dynamo is reset between workloads. Time is the median "
+             f"- Method: one process per thread count and allocator mode, all three columns in it on the same "
+             f"inputs; Inductor's cache starts empty for each such process and dynamo is reset between workloads. Time is the median "
              f"of {sample_range} samples (as many as fit in {settings['timing_budget_s']:.0f} s per column) taken "
              f"round-robin across the columns after {settings['warmup']} warm-up call(s), each sample at least {settings['min_sample_s'] * 1e3:.0f} ms of "
              f"back-to-back calls, device-synchronised. Speedup = eager time / compiled time; kiln vs Inductor = Inductor time / kiln "
@@ -133,7 +150,9 @@ def markdown(run, chart_name):
              "", f"![speedups over eager]({chart_name})", ""]
     for run_at in run["runs"]:
         bandwidth = run_at["bandwidth"]
-        lines += [f"## {run_at['threads']} threads (`torch.set_num_threads({run_at['threads']})`)", "",
+        lines += [f"## {run_at['threads']} threads, {ALLOCATOR_LABELS[run_at['allocator']]} "
+                  f"(`torch.set_num_threads({run_at['threads']})`)", "",
+                  allocator_line(run_at) + " " +
                   (f"Memory bandwidth (copy of {bandwidth['bytes'] / 2 ** 21:.0f} MiB, read + write): "
                    f"{bandwidth['bytes_per_s'] / 1e9:.1f} GB/s." if bandwidth else "Memory bandwidth: not measured.") +
                   " One-time start-up, tiny compile: " +
@@ -174,7 +193,8 @@ def chart(run, path):
         axis.set_yticks(range(len(names)), names, fontsize=8)
         axis.invert_yaxis()
         axis.set_xlabel("speedup over eager (log scale; right of the line is faster)")
-        axis.set_title(f"{run['environment']['device']}, {run_at['threads']} threads, {run['date']}")
+        axis.set_title(f"{run['environment']['device']}, {run_at['threads']} threads, "
+                       f"{ALLOCATOR_LABELS[run_at['allocator']]}, {run['date']}")
         axis.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)

@@ -221,6 +221,7 @@ def worker(arguments):
     settings = QUICK if arguments.quick else FULL
     kiln, kiln_error = import_kiln()
     results = {"threads": torch.get_num_threads(), "kiln_error": kiln_error,
+               "allocator_env": malloc_variables(os.environ),   # as this process sees them
                "warm_start_s": warm_start(kiln, arguments.kiln_via, arguments.device),
                "bandwidth": bandwidth_probe(arguments.device, settings), "workloads": []}
     for workload in select_workloads(arguments.only)[arguments.start:]:
@@ -245,28 +246,39 @@ def worker(arguments):
 # columns alike. Early in a process that dominated: on the 16-core Xeon the
 # first workload ran 3-4x slower in every column (softmax: eager 1163 us and
 # 7.0M page faults; 324 us and 213K faults when the same process ran it again).
-# The workers keep freed memory instead, as a long-running process reaches in
-# steady state, so the tables compare kernels, not page faults. An allocator
-# setting the caller made stays.
+# A "retained" worker keeps freed memory instead, as a long-running process
+# reaches in steady state, so its tables compare kernels, not page faults (an
+# allocator setting the caller made stays). Users run plain processes, so a
+# "plain" worker runs with glibc's defaults: every MALLOC_* variable removed.
 ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(16 << 30)}
+ALLOCATOR_MODES = ("plain", "retained")
 
 
-def allocator_environment():
-    """The malloc settings the workers run with: ALLOCATOR_ENV under any the
-    caller made."""
-    return {**ALLOCATOR_ENV, **{name: value for name, value in os.environ.items() if name.startswith("MALLOC_")}}
+def malloc_variables(environment):
+    return {name: value for name, value in environment.items() if name.startswith("MALLOC_")}
 
 
-def worker_environment(cache):
-    return {**os.environ, **allocator_environment(), "TORCHINDUCTOR_CACHE_DIR": cache}
+def allocator_environment(mode):
+    """The malloc settings a worker runs with: none in a plain process,
+    ALLOCATOR_ENV under any the caller made in a retained one."""
+    return {} if mode == "plain" else {**ALLOCATOR_ENV, **malloc_variables(os.environ)}
 
 
-def run_threads(arguments, threads, deadline):
-    """The results at one thread count: worker processes sharing one fresh Inductor
-    cache, a new one started after the workload where a worker crashed."""
+def plain_environment():
+    """This process's environment without any MALLOC_* variable."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("MALLOC_")}
+
+
+def worker_environment(cache, mode):
+    return {**plain_environment(), **allocator_environment(mode), "TORCHINDUCTOR_CACHE_DIR": cache}
+
+
+def run_threads(arguments, threads, mode, deadline):
+    """The results at one thread count and allocator mode: worker processes sharing
+    one fresh Inductor cache, a new one started after the workload where a worker crashed."""
     workloads, results = select_workloads(arguments.only), None
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with tempfile.TemporaryDirectory(prefix=f"kiln-bench-inductor-{threads}t-") as cache:
+    with tempfile.TemporaryDirectory(prefix=f"kiln-bench-inductor-{threads}t-{mode}-") as cache:
         output = os.path.join(cache, "worker-results.json")
         while results is None or len(results["workloads"]) < len(workloads):
             done = 0 if results is None else len(results["workloads"])
@@ -275,15 +287,18 @@ def run_threads(arguments, threads, deadline):
                        "--deadline", str(deadline), "--start", str(done)] + (["--quick"] if arguments.quick else [])
             if os.path.exists(output):
                 os.remove(output)
-            exit_code = subprocess.run(command, cwd=root, env=worker_environment(cache)).returncode
+            exit_code = subprocess.run(command, cwd=root, env=worker_environment(cache, mode)).returncode
             part = json.load(open(output)) if os.path.exists(output) else {"workloads": []}
             results = part if results is None else dict(results, workloads=results["workloads"] + part["workloads"])
             if exit_code != 0 and len(results["workloads"]) < len(workloads):
                 crashed = workloads[len(results["workloads"])]
-                print(f"  [{threads} threads] {crashed.name}: the process died (exit code {exit_code})", flush=True)
-                results.update({"threads": threads, "bandwidth": None, "warm_start_s": {}} | results)
+                print(f"  [{threads} threads, {mode}] {crashed.name}: the process died (exit code {exit_code})",
+                      flush=True)
+                results.update({"threads": threads, "bandwidth": None, "warm_start_s": {}, "allocator_env": None}
+                               | results)
                 results["workloads"].append({"name": crashed.name, "group": crashed.group,
                                              "skipped": f"the benchmark process died (exit code {exit_code})"})
+    results["allocator"] = mode
     return results
 
 
@@ -300,8 +315,7 @@ def environment(device, kiln_via):
         processor = f"{torch.cuda.get_device_name()} (host: {processor})"
     return {"device": device, "processor": processor, "cores": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers_version, "commit": commit,
-            "kiln": getattr(kiln, "__version__", "importable") if kiln else kiln_error, "kiln_via": kiln_via,
-            "allocator": allocator_environment()}
+            "kiln": getattr(kiln, "__version__", "importable") if kiln else kiln_error, "kiln_via": kiln_via}
 
 
 def main():
@@ -310,6 +324,9 @@ def main():
     parser.add_argument("--threads", default=str(os.cpu_count()),
                         help="comma list of thread counts, each run in a fresh process (default: all cores)")
     parser.add_argument("--quick", action="store_true", help="few samples, for development")
+    parser.add_argument("--allocator", default="both", choices=ALLOCATOR_MODES + ("both",),
+                        help="plain: glibc's defaults, as users run; retained: freed memory stays with the "
+                             "process (ALLOCATOR_ENV); both (default): each thread count in both")
     parser.add_argument("--only", default="", help="run only workloads whose name contains this text")
     parser.add_argument("--kiln-via", default="kiln.compile", choices=["kiln.compile", "torch.compile"],
                         help="how the kiln column compiles: kiln.compile(fn) or torch.compile(fn, backend='kiln')")
@@ -333,9 +350,11 @@ def main():
     run = {"date": datetime.date.today().isoformat(), "environment": environment(arguments.device, arguments.kiln_via),
            "settings": QUICK if arguments.quick else FULL, "quick": arguments.quick,
            "load_average_start": os.getloadavg(), "runs": []}
+    modes = ALLOCATOR_MODES if arguments.allocator == "both" else (arguments.allocator,)
     for threads in [int(t) for t in arguments.threads.split(",")]:
-        print(f"bench: {arguments.device}, {threads} threads", flush=True)
-        run["runs"].append(run_threads(arguments, threads, start + arguments.budget_s))
+        for mode in modes:
+            print(f"bench: {arguments.device}, {threads} threads, {report.ALLOCATOR_LABELS[mode]}", flush=True)
+            run["runs"].append(run_threads(arguments, threads, mode, start + arguments.budget_s))
     run["load_average_end"] = os.getloadavg()
     run["wall_s"] = time.time() - start
     for path in report.write(run, arguments.out):

@@ -67,6 +67,14 @@ def column_sum(x):
     return x.sum(dim=0)
 
 
+def row_statistics(x):
+    # Four reductions of the same rows (the variance reads the mean back): a
+    # compiler that shares the read of each row reads the input once.
+    m = x.mean(1, keepdim=True)
+    v = ((x - m) ** 2).mean(1)
+    return m, v, x.amax(1), x.sum(1)
+
+
 def causal_attention(q, k, v):
     # Written out by hand (not scaled_dot_product_attention) so a compiler sees
     # the matmuls, the mask and the softmax as separate ops it may fuse.
@@ -133,6 +141,7 @@ KERNELS = [
     Workload("layer_norm 4096x1024", "kernel", _layer_norm, memory_bound=True),
     Workload("row sum 8192x1024", "kernel", _function(row_sum, (8192, 1024)), memory_bound=True),
     Workload("column sum 8192x1024", "kernel", _function(column_sum, (8192, 1024)), memory_bound=True),
+    Workload("row statistics 4096x1024", "kernel", _function(row_statistics, (4096, 1024)), memory_bound=True),
     Workload("GELU MLP 256x512x2048", "kernel", _gelu_mlp),
     Workload("causal attention 2x8x256x64", "kernel", _attention),
     Workload("conv+batchnorm+relu 4x32x56x56", "kernel", _conv_block),

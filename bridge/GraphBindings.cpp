@@ -9,6 +9,7 @@
 #include "bridge/RunnerChoice.h"
 #include "ir/Error.h"
 #include "ir/Graph.h"
+#include "runtime/HostMemoryPool.h"
 
 #include <pybind11/stl.h>
 
@@ -323,6 +324,37 @@ void defineGraphBindings(py::module_ &module) {
       },
       "The CPU kernel cache: kernels compiled, kernels that reused cached "
       "code, and cached kernels whose code is loaded.");
+  module.def(
+      "memory_pool_info",
+      [] {
+        runtime::HostMemoryPool::Stats stats =
+            runtime::HostMemoryPool::get().stats();
+        py::dict info;
+        info["reused"] = stats.reused;
+        info["mapped"] = stats.mapped;
+        info["cached_bytes"] = stats.cachedBytes;
+        info["limit_bytes"] = stats.limitBytes;
+        return info;
+      },
+      "kiln's pool of large CPU blocks (outputs from 1 MiB): acquisitions "
+      "it served from cached blocks and by mapping new memory, the bytes it "
+      "holds for reuse, and its limit.");
+  module.def(
+      "set_memory_pool_limit",
+      [](int64_t bytes) {
+        if (bytes < 0)
+          throw py::value_error("set_memory_pool_limit: the limit must be at "
+                                "least 0 bytes (0 turns pooling off), got " +
+                                std::to_string(bytes));
+        runtime::HostMemoryPool::get().setLimit(bytes);
+      },
+      "bytes"_a,
+      "The most bytes kiln's CPU block pool keeps for reuse; blocks over it "
+      "go back to the system (0: none are kept).");
+  module.def(
+      "trim_memory_pool", [] { runtime::HostMemoryPool::get().trim(); },
+      "Gives every block kiln's CPU pool holds for reuse back to the "
+      "system.");
   module.def("clear_kernel_cache", &backend::clearKernelCache,
              "Forgets the cached CPU kernels, so that the next compile starts "
              "cold (code in use stays loaded).");

@@ -5,8 +5,11 @@
 #include "bridge/NativeRunner.h"
 
 #include "bridge/EagerRunner.h"
+#include "bridge/PooledTensor.h"
 #include "ir/Error.h"
+#include "passes/Scheduler.h"
 #include "runtime/CudaDevice.h"
+#include "runtime/HostMemoryPool.h"
 #include "runtime/ProgramExecutor.h"
 
 namespace kiln::python {
@@ -46,6 +49,15 @@ public:
     static PyObject *dtypeKeyword = keywordNames({"dtype"});
     static PyObject *dtypeAndDevice = keywordNames({"dtype", "device"});
     const Allocation &allocation = runner_.allocations_[buffer];
+    if (allocation.pooled) {
+      const Buffer &meta = runner_.program().buffers[buffer];
+      py::object tensor = pooledCpuTensor(meta.meta.sizes, meta.meta.strides,
+                                          meta.dtype(), allocation.bytes);
+      if (tensor) {
+        slots_[buffer] = std::move(tensor);
+        return dataPointer(slots_[buffer].ptr());
+      }
+    }
     PyObject *arguments[] = {
         nullptr, allocation.sizes.ptr(), allocation.strides.ptr(),
         runner_.dtypes_[buffer].ptr(), runner_.torchDevice_.ptr()};
@@ -174,9 +186,16 @@ NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
     if (buffer.kind == BufferKind::Constant)
       constants_[b] = constantTensor(*buffer.constant);
   }
-  for (int64_t b : compiled_->allocatedBuffers())
+  for (int64_t b : compiled_->allocatedBuffers()) {
+    int64_t bytes = bufferBytes(program.buffers[b]);
+    // Large CPU outputs come from kiln's pool: a plain process's allocator
+    // would give their pages back to the system on free, and every call
+    // would fault them in again.
+    bool pooled = !onGpu_ && bytes >= runtime::HostMemoryPool::kMinimumBytes &&
+                  program.buffers[b].meta.storageOffset == 0;
     allocations_[b] = {tupleOf(program.buffers[b].meta.sizes),
-                       tupleOf(program.buffers[b].meta.strides)};
+                       tupleOf(program.buffers[b].meta.strides), bytes, pooled};
+  }
 
   // Extern steps: operands read from buffer slots.
   auto tensorOperand = [&](Value *value) {

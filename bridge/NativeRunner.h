@@ -37,6 +37,8 @@ private:
   class TorchHost;
   struct Allocation {
     py::tuple sizes, strides;
+    int64_t bytes = 0;   // the elements' span
+    bool pooled = false; // from kiln's host memory pool (large CPU buffers)
   };
 
   void checkInput(size_t index, PyObject *tensor) const;
