@@ -26,6 +26,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -127,35 +129,37 @@ unsigned compileThreadLimit() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-// Compiles every module to an object, on up to compileThreadLimit()
-// threads (modules taken in order as threads free up); throws the first
-// error. Returns the threads used.
-unsigned compileModules(std::vector<ModuleToCompile> &modules, CpuJit &jit) {
-  unsigned threads = static_cast<unsigned>(
-      std::min<size_t>(compileThreadLimit(), modules.size()));
+// Calls work(thread, index) for every index below `count`, on up to
+// compileThreadLimit() threads (the caller's among them), indices taken in
+// order as threads free up; rethrows the first failure (its own type, so
+// that Unsupported stays Unsupported). Returns the threads used.
+unsigned
+runOnThreads(size_t count,
+             const std::function<void(unsigned thread, size_t index)> &work) {
+  unsigned threads =
+      static_cast<unsigned>(std::min<size_t>(compileThreadLimit(), count));
   std::atomic<size_t> next{0};
-  std::vector<std::string> failures(threads);
-  auto work = [&](unsigned thread) {
+  std::mutex failureMutex;
+  std::exception_ptr failure;
+  auto worker = [&](unsigned thread) {
     try {
-      std::unique_ptr<llvm::TargetMachine> machine = jit.newTargetMachine();
-      for (size_t index = next++; index < modules.size(); index = next++)
-        compileModule(modules[index], *machine);
-    } catch (const std::exception &error) {
-      failures[thread] = error.what();
+      for (size_t index = next++; index < count; index = next++)
+        work(thread, index);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failureMutex);
+      if (!failure)
+        failure = std::current_exception();
+      next = count; // the others stop too
     }
   };
-  std::vector<std::thread> workers;
+  std::vector<std::thread> helpers;
   for (unsigned thread = 1; thread < threads; ++thread)
-    workers.emplace_back(work, thread);
-  work(0);
-  for (std::thread &worker : workers)
-    worker.join();
-  for (const std::string &failure : failures)
-    if (!failure.empty())
-      throw Error(failure);
-  for (const ModuleToCompile &pending : modules)
-    if (!pending.error.empty())
-      throw Error(pending.error);
+    helpers.emplace_back(worker, thread);
+  worker(0);
+  for (std::thread &helper : helpers)
+    helper.join();
+  if (failure)
+    std::rethrow_exception(failure);
   return threads;
 }
 
@@ -249,58 +253,73 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
   const MathLibrary &math = MathLibrary::instance(jit.host().vectorBits);
   std::unique_ptr<CpuProgram> result(new CpuProgram());
   uint64_t programNumber = programCount.fetch_add(1);
-
   // IR logs show every kernel, so they bypass the cache.
   bool cached =
       !logEnabled("llvm") && !logEnabled("llvm_opt") && !logEnabled("asm");
+
+  // Each kernel is a module of its own, in its own context, so that kernels
+  // emit, optimise and compile on several threads.
+  std::vector<size_t> kernelSteps;
+  for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex)
+    if (program.steps[stepIndex].kind == loop::Step::Kind::Kernel)
+      kernelSteps.push_back(stepIndex);
+  std::vector<std::string> names(program.steps.size());
+  std::vector<ModuleToCompile> modules(kernelSteps.size());
+  std::vector<std::string> keys(kernelSteps.size());
+  result->impl_->kernels.resize(program.steps.size());
+  for (size_t stepIndex : kernelSteps)
+    result->impl_->kernels[stepIndex] = CompiledKernel{};
+  unsigned threads =
+      runOnThreads(kernelSteps.size(), [&](unsigned, size_t index) {
+        size_t stepIndex = kernelSteps[index];
+        const loop::Kernel &kernel = program.steps[stepIndex].kernel;
+        names[stepIndex] = "kiln_" + std::to_string(programNumber) + "_" +
+                           std::to_string(stepIndex) + "_" + kernel.name;
+        ModuleToCompile &pending = modules[index];
+        pending.context = std::make_unique<llvm::LLVMContext>();
+        pending.module =
+            std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
+        jit.prepare(*pending.module);
+        const KernelSchedule &plan = schedule.kernel(stepIndex);
+        EmittedKernel emitted =
+            emitCpuKernel(*pending.module, program, kernel, plan,
+                          names[stepIndex], jit.host(), math);
+        CompiledKernel &compiled = *result->impl_->kernels[stepIndex];
+        for (size_t level = 0; level < plan.parallelDepth; ++level)
+          compiled.parallelRange *= kernel.outerRanges[level];
+        compiled.buffers = emitted.buffers;
+        int64_t outerPoints = 1;
+        for (int64_t range : kernel.outerRanges)
+          outerPoints *= std::max<int64_t>(range, 0);
+        int64_t inner = 0;
+        for (const loop::Loop &loop : kernel.loops) {
+          int64_t points = 1;
+          for (int64_t range : loop.ranges)
+            points *= std::max<int64_t>(range, 0);
+          inner += points;
+        }
+        compiled.work = outerPoints * std::max<int64_t>(inner, 1);
+        if (plan.strategy == VectorStrategy::Outer &&
+            kernel.outerRanges.size() == 1)
+          compiled.alignment = plan.lanes * plan.unroll;
+        if (cached)
+          keys[index] = kernelKey(*emitted.function);
+      });
+  times.lap("LLVM IR emission (" + std::to_string(threads) + " threads)");
+
+  // Kernels whose code is cached, or the same as an earlier kernel's, are
+  // not compiled again.
   KernelCache &cache = kernelCache();
   std::unordered_map<std::string, size_t> firstStepOf; // key -> step
-  std::vector<std::string> keys(program.steps.size());
-  std::vector<size_t> sameAs(program.steps.size()); // step compiling its code
-  std::vector<std::string> names(program.steps.size());
-  // Each kernel to compile is a module of its own, in its own context, so
-  // that modules optimise and compile on several threads.
-  std::vector<ModuleToCompile> modules;
+  std::vector<size_t> sameAs(program.steps.size());    // step compiling it
+  std::vector<ModuleToCompile> toCompile;
   std::vector<size_t> stepOfModule;
-  result->impl_->kernels.resize(program.steps.size());
-  for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex) {
-    const loop::Step &step = program.steps[stepIndex];
-    if (step.kind != loop::Step::Kind::Kernel)
-      continue;
-    const loop::Kernel &kernel = step.kernel;
-    names[stepIndex] = "kiln_" + std::to_string(programNumber) + "_" +
-                       std::to_string(stepIndex) + "_" + kernel.name;
-    ModuleToCompile pending;
-    pending.context = std::make_unique<llvm::LLVMContext>();
-    pending.module =
-        std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
-    jit.prepare(*pending.module);
-    const KernelSchedule &plan = schedule.kernel(stepIndex);
-    EmittedKernel emitted =
-        emitCpuKernel(*pending.module, program, kernel, plan, names[stepIndex],
-                      jit.host(), math);
-    CompiledKernel compiled;
-    for (size_t level = 0; level < plan.parallelDepth; ++level)
-      compiled.parallelRange *= kernel.outerRanges[level];
-    compiled.buffers = emitted.buffers;
-    int64_t outerPoints = 1;
-    for (int64_t range : kernel.outerRanges)
-      outerPoints *= std::max<int64_t>(range, 0);
-    int64_t inner = 0;
-    for (const loop::Loop &loop : kernel.loops) {
-      int64_t points = 1;
-      for (int64_t range : loop.ranges)
-        points *= std::max<int64_t>(range, 0);
-      inner += points;
-    }
-    compiled.work = outerPoints * std::max<int64_t>(inner, 1);
-    if (plan.strategy == VectorStrategy::Outer &&
-        kernel.outerRanges.size() == 1)
-      compiled.alignment = plan.lanes * plan.unroll;
+  std::vector<std::string> keyOfModule;
+  for (size_t index = 0; index < kernelSteps.size(); ++index) {
+    size_t stepIndex = kernelSteps[index];
     sameAs[stepIndex] = stepIndex;
-    result->impl_->kernels[stepIndex] = compiled;
     if (cached) {
-      std::string key = kernelKey(*emitted.function);
+      const std::string &key = keys[index];
       auto found = firstStepOf.find(key);
       std::shared_ptr<JitCode> code;
       KernelFunction function = nullptr;
@@ -324,26 +343,38 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
         continue;
       }
       firstStepOf.emplace(key, stepIndex);
-      keys[stepIndex] = std::move(key);
     }
-    modules.push_back(std::move(pending));
+    toCompile.push_back(std::move(modules[index]));
     stepOfModule.push_back(stepIndex);
+    keyOfModule.push_back(std::move(keys[index]));
   }
-  times.lap("LLVM IR emission and cache lookup");
-  if (!modules.empty()) {
+  modules.clear();
+  times.lap("kernel cache lookup");
+
+  if (!toCompile.empty()) {
     if (logEnabled("llvm")) {
       std::string text;
-      for (const ModuleToCompile &pending : modules)
+      for (const ModuleToCompile &pending : toCompile)
         text += moduleText(*pending.module);
       logArtifact("llvm", text);
     }
-    unsigned threads = compileModules(modules, jit);
+    std::vector<std::unique_ptr<llvm::TargetMachine>> machines(
+        compileThreadLimit());
+    threads =
+        runOnThreads(toCompile.size(), [&](unsigned thread, size_t index) {
+          if (!machines[thread])
+            machines[thread] = jit.newTargetMachine();
+          compileModule(toCompile[index], *machines[thread]);
+        });
+    for (const ModuleToCompile &pending : toCompile)
+      if (!pending.error.empty())
+        throw Error(pending.error);
     times.lap("LLVM optimisation and machine code (" +
-              std::to_string(modules.size()) + " modules, " +
+              std::to_string(toCompile.size()) + " modules, " +
               std::to_string(threads) + " threads)");
     if (logEnabled("llvm_opt") || logEnabled("asm")) {
       std::string optimised, assembly;
-      for (const ModuleToCompile &pending : modules) {
+      for (const ModuleToCompile &pending : toCompile) {
         optimised += pending.optimisedText;
         assembly += pending.assembly;
       }
@@ -353,19 +384,20 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
         logArtifact("asm", assembly);
     }
     std::vector<std::unique_ptr<llvm::MemoryBuffer>> objects;
-    for (ModuleToCompile &pending : modules)
+    for (ModuleToCompile &pending : toCompile)
       objects.push_back(std::move(pending.object));
-    modules.clear();
+    toCompile.clear();
     std::shared_ptr<JitCode> ownCode = jit.addObjects(std::move(objects));
     result->impl_->code.push_back(ownCode);
-    for (size_t stepIndex : stepOfModule) {
+    for (size_t position = 0; position < stepOfModule.size(); ++position) {
+      size_t stepIndex = stepOfModule[position];
       std::optional<CompiledKernel> &kernel = result->impl_->kernels[stepIndex];
       kernel->function =
           reinterpret_cast<KernelFunction>(jit.lookup(names[stepIndex]));
       if (!cached)
         continue;
       std::lock_guard<std::mutex> lock(cache.mutex);
-      cache.entries[keys[stepIndex]] = {ownCode, kernel->function};
+      cache.entries[keyOfModule[position]] = {ownCode, kernel->function};
       ++cache.stats.compiled;
       // The symbol names of removed code stay in ORC's string pool until
       // asked to go.
@@ -374,8 +406,8 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
     }
     times.lap("linking");
   }
-  for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex)
-    if (result->impl_->kernels[stepIndex] && sameAs[stepIndex] != stepIndex)
+  for (size_t stepIndex : kernelSteps)
+    if (sameAs[stepIndex] != stepIndex)
       result->impl_->kernels[stepIndex]->function =
           result->impl_->kernels[sameAs[stepIndex]]->function;
   result->impl_->compileMilliseconds = times.totalMilliseconds();
