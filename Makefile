@@ -5,10 +5,12 @@
 # or FUZZ_COUNT programs from FUZZ_SEED, and prints a shrunk reproducer of each failure.
 # `make bench-frontend` times kiln's frontend (per-call overhead on a cache hit, capture
 # time) against eager and TorchDynamo on the CPU in about 2 minutes; options in FRONTEND_ARGS.
+# `make bench-compile` times kiln's and Inductor's cold first call (compile included), each in a
+# fresh process, on straight-line graphs up to 8000 ops and GPT-2 small; options in COMPILE_ARGS.
 PYTHON ?= python3
 BENCH_ARGS ?=
 
-.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend fuzz
+.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend bench-compile fuzz
 
 # Installs the pinned versions only where the packages are missing, so a machine that
 # has them (a GPU image without network) runs with its own; the report names the versions.
@@ -27,6 +29,9 @@ bench-quick: bench-requirements
 
 bench-frontend:
 	$(PYTHON) -m bench.frontend $(FRONTEND_ARGS)
+
+bench-compile: bench-requirements
+	$(PYTHON) -m bench.compile_time $(COMPILE_ARGS)
 
 fuzz:
 	$(PYTHON) tests/py/fuzz/run.py

@@ -212,18 +212,35 @@ def strict_json(value):
     return value
 
 
+def write_text(text):
+    """A writer for publish: the file holds `text`."""
+    def write_file(path):
+        with open(path, "w") as file:
+            file.write(text)
+    return write_file
+
+
+def write_json(run):
+    """A writer for publish: the file holds `run` as strict JSON."""
+    return write_text(json.dumps(strict_json(run), indent=1))
+
+
+def publish(directory, stem, latest, writers):
+    """Writes <stem>.<extension> with each writer(path) of {extension: writer} and
+    copies it to <latest>.<extension>; returns the paths."""
+    os.makedirs(directory, exist_ok=True)
+    paths = [os.path.join(directory, f"{stem}.{extension}") for extension in writers]
+    for path, write_file in zip(paths, writers.values()):
+        write_file(path)
+    copies = [os.path.join(directory, f"{latest}.{extension}") for extension in writers]
+    for source, copy in zip(paths, copies):
+        shutil.copyfile(source, copy)
+    return paths + copies
+
+
 def write(run, directory):
     """Writes <date>-<device>.md/.json/.png and latest-<device>.* copies; returns the paths."""
-    os.makedirs(directory, exist_ok=True)
     stem = f"{run['date']}-{run['environment']['device']}"
-    paths = [os.path.join(directory, f"{stem}.{extension}") for extension in ("md", "json", "png")]
-    with open(paths[0], "w") as file:
-        file.write(markdown(run, f"{stem}.png"))
-    with open(paths[1], "w") as file:
-        json.dump(strict_json(run), file, indent=1)
-    chart(run, paths[2])
-    latest = [os.path.join(directory, f"latest-{run['environment']['device']}.{extension}")
-              for extension in ("md", "json", "png")]
-    for source, copy in zip(paths, latest):
-        shutil.copyfile(source, copy)
-    return paths + latest
+    return publish(directory, stem, f"latest-{run['environment']['device']}",
+                   {"md": write_text(markdown(run, f"{stem}.png")), "json": write_json(run),
+                    "png": lambda path: chart(run, path)})
