@@ -50,16 +50,14 @@ std::string Graph::freshName(std::string hint) {
 }
 
 Node *Graph::appendNode(std::unique_ptr<Node> node) {
+  for (const auto &result : node->results_)
+    values_.insert(result.get());
   nodes_.push_back(std::move(node));
   return nodes_.back().get();
 }
 
 bool Graph::ownsValue(const Value *value) const {
-  for (const auto &node : nodes_)
-    for (const auto &result : node->results_)
-      if (result.get() == value)
-        return true;
-  return false;
+  return values_.count(value) > 0;
 }
 
 Value *Graph::addInput(const TensorMeta &meta, std::string name) {
@@ -161,6 +159,8 @@ void Graph::eraseNodes(const std::function<bool(const Node &)> &shouldErase) {
     if (output.isTensor() && erased.count(output.toTensor()))
       throw Error("cannot erase the producer of graph output %" +
                   output.toTensor()->name());
+  for (const Value *value : erased)
+    values_.erase(value);
   nodes_ = std::move(kept);
 }
 

@@ -136,6 +136,7 @@ private:
   std::vector<Value *> inputs_;
   std::vector<Argument> outputs_;
   std::unordered_set<std::string> usedNames_;
+  std::unordered_set<const Value *> values_; // every node's results
   unsigned nextTemporary_ = 0;
 };
 
