@@ -312,8 +312,6 @@ bool eliminateDeadStores(Program &program) {
   return changed || program.steps.size() != stepsBefore;
 }
 
-} // namespace
-
 int64_t operationCount(const Kernel &kernel) {
   std::unordered_set<const Expr *> seen;
   int64_t count = 0;
@@ -321,6 +319,8 @@ int64_t operationCount(const Kernel &kernel) {
               [&](const Expr *expr) { count += operationCount(expr, seen); });
   return count;
 }
+
+} // namespace
 
 void fuseKernels(Program &program) {
   std::vector<Step> fused;

@@ -87,18 +87,17 @@ struct ModuleToCompile {
   std::unique_ptr<llvm::Module> module;
   std::unique_ptr<llvm::MemoryBuffer> object;
   std::string optimisedText, assembly; // when their logs are on
-  std::string error;
 };
 
 // Verifies, optimises and compiles `pending` to an object file with
-// `machine` (one per thread: target machines are not thread-safe).
+// `machine` (one per thread: target machines are not thread-safe); throws
+// kiln::Error where LLVM cannot.
 void compileModule(ModuleToCompile &pending, llvm::TargetMachine &machine) {
   llvm::Module &module = *pending.module;
   std::string problems;
   llvm::raw_string_ostream problemStream(problems);
   if (llvm::verifyModule(module, &problemStream)) {
-    pending.error = "the CPU code generator made invalid LLVM IR: " + problems;
-    return;
+    throw Error("the CPU code generator made invalid LLVM IR: " + problems);
   }
   optimise(module, machine);
   if (logEnabled("llvm_opt"))
@@ -110,8 +109,7 @@ void compileModule(ModuleToCompile &pending, llvm::TargetMachine &machine) {
   llvm::legacy::PassManager passes;
   if (machine.addPassesToEmitFile(passes, stream, nullptr,
                                   llvm::CodeGenFileType::ObjectFile)) {
-    pending.error = "the host's LLVM target cannot emit object files";
-    return;
+    throw Error("the host's LLVM target cannot emit object files");
   }
   passes.run(module);
   pending.object = std::make_unique<llvm::SmallVectorMemoryBuffer>(
@@ -366,9 +364,6 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
             machines[thread] = jit.newTargetMachine();
           compileModule(toCompile[index], *machines[thread]);
         });
-    for (const ModuleToCompile &pending : toCompile)
-      if (!pending.error.empty())
-        throw Error(pending.error);
     times.lap("LLVM optimisation and machine code (" +
               std::to_string(toCompile.size()) + " modules, " +
               std::to_string(threads) + " threads)");
