@@ -343,9 +343,12 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     frame.stack.push_back(attribute);
     return;
   }
-  case Opcode::STORE_ATTR:
-    unsupported("setting attribute '" + instruction.argval.cast<std::string>() +
-                "' (a side effect on an object)");
+  case Opcode::STORE_ATTR: {
+    VariablePtr target = pop(frame);
+    VariablePtr value = pop(frame);
+    storeAttr(target, instruction.argval.cast<std::string>(), value);
+    return;
+  }
   case Opcode::STORE_GLOBAL:
     unsupported("assigning global '" + instruction.argval.cast<std::string>() +
                 "'");
@@ -448,6 +451,9 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       found = truthy(readGuardedDict(container, "__contains__", keyArgument));
     } else if (container->is(Kind::Module) && key) {
       found = PySequence_Contains(container->object.ptr(), key->ptr()) == 1;
+    } else if (VariablePtr result = callPythonSpecialMethod(
+                   container, "__contains__", {item})) {
+      found = truthy(result);
     } else {
       unsupported("`in` on a " + kindNameOf(pythonTypeOf(container)));
     }
@@ -541,6 +547,11 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       }
       break;
     default:
+      if (VariablePtr item =
+              callPythonSpecialMethod(container, "__getitem__", {key})) {
+        frame.stack.push_back(item);
+        return;
+      }
       break;
     }
     unsupported("indexing a " + kindNameOf(pythonTypeOf(container)));

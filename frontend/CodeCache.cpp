@@ -17,6 +17,9 @@ struct CacheEntry {
   GuardTree guards;
   std::unique_ptr<python::GraphRunner> runner;
   OutputTemplate output;
+  /// A whole-frame capture that writes to outside objects: builds the
+  /// result and replays the writes.
+  std::shared_ptr<const RebuildPlan> replay;
   std::string graphText;
   /// A capture that ended at a graph break: the frame's state there, the
   /// continuation that runs the break's instruction in CPython and calls
@@ -54,6 +57,10 @@ PyObject *runEntry(const CacheEntry &entry,
     HookSuspension suspension;
     py::object results = entry.runner->run(inputs.data(), inputs.size());
     PyObject *const *outputs = &PyTuple_GET_ITEM(results.ptr(), 0);
+    if (entry.replay) {
+      std::vector<py::object> built = entry.replay->rebuild(outputs, reads);
+      return built.at(entry.replay->result).release().ptr();
+    }
     if (!entry.graphBreak)
       return entry.output.build(outputs).release().ptr();
     values = entry.graphBreak->rebuild(outputs, reads);
@@ -278,6 +285,7 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
   entry->output = std::move(capture.output);
   entry->guards = std::move(capture.guards);
   entry->graphBreak = capture.graphBreak;
+  entry->replay = capture.replay;
   // The graph's inputs are exactly what the guard tree collects.
   graphInputs.clear();
   std::string failure;

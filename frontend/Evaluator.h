@@ -12,6 +12,7 @@
 
 #include <pybind11/stl.h>
 
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -209,6 +210,12 @@ private:
   VariablePtr
   inlineFunction(const VariablePtr &function, std::vector<VariablePtr> args,
                  std::vector<std::pair<std::string, VariablePtr>> kwargs);
+  /// `type(self).<name>(self, *args)` inlined when the object's class
+  /// defines that special method in Python (a Mapping's __getitem__ or
+  /// __contains__, a __len__); null when it does not.
+  VariablePtr callPythonSpecialMethod(const VariablePtr &self,
+                                      const char *name,
+                                      std::vector<VariablePtr> args);
   VariablePtr
   inlineModule(const VariablePtr &module, std::vector<VariablePtr> args,
                std::vector<std::pair<std::string, VariablePtr>> kwargs);
@@ -240,6 +247,20 @@ private:
   Capture captureAtBreak(Frame &frame, bool initialGradMode);
   struct Rebuilder;
   int rebuild(const VariablePtr &value, Rebuilder &rebuilder);
+  /// The recorded writes as side effects of the plan, and the guards that
+  /// keep their targets apart from other objects.
+  void planSideEffects(Rebuilder &rebuilder);
+
+  // --- side effects (SideEffects.cpp) ------------------------------------
+  /// `target.name = value` on an object from outside the frame: recorded,
+  /// read back by later loads, replayed after the graph.
+  void storeAttr(const VariablePtr &target, const std::string &name,
+                 const VariablePtr &value);
+  /// The value the capture wrote to `object.name`, or null.
+  VariablePtr writtenAttribute(const VariablePtr &base,
+                               const std::string &name);
+  /// hasattr(value, name), guarded.
+  VariablePtr hasAttribute(const VariablePtr &value, const std::string &name);
 
   [[noreturn]] void unsupported(const std::string &what) {
     throw Unsupported(what);
@@ -253,6 +274,14 @@ private:
   std::unordered_map<Value *, py::object> metaTensors_;
   std::unordered_map<PyObject *, Value *> valueOfMeta_;
   std::vector<py::object> keepAlive_;
+  struct AttributeWrite {
+    VariablePtr target;
+    std::string name;
+    VariablePtr value;
+  };
+  std::vector<AttributeWrite> writes_; // in program order
+  std::map<std::pair<PyObject *, std::string>, VariablePtr> written_;
+  std::map<PyObject *, VariablePtr> writtenObjects_; // object -> target
   bool gradEnabled_ = true;
   int depth_ = 0;
   long executed_ = 0;
@@ -267,6 +296,20 @@ private:
   long failedStep_ = -1;
   size_t failedPc_ = 0;
   int failedOffset_ = 0;
+};
+
+/// The plan a capture's end builds: steps and graph outputs, with each
+/// variable and tensor built once.
+struct Evaluator::Rebuilder {
+  RebuildPlan &state;
+  std::vector<Argument> outputs;
+  std::unordered_map<const Variable *, int> byVariable;
+  std::unordered_map<Value *, int> byTensor;
+
+  int add(RebuildStep step) {
+    state.steps.push_back(std::move(step));
+    return static_cast<int>(state.steps.size()) - 1;
+  }
 };
 
 } // namespace kiln::frontend::evaluation

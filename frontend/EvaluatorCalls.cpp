@@ -289,6 +289,9 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       return Variable::constant(py::int_(py::len(value->object)));
     }
     default:
+      if (VariablePtr length =
+              callPythonSpecialMethod(value, "__len__", {}))
+        return length;
       break;
     }
   }
@@ -373,24 +376,55 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
     if (is("iter") && args.size() == 1)
       return iterate(args[0]);
   }
-  if (is("getattr") && (args.size() == 2 || args.size() == 3)) {
+  if ((is("getattr") || is("hasattr")) &&
+      (args.size() == 2 || (is("getattr") && args.size() == 3))) {
     std::optional<py::object> name = asConstant(args[1]);
     if (!name || !PyUnicode_Check(name->ptr()))
-      unsupported("getattr with a non-constant name");
-    try {
-      return loadAttr(args[0], name->cast<std::string>());
-    } catch (const Unsupported &) {
-      if (args.size() == 3 && args[0]->kind != Kind::Tensor)
-        return args[2];
-      throw;
+      unsupported(std::string(is("getattr") ? "getattr" : "hasattr") +
+                  " with a non-constant name");
+    std::string attribute = name->cast<std::string>();
+    if (is("hasattr"))
+      return hasAttribute(args[0], attribute);
+    // With a default, a missing attribute (guarded as missing) gives it.
+    if (args.size() == 3 &&
+        !truthy(hasAttribute(args[0], attribute)))
+      return args[2];
+    return loadAttr(args[0], attribute);
+  }
+  if (is("type") && args.size() == 1 && kwargs.empty()) {
+    return wrap(pythonTypeOf(args[0]), nullptr);
+  }
+  if (is("callable") && args.size() == 1 && kwargs.empty()) {
+    const VariablePtr &value = args[0];
+    switch (value->kind) {
+    case Kind::Function:
+    case Kind::Method:
+    case Kind::Callable:
+    case Kind::Module:
+      return Variable::constant(py::bool_(true));
+    case Kind::Tensor:
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Dict:
+    case Kind::DictView:
+    case Kind::Iterator:
+      return Variable::constant(py::bool_(false));
+    default:
+      if (value->object)
+        return Variable::constant(
+            py::bool_(PyCallable_Check(value->object.ptr()) == 1));
+      break;
     }
   }
-  if (is("hasattr") && args.size() == 2 &&
-      (args[0]->kind == Kind::Module || args[0]->kind == Kind::Object)) {
-    std::optional<py::object> name = asConstant(args[1]);
-    bool has =
-        py::hasattr(args[0]->object, name.value().cast<std::string>().c_str());
-    return Variable::constant(py::bool_(has));
+  if ((is("all") || is("any")) && args.size() == 1 && kwargs.empty() &&
+      !asConstant(args[0])) {
+    // Python stops at the first item that decides; the items are already
+    // made (kiln runs a generator to its end when it unpacks it).
+    bool wanted = is("any");
+    for (const VariablePtr &item : unpack(args[0]))
+      if (truthy(item) == wanted)
+        return Variable::constant(py::bool_(wanted));
+    return Variable::constant(py::bool_(!wanted));
   }
   if (is("super") && args.empty()) {
     unsupported("zero-argument super() outside a method");
@@ -583,6 +617,22 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
   default:
     unsupported("calling a " + kindNameOf(pythonTypeOf(callable)));
   }
+}
+
+VariablePtr
+Evaluator::callPythonSpecialMethod(const VariablePtr &self, const char *name,
+                                   std::vector<VariablePtr> args) {
+  if (!self->is(Kind::Object) || !self->object)
+    return nullptr;
+  py::str key(name);
+  PyObject *method = _PyType_Lookup(Py_TYPE(self->object.ptr()), key.ptr());
+  if (!method || !PyFunction_Check(method))
+    return nullptr;
+  // The class is guarded (by type), so its method is this one.
+  auto function = Variable::make(Kind::Function);
+  function->object = py::reinterpret_borrow<py::object>(method);
+  args.insert(args.begin(), self);
+  return inlineFunction(function, std::move(args), {});
 }
 
 VariablePtr Evaluator::inlineModule(

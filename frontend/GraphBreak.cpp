@@ -7,18 +7,6 @@
 
 namespace kiln::frontend::evaluation {
 
-struct Evaluator::Rebuilder {
-  GraphBreak &state;
-  std::vector<Argument> outputs;
-  std::unordered_map<const Variable *, int> byVariable;
-  std::unordered_map<Value *, int> byTensor;
-
-  int add(RebuildStep step) {
-    state.steps.push_back(std::move(step));
-    return static_cast<int>(state.steps.size()) - 1;
-  }
-};
-
 int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
   auto known = rebuilder.byVariable.find(value.get());
   if (known != rebuilder.byVariable.end())
@@ -117,6 +105,27 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
   return index;
 }
 
+void Evaluator::planSideEffects(Rebuilder &rebuilder) {
+  for (const AttributeWrite &write : writes_) {
+    SideEffect effect;
+    effect.target = rebuild(write.target, rebuilder);
+    effect.name = write.name;
+    effect.value = rebuild(write.value, rebuilder);
+    rebuilder.state.effects.push_back(std::move(effect));
+  }
+  // A written object is guarded by identity; another object of its type,
+  // guarded by type only, must not turn out to be it on a later call (its
+  // reads were taken from the object before the writes).
+  for (const auto &[key, variable] : bySource_) {
+    if (!variable->is(Kind::Object) || !variable->object)
+      continue;
+    for (const auto &[object, writeTarget] : writtenObjects_)
+      if (object != variable->object.ptr() &&
+          Py_TYPE(object) == Py_TYPE(variable->object.ptr()))
+        guards_.addCheck(variable->source, isNot(object));
+  }
+}
+
 Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
   const Instruction &instruction = frame.code->instructions.at(frame.pc);
   if (frame.pc != stopPc_)
@@ -152,6 +161,7 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
       state->locals.push_back(-1);
     }
   }
+  planSideEffects(rebuilder);
   graph_->setOutputs(std::move(rebuilder.outputs));
   Capture capture;
   capture.graph = graph_;
@@ -166,7 +176,7 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
 namespace kiln::frontend {
 
 std::vector<py::object>
-GraphBreak::rebuild(PyObject *const *outputs,
+RebuildPlan::rebuild(PyObject *const *outputs,
                     const std::vector<py::object> &reads) const {
   std::vector<py::object> values;
   values.reserve(steps.size());
@@ -216,6 +226,9 @@ GraphBreak::rebuild(PyObject *const *outputs,
       break;
     }
   }
+  for (const SideEffect &effect : effects)
+    py::setattr(values[effect.target], effect.name.c_str(),
+                values[effect.value]);
   return values;
 }
 

@@ -117,6 +117,16 @@ bool checkPasses(PyObject *value, const GuardCheck &check) {
       expected = PyWeakref_GetObject(expected);
     return value == expected;
   }
+  case GuardCheck::Kind::IsNot: {
+    PyObject *other = check.expected.ptr();
+    if (PyWeakref_CheckRef(other))
+      other = PyWeakref_GetObject(other);
+    return value != other;
+  }
+  case GuardCheck::Kind::HasAttr: {
+    int present = PyObject_HasAttr(value, check.expected.ptr());
+    return (present == 1) == check.flag;
+  }
   case GuardCheck::Kind::Equals: {
     if (Py_TYPE(value) != Py_TYPE(check.expected.ptr()))
       return false;
@@ -169,6 +179,11 @@ std::string describe(const GuardCheck &check) {
       expected = PyWeakref_GetObject(expected);
     return "is the same " + std::string(Py_TYPE(expected)->tp_name) + " object";
   }
+  case GuardCheck::Kind::IsNot:
+    return "is not the object written to by the graph's side effects";
+  case GuardCheck::Kind::HasAttr:
+    return std::string(check.flag ? "has" : "lacks") + " attribute " +
+           py::str(check.expected).cast<std::string>();
   case GuardCheck::Kind::Equals:
     return "== " + py::repr(check.expected).cast<std::string>();
   case GuardCheck::Kind::Length:
@@ -283,6 +298,19 @@ GuardCheck identity(py::handle object) {
   return check;
 }
 
+GuardCheck isNot(py::handle object) {
+  GuardCheck check = identity(object);
+  check.kind = GuardCheck::Kind::IsNot;
+  return check;
+}
+
+GuardCheck hasAttribute(const std::string &name, bool present) {
+  GuardCheck check{GuardCheck::Kind::HasAttr, {}, {}};
+  check.expected = py::str(name);
+  check.flag = present;
+  return check;
+}
+
 GuardCheck typeIs(py::handle type) {
   GuardCheck check{GuardCheck::Kind::TypeIs, {}, {}};
   check.expected = py::reinterpret_borrow<py::object>(type);
@@ -318,7 +346,18 @@ void GuardTree::addCheck(const SourcePtr &source, GuardCheck check) {
     globalChecks_.push_back(std::move(check));
     return;
   }
-  nodes_[nodeFor(source)].checks.push_back(std::move(check));
+  std::vector<GuardCheck> &checks = nodes_[nodeFor(source)].checks;
+  // A check asked for twice (hasattr, identity of a written object) is
+  // kept once. Tensor checks are never repeated: their source is read once.
+  for (const GuardCheck &existing : checks)
+    if (existing.kind == check.kind && existing.flag == check.flag &&
+        existing.length == check.length &&
+        (existing.expected.ptr() == check.expected.ptr() ||
+         (check.kind == GuardCheck::Kind::HasAttr &&
+          existing.expected.equal(check.expected))) &&
+        check.kind != GuardCheck::Kind::TensorMatch)
+      return;
+  checks.push_back(std::move(check));
 }
 
 void GuardTree::addGraphInput(const SourcePtr &source) {

@@ -36,6 +36,8 @@ struct GuardCheck {
     GradMode,     // torch.is_grad_enabled() == flag (source-less)
     DefaultDType, // torch.get_default_dtype() is expected (source-less)
     SameAs,       // value is the value of guard node `length` (an alias)
+    IsNot,        // value is not the object `expected` (a weak reference)
+    HasAttr,      // hasattr(value, `expected`) == flag
   };
   Kind kind;
   py::object expected; // type / constant / weakref / keys tuple
@@ -92,6 +94,11 @@ GuardCheck tensorMatch(py::handle tensor, const TensorMeta &meta);
 /// The check that an object is still this one; weak where possible.
 GuardCheck identity(py::handle object);
 GuardCheck typeIs(py::handle type);
+/// The check that a value is not this object (two sources that are distinct
+/// objects at capture, one of them written to, must stay distinct).
+GuardCheck isNot(py::handle object);
+/// The check that hasattr(value, name) is still `present`.
+GuardCheck hasAttribute(const std::string &name, bool present);
 GuardCheck equalsConstant(py::handle constant);
 /// The check that torch's default dtype is still the one it is now.
 GuardCheck defaultDType();

@@ -100,7 +100,10 @@ VariablePtr Evaluator::wrapTensor(py::handle tensor, const SourcePtr &source) {
   while (!name.empty() && name.back() == '_')
     name.pop_back();
   Value *value = graph_->addInput(meta, name);
-  return Variable::ofTensor(value);
+  VariablePtr variable = Variable::ofTensor(value);
+  variable->tensorClass = py::reinterpret_borrow<py::object>(
+      reinterpret_cast<PyObject *>(type));
+  return variable;
 }
 
 VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
@@ -225,6 +228,9 @@ std::optional<py::object> Evaluator::asConstant(const VariablePtr &value) {
   case Kind::PythonModule:
   case Kind::Function:
   case Kind::Module:
+    // A function defined in the frame has no object yet.
+    if (!value->object)
+      return std::nullopt;
     return value->object;
   default:
     return std::nullopt;
@@ -260,6 +266,16 @@ bool Evaluator::truthy(const VariablePtr &value) {
       }
       return py::len(value->object) > 0;
     }
+    for (const char *method : {"__bool__", "__len__"})
+      if (py::hasattr(type, method)) {
+        VariablePtr result = callPythonSpecialMethod(value, method, {});
+        if (!result)
+          break;
+        std::optional<py::object> constant = asConstant(result);
+        if (!constant)
+          unsupported(std::string(method) + " gave a symbolic value");
+        return PyObject_IsTrue(constant->ptr()) == 1;
+      }
     unsupported("truth value of a " + typeName(value->object) + " object");
   }
   default:
@@ -351,7 +367,7 @@ std::vector<VariablePtr> Evaluator::unpack(const VariablePtr &sequence) {
 py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
   switch (value->kind) {
   case Kind::Tensor:
-    return Handles::get().tensorType;
+    return value->tensorClass ? value->tensorClass : Handles::get().tensorType;
   case Kind::Tuple:
     return value->object && !value->object.is_none()
                ? value->object
@@ -659,6 +675,8 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
   }
   case Kind::Module:
   case Kind::Object: {
+    if (VariablePtr written = writtenAttribute(base, name))
+      return written;
     py::object object = base->object;
     py::object attribute;
     try {
@@ -678,6 +696,8 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
     return wrap(attribute, attrSource());
   }
   case Kind::PythonModule: {
+    if (VariablePtr written = writtenAttribute(base, name))
+      return written;
     py::object attribute;
     try {
       attribute = base->object.attr(name.c_str());
@@ -844,9 +864,18 @@ Capture Evaluator::run(py::handle function) {
   setGradMode(initialGradMode);
 
   Capture capture;
-  std::vector<Argument> outputs;
-  capture.output = buildOutput(returned, outputs);
-  graph_->setOutputs(std::move(outputs));
+  if (writes_.empty()) {
+    std::vector<Argument> outputs;
+    capture.output = buildOutput(returned, outputs);
+    graph_->setOutputs(std::move(outputs));
+  } else {
+    auto plan = std::make_shared<RebuildPlan>();
+    Rebuilder rebuilder{*plan, {}, {}, {}};
+    plan->result = rebuild(returned, rebuilder);
+    planSideEffects(rebuilder);
+    graph_->setOutputs(std::move(rebuilder.outputs));
+    capture.replay = std::move(plan);
+  }
   capture.graph = graph_;
   capture.guards = std::move(guards_);
   capture.notes = std::move(notes_);

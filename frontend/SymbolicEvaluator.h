@@ -54,29 +54,50 @@ struct RebuildStep {
   std::string name;
 };
 
+/// A write to an object from outside the graph that the capture modelled
+/// and a cache hit replays after the graph: setattr(values[target], name,
+/// values[value]), in the order the code made them.
+struct SideEffect {
+  int target = 0;
+  std::string name;
+  int value = 0;
+};
+
+/// What a cache hit builds from the graph's outputs after it runs (values
+/// in build order, each referring only to earlier ones) and the side
+/// effects it then replays.
+struct RebuildPlan {
+  std::vector<RebuildStep> steps;
+  std::vector<SideEffect> effects;
+  /// A whole-frame capture: the step that is the function's result.
+  int result = -1;
+
+  /// The values, in the order of `steps`, after applying `effects`.
+  std::vector<py::object> rebuild(PyObject *const *outputs,
+                                  const std::vector<py::object> &reads) const;
+};
+
 /// Where a capture stopped at a graph break: the frame's state before the
 /// instruction at `offset`, which runs in CPython, and everything a cache
 /// hit needs to rebuild that state.
-struct GraphBreak {
+struct GraphBreak : RebuildPlan {
   py::object code; // the captured frame's code
   int offset = 0;  // of the instruction that runs in CPython
   std::string instruction;
   std::string location; // "file.py:12"
   std::string reason;   // why the instruction could not be captured
-  /// Values in build order: each refers only to earlier ones.
-  std::vector<RebuildStep> steps;
   std::vector<int> locals; // value per local slot; -1: unbound
   std::vector<int> stack;  // value per stack item, bottom first; -1: NULL
-
-  /// The values, in the order of `steps`.
-  std::vector<py::object> rebuild(PyObject *const *outputs,
-                                  const std::vector<py::object> &reads) const;
 };
 
 struct Capture {
   std::shared_ptr<Graph> graph;
   GuardTree guards;
   OutputTemplate output;
+  /// Set when the whole frame was captured and it writes to objects from
+  /// outside: builds the result and replays the writes (`output` is then
+  /// unused).
+  std::shared_ptr<const RebuildPlan> replay;
   /// Set when the capture ends at a graph break (`output` is then unused).
   std::shared_ptr<const GraphBreak> graphBreak;
   /// Human-readable notes (ops kept as externs and why), for the logs.

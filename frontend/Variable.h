@@ -57,6 +57,9 @@ struct Variable {
   py::object globals;             // nested Function: its globals
   std::vector<VariablePtr> cells; // nested Function: closure cells
   py::object kwdefaults; // nested Function: kw-only defaults dict or None
+  /// Tensor read from a source: its exact class (Tensor, Parameter,
+  /// Buffer), which its guard checks; null for tensors the graph computes.
+  py::object tensorClass;
   /// A container the call itself made (the *args tuple and **kwargs dict of
   /// the compiled function): guarded through its source, yet mutating it is
   /// no side effect the caller could see.

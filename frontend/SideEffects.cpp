@@ -1,0 +1,151 @@
+// Side effects on objects from outside the frame: attribute writes are
+// recorded in program order, read back by later loads during the capture,
+// and replayed after the graph on every cache hit (GraphBreak.cpp plans
+// them). What cannot be modelled faithfully (a custom __setattr__, a
+// property, a tensor attribute) stays unsupported: a break or a fallback.
+// Depends on frontend/Evaluator.h, pybind11, CPython.
+#include "frontend/Evaluator.h"
+
+namespace kiln::frontend::evaluation {
+
+namespace {
+
+/// The attribute `name` of `type` as the class defines it (no descriptor
+/// called), or null.
+PyObject *lookUpOnType(py::handle type, const std::string &name) {
+  py::str key(name);
+  return _PyType_Lookup(reinterpret_cast<PyTypeObject *>(type.ptr()),
+                        key.ptr());
+}
+
+/// Whether reading `name` of an instance of `type` can run code that sees
+/// the instance's state some other way than its instance dict: a property,
+/// a getset descriptor (`__dict__`), any data descriptor but a slot.
+bool readThroughDescriptor(py::handle type, const std::string &name) {
+  PyObject *attribute = lookUpOnType(type, name);
+  if (!attribute)
+    return false;
+  if (Py_TYPE(attribute) == &PyMemberDescr_Type)
+    return false; // a __slots__ entry: plain storage
+  return Py_TYPE(attribute)->tp_descr_set != nullptr;
+}
+
+} // namespace
+
+void Evaluator::storeAttr(const VariablePtr &target, const std::string &name,
+                          const VariablePtr &value) {
+  const Handles &h = Handles::get();
+  std::string what = "setting attribute '" + name + "'";
+  if (!target->is(Kind::Object) && !target->is(Kind::Module) &&
+      !target->is(Kind::PythonModule))
+    unsupported(what + " of a " + kindNameOf(pythonTypeOf(target)));
+  if (!target->object || !target->source)
+    unsupported(what + " of an object the next call cannot find again");
+  py::handle object = target->object;
+  py::handle type = py::type::of(object);
+  if (target->is(Kind::PythonModule)) {
+    std::string moduleName = object.attr("__name__").cast<std::string>();
+    if (isTorchModuleName(moduleName))
+      unsupported(what + " of module " + moduleName);
+  } else {
+    PyObject *setter = lookUpOnType(type, "__setattr__");
+    PyObject *getter = lookUpOnType(type, "__getattribute__");
+    PyObject *objectSetter = lookUpOnType(h.builtin("object"), "__setattr__");
+    PyObject *objectGetter =
+        lookUpOnType(h.builtin("object"), "__getattribute__");
+    PyObject *moduleSetter = lookUpOnType(h.moduleBase, "__setattr__");
+    if (getter != objectGetter)
+      unsupported(what + " of a " + typeName(object) +
+                  ", whose class overrides __getattribute__");
+    if (setter == moduleSetter) {
+      // nn.Module.__setattr__ registers parameters, buffers and submodules;
+      // any other value lands in the instance dict, as object's does.
+      if (value->is(Kind::Tensor) || value->is(Kind::Module))
+        unsupported(what + " of a module to a tensor or module");
+      for (const char *registry : {"_parameters", "_buffers", "_modules"}) {
+        py::object entries = py::getattr(object, registry, py::none());
+        if (PyDict_Check(entries.ptr()) &&
+            PyDict_Contains(entries.ptr(), py::str(name).ptr()) == 1)
+          unsupported(what + ", a registered " + std::string(registry + 1) +
+                      " entry of the module");
+      }
+    } else if (setter != objectSetter) {
+      unsupported(what + " of a " + typeName(object) +
+                  ", whose class overrides __setattr__");
+    }
+    if (readThroughDescriptor(type, name))
+      unsupported(what + ", a descriptor (property) of " + typeName(object));
+  }
+  // The writes are replayed on the object this source finds on later
+  // calls: it must be this one (two sources reaching one object then
+  // agree on what it holds).
+  if (!writtenObjects_.count(object.ptr())) {
+    guards_.addCheck(target->source, identity(object));
+    writtenObjects_[object.ptr()] = target;
+  }
+  writes_.push_back({target, name, value});
+  written_[{object.ptr(), name}] = value;
+}
+
+VariablePtr Evaluator::writtenAttribute(const VariablePtr &base,
+                                        const std::string &name) {
+  if (!base->object || writtenObjects_.empty())
+    return nullptr;
+  auto target = writtenObjects_.find(base->object.ptr());
+  if (target == writtenObjects_.end())
+    return nullptr;
+  // This source reaches a written object: on later calls it must reach
+  // the same one, or the writes read back here would be another's.
+  if (base->source && base != target->second)
+    guards_.addCheck(base->source, identity(base->object));
+  auto it = written_.find({base->object.ptr(), name});
+  if (it != written_.end())
+    return it->second;
+  if (!base->is(Kind::PythonModule) &&
+      readThroughDescriptor(py::type::of(base->object), name))
+    unsupported("reading attribute '" + name + "' of a written " +
+                typeName(base->object) + " through a descriptor");
+  return nullptr;
+}
+
+VariablePtr Evaluator::hasAttribute(const VariablePtr &value,
+                                    const std::string &name) {
+  bool present;
+  switch (value->kind) {
+  case Kind::Tensor:
+    // A tensor's class is guarded exactly; an input may also carry
+    // attributes of its own.
+    present = py::hasattr(pythonTypeOf(value), name.c_str());
+    if (!present && value->source)
+      guards_.addCheck(value->source, frontend::hasAttribute(name, false));
+    return Variable::constant(py::bool_(present));
+  case Kind::Object:
+  case Kind::Module:
+  case Kind::PythonModule:
+  case Kind::Callable:
+  case Kind::Function:
+  case Kind::Constant: {
+    if (!value->object)
+      break;
+    if (writtenAttribute(value, name))
+      return Variable::constant(py::bool_(true));
+    present = py::hasattr(value->object, name.c_str());
+    bool constantModule =
+        value->is(Kind::PythonModule) &&
+        isTorchModuleName(value->object.attr("__name__").cast<std::string>());
+    if (value->source && !value->is(Kind::Constant) && !constantModule)
+      guards_.addCheck(value->source, frontend::hasAttribute(name, present));
+    return Variable::constant(py::bool_(present));
+  }
+  case Kind::Tuple:
+  case Kind::List:
+  case Kind::Dict:
+    return Variable::constant(
+        py::bool_(py::hasattr(pythonTypeOf(value), name.c_str())));
+  default:
+    break;
+  }
+  unsupported("hasattr on a " + kindNameOf(pythonTypeOf(value)));
+}
+
+} // namespace kiln::frontend::evaluation
