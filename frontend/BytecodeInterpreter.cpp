@@ -413,15 +413,21 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     bool same;
     auto objectOf = [](const VariablePtr &v) -> PyObject * {
       if (v->is(Kind::Tensor) || v->is(Kind::Tuple) || v->is(Kind::List) ||
-          v->is(Kind::Dict) || v->is(Kind::Iterator) || v->is(Kind::Method))
+          v->is(Kind::Dict) || v->is(Kind::Iterator) || v->is(Kind::Method) ||
+          v->is(Kind::Instance) || v->is(Kind::Set))
         return nullptr;
       return v->object.ptr();
+    };
+    auto madeInFrame = [](const VariablePtr &v) {
+      return v->is(Kind::Instance) || v->is(Kind::Set);
     };
     PyObject *a = objectOf(left), *b = objectOf(right);
     if (a && b)
       same = a == b;
     else if (left == right)
       same = true;
+    else if (madeInFrame(left) || madeInFrame(right))
+      same = false; // nothing from outside is an object the frame made
     else if ((a && a == Py_None) || (b && b == Py_None))
       same = false; // a symbolic value is never None
     else
@@ -431,7 +437,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     return;
   }
   case Opcode::CONTAINS_OP: {
-    VariablePtr container = pop(frame);
+    VariablePtr container = builtinContents(pop(frame), "__contains__");
     VariablePtr item = pop(frame);
     std::optional<py::object> key = asConstant(item);
     bool found = false;
@@ -493,7 +499,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   }
   case Opcode::BINARY_SUBSCR: {
     VariablePtr key = pop(frame);
-    VariablePtr container = pop(frame);
+    VariablePtr container = builtinContents(pop(frame), "__getitem__");
     std::optional<py::object> constantKey = asConstant(key);
     switch (container->kind) {
     case Kind::Tensor:
@@ -570,8 +576,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   }
   case Opcode::STORE_SUBSCR: {
     VariablePtr key = pop(frame);
-    VariablePtr container = pop(frame);
+    VariablePtr container = builtinContents(pop(frame), "__setitem__");
     VariablePtr value = pop(frame);
+    if (callPythonSpecialMethod(container, "__setitem__", {key, value}))
+      return;
     if (container->is(Kind::Tensor)) {
       torchCall(h.operatorModule.attr("setitem"), {container, key, value}, {});
       return;
@@ -688,6 +696,31 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       object = h.builtin("ascii")(object);
     frame.stack.push_back(
         Variable::constant(h.builtin("format")(object, spec)));
+    return;
+  }
+  case Opcode::BUILD_SET: {
+    auto set = Variable::make(Kind::Set);
+    madeInstances_ = true;
+    for (const VariablePtr &item : popN(frame, instruction.arg))
+      addToSet(set, item);
+    frame.stack.push_back(set);
+    return;
+  }
+  case Opcode::SET_ADD: {
+    VariablePtr value = pop(frame);
+    VariablePtr &set = peek(frame, instruction.arg);
+    if (!set->is(Kind::Set))
+      unsupported("SET_ADD to a " + kindNameOf(pythonTypeOf(set)));
+    addToSet(set, value);
+    return;
+  }
+  case Opcode::SET_UPDATE: {
+    VariablePtr values = pop(frame);
+    VariablePtr &set = peek(frame, instruction.arg);
+    if (!set->is(Kind::Set))
+      unsupported("SET_UPDATE of a " + kindNameOf(pythonTypeOf(set)));
+    for (const VariablePtr &item : unpack(values))
+      addToSet(set, item);
     return;
   }
   case Opcode::LIST_APPEND: {

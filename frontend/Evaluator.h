@@ -91,6 +91,10 @@ struct Handles {
   py::object builtin(const char *name) const { return builtins.attr(name); }
 };
 
+/// Whether `type`'s `__getattribute__` (or `__setattr__`, with `setter`)
+/// is the generic one of object and builtin containers (a Python override
+/// or a builtin with its own lookup is not).
+bool hasGenericAttributes(py::handle type, bool setter);
 /// Whether an object is an immutable constant the evaluator folds (None,
 /// numbers, strings, slices, dtypes, devices, tuples of such).
 bool isConstantObject(py::handle object);
@@ -251,6 +255,42 @@ private:
   /// keep their targets apart from other objects.
   void planSideEffects(Rebuilder &rebuilder);
 
+  // --- objects made in the frame (Instances.cpp) -------------------------
+  /// `cls(*args, **kwargs)` for a Python class kiln models, with __init__
+  /// inlined; null when the class is not one (a builtin or extension base,
+  /// a Python __new__, a metaclass __call__, an nn.Module).
+  VariablePtr
+  constructInstance(py::handle cls, std::vector<VariablePtr> args,
+                    std::vector<std::pair<std::string, VariablePtr>> kwargs);
+  /// `self.name` as Python looks it up: data descriptors (properties), the
+  /// instance dict, the class, then a Python __getattr__ if allowed.
+  VariablePtr instanceAttribute(const VariablePtr &self,
+                                const std::string &name, bool orGetattrHook);
+  bool instanceHasAttribute(const VariablePtr &self, const std::string &name);
+  /// `self.name = value` through the class's __setattr__.
+  void storeInstanceAttribute(const VariablePtr &self, const std::string &name,
+                              const VariablePtr &value);
+  /// object.__setattr__(self, name, value): a property's setter or a store
+  /// into the modelled __dict__.
+  void setRawAttribute(const VariablePtr &self, const std::string &name,
+                       const VariablePtr &value);
+  /// `super().name` inside a method of an instance made in the frame.
+  VariablePtr superAttribute(const VariablePtr &super, const std::string &name);
+  /// A builtin base's slot or method (object.__setattr__, dict.__setitem__,
+  /// OrderedDict.keys) called on an instance made in the frame.
+  VariablePtr callSlotOnInstance(py::handle slot, const VariablePtr &self,
+                                 std::vector<VariablePtr> &args);
+  /// For an instance of a dict subclass whose class does not define
+  /// `specialMethod` in Python: its modelled contents; otherwise `value`.
+  VariablePtr builtinContents(const VariablePtr &value,
+                              const char *specialMethod);
+  void addToSet(const VariablePtr &set, const VariablePtr &item);
+  /// A new Python set of a Set's elements, inserted in the same order.
+  py::object realSet(const VariablePtr &set);
+  VariablePtr setFromObject(py::handle object);
+  VariablePtr callMethodOfSet(const VariablePtr &self, const std::string &name,
+                              std::vector<VariablePtr> &args);
+
   // --- side effects (SideEffects.cpp) ------------------------------------
   /// `target.name = value` on an object from outside the frame: recorded,
   /// read back by later loads, replayed after the graph.
@@ -280,6 +320,8 @@ private:
     VariablePtr value;
   };
   std::vector<AttributeWrite> writes_; // in program order
+  /// An instance or set was made: the result may need a rebuild plan.
+  bool madeInstances_ = false;
   std::map<std::pair<PyObject *, std::string>, VariablePtr> written_;
   std::map<PyObject *, VariablePtr> writtenObjects_; // object -> target
   bool gradEnabled_ = true;
@@ -305,6 +347,7 @@ struct Evaluator::Rebuilder {
   std::vector<Argument> outputs;
   std::unordered_map<const Variable *, int> byVariable;
   std::unordered_map<Value *, int> byTensor;
+  std::unordered_set<const Variable *> inProgress;
 
   int add(RebuildStep step) {
     state.steps.push_back(std::move(step));

@@ -192,6 +192,26 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
     if (name == "__contains__" && args.size() == 1)
       return Variable::constant(
           py::bool_(findKey(asConstant(args[0]).value()) >= 0));
+    if ((name == "__getitem__" && args.size() == 1) ||
+        (name == "__setitem__" && args.size() == 2)) {
+      std::optional<py::object> key = asConstant(args[0]);
+      if (!key)
+        unsupported("a dict key that is not a constant");
+      int index = findKey(*key);
+      if (name == "__getitem__") {
+        if (index < 0)
+          unsupported("KeyError " + py::repr(*key).cast<std::string>());
+        return self->items[index];
+      }
+      checkNotInput(self, "assigning into");
+      if (index >= 0) {
+        self->items[index] = args[1];
+      } else {
+        self->keys.push_back(*key);
+        self->items.push_back(args[1]);
+      }
+      return none;
+    }
   }
   if (self->kind == Kind::Tuple || self->kind == Kind::List) {
     if ((name == "index" || name == "count") && args.size() == 1) {
@@ -288,10 +308,15 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       }
       return Variable::constant(py::int_(py::len(value->object)));
     }
+    case Kind::Set:
+      return Variable::constant(py::int_(value->keys.size()));
     default:
       if (VariablePtr length =
               callPythonSpecialMethod(value, "__len__", {}))
         return length;
+      if (VariablePtr contents = builtinContents(value, "__len__");
+          contents != value)
+        return Variable::constant(py::int_(contents->items.size()));
       break;
     }
   }
@@ -485,7 +510,18 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     return inlineModule(callable, std::move(args), std::move(kwargs));
   case Kind::Method: {
     const VariablePtr &self = callable->items.at(0);
+    if (self->is(Kind::Instance) && callable->object &&
+        !PyFunction_Check(callable->object.ptr())) {
+      if (!kwargs.empty())
+        unsupported("keyword arguments to a builtin method");
+      return callSlotOnInstance(callable->object, self, args);
+    }
     if (!callable->object || callable->object.is_none()) {
+      if (self->is(Kind::Set)) {
+        if (!kwargs.empty())
+          unsupported("keyword arguments to a set method");
+        return callMethodOfSet(self, callable->name, args);
+      }
       if (self->kind == Kind::Tensor)
         return callTensorMethod(self, callable->name, args, kwargs);
       if (self->kind == Kind::Object && kwargs.empty())
@@ -547,6 +583,16 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     }
     if (function.is(h.builtin("print")))
       unsupported("print() (a side effect)");
+    if (PyType_Check(function.ptr()))
+      if (VariablePtr instance = constructInstance(function, args, kwargs))
+        return instance;
+    if (!args.empty() && args[0]->is(Kind::Instance) && kwargs.empty() &&
+        !PyType_Check(function.ptr()) &&
+        py::hasattr(function, "__objclass__")) {
+      // object.__setattr__(self, ...), dict.__setitem__(self, ...)
+      std::vector<VariablePtr> rest(args.begin() + 1, args.end());
+      return callSlotOnInstance(function, args[0], rest);
+    }
     if (function.is(h.builtin("super")) && args.empty())
       unsupported("super() needs the enclosing method");
     bool handled = false;
@@ -596,6 +642,13 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         if (PyList_CheckExact(result.ptr()) ||
             PyTuple_CheckExact(result.ptr()) || PyDict_CheckExact(result.ptr()))
           return wrap(result, nullptr);
+        if (PySet_CheckExact(result.ptr())) {
+          bool constants = true;
+          for (py::handle element : result)
+            constants &= isConstantObject(element);
+          if (constants)
+            return setFromObject(result);
+        }
         unsupported("a call returning a " + typeName(result));
       }
     }
@@ -622,10 +675,14 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
 VariablePtr
 Evaluator::callPythonSpecialMethod(const VariablePtr &self, const char *name,
                                    std::vector<VariablePtr> args) {
-  if (!self->is(Kind::Object) || !self->object)
+  if ((!self->is(Kind::Object) && !self->is(Kind::Instance)) || !self->object)
     return nullptr;
   py::str key(name);
-  PyObject *method = _PyType_Lookup(Py_TYPE(self->object.ptr()), key.ptr());
+  PyTypeObject *type =
+      self->is(Kind::Instance)
+          ? reinterpret_cast<PyTypeObject *>(self->object.ptr())
+          : Py_TYPE(self->object.ptr());
+  PyObject *method = _PyType_Lookup(type, key.ptr());
   if (!method || !PyFunction_Check(method))
     return nullptr;
   // The class is guarded (by type), so its method is this one.

@@ -94,6 +94,31 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
       step.object = value->object;
     }
     break;
+  case Kind::Instance: {
+    if (!rebuilder.inProgress.insert(value.get()).second)
+      unsupported("an object made in the frame refers to itself");
+    const VariablePtr &attributes = value->items[0];
+    for (size_t i = 0; i < attributes->keys.size(); ++i) {
+      step.keys.push_back(attributes->keys[i]);
+      step.items.push_back(rebuild(attributes->items[i], rebuilder));
+    }
+    step.index = static_cast<int>(attributes->keys.size());
+    if (value->items.size() > 1) {
+      const VariablePtr &contents = value->items[1];
+      for (size_t i = 0; i < contents->keys.size(); ++i) {
+        step.keys.push_back(contents->keys[i]);
+        step.items.push_back(rebuild(contents->items[i], rebuilder));
+      }
+    }
+    rebuilder.inProgress.erase(value.get());
+    step.kind = RebuildStep::Kind::Instance;
+    step.object = value->object;
+    break;
+  }
+  case Kind::Set:
+    step.kind = RebuildStep::Kind::Set;
+    step.keys = value->keys;
+    break;
   case Kind::Iterator:
     unsupported("a live iterator (a loop or an iter() around the break)");
   default:
@@ -141,7 +166,7 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
   state->location =
       frame.code->filename + ":" + std::to_string(instruction.line);
   state->reason = breakReason_;
-  Rebuilder rebuilder{*state, {}, {}, {}};
+  Rebuilder rebuilder{*state, {}, {}, {}, {}};
   for (const VariablePtr &item : frame.stack)
     state->stack.push_back(item->is(Kind::Null) ? -1
                                                 : rebuild(item, rebuilder));
@@ -174,6 +199,41 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
 } // namespace kiln::frontend::evaluation
 
 namespace kiln::frontend {
+
+namespace {
+
+// An object of a Python class the capture made: its class's __new__, then
+// its builtin dict base's items and its attributes set as object's own
+// slots would (a custom __setitem__ or __setattr__ ran during the capture
+// already; what it did is the state being restored).
+py::object buildInstance(const RebuildStep &step,
+                         const std::vector<py::object> &values) {
+  py::object cls = step.object;
+  py::object instance = cls.attr("__new__")(cls);
+  size_t attributes = static_cast<size_t>(step.index);
+  if (step.items.size() > attributes) {
+    py::object setItem;
+    for (py::handle base : cls.attr("__mro__")) {
+      auto *type = reinterpret_cast<PyTypeObject *>(base.ptr());
+      if (type->tp_flags & Py_TPFLAGS_HEAPTYPE)
+        continue;
+      py::dict members = base.attr("__dict__");
+      if (members.contains("__setitem__")) {
+        setItem = members["__setitem__"];
+        break;
+      }
+    }
+    for (size_t i = attributes; i < step.items.size(); ++i)
+      setItem(instance, step.keys[i], values[step.items[i]]);
+  }
+  for (size_t i = 0; i < attributes; ++i)
+    if (PyObject_GenericSetAttr(instance.ptr(), step.keys[i].ptr(),
+                                values[step.items[i]].ptr()) < 0)
+      throw py::error_already_set();
+  return instance;
+}
+
+} // namespace
 
 std::vector<py::object>
 RebuildPlan::rebuild(PyObject *const *outputs,
@@ -224,6 +284,16 @@ RebuildPlan::rebuild(PyObject *const *outputs,
     case RebuildStep::Kind::Attribute:
       values.push_back(values[step.items[0]].attr(step.name.c_str()));
       break;
+    case RebuildStep::Kind::Instance:
+      values.push_back(buildInstance(step, values));
+      break;
+    case RebuildStep::Kind::Set: {
+      py::set set;
+      for (const py::object &element : step.keys)
+        set.add(element);
+      values.push_back(std::move(set));
+      break;
+    }
     }
   }
   for (const SideEffect &effect : effects)

@@ -32,9 +32,26 @@ bool readThroughDescriptor(py::handle type, const std::string &name) {
 
 } // namespace
 
+bool hasGenericAttributes(py::handle type, bool setter) {
+  PyObject *slot =
+      lookUpOnType(type, setter ? "__setattr__" : "__getattribute__");
+  if (!slot || PyFunction_Check(slot))
+    return false;
+  py::object owner = py::getattr(slot, "__objclass__", py::none());
+  if (!PyType_Check(owner.ptr()))
+    return false;
+  auto *ownerType = reinterpret_cast<PyTypeObject *>(owner.ptr());
+  return setter ? ownerType->tp_setattro == PyObject_GenericSetAttr
+                : ownerType->tp_getattro == PyObject_GenericGetAttr;
+}
+
 void Evaluator::storeAttr(const VariablePtr &target, const std::string &name,
                           const VariablePtr &value) {
   const Handles &h = Handles::get();
+  if (target->is(Kind::Instance)) {
+    storeInstanceAttribute(target, name, value);
+    return;
+  }
   std::string what = "setting attribute '" + name + "'";
   if (!target->is(Kind::Object) && !target->is(Kind::Module) &&
       !target->is(Kind::PythonModule))
@@ -49,12 +66,8 @@ void Evaluator::storeAttr(const VariablePtr &target, const std::string &name,
       unsupported(what + " of module " + moduleName);
   } else {
     PyObject *setter = lookUpOnType(type, "__setattr__");
-    PyObject *getter = lookUpOnType(type, "__getattribute__");
-    PyObject *objectSetter = lookUpOnType(h.builtin("object"), "__setattr__");
-    PyObject *objectGetter =
-        lookUpOnType(h.builtin("object"), "__getattribute__");
     PyObject *moduleSetter = lookUpOnType(h.moduleBase, "__setattr__");
-    if (getter != objectGetter)
+    if (!hasGenericAttributes(type, false))
       unsupported(what + " of a " + typeName(object) +
                   ", whose class overrides __getattribute__");
     if (setter == moduleSetter) {
@@ -69,7 +82,7 @@ void Evaluator::storeAttr(const VariablePtr &target, const std::string &name,
           unsupported(what + ", a registered " + std::string(registry + 1) +
                       " entry of the module");
       }
-    } else if (setter != objectSetter) {
+    } else if (!hasGenericAttributes(type, true)) {
       unsupported(what + " of a " + typeName(object) +
                   ", whose class overrides __setattr__");
     }
@@ -112,6 +125,11 @@ VariablePtr Evaluator::hasAttribute(const VariablePtr &value,
                                     const std::string &name) {
   bool present;
   switch (value->kind) {
+  case Kind::Instance:
+    return Variable::constant(py::bool_(instanceHasAttribute(value, name)));
+  case Kind::Set:
+    return Variable::constant(
+        py::bool_(py::hasattr(pythonTypeOf(value), name.c_str())));
   case Kind::Tensor:
     // A tensor's class is guarded exactly; an input may also carry
     // attributes of its own.

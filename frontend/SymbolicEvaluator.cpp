@@ -232,6 +232,8 @@ std::optional<py::object> Evaluator::asConstant(const VariablePtr &value) {
     if (!value->object)
       return std::nullopt;
     return value->object;
+  case Kind::Set:
+    return realSet(value);
   default:
     return std::nullopt;
   }
@@ -245,6 +247,19 @@ bool Evaluator::truthy(const VariablePtr &value) {
   case Kind::List:
   case Kind::Dict:
     return !value->items.empty();
+  case Kind::Set:
+    return !value->keys.empty();
+  case Kind::Instance: {
+    for (const char *method : {"__bool__", "__len__"})
+      if (VariablePtr result = callPythonSpecialMethod(value, method, {})) {
+        std::optional<py::object> constant = asConstant(result);
+        if (!constant)
+          unsupported(std::string(method) + " gave a symbolic value");
+        return PyObject_IsTrue(constant->ptr()) == 1;
+      }
+    VariablePtr contents = builtinContents(value, "__len__");
+    return contents == value || !contents->items.empty();
+  }
   case Kind::Tensor:
     unsupported("control flow that depends on a tensor's values (`if tensor`, "
                 "`bool(tensor)`)");
@@ -315,6 +330,19 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
     for (const py::object &key : iterable->keys)
       iterator->items.push_back(Variable::constant(key));
     return iterator;
+  case Kind::Set:
+    for (py::handle element : realSet(iterable))
+      iterator->items.push_back(
+          Variable::constant(py::reinterpret_borrow<py::object>(element)));
+    return iterator;
+  case Kind::Instance: {
+    if (VariablePtr result = callPythonSpecialMethod(iterable, "__iter__", {}))
+      return iterate(result);
+    VariablePtr contents = builtinContents(iterable, "__iter__");
+    if (contents != iterable)
+      return iterate(contents);
+    unsupported("iteration over a " + kindNameOf(iterable->object));
+  }
   case Kind::Constant: {
     py::object object = iterable->object;
     if (PyRange_Check(object.ptr()) && py::len(object) > 100000)
@@ -376,6 +404,10 @@ py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
     return py::type::of(py::list());
   case Kind::Dict:
     return py::type::of(py::dict());
+  case Kind::Instance:
+    return value->object;
+  case Kind::Set:
+    return py::type::of(py::set());
   case Kind::DictView: {
     py::dict empty;
     return py::type::of(empty.attr(value->name.c_str())());
@@ -749,7 +781,17 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
     method->items.push_back(base);
     return method;
   }
+  case Kind::Instance:
+    return instanceAttribute(base, name, true);
+  case Kind::Set: {
+    auto method = Variable::make(Kind::Method);
+    method->name = name;
+    method->items.push_back(base);
+    return method;
+  }
   case Kind::Super: {
+    if (base->items.at(0)->is(Kind::Instance))
+      return superAttribute(base, name);
     py::object superObject =
         h.builtin("super")(base->object, base->items[0]->object);
     py::object attribute = superObject.attr(name.c_str());
@@ -864,13 +906,13 @@ Capture Evaluator::run(py::handle function) {
   setGradMode(initialGradMode);
 
   Capture capture;
-  if (writes_.empty()) {
+  if (writes_.empty() && !madeInstances_) {
     std::vector<Argument> outputs;
     capture.output = buildOutput(returned, outputs);
     graph_->setOutputs(std::move(outputs));
   } else {
     auto plan = std::make_shared<RebuildPlan>();
-    Rebuilder rebuilder{*plan, {}, {}, {}};
+    Rebuilder rebuilder{*plan, {}, {}, {}, {}};
     plan->result = rebuild(returned, rebuilder);
     planSideEffects(rebuilder);
     graph_->setOutputs(std::move(rebuilder.outputs));

@@ -45,6 +45,10 @@ struct RebuildStep {
     Struct,      // `object` (a structseq type) called with a tuple of `items`
     BoundMethod, // `object` (a function) bound to the value items[0]
     Attribute,   // getattr(value items[0], `name`)
+    Instance,    // `object` (a class) made with its __new__; its first
+                 // `index` items set as attributes named by `keys`, the rest
+                 // as its builtin dict base's items under the other keys
+    Set,         // a set of the constants `keys`
   };
   Kind kind = Kind::Constant;
   int index = 0;

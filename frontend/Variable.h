@@ -42,6 +42,11 @@ struct Variable {
     Super,        // super(): object is the class, items[0] self
     DictView,     // keys()/values()/items() of a Dict made in the frame
                   // (items[0]), by name: live, as Python's views are
+    Instance,     // an object of a Python class made in the frame: object
+                  // is its class, items[0] its __dict__ (a Dict), items[1]
+                  // its contents for a dict subclass (a Dict)
+    Set,          // a set made in the frame: its constant elements in keys,
+                  // in insertion order
   };
 
   Kind kind;

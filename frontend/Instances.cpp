@@ -1,0 +1,385 @@
+// Objects the captured code builds: instances of Python classes (plain
+// classes, dataclasses, dict subclasses such as transformers' ModelOutput)
+// and sets. Construction inlines __init__; attributes live in a modelled
+// __dict__; the class's Python methods, properties, __setattr__ and
+// special methods run through the evaluator, and its builtin base's slots
+// (object.__setattr__, dict.__setitem__) act on the model. An instance that
+// outlives the graph is rebuilt after it from its class and state.
+// Depends on frontend/Evaluator.h, pybind11, CPython.
+#include "frontend/Evaluator.h"
+
+namespace kiln::frontend::evaluation {
+
+namespace {
+
+/// The attribute `name` as `type`'s MRO defines it (no descriptor called),
+/// or null. Borrowed.
+PyObject *lookUp(py::handle type, const std::string &name) {
+  py::str key(name);
+  return _PyType_Lookup(reinterpret_cast<PyTypeObject *>(type.ptr()),
+                        key.ptr());
+}
+
+py::object orderedDictType() {
+  return py::module_::import("collections").attr("OrderedDict");
+}
+
+/// The builtin class whose storage an instance of `cls` has (object, dict
+/// or OrderedDict), or null where another builtin or extension base, a
+/// Python __new__ or a metaclass with its own __call__ makes the instance
+/// something kiln does not model.
+PyObject *modelledBase(py::handle cls) {
+  const Handles &h = Handles::get();
+  PyObject *objectType = reinterpret_cast<PyObject *>(&PyBaseObject_Type);
+  PyObject *dictType = reinterpret_cast<PyObject *>(&PyDict_Type);
+  py::object ordered = orderedDictType();
+  PyObject *base = objectType;
+  for (py::handle entry : cls.attr("__mro__")) {
+    PyObject *type = entry.ptr();
+    if (type == objectType)
+      continue;
+    if (type == dictType) {
+      if (base == objectType)
+        base = dictType;
+      continue;
+    }
+    if (type == ordered.ptr()) {
+      base = type;
+      continue;
+    }
+    if (!(reinterpret_cast<PyTypeObject *>(type)->tp_flags &
+          Py_TPFLAGS_HEAPTYPE))
+      return nullptr;
+  }
+  if (lookUp(cls, "__new__") != lookUp(base, "__new__"))
+    return nullptr;
+  py::handle metaclass = py::type::of(cls);
+  if (lookUp(metaclass, "__call__") !=
+      lookUp(reinterpret_cast<PyObject *>(&PyType_Type), "__call__"))
+    return nullptr;
+  if (PyObject_IsSubclass(cls.ptr(), h.moduleBase.ptr()) == 1)
+    return nullptr; // nn.Module's own state is more than a __dict__
+  py::object abstract = py::getattr(cls, "__abstractmethods__", py::none());
+  if (!abstract.is_none() && py::len(abstract) > 0)
+    return nullptr;
+  return base;
+}
+
+VariablePtr functionVariable(PyObject *function) {
+  auto variable = Variable::make(Kind::Function);
+  variable->object = py::reinterpret_borrow<py::object>(function);
+  return variable;
+}
+
+int findKey(const VariablePtr &dict, py::handle key) {
+  for (size_t i = 0; i < dict->keys.size(); ++i)
+    if (dict->keys[i].equal(key))
+      return static_cast<int>(i);
+  return -1;
+}
+
+} // namespace
+
+VariablePtr Evaluator::constructInstance(
+    py::handle cls, std::vector<VariablePtr> args,
+    std::vector<std::pair<std::string, VariablePtr>> kwargs) {
+  if (!(reinterpret_cast<PyTypeObject *>(cls.ptr())->tp_flags &
+        Py_TPFLAGS_HEAPTYPE))
+    return nullptr; // a builtin or extension class itself
+  PyObject *base = modelledBase(cls);
+  if (!base)
+    return nullptr;
+  auto instance = Variable::make(Kind::Instance);
+  instance->object = py::reinterpret_borrow<py::object>(cls);
+  instance->items.push_back(Variable::make(Kind::Dict));
+  if (base != reinterpret_cast<PyObject *>(&PyBaseObject_Type))
+    instance->items.push_back(Variable::make(Kind::Dict));
+  madeInstances_ = true;
+  PyObject *init = lookUp(cls, "__init__");
+  if (init && PyFunction_Check(init)) {
+    args.insert(args.begin(), instance);
+    VariablePtr result =
+        inlineFunction(functionVariable(init), std::move(args), kwargs);
+    if (!result->is(Kind::Constant) || !result->object.is_none())
+      unsupported("__init__ of " + kindNameOf(cls) + " returned a value");
+  } else if (!args.empty() || !kwargs.empty()) {
+    unsupported(kindNameOf(cls) + "() with arguments and no Python __init__");
+  }
+  return instance;
+}
+
+VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
+                                         const std::string &name,
+                                         bool orGetattrHook) {
+  py::handle cls = self->object;
+  std::string where = "attribute '" + name + "' of " + kindNameOf(cls);
+  if (!hasGenericAttributes(cls, false))
+    unsupported(where + ", whose class overrides __getattribute__");
+  if (name == "__class__")
+    return wrap(cls, nullptr);
+  if (name == "__dict__")
+    return self->items[0];
+  PyObject *classAttribute = lookUp(cls, name);
+  if (classAttribute && Py_TYPE(classAttribute)->tp_descr_set &&
+      Py_TYPE(classAttribute) != &PyMemberDescr_Type) {
+    if (Py_TYPE(classAttribute) == &PyProperty_Type) {
+      py::object getter = py::handle(classAttribute).attr("fget");
+      if (PyFunction_Check(getter.ptr()))
+        return inlineFunction(functionVariable(getter.ptr()), {self}, {});
+    }
+    unsupported(where + " through a " + typeName(classAttribute));
+  }
+  int index = findKey(self->items[0], py::str(name));
+  if (index >= 0)
+    return self->items[0]->items[index];
+  if (classAttribute) {
+    py::handle attribute(classAttribute);
+    if (PyFunction_Check(classAttribute)) {
+      auto method = Variable::make(Kind::Method);
+      method->object = py::reinterpret_borrow<py::object>(attribute);
+      method->items.push_back(self);
+      return method;
+    }
+    if (Py_TYPE(classAttribute) == &PyClassMethod_Type) {
+      auto method = Variable::make(Kind::Method);
+      method->object = attribute.attr("__func__");
+      method->items.push_back(wrap(cls, nullptr));
+      return method;
+    }
+    if (Py_TYPE(classAttribute) == &PyStaticMethod_Type)
+      return wrap(attribute.attr("__func__"), nullptr);
+    if (Py_TYPE(classAttribute)->tp_descr_get) {
+      // A builtin base's method (OrderedDict.keys, dict.get): it acts on
+      // the modelled contents.
+      py::object owner = py::getattr(attribute, "__objclass__", py::none());
+      if (self->items.size() > 1 && !owner.is_none() &&
+          owner.ptr() != reinterpret_cast<PyObject *>(&PyBaseObject_Type)) {
+        auto method = Variable::make(Kind::Method);
+        method->name = name;
+        method->items.push_back(self->items[1]);
+        return method;
+      }
+      unsupported(where + " through a " + typeName(classAttribute));
+    }
+    return wrap(attribute, nullptr);
+  }
+  PyObject *hook = lookUp(cls, "__getattr__");
+  if (orGetattrHook && hook && PyFunction_Check(hook))
+    return inlineFunction(functionVariable(hook),
+                          {self, Variable::constant(py::str(name))}, {});
+  unsupported("AttributeError: " + kindNameOf(cls) + " object has no " +
+              where);
+}
+
+bool Evaluator::instanceHasAttribute(const VariablePtr &self,
+                                     const std::string &name) {
+  py::handle cls = self->object;
+  if (name == "__class__" || name == "__dict__" ||
+      findKey(self->items[0], py::str(name)) >= 0)
+    return true;
+  if (PyObject *attribute = lookUp(cls, name)) {
+    if (Py_TYPE(attribute) != &PyMemberDescr_Type)
+      return true; // a slot is there once it has been set
+  }
+  if (lookUp(cls, "__getattr__"))
+    unsupported("hasattr on a " + kindNameOf(cls) + " with __getattr__");
+  return false;
+}
+
+void Evaluator::storeInstanceAttribute(const VariablePtr &self,
+                                       const std::string &name,
+                                       const VariablePtr &value) {
+  PyObject *setter = lookUp(self->object, "__setattr__");
+  if (setter && PyFunction_Check(setter)) {
+    inlineFunction(functionVariable(setter),
+                   {self, Variable::constant(py::str(name)), value}, {});
+    return;
+  }
+  if (!hasGenericAttributes(self->object, true))
+    unsupported("setting attribute '" + name + "' of a " +
+                kindNameOf(self->object) + " whose __setattr__ is builtin");
+  setRawAttribute(self, name, value);
+}
+
+void Evaluator::setRawAttribute(const VariablePtr &self,
+                                const std::string &name,
+                                const VariablePtr &value) {
+  PyObject *classAttribute = lookUp(self->object, name);
+  if (classAttribute && Py_TYPE(classAttribute)->tp_descr_set &&
+      Py_TYPE(classAttribute) != &PyMemberDescr_Type) {
+    if (Py_TYPE(classAttribute) == &PyProperty_Type) {
+      py::object setter = py::handle(classAttribute).attr("fset");
+      if (PyFunction_Check(setter.ptr())) {
+        inlineFunction(functionVariable(setter.ptr()), {self, value}, {});
+        return;
+      }
+    }
+    unsupported("setting attribute '" + name + "' through a " +
+                typeName(classAttribute));
+  }
+  const VariablePtr &attributes = self->items[0];
+  py::str key(name);
+  int index = findKey(attributes, key);
+  if (index >= 0) {
+    attributes->items[index] = value;
+    return;
+  }
+  attributes->keys.push_back(key);
+  attributes->items.push_back(value);
+}
+
+VariablePtr Evaluator::superAttribute(const VariablePtr &super,
+                                      const std::string &name) {
+  const VariablePtr &self = super->items.at(0);
+  py::tuple mro = self->object.attr("__mro__");
+  size_t start = 0;
+  while (start < mro.size() && mro[start].ptr() != super->object.ptr())
+    ++start;
+  for (size_t i = start + 1; i < mro.size(); ++i) {
+    py::dict members = mro[i].attr("__dict__");
+    if (!members.contains(name.c_str()))
+      continue;
+    py::object attribute = members[name.c_str()];
+    auto method = Variable::make(Kind::Method);
+    method->object = attribute;
+    method->items.push_back(self);
+    if (PyFunction_Check(attribute.ptr()) ||
+        Py_TYPE(attribute.ptr())->tp_descr_get)
+      return method; // a Python method, or a builtin base's slot
+    return wrap(attribute, nullptr);
+  }
+  unsupported("super() has no attribute '" + name + "'");
+}
+
+VariablePtr Evaluator::callSlotOnInstance(py::handle slot,
+                                          const VariablePtr &self,
+                                          std::vector<VariablePtr> &args) {
+  std::string name = py::str(slot.attr("__name__")).cast<std::string>();
+  py::object owner = py::getattr(slot, "__objclass__", py::none());
+  auto none = Variable::constant(py::none());
+  auto nameArgument = [&]() {
+    std::optional<py::object> constant =
+        args.empty() ? std::nullopt : asConstant(args[0]);
+    if (!constant || !PyUnicode_Check(constant->ptr()))
+      unsupported("object." + name + " with a non-constant name");
+    return constant->cast<std::string>();
+  };
+  bool generic = PyType_Check(owner.ptr()) &&
+                 (name == "__setattr__"
+                      ? reinterpret_cast<PyTypeObject *>(owner.ptr())
+                                ->tp_setattro == PyObject_GenericSetAttr
+                      : reinterpret_cast<PyTypeObject *>(owner.ptr())
+                                ->tp_getattro == PyObject_GenericGetAttr);
+  bool objectSlot =
+      owner.ptr() == reinterpret_cast<PyObject *>(&PyBaseObject_Type) ||
+      (generic && (name == "__setattr__" || name == "__getattribute__"));
+  if (objectSlot) {
+    if (name == "__setattr__" && args.size() == 2) {
+      setRawAttribute(self, nameArgument(), args[1]);
+      return none;
+    }
+    if (name == "__getattribute__" && args.size() == 1)
+      return instanceAttribute(self, nameArgument(), false);
+    if (name == "__delattr__" && args.size() == 1) {
+      const VariablePtr &attributes = self->items[0];
+      int index = findKey(attributes, py::str(nameArgument()));
+      if (index < 0)
+        unsupported("AttributeError deleting '" + nameArgument() + "'");
+      attributes->keys.erase(attributes->keys.begin() + index);
+      attributes->items.erase(attributes->items.begin() + index);
+      return none;
+    }
+    if (name == "__init__" && args.empty())
+      return none;
+  } else if (self->items.size() > 1 && !owner.is_none()) {
+    return callMethodOfContainer(self->items[1], name, args);
+  }
+  unsupported(py::repr(slot).cast<std::string>() + " on a " +
+              kindNameOf(self->object) + " made in the frame");
+}
+
+VariablePtr Evaluator::builtinContents(const VariablePtr &value,
+                                       const char *specialMethod) {
+  if (!value->is(Kind::Instance) || value->items.size() < 2)
+    return value;
+  PyObject *method = lookUp(value->object, specialMethod);
+  if (method && PyFunction_Check(method))
+    return value;
+  return value->items[1];
+}
+
+// ---------------------------------------------------------------------------
+// Sets of constants.
+
+void Evaluator::addToSet(const VariablePtr &set, const VariablePtr &item) {
+  std::optional<py::object> element = asConstant(item);
+  if (!element || PyObject_Hash(element->ptr()) == -1) {
+    PyErr_Clear();
+    unsupported("a set of items that are not hashable constants");
+  }
+  if (findKey(set, *element) < 0)
+    set->keys.push_back(*element);
+}
+
+py::object Evaluator::realSet(const VariablePtr &set) {
+  py::set result;
+  for (const py::object &element : set->keys)
+    result.add(element);
+  return std::move(result);
+}
+
+VariablePtr Evaluator::setFromObject(py::handle object) {
+  auto set = Variable::make(Kind::Set);
+  madeInstances_ = true;
+  for (py::handle element : object)
+    set->keys.push_back(py::reinterpret_borrow<py::object>(element));
+  return set;
+}
+
+VariablePtr Evaluator::callMethodOfSet(const VariablePtr &self,
+                                       const std::string &name,
+                                       std::vector<VariablePtr> &args) {
+  auto none = Variable::constant(py::none());
+  if (name == "add" && args.size() == 1) {
+    addToSet(self, args[0]);
+    return none;
+  }
+  if (name == "update") {
+    for (const VariablePtr &arg : args)
+      for (const VariablePtr &item : unpack(arg))
+        addToSet(self, item);
+    return none;
+  }
+  if ((name == "discard" || name == "remove") && args.size() == 1) {
+    std::optional<py::object> element = asConstant(args[0]);
+    int index = element ? findKey(self, *element) : -1;
+    if (index >= 0)
+      self->keys.erase(self->keys.begin() + index);
+    else if (name == "remove" || !element)
+      unsupported("KeyError in set." + name);
+    return none;
+  }
+  // Methods that read: run on a copy, a set result becomes a new Set.
+  py::list constants;
+  for (const VariablePtr &arg : args) {
+    std::optional<py::object> constant = asConstant(arg);
+    if (!constant)
+      unsupported("set." + name + " of a non-constant");
+    constants.append(*constant);
+  }
+  static const char *readers[] = {
+      "union",        "intersection", "difference", "symmetric_difference",
+      "issubset",     "issuperset",   "isdisjoint", "copy",
+      "__contains__", "__len__"};
+  for (const char *reader : readers)
+    if (name == reader) {
+      py::object result =
+          realSet(self).attr(name.c_str())(*py::tuple(constants));
+      if (PySet_CheckExact(result.ptr()))
+        return setFromObject(result);
+      return Variable::constant(result);
+    }
+  unsupported("method " + name + " of a set");
+}
+
+} // namespace kiln::frontend::evaluation
