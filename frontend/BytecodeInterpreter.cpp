@@ -457,6 +457,11 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       found = truthy(readGuardedDict(container, "__contains__", keyArgument));
     } else if (container->is(Kind::Module) && key) {
       found = PySequence_Contains(container->object.ptr(), key->ptr()) == 1;
+    } else if (container->is(Kind::Object) &&
+               container->object.is(h.environment) && key &&
+               container->source) {
+      found = PySequence_Contains(container->object.ptr(), key->ptr()) == 1;
+      guards_.addCheck(container->source, containsKey(*key, found));
     } else if (VariablePtr result = callPythonSpecialMethod(
                    container, "__contains__", {item})) {
       found = truthy(result);
@@ -542,6 +547,26 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       }
       break;
     case Kind::Module:
+      if (constantKey && PySlice_Check(constantKey->ptr()) &&
+          py::isinstance(container->object,
+                         h.torch.attr("nn").attr("ModuleList")) &&
+          container->source) {
+        // A slice of a ModuleList: its modules, each read by index.
+        py::list positions;
+        for (size_t i = 0; i < py::len(container->object); ++i)
+          positions.append(py::int_(i));
+        GuardCheck length{GuardCheck::Kind::Length, {}, {}};
+        length.length = py::len(container->object);
+        guards_.addCheck(container->source, length);
+        std::vector<VariablePtr> modules;
+        for (py::handle position : positions[*constantKey])
+          modules.push_back(wrap(
+              container->object[position],
+              Source::item(container->source,
+                           py::reinterpret_borrow<py::object>(position))));
+        frame.stack.push_back(Variable::sequence(Kind::List, modules));
+        return;
+      }
       if (constantKey) {
         py::object item = container->object[*constantKey];
         SourcePtr source =
@@ -553,6 +578,11 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       }
       break;
     default:
+      if (container->is(Kind::Object) &&
+          container->object.is(h.environment)) {
+        frame.stack.push_back(readEnvironment(container, key, nullptr));
+        return;
+      }
       if (VariablePtr item =
               callPythonSpecialMethod(container, "__getitem__", {key})) {
         frame.stack.push_back(item);

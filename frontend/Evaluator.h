@@ -67,6 +67,11 @@ struct Handles {
   // Builtins that have no side effects: with constant arguments they are
   // evaluated during capture.
   std::unordered_set<PyObject *> pureBuiltins;
+  // Functions and classes without side effects whose result, for constant
+  // arguments, is an immutable object the capture reads (torch.finfo(dtype),
+  // inspect.signature(f)).
+  std::unordered_set<PyObject *> pureObjectCalls;
+  py::object environment = py::module_::import("os").attr("environ");
 
   Handles() {
     for (const char *name :
@@ -79,6 +84,10 @@ struct Handles {
           "getattr", "list",   "dict",     "set",        "enumerate",
           "zip"})
       pureBuiltins.insert(builtins.attr(name).ptr());
+    for (py::object call :
+         {torch.attr("finfo"), torch.attr("iinfo"),
+          py::module_::import("inspect").attr("signature")})
+      pureObjectCalls.insert(call.release().ptr());
   }
   static const Handles &get() {
     // Building the handles imports modules, which may let another thread
@@ -299,6 +308,11 @@ private:
   /// The value the capture wrote to `object.name`, or null.
   VariablePtr writtenAttribute(const VariablePtr &base,
                                const std::string &name);
+  /// os.environ[key] (or .get(key, fallback) with `fallback`), read now and
+  /// guarded: the key's presence and its value.
+  VariablePtr readEnvironment(const VariablePtr &environment,
+                              const VariablePtr &key,
+                              const VariablePtr *fallback);
   /// hasattr(value, name), guarded.
   VariablePtr hasAttribute(const VariablePtr &value, const std::string &name);
 

@@ -314,6 +314,9 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       if (VariablePtr length =
               callPythonSpecialMethod(value, "__len__", {}))
         return length;
+      if (value->is(Kind::Object) && value->ownedByFrame && !value->source &&
+          py::hasattr(value->object, "__len__"))
+        return Variable::constant(py::int_(py::len(value->object)));
       if (VariablePtr contents = builtinContents(value, "__len__");
           contents != value)
         return Variable::constant(py::int_(contents->items.size()));
@@ -510,6 +513,18 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     return inlineModule(callable, std::move(args), std::move(kwargs));
   case Kind::Method: {
     const VariablePtr &self = callable->items.at(0);
+    if (self->is(Kind::Object) &&
+        self->object.is(Handles::get().environment) && callable->object) {
+      std::string name =
+          py::str(callable->object.attr("__name__")).cast<std::string>();
+      auto none = Variable::constant(py::none());
+      if (name == "get" && (args.size() == 1 || args.size() == 2))
+        return readEnvironment(self, args[0],
+                               args.size() == 2 ? &args[1] : &none);
+      if (name == "__getitem__" && args.size() == 1)
+        return readEnvironment(self, args[0], nullptr);
+      unsupported("os.environ." + name);
+    }
     if (self->is(Kind::Instance) && callable->object &&
         !PyFunction_Check(callable->object.ptr())) {
       if (!kwargs.empty())
@@ -606,8 +621,9 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     }
     // Pure functions with constant arguments: evaluate now.
     std::string module = moduleOf(function);
+    bool returnsObject = h.pureObjectCalls.count(function.ptr()) > 0;
     bool pure = callable->flag || h.pureBuiltins.count(function.ptr()) ||
-                module == "math" || module == "operator" ||
+                returnsObject || module == "math" || module == "operator" ||
                 module == "_operator";
     if (pure) {
       py::list constantArgs;
@@ -648,6 +664,12 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
             constants &= isConstantObject(element);
           if (constants)
             return setFromObject(result);
+        }
+        if (returnsObject) {
+          keepAlive_.push_back(result);
+          VariablePtr object = wrap(result, nullptr);
+          object->ownedByFrame = true; // made from constants by this call
+          return object;
         }
         unsupported("a call returning a " + typeName(result));
       }

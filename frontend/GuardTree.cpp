@@ -127,6 +127,12 @@ bool checkPasses(PyObject *value, const GuardCheck &check) {
     int present = PyObject_HasAttr(value, check.expected.ptr());
     return (present == 1) == check.flag;
   }
+  case GuardCheck::Kind::Contains: {
+    int present = PySequence_Contains(value, check.expected.ptr());
+    if (present < 0)
+      PyErr_Clear();
+    return (present == 1) == check.flag;
+  }
   case GuardCheck::Kind::Equals: {
     if (Py_TYPE(value) != Py_TYPE(check.expected.ptr()))
       return false;
@@ -184,6 +190,9 @@ std::string describe(const GuardCheck &check) {
   case GuardCheck::Kind::HasAttr:
     return std::string(check.flag ? "has" : "lacks") + " attribute " +
            py::str(check.expected).cast<std::string>();
+  case GuardCheck::Kind::Contains:
+    return std::string(check.flag ? "contains " : "lacks ") +
+           py::repr(check.expected).cast<std::string>();
   case GuardCheck::Kind::Equals:
     return "== " + py::repr(check.expected).cast<std::string>();
   case GuardCheck::Kind::Length:
@@ -304,6 +313,13 @@ GuardCheck isNot(py::handle object) {
   return check;
 }
 
+GuardCheck containsKey(py::handle key, bool present) {
+  GuardCheck check{GuardCheck::Kind::Contains, {}, {}};
+  check.expected = py::reinterpret_borrow<py::object>(key);
+  check.flag = present;
+  return check;
+}
+
 GuardCheck hasAttribute(const std::string &name, bool present) {
   GuardCheck check{GuardCheck::Kind::HasAttr, {}, {}};
   check.expected = py::str(name);
@@ -353,7 +369,8 @@ void GuardTree::addCheck(const SourcePtr &source, GuardCheck check) {
     if (existing.kind == check.kind && existing.flag == check.flag &&
         existing.length == check.length &&
         (existing.expected.ptr() == check.expected.ptr() ||
-         (check.kind == GuardCheck::Kind::HasAttr &&
+         ((check.kind == GuardCheck::Kind::HasAttr ||
+           check.kind == GuardCheck::Kind::Contains) &&
           existing.expected.equal(check.expected))) &&
         check.kind != GuardCheck::Kind::TensorMatch)
       return;

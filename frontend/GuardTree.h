@@ -38,6 +38,7 @@ struct GuardCheck {
     SameAs,       // value is the value of guard node `length` (an alias)
     IsNot,        // value is not the object `expected` (a weak reference)
     HasAttr,      // hasattr(value, `expected`) == flag
+    Contains,     // (`expected` in value) == flag
   };
   Kind kind;
   py::object expected; // type / constant / weakref / keys tuple
@@ -97,6 +98,8 @@ GuardCheck typeIs(py::handle type);
 /// The check that a value is not this object (two sources that are distinct
 /// objects at capture, one of them written to, must stay distinct).
 GuardCheck isNot(py::handle object);
+/// The check that `key in value` is still `present`.
+GuardCheck containsKey(py::handle key, bool present);
 /// The check that hasattr(value, name) is still `present`.
 GuardCheck hasAttribute(const std::string &name, bool present);
 GuardCheck equalsConstant(py::handle constant);

@@ -121,6 +121,25 @@ VariablePtr Evaluator::writtenAttribute(const VariablePtr &base,
   return nullptr;
 }
 
+VariablePtr Evaluator::readEnvironment(const VariablePtr &environment,
+                                       const VariablePtr &key,
+                                       const VariablePtr *fallback) {
+  std::optional<py::object> name = asConstant(key);
+  if (!name || !PyUnicode_Check(name->ptr()) || !environment->source)
+    unsupported("os.environ read with a non-constant key");
+  bool present =
+      PySequence_Contains(environment->object.ptr(), name->ptr()) == 1;
+  guards_.addCheck(environment->source, containsKey(*name, present));
+  if (!present) {
+    if (!fallback)
+      unsupported("KeyError " + py::repr(*name).cast<std::string>() +
+                  " in os.environ");
+    return *fallback;
+  }
+  return wrap(environment->object[*name],
+              Source::item(environment->source, *name));
+}
+
 VariablePtr Evaluator::hasAttribute(const VariablePtr &value,
                                     const std::string &name) {
   bool present;

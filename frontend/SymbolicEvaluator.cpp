@@ -160,7 +160,8 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
     guard(identity(object));
     result = Variable::make(Kind::Module);
     result->object = py::reinterpret_borrow<py::object>(object);
-  } else if (py::isinstance(object, h.functionType)) {
+  } else if (py::isinstance(object, h.functionType) &&
+             !h.pureObjectCalls.count(object.ptr())) {
     guard(identity(object));
     result = Variable::make(Kind::Function);
     result->object = py::reinterpret_borrow<py::object>(object);
@@ -234,6 +235,15 @@ std::optional<py::object> Evaluator::asConstant(const VariablePtr &value) {
     return value->object;
   case Kind::Set:
     return realSet(value);
+  case Kind::Method: {
+    // A method of an identity-guarded module, as a bound method object.
+    const VariablePtr &self = value->items.at(0);
+    if (!value->object || !PyFunction_Check(value->object.ptr()) ||
+        !self->is(Kind::Module) || !self->object)
+      return std::nullopt;
+    return py::reinterpret_steal<py::object>(
+        PyMethod_New(value->object.ptr(), self->object.ptr()));
+  }
   default:
     return std::nullopt;
   }
@@ -725,7 +735,11 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
     }
     if (VariablePtr read = dictReadMethod(base, name, attribute))
       return read;
-    return wrap(attribute, attrSource());
+    VariablePtr result = wrap(attribute, attrSource());
+    // What an object made from constants holds is made from them too.
+    if (base->ownedByFrame && !base->source && result->is(Kind::Object))
+      result->ownedByFrame = true;
+    return result;
   }
   case Kind::PythonModule: {
     if (VariablePtr written = writtenAttribute(base, name))
