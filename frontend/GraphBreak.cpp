@@ -31,13 +31,14 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
       return it->second;
     }
     // The graph hands out a constant's own buffer on every call, and code
-    // after the break may write into it.
-    if (value->tensor->producer()->kind() == Node::Kind::Constant)
-      unsupported("a tensor constant (torch.tensor of Python data) is live "
-                  "at the break");
+    // after the graph may write into it: it leaves as a copy.
+    Value *output = value->tensor;
+    if (output->producer()->kind() == Node::Kind::Constant)
+      output =
+          torchCall(Handles::get().torch.attr("clone"), {value}, {})->tensor;
     step.kind = RebuildStep::Kind::Output;
     step.index = static_cast<int>(rebuilder.outputs.size());
-    rebuilder.outputs.push_back(value->tensor);
+    rebuilder.outputs.push_back(output);
     int index = rebuilder.add(std::move(step));
     rebuilder.byTensor[value->tensor] = index;
     rebuilder.byVariable[value.get()] = index;
@@ -138,16 +139,23 @@ void Evaluator::planSideEffects(Rebuilder &rebuilder) {
     effect.value = rebuild(write.value, rebuilder);
     rebuilder.state.effects.push_back(std::move(effect));
   }
-  // A written object is guarded by identity; another object of its type,
-  // guarded by type only, must not turn out to be it on a later call (its
-  // reads were taken from the object before the writes).
+  // A written object is read through its source on each call, like any
+  // object guarded by class. Another source the capture saw reach the same
+  // object must reach that call's object too, and one that reached another
+  // object of its class must not reach it: reads were taken apart from the
+  // writes.
   for (const auto &[key, variable] : bySource_) {
     if (!variable->is(Kind::Object) || !variable->object)
       continue;
-    for (const auto &[object, writeTarget] : writtenObjects_)
-      if (object != variable->object.ptr() &&
-          Py_TYPE(object) == Py_TYPE(variable->object.ptr()))
-        guards_.addCheck(variable->source, isNot(object));
+    for (const auto &[object, target] : writtenObjects_) {
+      if (variable == target || !target->is(Kind::Object) ||
+          Py_TYPE(object) != Py_TYPE(variable->object.ptr()))
+        continue;
+      if (object == variable->object.ptr())
+        guards_.addSameAs(variable->source, target->source);
+      else
+        guards_.addDistinctFrom(variable->source, target->source);
+    }
   }
 }
 

@@ -117,12 +117,6 @@ bool checkPasses(PyObject *value, const GuardCheck &check) {
       expected = PyWeakref_GetObject(expected);
     return value == expected;
   }
-  case GuardCheck::Kind::IsNot: {
-    PyObject *other = check.expected.ptr();
-    if (PyWeakref_CheckRef(other))
-      other = PyWeakref_GetObject(other);
-    return value != other;
-  }
   case GuardCheck::Kind::HasAttr: {
     int present = PyObject_HasAttr(value, check.expected.ptr());
     return (present == 1) == check.flag;
@@ -167,6 +161,7 @@ bool checkPasses(PyObject *value, const GuardCheck &check) {
   case GuardCheck::Kind::GradMode:
   case GuardCheck::Kind::DefaultDType:
   case GuardCheck::Kind::SameAs:
+  case GuardCheck::Kind::NotSameAs:
     return false; // evaluated separately
   }
   return false;
@@ -185,8 +180,8 @@ std::string describe(const GuardCheck &check) {
       expected = PyWeakref_GetObject(expected);
     return "is the same " + std::string(Py_TYPE(expected)->tp_name) + " object";
   }
-  case GuardCheck::Kind::IsNot:
-    return "is not the object written to by the graph's side effects";
+  case GuardCheck::Kind::NotSameAs:
+    return "is not the object of guard " + std::to_string(check.length);
   case GuardCheck::Kind::HasAttr:
     return std::string(check.flag ? "has" : "lacks") + " attribute " +
            py::str(check.expected).cast<std::string>();
@@ -307,12 +302,6 @@ GuardCheck identity(py::handle object) {
   return check;
 }
 
-GuardCheck isNot(py::handle object) {
-  GuardCheck check = identity(object);
-  check.kind = GuardCheck::Kind::IsNot;
-  return check;
-}
-
 GuardCheck containsKey(py::handle key, bool present) {
   GuardCheck check{GuardCheck::Kind::Contains, {}, {}};
   check.expected = py::reinterpret_borrow<py::object>(key);
@@ -381,10 +370,25 @@ void GuardTree::addGraphInput(const SourcePtr &source) {
   graphInputs_.push_back(nodeFor(source));
 }
 
+void GuardTree::addRelation(const SourcePtr &source, const SourcePtr &other,
+                            GuardCheck::Kind kind) {
+  // The check sits on whichever node is read later and names the other.
+  int first = nodeFor(other);
+  int second = nodeFor(source);
+  if (first > second)
+    std::swap(first, second);
+  GuardCheck check{kind, {}, {}};
+  check.length = first;
+  nodes_[second].checks.push_back(std::move(check));
+}
+
 void GuardTree::addSameAs(const SourcePtr &source, const SourcePtr &other) {
-  GuardCheck check{GuardCheck::Kind::SameAs, {}, {}};
-  check.length = nodeFor(other); // before `source`'s node: evaluated first
-  nodes_[nodeFor(source)].checks.push_back(std::move(check));
+  addRelation(source, other, GuardCheck::Kind::SameAs);
+}
+
+void GuardTree::addDistinctFrom(const SourcePtr &source,
+                                const SourcePtr &other) {
+  addRelation(source, other, GuardCheck::Kind::NotSameAs);
 }
 
 int GuardTree::addRead(const SourcePtr &source) {
@@ -423,10 +427,14 @@ bool GuardTree::evaluate(const FrameInputs &frame,
     }
     values[i] = py::reinterpret_steal<py::object>(value);
     for (const GuardCheck &check : node.checks) {
-      bool passes = check.kind == GuardCheck::Kind::SameAs
-                        ? check.length < static_cast<int64_t>(i) &&
-                              values[check.length].ptr() == value
-                        : checkPasses(value, check);
+      bool passes =
+          check.kind == GuardCheck::Kind::SameAs
+              ? check.length < static_cast<int64_t>(i) &&
+                    values[check.length].ptr() == value
+          : check.kind == GuardCheck::Kind::NotSameAs
+              ? check.length < static_cast<int64_t>(i) &&
+                    values[check.length].ptr() != value
+              : checkPasses(value, check);
       if (!passes) {
         if (failure)
           *failure = node.source->str() + " " + describe(check);

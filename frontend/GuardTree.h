@@ -36,7 +36,7 @@ struct GuardCheck {
     GradMode,     // torch.is_grad_enabled() == flag (source-less)
     DefaultDType, // torch.get_default_dtype() is expected (source-less)
     SameAs,       // value is the value of guard node `length` (an alias)
-    IsNot,        // value is not the object `expected` (a weak reference)
+    NotSameAs,    // value is not the value of guard node `length`
     HasAttr,      // hasattr(value, `expected`) == flag
     Contains,     // (`expected` in value) == flag
   };
@@ -56,6 +56,9 @@ public:
   /// Checks that `source` is the very object `other` is (two arguments that
   /// are one tensor: the graph reads it once).
   void addSameAs(const SourcePtr &source, const SourcePtr &other);
+  /// Checks that `source` is not the object `other` is (an object written
+  /// to and another of its class the capture read apart from it).
+  void addDistinctFrom(const SourcePtr &source, const SourcePtr &other);
   /// Makes the value of `source` graph input number `slot` (slots in order).
   void addGraphInput(const SourcePtr &source);
   size_t graphInputCount() const { return graphInputs_.size(); }
@@ -82,6 +85,8 @@ private:
     std::vector<GuardCheck> checks;
   };
   int nodeFor(const SourcePtr &source);
+  void addRelation(const SourcePtr &source, const SourcePtr &other,
+                   GuardCheck::Kind kind);
 
   std::vector<Node> nodes_;
   std::map<std::string, int> nodeBySource_;
@@ -95,9 +100,6 @@ GuardCheck tensorMatch(py::handle tensor, const TensorMeta &meta);
 /// The check that an object is still this one; weak where possible.
 GuardCheck identity(py::handle object);
 GuardCheck typeIs(py::handle type);
-/// The check that a value is not this object (two sources that are distinct
-/// objects at capture, one of them written to, must stay distinct).
-GuardCheck isNot(py::handle object);
 /// The check that `key in value` is still `present`.
 GuardCheck containsKey(py::handle key, bool present);
 /// The check that hasattr(value, name) is still `present`.

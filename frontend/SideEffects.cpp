@@ -90,12 +90,8 @@ void Evaluator::storeAttr(const VariablePtr &target, const std::string &name,
       unsupported(what + ", a descriptor (property) of " + typeName(object));
   }
   // The writes are replayed on the object this source finds on later
-  // calls: it must be this one (two sources reaching one object then
-  // agree on what it holds).
-  if (!writtenObjects_.count(object.ptr())) {
-    guards_.addCheck(target->source, identity(object));
-    writtenObjects_[object.ptr()] = target;
-  }
+  // calls (planSideEffects keeps other sources apart from it).
+  writtenObjects_.emplace(object.ptr(), target);
   writes_.push_back({target, name, value});
   written_[{object.ptr(), name}] = value;
 }
@@ -107,10 +103,6 @@ VariablePtr Evaluator::writtenAttribute(const VariablePtr &base,
   auto target = writtenObjects_.find(base->object.ptr());
   if (target == writtenObjects_.end())
     return nullptr;
-  // This source reaches a written object: on later calls it must reach
-  // the same one, or the writes read back here would be another's.
-  if (base->source && base != target->second)
-    guards_.addCheck(base->source, identity(base->object));
   auto it = written_.find({base->object.ptr(), name});
   if (it != written_.end())
     return it->second;
