@@ -729,8 +729,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     return;
   }
   case Opcode::BUILD_SET: {
-    auto set = Variable::make(Kind::Set);
-    madeInstances_ = true;
+    VariablePtr set = setFromObject(py::tuple());
     for (const VariablePtr &item : popN(frame, instruction.arg))
       addToSet(set, item);
     frame.stack.push_back(set);

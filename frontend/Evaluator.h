@@ -82,7 +82,7 @@ struct Handles {
           "range",   "repr",   "reversed", "round",      "slice",
           "sorted",  "str",    "sum",      "tuple",      "type",
           "getattr", "list",   "dict",     "set",        "enumerate",
-          "zip"})
+          "zip", "setattr"})
       pureBuiltins.insert(builtins.attr(name).ptr());
     for (py::object call :
          {torch.attr("finfo"), torch.attr("iinfo"),

@@ -309,7 +309,7 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       return Variable::constant(py::int_(py::len(value->object)));
     }
     case Kind::Set:
-      return Variable::constant(py::int_(value->keys.size()));
+      return Variable::constant(py::int_(PySet_GET_SIZE(value->object.ptr())));
     default:
       if (VariablePtr length =
               callPythonSpecialMethod(value, "__len__", {}))
@@ -418,6 +418,47 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
         !truthy(hasAttribute(args[0], attribute)))
       return args[2];
     return loadAttr(args[0], attribute);
+  }
+  if (is("dict") && args.size() <= 1 &&
+      (args.empty() || !asConstant(args[0]))) {
+    // dict(mapping), dict(pairs), dict(**kwargs): a new Dict.
+    auto dict = Variable::make(Kind::Dict);
+    auto insert = [&](py::object key, const VariablePtr &value) {
+      for (size_t i = 0; i < dict->keys.size(); ++i)
+        if (dict->keys[i].equal(key)) {
+          dict->items[i] = value;
+          return;
+        }
+      dict->keys.push_back(std::move(key));
+      dict->items.push_back(value);
+    };
+    if (!args.empty()) {
+      VariablePtr source = builtinContents(args[0], "keys");
+      if (source->is(Kind::Dict)) {
+        for (size_t i = 0; i < source->keys.size(); ++i)
+          insert(source->keys[i], source->items[i]);
+      } else {
+        for (const VariablePtr &pair : unpack(source)) {
+          std::vector<VariablePtr> entry = unpack(pair);
+          std::optional<py::object> key =
+              entry.size() == 2 ? asConstant(entry[0]) : std::nullopt;
+          if (!key)
+            unsupported("dict() of items that are not (constant key, "
+                        "value) pairs");
+          insert(*key, entry[1]);
+        }
+      }
+    }
+    for (const auto &[name, value] : kwargs)
+      insert(py::str(name), value);
+    return dict;
+  }
+  if (is("setattr") && args.size() == 3 && kwargs.empty()) {
+    std::optional<py::object> name = asConstant(args[1]);
+    if (!name || !PyUnicode_Check(name->ptr()))
+      unsupported("setattr with a non-constant name");
+    storeAttr(args[0], name->cast<std::string>(), args[2]);
+    return Variable::constant(py::none());
   }
   if (is("type") && args.size() == 1 && kwargs.empty()) {
     return wrap(pythonTypeOf(args[0]), nullptr);

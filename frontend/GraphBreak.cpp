@@ -118,7 +118,7 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
   }
   case Kind::Set:
     step.kind = RebuildStep::Kind::Set;
-    step.keys = value->keys;
+    step.object = value->object;
     break;
   case Kind::Iterator:
     unsupported("a live iterator (a loop or an iter() around the break)");
@@ -295,13 +295,10 @@ RebuildPlan::rebuild(PyObject *const *outputs,
     case RebuildStep::Kind::Instance:
       values.push_back(buildInstance(step, values));
       break;
-    case RebuildStep::Kind::Set: {
-      py::set set;
-      for (const py::object &element : step.keys)
-        set.add(element);
-      values.push_back(std::move(set));
+    case RebuildStep::Kind::Set:
+      // A copy keeps the set's table, so eager's iteration order.
+      values.push_back(step.object.attr("copy")());
       break;
-    }
     }
   }
   for (const SideEffect &effect : effects)

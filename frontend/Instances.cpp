@@ -292,6 +292,8 @@ VariablePtr Evaluator::callSlotOnInstance(py::handle slot,
     if (name == "__init__" && args.empty())
       return none;
   } else if (self->items.size() > 1 && !owner.is_none()) {
+    if (name == "__init__" && args.empty())
+      return none; // dict.__init__() of an instance that starts empty
     return callMethodOfContainer(self->items[1], name, args);
   }
   unsupported(py::repr(slot).cast<std::string>() + " on a " +
@@ -313,68 +315,64 @@ VariablePtr Evaluator::builtinContents(const VariablePtr &value,
 
 void Evaluator::addToSet(const VariablePtr &set, const VariablePtr &item) {
   std::optional<py::object> element = asConstant(item);
-  if (!element || PyObject_Hash(element->ptr()) == -1) {
+  if (!element || PySet_Add(set->object.ptr(), element->ptr()) < 0) {
     PyErr_Clear();
     unsupported("a set of items that are not hashable constants");
   }
-  if (findKey(set, *element) < 0)
-    set->keys.push_back(*element);
 }
 
 py::object Evaluator::realSet(const VariablePtr &set) {
-  py::set result;
-  for (const py::object &element : set->keys)
-    result.add(element);
-  return std::move(result);
+  // A copy of a set keeps its table, so its iteration order.
+  return set->object.attr("copy")();
 }
 
 VariablePtr Evaluator::setFromObject(py::handle object) {
   auto set = Variable::make(Kind::Set);
   madeInstances_ = true;
-  for (py::handle element : object)
-    set->keys.push_back(py::reinterpret_borrow<py::object>(element));
+  set->object = py::reinterpret_steal<py::object>(PySet_New(object.ptr()));
+  if (!set->object)
+    throw py::error_already_set();
   return set;
 }
 
 VariablePtr Evaluator::callMethodOfSet(const VariablePtr &self,
                                        const std::string &name,
                                        std::vector<VariablePtr> &args) {
-  auto none = Variable::constant(py::none());
-  if (name == "add" && args.size() == 1) {
-    addToSet(self, args[0]);
-    return none;
-  }
-  if (name == "update") {
-    for (const VariablePtr &arg : args)
-      for (const VariablePtr &item : unpack(arg))
-        addToSet(self, item);
-    return none;
-  }
-  if ((name == "discard" || name == "remove") && args.size() == 1) {
-    std::optional<py::object> element = asConstant(args[0]);
-    int index = element ? findKey(self, *element) : -1;
-    if (index >= 0)
-      self->keys.erase(self->keys.begin() + index);
-    else if (name == "remove" || !element)
-      unsupported("KeyError in set." + name);
-    return none;
-  }
-  // Methods that read: run on a copy, a set result becomes a new Set.
+  // The model is a real set of constants, changed in the order the code
+  // changes it, so that it iterates as eager's does.
   py::list constants;
   for (const VariablePtr &arg : args) {
+    if (name == "update" || name == "union" || name == "intersection" ||
+        name == "difference" || name == "issubset" || name == "issuperset" ||
+        name == "isdisjoint" || name == "symmetric_difference") {
+      py::list items;
+      for (const VariablePtr &item : unpack(arg)) {
+        std::optional<py::object> constant = asConstant(item);
+        if (!constant)
+          unsupported("set." + name + " of a non-constant");
+        items.append(*constant);
+      }
+      constants.append(items);
+      continue;
+    }
     std::optional<py::object> constant = asConstant(arg);
     if (!constant)
       unsupported("set." + name + " of a non-constant");
     constants.append(*constant);
   }
-  static const char *readers[] = {
+  static const char *methods[] = {
+      "add",          "update",       "discard",    "remove",
       "union",        "intersection", "difference", "symmetric_difference",
       "issubset",     "issuperset",   "isdisjoint", "copy",
-      "__contains__", "__len__"};
-  for (const char *reader : readers)
-    if (name == reader) {
-      py::object result =
-          realSet(self).attr(name.c_str())(*py::tuple(constants));
+      "__contains__", "__len__",      "clear"};
+  for (const char *method : methods)
+    if (name == method) {
+      py::object result;
+      try {
+        result = self->object.attr(name.c_str())(*py::tuple(constants));
+      } catch (py::error_already_set &error) {
+        unsupported("set." + name + " raises: " + error.what());
+      }
       if (PySet_CheckExact(result.ptr()))
         return setFromObject(result);
       return Variable::constant(result);

@@ -258,7 +258,7 @@ bool Evaluator::truthy(const VariablePtr &value) {
   case Kind::Dict:
     return !value->items.empty();
   case Kind::Set:
-    return !value->keys.empty();
+    return PySet_GET_SIZE(value->object.ptr()) > 0;
   case Kind::Instance: {
     for (const char *method : {"__bool__", "__len__"})
       if (VariablePtr result = callPythonSpecialMethod(value, method, {})) {
@@ -341,7 +341,7 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
       iterator->items.push_back(Variable::constant(key));
     return iterator;
   case Kind::Set:
-    for (py::handle element : realSet(iterable))
+    for (py::handle element : iterable->object)
       iterator->items.push_back(
           Variable::constant(py::reinterpret_borrow<py::object>(element)));
     return iterator;

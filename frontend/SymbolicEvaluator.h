@@ -48,7 +48,7 @@ struct RebuildStep {
     Instance,    // `object` (a class) made with its __new__; its first
                  // `index` items set as attributes named by `keys`, the rest
                  // as its builtin dict base's items under the other keys
-    Set,         // a set of the constants `keys`
+    Set,         // a copy of the set `object` (of constants)
   };
   Kind kind = Kind::Constant;
   int index = 0;

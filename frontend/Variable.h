@@ -45,8 +45,8 @@ struct Variable {
     Instance,     // an object of a Python class made in the frame: object
                   // is its class, items[0] its __dict__ (a Dict), items[1]
                   // its contents for a dict subclass (a Dict)
-    Set,          // a set made in the frame: its constant elements in keys,
-                  // in insertion order
+    Set,          // a set made in the frame: object is a real set of its
+                  // constant elements, changed as the code changes it
   };
 
   Kind kind;

@@ -45,8 +45,9 @@ if ! "$PYTHON" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] !
   echo "setup: installing torch==2.13.0"
   pip_install torch==2.13.0
 fi
-python_packages=(numpy pytest expecttest hypothesis pybind11 setuptools wheel)
-if ! "$PYTHON" -c 'import numpy, pytest, expecttest, hypothesis, pybind11, setuptools, wheel' 2>/dev/null; then
+# transformers: the frontend tests capture its models (code nobody here wrote).
+python_packages=(numpy pytest expecttest hypothesis pybind11 setuptools wheel transformers==5.23.0)
+if ! "$PYTHON" -c 'import numpy, pytest, expecttest, hypothesis, pybind11, setuptools, wheel, transformers, sys; sys.exit(transformers.__version__ != "5.23.0")' 2>/dev/null; then
   echo "setup: installing Python packages: ${python_packages[*]}"
   pip_install "${python_packages[@]}"
 fi
