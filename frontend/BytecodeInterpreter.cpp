@@ -617,6 +617,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     std::optional<py::object> constantKey = asConstant(key);
     if (!constantKey)
       unsupported("a subscript assignment with a non-constant key");
+    if (container->is(Kind::List) && PySlice_Check(constantKey->ptr())) {
+      assignListSlice(container, *constantKey, value);
+      return;
+    }
     if (container->is(Kind::List)) {
       checkNotInput(container, "assigning into");
       container
@@ -646,6 +650,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     auto slice = Variable::constant(py::reinterpret_steal<py::object>(
         PySlice_New(asConstant(start).value().ptr(),
                     asConstant(stop).value().ptr(), nullptr)));
+    if (container->is(Kind::List)) {
+      assignListSlice(container, slice->object, value);
+      return;
+    }
     if (!container->is(Kind::Tensor))
       unsupported("slice assignment into a " +
                   kindNameOf(pythonTypeOf(container)));
@@ -1017,6 +1025,34 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   default:
     unsupported("the bytecode instruction " + instruction.opname);
   }
+}
+
+void Evaluator::assignListSlice(const VariablePtr &list, py::handle slice,
+                                const VariablePtr &value) {
+  checkNotInput(list, "assigning into");
+  std::vector<VariablePtr> replacement = unpack(value);
+  // Python's own slice assignment on positions: old items by index, new
+  // ones numbered after them (extended slices, bounds and errors as Python
+  // has them).
+  size_t count = list->items.size();
+  py::list positions;
+  for (size_t i = 0; i < count; ++i)
+    positions.append(py::int_(i));
+  py::list added;
+  for (size_t i = 0; i < replacement.size(); ++i)
+    added.append(py::int_(count + i));
+  if (PyObject_SetItem(positions.ptr(), slice.ptr(), added.ptr()) < 0) {
+    py::error_already_set error;
+    unsupported(std::string("a slice assignment that raises: ") +
+                error.what());
+  }
+  std::vector<VariablePtr> items;
+  for (py::handle position : positions) {
+    size_t index = position.cast<size_t>();
+    items.push_back(index < count ? list->items[index]
+                                  : replacement[index - count]);
+  }
+  list->items = std::move(items);
 }
 
 } // namespace kiln::frontend::evaluation

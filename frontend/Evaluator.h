@@ -72,6 +72,7 @@ struct Handles {
   // inspect.signature(f)).
   std::unordered_set<PyObject *> pureObjectCalls;
   py::object environment = py::module_::import("os").attr("environ");
+  py::object partialType = py::module_::import("functools").attr("partial");
 
   Handles() {
     for (const char *name :
@@ -250,6 +251,9 @@ private:
   void setGradMode(bool enabled);
   OutputTemplate buildOutput(const VariablePtr &value,
                              std::vector<Argument> &outputs);
+  /// `list[slice] = value` on a list made in the frame.
+  void assignListSlice(const VariablePtr &list, py::handle slice,
+                       const VariablePtr &value);
   /// A local slot's value is gone (deleted, cleared): in the root frame its
   /// argument must not be read again either.
   void clearLocal(Frame &frame, int index);

@@ -730,6 +730,35 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       return torchCall(function, args, kwargs);
     unsupported("a call to " + py::repr(function).cast<std::string>());
   }
+  case Kind::Object:
+    if (callable->object && Py_TYPE(callable->object.ptr()) ==
+                                reinterpret_cast<PyTypeObject *>(
+                                    Handles::get().partialType.ptr())) {
+      // partial(func, *args, **keywords)(*more, **kw): func(*args, *more,
+      // **{**keywords, **kw}), each part read (and guarded) as it is used.
+      std::vector<VariablePtr> all = unpack(loadAttr(callable, "args"));
+      all.insert(all.end(), args.begin(), args.end());
+      VariablePtr keywords = loadAttr(callable, "keywords");
+      if (!keywords->is(Kind::Dict))
+        unsupported("a partial whose keywords are not a dict");
+      std::vector<std::pair<std::string, VariablePtr>> merged;
+      for (size_t i = 0; i < keywords->keys.size(); ++i)
+        merged.emplace_back(py::str(keywords->keys[i]).cast<std::string>(),
+                            keywords->items[i]);
+      for (auto &[name, value] : kwargs) {
+        auto same = std::find_if(merged.begin(), merged.end(),
+                                 [&](const auto &entry) {
+                                   return entry.first == name;
+                                 });
+        if (same != merged.end())
+          same->second = value;
+        else
+          merged.emplace_back(name, value);
+      }
+      return call(loadAttr(callable, "func"), std::move(all),
+                  std::move(merged));
+    }
+    unsupported("calling a " + kindNameOf(pythonTypeOf(callable)));
   default:
     unsupported("calling a " + kindNameOf(pythonTypeOf(callable)));
   }
@@ -795,6 +824,11 @@ VariablePtr Evaluator::inlineFunction(
   Frame frame;
   if (function->object) {
     py::object fn = function->object;
+    // Cython and other compiled functions carry a __code__ without
+    // bytecode: they are C functions to kiln.
+    if (!PyFunction_Check(fn.ptr()))
+      unsupported("a call to " + py::repr(fn).cast<std::string>() +
+                  " (compiled code, no Python bytecode)");
     code = fn.attr("__code__");
     globals = fn.attr("__globals__");
     defaults = fn.attr("__defaults__");

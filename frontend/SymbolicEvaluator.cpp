@@ -165,6 +165,13 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
     guard(identity(object));
     result = Variable::make(Kind::Function);
     result->object = py::reinterpret_borrow<py::object>(object);
+  } else if (Py_TYPE(object.ptr()) == reinterpret_cast<PyTypeObject *>(
+                                           h.partialType.ptr())) {
+    // functools.partial: read through its parts (func, args, keywords), so
+    // a fresh partial of the same function reuses the capture.
+    guard(typeIs(py::type::of(object)));
+    result = Variable::make(Kind::Object);
+    result->object = py::reinterpret_borrow<py::object>(object);
   } else if (py::isinstance(object, h.methodType)) {
     py::object self = object.attr("__self__");
     py::object function = object.attr("__func__");

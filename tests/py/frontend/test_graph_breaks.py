@@ -431,8 +431,10 @@ def test_aliases_and_constants_across_the_break():
         assert_close(x, x_eager)
         assert same and same_eager
     assert kiln.cache_info(compiled)["breaks"]
+    # The constant leaves the graph as a copy: each call's is fresh.
     compiled = check(constant_across_a_break, lambda: (torch.randn(2),))
-    assert "tensor constant" in kiln.cache_info(compiled)["fallback_reason"]
+    info = kiln.cache_info(compiled)
+    assert info["breaks"] and not info["runs_in_cpython"], info["fallback_reason"]
 
 
 def test_an_object_a_break_leaves_on_the_stack_is_this_calls_object():

@@ -68,3 +68,50 @@ def test_compiled_functions_under_torch_func_transforms():
     # Outside the transforms the compiled graph still serves.
     torch.testing.assert_close(compiled(x), fn(x))
     assert not kiln.cache_info(compiled)["runs_in_cpython"]
+
+
+def test_slice_assignment_on_a_list():
+    def fn(x):
+        items = [1, 2, 3, 4, 5]
+        items[1:3] = [x, x + 1, x + 2]
+        items[::3] = [x * 0, x * 5]
+        del items[-1:]
+        return items
+
+    x = torch.randn(2)
+    actual, expected = kiln.compile(fn)(x), fn(x)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert type(a) is type(e)
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e)
+        else:
+            assert a == e
+
+
+def test_a_fresh_partial_of_the_same_function_reuses_the_capture():
+    import functools
+
+    def scale(x, k, shift=0):
+        return x * k + shift
+
+    def fn(x, op):
+        return op(x)
+
+    compiled = kiln.compile(fn)
+    x = torch.randn(3)
+    for k in (2, 2, 2):
+        torch.testing.assert_close(compiled(x, functools.partial(scale, k=k)), x * 2)
+    torch.testing.assert_close(compiled(x, functools.partial(scale, k=3, shift=1)), x * 3 + 1)
+    torch.testing.assert_close(compiled(x, functools.partial(scale, 4)), x * 4)
+    assert kiln.cache_info(compiled)["entries"] == 3
+
+
+def test_a_compiled_numpy_function_is_not_stepped_into():
+    import numpy as np
+
+    def fn(x):
+        return x + float(np.random.randn() * 0)
+
+    x = torch.randn(2)
+    torch.testing.assert_close(kiln.compile(fn)(x), x)
