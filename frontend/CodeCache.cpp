@@ -45,7 +45,7 @@ std::string qualifiedNameOf(PyObject *function) {
 PyObject *runEntry(const CacheEntry &entry,
                    const std::vector<py::object> &graphInputs,
                    const std::vector<py::object> &reads,
-                   const CacheOptions &options) {
+                   const FrameInputs &frame, const CacheOptions &options) {
   std::vector<PyObject *> inputs;
   inputs.reserve(graphInputs.size());
   for (const py::object &input : graphInputs)
@@ -74,10 +74,20 @@ PyObject *runEntry(const CacheEntry &entry,
   for (int item : entry.graphBreak->stack)
     if (item >= 0)
       arguments.push_back(values[item].ptr());
+  // A nested function's continuation reads this call's closure cells.
+  py::object continuation = entry.continuation;
+  if (frame.closure && PyFunction_GET_CLOSURE(continuation.ptr()) &&
+      PyFunction_GET_CLOSURE(continuation.ptr()) != frame.closure) {
+    continuation = py::reinterpret_steal<py::object>(PyFunction_New(
+        PyFunction_GET_CODE(continuation.ptr()), entry.globals));
+    if (!continuation ||
+        PyFunction_SetClosure(continuation.ptr(), frame.closure) < 0)
+      throw py::error_already_set();
+  }
   // The resume function's frames are captured in turn, with this
   // function's options.
   HookActivation activation(nullptr, &options);
-  return PyObject_Vectorcall(entry.continuation.ptr(), arguments.data(),
+  return PyObject_Vectorcall(continuation.ptr(), arguments.data(),
                              arguments.size(), nullptr);
 }
 
@@ -206,7 +216,7 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
       std::string *failure = firstFailure.empty() ? &firstFailure : nullptr;
       if (entry->guards.evaluate(inputs, graphInputs, failure, &reads)) {
         hits_++;
-        return runEntry(*entry, graphInputs, reads, options_);
+        return runEntry(*entry, graphInputs, reads, inputs, options_);
       }
     }
     misses_++;
@@ -256,7 +266,7 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     // Over the limit (threads recompiling at once), the entry serves this
     // call only.
     addEntry(entry);
-    return runEntry(*entry, graphInputs, reads, options_);
+    return runEntry(*entry, graphInputs, reads, inputs, options_);
   } catch (py::error_already_set &error) {
     error.restore();
     return nullptr;
@@ -319,9 +329,13 @@ void CodeCache::makeContinuation(CacheEntry &entry,
   for (int item : graphBreak.stack)
     nulls.append(py::bool_(item < 0));
   py::object globals = py::reinterpret_borrow<py::object>(inputs.globals);
-  py::tuple made = py::module_::import("kiln._resume")
-                       .attr("continuation")(graphBreak.code, graphBreak.offset,
-                                             bound, nulls, globals);
+  py::object closure = inputs.closure
+                           ? py::reinterpret_borrow<py::object>(inputs.closure)
+                           : py::none();
+  py::tuple made =
+      py::module_::import("kiln._resume")
+          .attr("continuation")(graphBreak.code, graphBreak.offset, bound,
+                                nulls, globals, closure);
   entry.continuation = made[0];
   entry.resumeCode = made[1];
   entry.continuationLocals = made[2].cast<size_t>();

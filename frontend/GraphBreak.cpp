@@ -7,6 +7,10 @@
 
 namespace kiln::frontend::evaluation {
 
+// CPython's co_localspluskinds flag of a free variable (CO_FAST_FREE in
+// 3.11 and 3.12's internal headers).
+constexpr uint8_t kFreeVariableKind = 0x80;
+
 int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
   auto known = rebuilder.byVariable.find(value.get());
   if (known != rebuilder.byVariable.end())
@@ -165,8 +169,6 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
     unsupported("the capture did not reach the same instruction again");
   if (gradEnabled_ != initialGradMode)
     unsupported("grad mode was changed before the break");
-  if (!frame.freeCells.empty())
-    unsupported("the function has closure cells");
   auto state = std::make_shared<GraphBreak>();
   state->code = frame.codeObject;
   state->offset = instruction.offset;
@@ -179,6 +181,12 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
     state->stack.push_back(item->is(Kind::Null) ? -1
                                                 : rebuild(item, rebuilder));
   for (size_t i = 0; i < frame.locals.size(); ++i) {
+    // A free variable's cell comes from the closure the continuation is
+    // made with; the capture never rebinds it.
+    if (frame.localKinds.at(i) & kFreeVariableKind) {
+      state->locals.push_back(-1);
+      continue;
+    }
     if (frame.locals[i]) {
       if (frame.locals[i]->is(Kind::Cell))
         unsupported("a closure cell is live at the break");

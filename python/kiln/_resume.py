@@ -97,9 +97,8 @@ def refusal(code, offset):
     code, offset = base_of(code, offset)
     if code.co_flags & _CO_GENERATOR_LIKE:
         return "a generator or coroutine frame"
-    if code.co_cellvars or code.co_freevars:
-        return "the function has closure cells (" + ", ".join(
-            code.co_cellvars + code.co_freevars) + ")"
+    if code.co_cellvars:
+        return "the function makes closure cells (" + ", ".join(code.co_cellvars) + ")"
     instructions = _instructions(code)
     instruction = instructions[_at(instructions, offset)]
     effect = _BREAKABLE.get(instruction.opname)
@@ -124,6 +123,14 @@ def _emit(code_bytes, name, arg=0):
             code_bytes += bytes([_OP["EXTENDED_ARG"], (arg >> shift) & 0xFF])
     code_bytes += bytes([op, arg & 0xFF])
     code_bytes += bytes(2 * _CACHES[op])
+
+
+def _emit_frame_start(code_bytes, code):
+    """What a frame of `code` runs first: its closure's cells into its free
+    variables (a nested function's), then RESUME."""
+    if code.co_freevars:
+        _emit(code_bytes, "COPY_FREE_VARS", len(code.co_freevars))
+    _emit(code_bytes, "RESUME", 0)
 
 
 def _emit_call(code_bytes, count):
@@ -198,6 +205,31 @@ def _stack_after(code, offset, stack_nulls):
     return instruction, prefix, instructions[index + 1].offset, after
 
 
+# Instructions whose argument indexes the cells and free variables, which
+# sit after the plain locals: more locals move them.
+_CELL_OPS = {_OP[name] for name in ("LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF",
+                                     "LOAD_CLOSURE", "MAKE_CELL", "LOAD_CLASSDEREF",
+                                     "LOAD_FROM_DICT_OR_DEREF") if name in _OP}
+
+
+def _shift_cell_indices(code, added):
+    """`code`'s bytecode with its cell and free variable indices moved by
+    `added` (locals appended before them)."""
+    raw = bytearray(code.co_code)
+    if not added or not (code.co_cellvars or code.co_freevars):
+        return bytes(raw)
+    for instruction in dis.get_instructions(code):
+        if instruction.opcode not in _CELL_OPS:
+            continue
+        start = instruction.offset
+        if start >= 2 and raw[start - 2] == _OP["EXTENDED_ARG"]:
+            raise ValueError("a cell index with EXTENDED_ARG")
+        if raw[start + 1] + added > 255:
+            raise ValueError("too many locals before the cells")
+        raw[start + 1] += added
+    return bytes(raw)
+
+
 def _resume_code(code, offset, next_offset, bound, after, line):
     # Code objects compare equal across files: the file is part of the key.
     key = (code.co_filename, offset, bound, after)
@@ -208,7 +240,7 @@ def _resume_code(code, offset, next_offset, bound, after, line):
     temps = tuple(f"__kiln_stack{j}" for j, null in enumerate(after) if not null)
     varnames = code.co_varnames + temps
     prologue = bytearray()
-    _emit(prologue, "RESUME", 0)
+    _emit_frame_start(prologue, code)
     for slot in range(count):
         if not bound[slot]:
             _emit(prologue, "DELETE_FAST", slot)
@@ -230,7 +262,7 @@ def _resume_code(code, offset, next_offset, bound, after, line):
     prologue += bytes([_OP["JUMP_FORWARD"], distance & 0xFF])
     units = len(prologue) // 2
     resumed = code.replace(
-        co_code=bytes(prologue) + code.co_code,
+        co_code=bytes(prologue) + _shift_cell_indices(code, len(temps)),
         co_linetable=bytes(_line_entries(units, 0)) + code.co_linetable,
         co_exceptiontable=_shifted_exception_table(code, units),
         co_varnames=varnames,
@@ -247,13 +279,15 @@ def _resume_code(code, offset, next_offset, bound, after, line):
     return resumed
 
 
-def continuation(code, offset, bound, stack_nulls, globals_):
+def continuation(code, offset, bound, stack_nulls, globals_, closure=None):
     """The function a cache hit calls after its graph, with the frame's
     locals (None where `bound` says a local is unbound) and its stack
     items (those `stack_nulls` does not mark NULL) as arguments: it runs
     the instruction at `offset` in CPython and returns what the resume
     function returns. Returns (function, resume code, how many locals the
-    function takes: those of the original code)."""
+    function takes: those of the original code). A nested function's
+    continuation is made with `closure`, the frame's closure; a cache hit
+    makes it again with its own frame's."""
     code, offset = base_of(code, offset)
     count = len(code.co_varnames)
     if any(bound[count:]):
@@ -264,14 +298,16 @@ def continuation(code, offset, bound, stack_nulls, globals_):
     line = instruction.positions.lineno if instruction.positions else None
     line = line or code.co_firstlineno
     resume = _resume_code(code, offset, next_offset, bound, after, line)
-    resume_function = types.FunctionType(resume, globals_)
 
     inputs = tuple(f"__kiln_in{j}" for j, null in enumerate(stack_nulls) if not null)
     outputs = tuple(f"__kiln_out{j}" for j, null in enumerate(after) if not null)
     varnames = code.co_varnames + inputs + outputs + ("__kiln_null",)
-    consts = code.co_consts + (resume_function, None)
+    # A nested function's B makes R from its own closure on every call (B is
+    # made per call with the frame's closure); otherwise R is one constant.
+    resume_constant = resume if code.co_freevars else types.FunctionType(resume, globals_)
+    consts = code.co_consts + (resume_constant, None)
     body = bytearray()
-    _emit(body, "RESUME", 0)
+    _emit_frame_start(body, code)
     for slot in range(count):
         if not bound[slot]:
             _emit(body, "DELETE_FAST", slot)
@@ -295,7 +331,15 @@ def continuation(code, offset, bound, stack_nulls, globals_):
             out_slot -= 1
             _emit(body, "STORE_FAST", out_slot)
     _emit(body, "PUSH_NULL")
-    _emit(body, "LOAD_CONST", len(consts) - 2)
+    if code.co_freevars:
+        first_free = len(varnames) + len(code.co_cellvars)
+        for free in range(len(code.co_freevars)):
+            _emit(body, "LOAD_CLOSURE", first_free + free)
+        _emit(body, "BUILD_TUPLE", len(code.co_freevars))
+        _emit(body, "LOAD_CONST", len(consts) - 2)
+        _emit(body, "MAKE_FUNCTION", 0x08)
+    else:
+        _emit(body, "LOAD_CONST", len(consts) - 2)
     for slot in range(count):
         if bound[slot]:
             _emit(body, "LOAD_FAST", slot)
@@ -319,7 +363,7 @@ def continuation(code, offset, bound, stack_nulls, globals_):
         co_posonlyargcount=0,
         co_kwonlyargcount=0,
         co_flags=code.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS),
-        co_stacksize=len(stack_nulls) + count + len(after) + 4,
+        co_stacksize=len(stack_nulls) + count + len(after) + len(code.co_freevars) + 4,
         co_qualname=f"{code.co_qualname}.<graph break at line {line}>",
     )
-    return types.FunctionType(continued, globals_), resume, count
+    return types.FunctionType(continued, globals_, closure=closure), resume, count

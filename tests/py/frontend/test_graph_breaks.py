@@ -4,7 +4,9 @@
 # function is a resume function that the frame hook captures in turn. Every
 # case is compared with eager on fresh random inputs; the fallback cases
 # (try, with, loops) still run the whole frame in CPython.
+import functools
 import os
+import sys
 import traceback
 
 import pytest
@@ -489,3 +491,70 @@ def test_resume_functions_compile_with_the_compiled_functions_options():
     for code in resumed:
         runners = kiln.code_cache_info(code)["runners"]
         assert runners and all(r.startswith("eager") for r in runners), runners
+
+
+def _scaled_with_a_break(k):
+    def inner(x):
+        y = x * k
+        print("inner", file=sys.stderr)  # a break inside a closure
+        return y + k
+    return inner
+
+
+def test_a_break_inside_a_closure_resumes_with_each_functions_cells():
+    twice, thrice = _scaled_with_a_break(2), _scaled_with_a_break(3)
+    compiled_twice, compiled_thrice = kiln.compile(twice), kiln.compile(thrice)
+    for _ in range(3):
+        x = torch.randn(4)
+        assert_close(compiled_twice(x), twice(x))
+        assert_close(compiled_thrice(x), thrice(x))
+    for compiled in (compiled_twice, compiled_thrice):
+        info = kiln.cache_info(compiled)
+        assert info["breaks"] and not info["runs_in_cpython"], info["fallback_reason"]
+
+
+def _logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        print("logged", file=sys.stderr)
+        return out * 2, len(args)
+    return wrapper
+
+
+@_logged
+def _plus_one(x):
+    return x + 1
+
+
+@_logged
+def _minus_one(x):
+    return x - 1
+
+
+def test_a_break_inside_a_decorator_wrapper():
+    # Both wrappers share one code object, with different closures: the
+    # code after the break must read each call's own `fn`.
+    compiled_plus, compiled_minus = kiln.compile(_plus_one), kiln.compile(_minus_one)
+    for _ in range(3):
+        x = torch.randn(3)
+        actual, count = compiled_plus(x)
+        assert_close(actual, (x + 1) * 2)
+        assert count == 1
+        actual, count = compiled_minus(x)
+        assert_close(actual, (x - 1) * 2)
+        assert count == 1
+    info = kiln.cache_info(compiled_plus)
+    assert info["breaks"] and not info["runs_in_cpython"], info["fallback_reason"]
+
+
+def test_a_closure_reading_a_cell_after_the_break():
+    scale = torch.randn(3)
+
+    def fn(x):
+        y = x.sin()
+        print("break", file=sys.stderr)
+        return y * scale + len(str(scale.shape))
+
+    info = kiln.cache_info(check(fn, lambda: (torch.randn(3),)))
+    assert info["breaks"] and not info["runs_in_cpython"], info["fallback_reason"]
