@@ -230,9 +230,12 @@ private:
   VariablePtr callPythonSpecialMethod(const VariablePtr &self,
                                       const char *name,
                                       std::vector<VariablePtr> args);
+  /// A module call: its class's own Python __call__ if it has one (unless
+  /// this is nn.Module.__call__ reached from there), else forward inlined.
   VariablePtr
   inlineModule(const VariablePtr &module, std::vector<VariablePtr> args,
-               std::vector<std::pair<std::string, VariablePtr>> kwargs);
+               std::vector<std::pair<std::string, VariablePtr>> kwargs,
+               bool viaModuleCall = false);
   VariablePtr
   torchCall(py::handle function, const std::vector<VariablePtr> &args,
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);

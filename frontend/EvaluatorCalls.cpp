@@ -566,6 +566,10 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         return readEnvironment(self, args[0], nullptr);
       unsupported("os.environ." + name);
     }
+    if (self->is(Kind::Module) && callable->object &&
+        callable->object.is(Handles::get().moduleCall))
+      return inlineModule(self, std::move(args), std::move(kwargs),
+                          /*viaModuleCall=*/true);
     if (self->is(Kind::Instance) && callable->object &&
         !PyFunction_Check(callable->object.ptr())) {
       if (!kwargs.empty())
@@ -786,12 +790,22 @@ Evaluator::callPythonSpecialMethod(const VariablePtr &self, const char *name,
 
 VariablePtr Evaluator::inlineModule(
     const VariablePtr &module, std::vector<VariablePtr> args,
-    std::vector<std::pair<std::string, VariablePtr>> kwargs) {
+    std::vector<std::pair<std::string, VariablePtr>> kwargs,
+    bool viaModuleCall) {
   const Handles &h = Handles::get();
   py::object object = module->object;
   py::object type = py::type::of(object);
-  if (!py::object(type.attr("__call__")).is(h.moduleCall))
-    unsupported(typeName(object) + " overrides __call__");
+  if (!viaModuleCall && !py::object(type.attr("__call__")).is(h.moduleCall)) {
+    // A module class's own __call__ (a checkpointing layer's): inlined; its
+    // super().__call__ comes back here.
+    py::object call = type.attr("__call__");
+    if (!PyFunction_Check(call.ptr()))
+      unsupported(typeName(object) + " overrides __call__");
+    auto method = Variable::make(Kind::Method);
+    method->object = call;
+    method->items.push_back(module);
+    return this->call(method, std::move(args), std::move(kwargs));
+  }
   for (const char *hooks : {"_forward_hooks", "_forward_pre_hooks",
                             "_backward_hooks", "_backward_pre_hooks"})
     if (py::len(object.attr(hooks)) != 0)

@@ -230,8 +230,13 @@ void Evaluator::setRawAttribute(const VariablePtr &self,
 
 VariablePtr Evaluator::superAttribute(const VariablePtr &super,
                                       const std::string &name) {
+  // Looked up on the class as Python's super does, and bound to the
+  // variable `self`, never to the object the capture saw: a later call's
+  // self is another object.
   const VariablePtr &self = super->items.at(0);
-  py::tuple mro = self->object.attr("__mro__");
+  py::object type =
+      self->is(Kind::Instance) ? self->object : py::type::of(self->object);
+  py::tuple mro = type.attr("__mro__");
   size_t start = 0;
   while (start < mro.size() && mro[start].ptr() != super->object.ptr())
     ++start;
@@ -240,13 +245,31 @@ VariablePtr Evaluator::superAttribute(const VariablePtr &super,
     if (!members.contains(name.c_str()))
       continue;
     py::object attribute = members[name.c_str()];
+    PyTypeObject *kind = Py_TYPE(attribute.ptr());
     auto method = Variable::make(Kind::Method);
-    method->object = attribute;
     method->items.push_back(self);
-    if (PyFunction_Check(attribute.ptr()) ||
-        Py_TYPE(attribute.ptr())->tp_descr_get)
-      return method; // a Python method, or a builtin base's slot
-    return wrap(attribute, nullptr);
+    if (kind == &PyMethodDescr_Type && self->is(Kind::Object)) {
+      // dict's own reads (get, keys, …) on a dict subclass from outside:
+      // guarded reads of its entries.
+      py::object bound = attribute.attr("__get__")(self->object);
+      if (VariablePtr read = dictReadMethod(self, name, bound))
+        return read;
+    }
+    if (PyFunction_Check(attribute.ptr()) || kind == &PyMethodDescr_Type ||
+        kind == &PyWrapperDescr_Type) {
+      method->object = attribute; // a Python method, or a builtin slot
+      return method;
+    }
+    if (kind == &PyClassMethod_Type) {
+      method->object = attribute.attr("__func__");
+      method->items[0] = wrap(type, nullptr);
+      return method;
+    }
+    if (kind == &PyStaticMethod_Type)
+      return wrap(attribute.attr("__func__"), nullptr);
+    if (!kind->tp_descr_get)
+      return wrap(attribute, nullptr);
+    unsupported("super()." + name + " through a " + typeName(attribute));
   }
   unsupported("super() has no attribute '" + name + "'");
 }

@@ -298,6 +298,21 @@ bool Evaluator::truthy(const VariablePtr &value) {
       }
       return py::len(value->object) > 0;
     }
+    if ((PyDict_Check(value->object.ptr()) ||
+         PyList_Check(value->object.ptr())) &&
+        (value->source || value->ownedByFrame) &&
+        !callPythonSpecialMethod(value, "__len__", {}) &&
+        !py::hasattr(type, "__bool__")) {
+      // A builtin container from outside (a module's hook dict): its length
+      // is guarded.
+      Py_ssize_t length = py::len(value->object);
+      if (value->source) {
+        GuardCheck check{GuardCheck::Kind::Length, {}, {}};
+        check.length = length;
+        guards_.addCheck(value->source, check);
+      }
+      return length > 0;
+    }
     for (const char *method : {"__bool__", "__len__"})
       if (py::hasattr(type, method)) {
         VariablePtr result = callPythonSpecialMethod(value, method, {});
@@ -811,7 +826,9 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
     return method;
   }
   case Kind::Super: {
-    if (base->items.at(0)->is(Kind::Instance))
+    const VariablePtr &self = base->items.at(0);
+    if (self->is(Kind::Instance) ||
+        ((self->is(Kind::Object) || self->is(Kind::Module)) && self->object))
       return superAttribute(base, name);
     py::object superObject =
         h.builtin("super")(base->object, base->items[0]->object);

@@ -270,3 +270,52 @@ def test_parameters_keep_their_class():
     net = Net()
     with torch.no_grad():
         check(net, lambda: (torch.randn(3),), graphs=1)
+
+
+def test_super_methods_bind_to_each_calls_object():
+    # super().__setitem__ on an object from outside: what runs after a break
+    # must write into this call's object, never the one the capture saw.
+    import collections
+
+    class Record(collections.OrderedDict):
+        def put(self, key, value):
+            super().__setitem__(key, value)
+            return len(self)
+
+    def fn(x, record):
+        return x + record.put("a", x * 2)
+
+    compiled = kiln.compile(fn)
+    for _ in range(3):
+        x, record = torch.randn(3), Record()
+        torch.testing.assert_close(compiled(x, record), x + 1)
+        torch.testing.assert_close(record["a"], x * 2)
+
+
+def test_a_module_with_its_own_call_is_inlined():
+    class Checkpointed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.checkpointing = False
+
+        def __call__(self, *args, **kwargs):
+            if self.checkpointing and self.training:
+                raise RuntimeError("not used here")
+            return super().__call__(*args, **kwargs)
+
+        def forward(self, x):
+            return self.linear(x).relu()
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(Checkpointed() for _ in range(2))
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x) + x
+            return x
+
+    with torch.no_grad():
+        check(Net().eval(), lambda: (torch.randn(2, 4),), graphs=1)
