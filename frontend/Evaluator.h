@@ -73,6 +73,7 @@ struct Handles {
   std::unordered_set<PyObject *> pureObjectCalls;
   py::object environment = py::module_::import("os").attr("environ");
   py::object partialType = py::module_::import("functools").attr("partial");
+  py::object enumType = py::module_::import("enum").attr("Enum");
 
   Handles() {
     for (const char *name :

@@ -23,8 +23,9 @@ bool isConstantObject(py::handle object) {
       py::isinstance(object, h.deviceType) ||
       py::isinstance(object, h.codeType) ||
       py::isinstance(object, h.torch.attr("memory_format")) ||
-      py::isinstance(object, h.torch.attr("layout")))
-    return true;
+      py::isinstance(object, h.torch.attr("layout")) ||
+      py::isinstance(object, h.enumType))
+    return true; // an Enum member is an immutable singleton
   if (PyTuple_CheckExact(o) || py::isinstance(object, h.sizeType)) {
     for (py::handle item : object)
       if (!isConstantObject(item))
