@@ -209,7 +209,8 @@ def warm_start(kiln, kiln_via, device):
 def select_workloads(only):
     from bench.models import MODELS
     from bench.workloads import KERNELS
-    return [w for w in KERNELS + MODELS if not only or only.lower() in w.name.lower()]
+    return [w for w in KERNELS + MODELS
+            if not only or only.lower() in w.name.lower() or only.lower() == w.group]
 
 
 def worker(arguments):
@@ -327,7 +328,8 @@ def main():
     parser.add_argument("--allocator", default="both", choices=ALLOCATOR_MODES + ("both",),
                         help="plain: glibc's defaults, as users run; retained: freed memory stays with the "
                              "process (ALLOCATOR_ENV); both (default): each thread count in both")
-    parser.add_argument("--only", default="", help="run only workloads whose name contains this text")
+    parser.add_argument("--only", default="",
+                        help="run only workloads whose name contains this text, or a group: kernel, model")
     parser.add_argument("--kiln-via", default="kiln.compile", choices=["kiln.compile", "torch.compile"],
                         help="how the kiln column compiles: kiln.compile(fn) or torch.compile(fn, backend='kiln')")
     parser.add_argument("--budget-s", type=float, default=840.0,
@@ -345,6 +347,9 @@ def main():
               f"torch {torch.__version__}). Run it on a GPU machine with a CUDA build of torch.")
         return 0
 
+    if not select_workloads(arguments.only):
+        print(f"bench: no workload matches --only {arguments.only!r}")
+        return 2
     from bench import report
     start = time.time()
     run = {"date": datetime.date.today().isoformat(), "environment": environment(arguments.device, arguments.kiln_via),

@@ -462,8 +462,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
                container->source) {
       found = PySequence_Contains(container->object.ptr(), key->ptr()) == 1;
       guards_.addCheck(container->source, containsKey(*key, found));
-    } else if (VariablePtr result = callPythonSpecialMethod(
-                   container, "__contains__", {item})) {
+    } else if (VariablePtr result =
+                   callPythonSpecialMethod(container, "__contains__", {item})) {
       found = truthy(result);
     } else {
       unsupported("`in` on a " + kindNameOf(pythonTypeOf(container)));
@@ -560,10 +560,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
         guards_.addCheck(container->source, length);
         std::vector<VariablePtr> modules;
         for (py::handle position : positions[*constantKey])
-          modules.push_back(wrap(
-              container->object[position],
-              Source::item(container->source,
-                           py::reinterpret_borrow<py::object>(position))));
+          modules.push_back(
+              wrap(container->object[position],
+                   Source::item(container->source,
+                                py::reinterpret_borrow<py::object>(position))));
         frame.stack.push_back(Variable::sequence(Kind::List, modules));
         return;
       }
@@ -578,8 +578,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       }
       break;
     default:
-      if (container->is(Kind::Object) &&
-          container->object.is(h.environment)) {
+      if (container->is(Kind::Object) && container->object.is(h.environment)) {
         frame.stack.push_back(readEnvironment(container, key, nullptr));
         return;
       }
@@ -1043,8 +1042,7 @@ void Evaluator::assignListSlice(const VariablePtr &list, py::handle slice,
     added.append(py::int_(count + i));
   if (PyObject_SetItem(positions.ptr(), slice.ptr(), added.ptr()) < 0) {
     py::error_already_set error;
-    unsupported(std::string("a slice assignment that raises: ") +
-                error.what());
+    unsupported(std::string("a slice assignment that raises: ") + error.what());
   }
   std::vector<VariablePtr> items;
   for (py::handle position : positions) {

@@ -78,8 +78,8 @@ PyObject *runEntry(const CacheEntry &entry,
   py::object continuation = entry.continuation;
   if (frame.closure && PyFunction_GET_CLOSURE(continuation.ptr()) &&
       PyFunction_GET_CLOSURE(continuation.ptr()) != frame.closure) {
-    continuation = py::reinterpret_steal<py::object>(PyFunction_New(
-        PyFunction_GET_CODE(continuation.ptr()), entry.globals));
+    continuation = py::reinterpret_steal<py::object>(
+        PyFunction_New(PyFunction_GET_CODE(continuation.ptr()), entry.globals));
     if (!continuation ||
         PyFunction_SetClosure(continuation.ptr(), frame.closure) < 0)
       throw py::error_already_set();
@@ -332,10 +332,9 @@ void CodeCache::makeContinuation(CacheEntry &entry,
   py::object closure = inputs.closure
                            ? py::reinterpret_borrow<py::object>(inputs.closure)
                            : py::none();
-  py::tuple made =
-      py::module_::import("kiln._resume")
-          .attr("continuation")(graphBreak.code, graphBreak.offset, bound,
-                                nulls, globals, closure);
+  py::tuple made = py::module_::import("kiln._resume")
+                       .attr("continuation")(graphBreak.code, graphBreak.offset,
+                                             bound, nulls, globals, closure);
   entry.continuation = made[0];
   entry.resumeCode = made[1];
   entry.continuationLocals = made[2].cast<size_t>();

@@ -84,11 +84,10 @@ struct Handles {
           "range",   "repr",   "reversed", "round",      "slice",
           "sorted",  "str",    "sum",      "tuple",      "type",
           "getattr", "list",   "dict",     "set",        "enumerate",
-          "zip", "setattr"})
+          "zip",     "setattr"})
       pureBuiltins.insert(builtins.attr(name).ptr());
-    for (py::object call :
-         {torch.attr("finfo"), torch.attr("iinfo"),
-          py::module_::import("inspect").attr("signature")})
+    for (py::object call : {torch.attr("finfo"), torch.attr("iinfo"),
+                            py::module_::import("inspect").attr("signature")})
       pureObjectCalls.insert(call.release().ptr());
   }
   static const Handles &get() {
@@ -228,8 +227,7 @@ private:
   /// `type(self).<name>(self, *args)` inlined when the object's class
   /// defines that special method in Python (a Mapping's __getitem__ or
   /// __contains__, a __len__); null when it does not.
-  VariablePtr callPythonSpecialMethod(const VariablePtr &self,
-                                      const char *name,
+  VariablePtr callPythonSpecialMethod(const VariablePtr &self, const char *name,
                                       std::vector<VariablePtr> args);
   /// A module call: its class's own Python __call__ if it has one (unless
   /// this is nn.Module.__call__ reached from there), else forward inlined.

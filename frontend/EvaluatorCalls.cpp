@@ -311,8 +311,7 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
     case Kind::Set:
       return Variable::constant(py::int_(PySet_GET_SIZE(value->object.ptr())));
     default:
-      if (VariablePtr length =
-              callPythonSpecialMethod(value, "__len__", {}))
+      if (VariablePtr length = callPythonSpecialMethod(value, "__len__", {}))
         return length;
       if (value->is(Kind::Object) && value->ownedByFrame && !value->source &&
           py::hasattr(value->object, "__len__"))
@@ -414,8 +413,7 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
     if (is("hasattr"))
       return hasAttribute(args[0], attribute);
     // With a default, a missing attribute (guarded as missing) gives it.
-    if (args.size() == 3 &&
-        !truthy(hasAttribute(args[0], attribute)))
+    if (args.size() == 3 && !truthy(hasAttribute(args[0], attribute)))
       return args[2];
     return loadAttr(args[0], attribute);
   }
@@ -554,8 +552,8 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     return inlineModule(callable, std::move(args), std::move(kwargs));
   case Kind::Method: {
     const VariablePtr &self = callable->items.at(0);
-    if (self->is(Kind::Object) &&
-        self->object.is(Handles::get().environment) && callable->object) {
+    if (self->is(Kind::Object) && self->object.is(Handles::get().environment) &&
+        callable->object) {
       std::string name =
           py::str(callable->object.attr("__name__")).cast<std::string>();
       auto none = Variable::constant(py::none());
@@ -750,10 +748,10 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         merged.emplace_back(py::str(keywords->keys[i]).cast<std::string>(),
                             keywords->items[i]);
       for (auto &[name, value] : kwargs) {
-        auto same = std::find_if(merged.begin(), merged.end(),
-                                 [&](const auto &entry) {
-                                   return entry.first == name;
-                                 });
+        auto same =
+            std::find_if(merged.begin(), merged.end(), [&](const auto &entry) {
+              return entry.first == name;
+            });
         if (same != merged.end())
           same->second = value;
         else
@@ -768,9 +766,9 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
   }
 }
 
-VariablePtr
-Evaluator::callPythonSpecialMethod(const VariablePtr &self, const char *name,
-                                   std::vector<VariablePtr> args) {
+VariablePtr Evaluator::callPythonSpecialMethod(const VariablePtr &self,
+                                               const char *name,
+                                               std::vector<VariablePtr> args) {
   if ((!self->is(Kind::Object) && !self->is(Kind::Instance)) || !self->object)
     return nullptr;
   py::str key(name);
@@ -788,10 +786,11 @@ Evaluator::callPythonSpecialMethod(const VariablePtr &self, const char *name,
   return inlineFunction(function, std::move(args), {});
 }
 
-VariablePtr Evaluator::inlineModule(
-    const VariablePtr &module, std::vector<VariablePtr> args,
-    std::vector<std::pair<std::string, VariablePtr>> kwargs,
-    bool viaModuleCall) {
+VariablePtr
+Evaluator::inlineModule(const VariablePtr &module,
+                        std::vector<VariablePtr> args,
+                        std::vector<std::pair<std::string, VariablePtr>> kwargs,
+                        bool viaModuleCall) {
   const Handles &h = Handles::get();
   py::object object = module->object;
   py::object type = py::type::of(object);

@@ -253,7 +253,7 @@ py::object buildInstance(const RebuildStep &step,
 
 std::vector<py::object>
 RebuildPlan::rebuild(PyObject *const *outputs,
-                    const std::vector<py::object> &reads) const {
+                     const std::vector<py::object> &reads) const {
   std::vector<py::object> values;
   values.reserve(steps.size());
   for (const RebuildStep &step : steps) {

@@ -427,14 +427,13 @@ bool GuardTree::evaluate(const FrameInputs &frame,
     }
     values[i] = py::reinterpret_steal<py::object>(value);
     for (const GuardCheck &check : node.checks) {
-      bool passes =
-          check.kind == GuardCheck::Kind::SameAs
-              ? check.length < static_cast<int64_t>(i) &&
-                    values[check.length].ptr() == value
-          : check.kind == GuardCheck::Kind::NotSameAs
-              ? check.length < static_cast<int64_t>(i) &&
-                    values[check.length].ptr() != value
-              : checkPasses(value, check);
+      bool passes = check.kind == GuardCheck::Kind::SameAs
+                        ? check.length < static_cast<int64_t>(i) &&
+                              values[check.length].ptr() == value
+                    : check.kind == GuardCheck::Kind::NotSameAs
+                        ? check.length < static_cast<int64_t>(i) &&
+                              values[check.length].ptr() != value
+                        : checkPasses(value, check);
       if (!passes) {
         if (failure)
           *failure = node.source->str() + " " + describe(check);

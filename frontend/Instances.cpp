@@ -167,8 +167,7 @@ VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
   if (orGetattrHook && hook && PyFunction_Check(hook))
     return inlineFunction(functionVariable(hook),
                           {self, Variable::constant(py::str(name))}, {});
-  unsupported("AttributeError: " + kindNameOf(cls) + " object has no " +
-              where);
+  unsupported("AttributeError: " + kindNameOf(cls) + " object has no " + where);
 }
 
 bool Evaluator::instanceHasAttribute(const VariablePtr &self,
@@ -287,12 +286,13 @@ VariablePtr Evaluator::callSlotOnInstance(py::handle slot,
       unsupported("object." + name + " with a non-constant name");
     return constant->cast<std::string>();
   };
-  bool generic = PyType_Check(owner.ptr()) &&
-                 (name == "__setattr__"
-                      ? reinterpret_cast<PyTypeObject *>(owner.ptr())
-                                ->tp_setattro == PyObject_GenericSetAttr
-                      : reinterpret_cast<PyTypeObject *>(owner.ptr())
-                                ->tp_getattro == PyObject_GenericGetAttr);
+  bool generic =
+      PyType_Check(owner.ptr()) &&
+      (name == "__setattr__"
+           ? reinterpret_cast<PyTypeObject *>(owner.ptr())->tp_setattro ==
+                 PyObject_GenericSetAttr
+           : reinterpret_cast<PyTypeObject *>(owner.ptr())->tp_getattro ==
+                 PyObject_GenericGetAttr);
   bool objectSlot =
       owner.ptr() == reinterpret_cast<PyObject *>(&PyBaseObject_Type) ||
       (generic && (name == "__setattr__" || name == "__getattribute__"));

@@ -10,6 +10,8 @@
 
 #include "bridge/PythonConversion.h"
 
+#include <functional>
+
 namespace kiln::frontend::evaluation {
 
 bool isConstantObject(py::handle object) {
@@ -102,8 +104,8 @@ VariablePtr Evaluator::wrapTensor(py::handle tensor, const SourcePtr &source) {
     name.pop_back();
   Value *value = graph_->addInput(meta, name);
   VariablePtr variable = Variable::ofTensor(value);
-  variable->tensorClass = py::reinterpret_borrow<py::object>(
-      reinterpret_cast<PyObject *>(type));
+  variable->tensorClass =
+      py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject *>(type));
   return variable;
 }
 
@@ -166,8 +168,8 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
     guard(identity(object));
     result = Variable::make(Kind::Function);
     result->object = py::reinterpret_borrow<py::object>(object);
-  } else if (Py_TYPE(object.ptr()) == reinterpret_cast<PyTypeObject *>(
-                                           h.partialType.ptr())) {
+  } else if (Py_TYPE(object.ptr()) ==
+             reinterpret_cast<PyTypeObject *>(h.partialType.ptr())) {
     // functools.partial: read through its parts (func, args, keywords), so
     // a fresh partial of the same function reuses the capture.
     guard(typeIs(py::type::of(object)));
@@ -944,8 +946,24 @@ Capture Evaluator::run(py::handle function) {
   // so this only matters for unbalanced graphs.
   setGradMode(initialGradMode);
 
+  // An object the frame read returns as this call's object (a read), not
+  // as the capture's under an identity guard that every new object fails.
+  std::function<bool(const VariablePtr &)> returnsReadObject =
+      [&](const VariablePtr &value) {
+        switch (value->kind) {
+        case Kind::Tuple:
+        case Kind::List:
+        case Kind::Dict:
+          return std::any_of(value->items.begin(), value->items.end(),
+                             returnsReadObject);
+        case Kind::Object:
+          return value->source != nullptr;
+        default:
+          return false;
+        }
+      };
   Capture capture;
-  if (writes_.empty() && !madeInstances_) {
+  if (writes_.empty() && !madeInstances_ && !returnsReadObject(returned)) {
     std::vector<Argument> outputs;
     capture.output = buildOutput(returned, outputs);
     graph_->setOutputs(std::move(outputs));

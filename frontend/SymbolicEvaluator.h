@@ -88,8 +88,8 @@ struct GraphBreak : RebuildPlan {
   py::object code; // the captured frame's code
   int offset = 0;  // of the instruction that runs in CPython
   std::string instruction;
-  std::string location; // "file.py:12"
-  std::string reason;   // why the instruction could not be captured
+  std::string location;    // "file.py:12"
+  std::string reason;      // why the instruction could not be captured
   std::vector<int> locals; // value per local slot; -1: unbound
   std::vector<int> stack;  // value per stack item, bottom first; -1: NULL
 };

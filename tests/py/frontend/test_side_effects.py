@@ -319,3 +319,18 @@ def test_a_module_with_its_own_call_is_inlined():
 
     with torch.no_grad():
         check(Net().eval(), lambda: (torch.randn(2, 4),), graphs=1)
+
+
+def test_an_object_the_function_returns_is_each_calls_object():
+    # Returned as this call's object, not the capture's under an identity
+    # guard that every new object would fail (a recompile per call).
+    def fn(x, box):
+        return box, x + 1
+
+    compiled = kiln.compile(fn)
+    for _ in range(3):
+        box = Box()
+        returned, y = compiled(torch.zeros(2), box)
+        assert returned is box
+        torch.testing.assert_close(y, torch.ones(2))
+    assert kiln.cache_info(compiled)["entries"] == 1
