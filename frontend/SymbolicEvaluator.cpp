@@ -301,20 +301,22 @@ bool Evaluator::truthy(const VariablePtr &value) {
       }
       return py::len(value->object) > 0;
     }
+    PyObject *length = _PyType_Lookup(
+        reinterpret_cast<PyTypeObject *>(type.ptr()), py::str("__len__").ptr());
     if ((PyDict_Check(value->object.ptr()) ||
          PyList_Check(value->object.ptr())) &&
         (value->source || value->ownedByFrame) &&
-        !callPythonSpecialMethod(value, "__len__", {}) &&
+        !(length && PyFunction_Check(length)) &&
         !py::hasattr(type, "__bool__")) {
       // A builtin container from outside (a module's hook dict): its length
       // is guarded.
-      Py_ssize_t length = py::len(value->object);
+      Py_ssize_t size = py::len(value->object);
       if (value->source) {
         GuardCheck check{GuardCheck::Kind::Length, {}, {}};
-        check.length = length;
+        check.length = size;
         guards_.addCheck(value->source, check);
       }
-      return length > 0;
+      return size > 0;
     }
     for (const char *method : {"__bool__", "__len__"})
       if (py::hasattr(type, method)) {
