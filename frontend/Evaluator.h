@@ -74,6 +74,8 @@ struct Handles {
   py::object environment = py::module_::import("os").attr("environ");
   py::object partialType = py::module_::import("functools").attr("partial");
   py::object enumType = py::module_::import("enum").attr("Enum");
+  py::object orderedDictType =
+      py::module_::import("collections").attr("OrderedDict");
 
   Handles() {
     for (const char *name :
@@ -101,6 +103,9 @@ struct Handles {
   py::object builtin(const char *name) const { return builtins.attr(name); }
 };
 
+/// The attribute `name` as `type`'s MRO defines it (no descriptor called),
+/// or null. Borrowed.
+PyObject *lookUpOnType(py::handle type, const std::string &name);
 /// Whether `type`'s `__getattribute__` (or `__setattr__`, with `setter`)
 /// is the generic one of object and builtin containers (a Python override
 /// or a builtin with its own lookup is not).

@@ -771,12 +771,9 @@ VariablePtr Evaluator::callPythonSpecialMethod(const VariablePtr &self,
                                                std::vector<VariablePtr> args) {
   if ((!self->is(Kind::Object) && !self->is(Kind::Instance)) || !self->object)
     return nullptr;
-  py::str key(name);
-  PyTypeObject *type =
-      self->is(Kind::Instance)
-          ? reinterpret_cast<PyTypeObject *>(self->object.ptr())
-          : Py_TYPE(self->object.ptr());
-  PyObject *method = _PyType_Lookup(type, key.ptr());
+  PyObject *method = lookUpOnType(
+      self->is(Kind::Instance) ? self->object : py::type::of(self->object),
+      name);
   if (!method || !PyFunction_Check(method))
     return nullptr;
   // The class is guarded (by type), so its method is this one.

@@ -109,6 +109,15 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
     }
     step.index = static_cast<int>(attributes->keys.size());
     if (value->items.size() > 1) {
+      for (py::handle base : value->object.attr("__mro__")) {
+        auto *type = reinterpret_cast<PyTypeObject *>(base.ptr());
+        if (type->tp_flags & Py_TPFLAGS_HEAPTYPE)
+          continue;
+        if (PyObject *slot = lookUpOnType(base, "__setitem__")) {
+          step.setItem = py::reinterpret_borrow<py::object>(slot);
+          break;
+        }
+      }
       const VariablePtr &contents = value->items[1];
       for (size_t i = 0; i < contents->keys.size(); ++i) {
         step.keys.push_back(contents->keys[i]);
@@ -227,21 +236,8 @@ py::object buildInstance(const RebuildStep &step,
   py::object cls = step.object;
   py::object instance = cls.attr("__new__")(cls);
   size_t attributes = static_cast<size_t>(step.index);
-  if (step.items.size() > attributes) {
-    py::object setItem;
-    for (py::handle base : cls.attr("__mro__")) {
-      auto *type = reinterpret_cast<PyTypeObject *>(base.ptr());
-      if (type->tp_flags & Py_TPFLAGS_HEAPTYPE)
-        continue;
-      py::dict members = base.attr("__dict__");
-      if (members.contains("__setitem__")) {
-        setItem = members["__setitem__"];
-        break;
-      }
-    }
-    for (size_t i = attributes; i < step.items.size(); ++i)
-      setItem(instance, step.keys[i], values[step.items[i]]);
-  }
+  for (size_t i = attributes; i < step.items.size(); ++i)
+    step.setItem(instance, step.keys[i], values[step.items[i]]);
   for (size_t i = 0; i < attributes; ++i)
     if (PyObject_GenericSetAttr(instance.ptr(), step.keys[i].ptr(),
                                 values[step.items[i]].ptr()) < 0)

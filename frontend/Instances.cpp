@@ -12,18 +12,6 @@ namespace kiln::frontend::evaluation {
 
 namespace {
 
-/// The attribute `name` as `type`'s MRO defines it (no descriptor called),
-/// or null. Borrowed.
-PyObject *lookUp(py::handle type, const std::string &name) {
-  py::str key(name);
-  return _PyType_Lookup(reinterpret_cast<PyTypeObject *>(type.ptr()),
-                        key.ptr());
-}
-
-py::object orderedDictType() {
-  return py::module_::import("collections").attr("OrderedDict");
-}
-
 /// The builtin class whose storage an instance of `cls` has (object, dict
 /// or OrderedDict), or null where another builtin or extension base, a
 /// Python __new__ or a metaclass with its own __call__ makes the instance
@@ -32,7 +20,7 @@ PyObject *modelledBase(py::handle cls) {
   const Handles &h = Handles::get();
   PyObject *objectType = reinterpret_cast<PyObject *>(&PyBaseObject_Type);
   PyObject *dictType = reinterpret_cast<PyObject *>(&PyDict_Type);
-  py::object ordered = orderedDictType();
+  py::handle ordered = h.orderedDictType;
   PyObject *base = objectType;
   for (py::handle entry : cls.attr("__mro__")) {
     PyObject *type = entry.ptr();
@@ -51,11 +39,11 @@ PyObject *modelledBase(py::handle cls) {
           Py_TPFLAGS_HEAPTYPE))
       return nullptr;
   }
-  if (lookUp(cls, "__new__") != lookUp(base, "__new__"))
+  if (lookUpOnType(cls, "__new__") != lookUpOnType(base, "__new__"))
     return nullptr;
   py::handle metaclass = py::type::of(cls);
-  if (lookUp(metaclass, "__call__") !=
-      lookUp(reinterpret_cast<PyObject *>(&PyType_Type), "__call__"))
+  if (lookUpOnType(metaclass, "__call__") !=
+      lookUpOnType(reinterpret_cast<PyObject *>(&PyType_Type), "__call__"))
     return nullptr;
   if (PyObject_IsSubclass(cls.ptr(), h.moduleBase.ptr()) == 1)
     return nullptr; // nn.Module's own state is more than a __dict__
@@ -95,7 +83,7 @@ VariablePtr Evaluator::constructInstance(
   if (base != reinterpret_cast<PyObject *>(&PyBaseObject_Type))
     instance->items.push_back(Variable::make(Kind::Dict));
   madeInstances_ = true;
-  PyObject *init = lookUp(cls, "__init__");
+  PyObject *init = lookUpOnType(cls, "__init__");
   if (init && PyFunction_Check(init)) {
     args.insert(args.begin(), instance);
     VariablePtr result =
@@ -119,7 +107,7 @@ VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
     return wrap(cls, nullptr);
   if (name == "__dict__")
     return self->items[0];
-  PyObject *classAttribute = lookUp(cls, name);
+  PyObject *classAttribute = lookUpOnType(cls, name);
   if (classAttribute && Py_TYPE(classAttribute)->tp_descr_set &&
       Py_TYPE(classAttribute) != &PyMemberDescr_Type) {
     if (Py_TYPE(classAttribute) == &PyProperty_Type) {
@@ -163,7 +151,7 @@ VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
     }
     return wrap(attribute, nullptr);
   }
-  PyObject *hook = lookUp(cls, "__getattr__");
+  PyObject *hook = lookUpOnType(cls, "__getattr__");
   if (orGetattrHook && hook && PyFunction_Check(hook))
     return inlineFunction(functionVariable(hook),
                           {self, Variable::constant(py::str(name))}, {});
@@ -176,11 +164,11 @@ bool Evaluator::instanceHasAttribute(const VariablePtr &self,
   if (name == "__class__" || name == "__dict__" ||
       findKey(self->items[0], py::str(name)) >= 0)
     return true;
-  if (PyObject *attribute = lookUp(cls, name)) {
+  if (PyObject *attribute = lookUpOnType(cls, name)) {
     if (Py_TYPE(attribute) != &PyMemberDescr_Type)
       return true; // a slot is there once it has been set
   }
-  if (lookUp(cls, "__getattr__"))
+  if (lookUpOnType(cls, "__getattr__"))
     unsupported("hasattr on a " + kindNameOf(cls) + " with __getattr__");
   return false;
 }
@@ -188,7 +176,7 @@ bool Evaluator::instanceHasAttribute(const VariablePtr &self,
 void Evaluator::storeInstanceAttribute(const VariablePtr &self,
                                        const std::string &name,
                                        const VariablePtr &value) {
-  PyObject *setter = lookUp(self->object, "__setattr__");
+  PyObject *setter = lookUpOnType(self->object, "__setattr__");
   if (setter && PyFunction_Check(setter)) {
     inlineFunction(functionVariable(setter),
                    {self, Variable::constant(py::str(name)), value}, {});
@@ -203,7 +191,7 @@ void Evaluator::storeInstanceAttribute(const VariablePtr &self,
 void Evaluator::setRawAttribute(const VariablePtr &self,
                                 const std::string &name,
                                 const VariablePtr &value) {
-  PyObject *classAttribute = lookUp(self->object, name);
+  PyObject *classAttribute = lookUpOnType(self->object, name);
   if (classAttribute && Py_TYPE(classAttribute)->tp_descr_set &&
       Py_TYPE(classAttribute) != &PyMemberDescr_Type) {
     if (Py_TYPE(classAttribute) == &PyProperty_Type) {
@@ -327,7 +315,7 @@ VariablePtr Evaluator::builtinContents(const VariablePtr &value,
                                        const char *specialMethod) {
   if (!value->is(Kind::Instance) || value->items.size() < 2)
     return value;
-  PyObject *method = lookUp(value->object, specialMethod);
+  PyObject *method = lookUpOnType(value->object, specialMethod);
   if (method && PyFunction_Check(method))
     return value;
   return value->items[1];

@@ -8,15 +8,13 @@
 
 namespace kiln::frontend::evaluation {
 
-namespace {
-
-/// The attribute `name` of `type` as the class defines it (no descriptor
-/// called), or null.
 PyObject *lookUpOnType(py::handle type, const std::string &name) {
   py::str key(name);
   return _PyType_Lookup(reinterpret_cast<PyTypeObject *>(type.ptr()),
                         key.ptr());
 }
+
+namespace {
 
 /// Whether reading `name` of an instance of `type` can run code that sees
 /// the instance's state some other way than its instance dict: a property,

@@ -301,8 +301,7 @@ bool Evaluator::truthy(const VariablePtr &value) {
       }
       return py::len(value->object) > 0;
     }
-    PyObject *length = _PyType_Lookup(
-        reinterpret_cast<PyTypeObject *>(type.ptr()), py::str("__len__").ptr());
+    PyObject *length = lookUpOnType(type, "__len__");
     if ((PyDict_Check(value->object.ptr()) ||
          PyList_Check(value->object.ptr())) &&
         (value->source || value->ownedByFrame) &&

@@ -56,6 +56,9 @@ struct RebuildStep {
   std::vector<int> items;
   std::vector<py::object> keys;
   std::string name;
+  /// Instance of a dict subclass: its builtin base's __setitem__, found
+  /// once when the plan is made.
+  py::object setItem;
 };
 
 /// A write to an object from outside the graph that the capture modelled
