@@ -80,7 +80,8 @@ loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   if (logVerbose("graph"))
     logArtifact("graph", "after clean-up\n" + graph->str());
 
-  loop::Program program = lowerGraph(std::move(graph), target.tensorDevice());
+  loop::Program program = lowerGraph(std::move(graph), target.tensorDevice(),
+                                     target.standalone);
   times.lap("lowering");
   logLoopIr(program, "lowering", true);
 

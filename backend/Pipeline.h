@@ -18,6 +18,8 @@ namespace kiln::backend {
 struct Target {
   enum class Kind : uint8_t { Cpu, Cuda } kind = Kind::Cpu;
   int device = -1; // Cuda: the GPU's ordinal
+  /// Code that runs without torch (ahead-of-time export): no extern steps.
+  bool standalone = false;
 
   /// The target of the device the graph's tensors live on (its first
   /// input's; the CPU for a graph without tensor inputs).

@@ -2,6 +2,7 @@
 // Python (tests, tools), print and verify them, run them.
 // Depends on ir/, backend/cpu/CpuBackend.h (threads, kernel cache),
 // bridge/, pybind11.
+#include "backend/aot/AotExport.h"
 #include "backend/cpu/CpuBackend.h"
 #include "bridge/EagerRunner.h"
 #include "bridge/NativeRunner.h"
@@ -291,6 +292,41 @@ void defineGraphBindings(py::module_ &module) {
       "The runner kiln's own frontend would choose for `graph`: native code "
       "for backend 'llvm' where the graph compiles, else torch's operators "
       "(the reason goes to KILN_LOGS=breaks).");
+  module.def(
+      "export_graph",
+      [](std::shared_ptr<Graph> graph, const std::string &name,
+         const std::string &directory, const std::string &cpu,
+         bool embedWeights, const std::string &compiler,
+         const std::vector<std::tuple<std::string, bool, uintptr_t, int64_t>>
+             &inputs,
+         const std::vector<std::string> &outputNames) {
+        backend::ExportOptions options;
+        options.name = name;
+        options.directory = directory;
+        options.cpu = cpu;
+        options.embedWeights = embedWeights;
+        options.compiler = compiler;
+        for (const auto &[inputName, isWeight, address, apiIndex] : inputs)
+          options.inputs.push_back(
+              {inputName, isWeight, apiIndex,
+               reinterpret_cast<const uint8_t *>(address)});
+        options.outputNames = outputNames;
+        backend::ExportResult result;
+        {
+          py::gil_scoped_release release;
+          result = backend::exportGraph(std::move(graph), options);
+        }
+        py::dict info;
+        info["files"] = result.files;
+        info["kernels"] = result.kernelCount;
+        info["milliseconds"] = result.milliseconds;
+        return info;
+      },
+      "graph"_a, "name"_a, "directory"_a, "cpu"_a, "embed_weights"_a,
+      "compiler"_a, "inputs"_a, "output_names"_a,
+      "Compiles `graph` ahead of time into `directory` (see kiln.export): "
+      "`inputs` gives each graph input's (name, is_weight, data address of "
+      "a weight, position among the C API's inputs).");
   module.def(
       "set_num_threads",
       [](int count) {

@@ -318,6 +318,13 @@ PyType_Spec compiledSpec = {
 
 } // namespace
 
+bool bindCallArguments(PyObject *function, PyObject *self,
+                       PyObject *const *args, size_t nargs, PyObject *kwnames,
+                       std::vector<PyObject *> &locals,
+                       std::vector<py::object> &owned) {
+  return bindArguments(function, self, args, nargs, kwnames, locals, owned);
+}
+
 void defineCompiledFunction(py::module_ &module) {
   PyObject *type = PyType_FromSpec(&compiledSpec);
   if (!type)

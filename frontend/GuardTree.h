@@ -62,6 +62,10 @@ public:
   /// Makes the value of `source` graph input number `slot` (slots in order).
   void addGraphInput(const SourcePtr &source);
   size_t graphInputCount() const { return graphInputs_.size(); }
+  /// Where graph input `slot` is read from.
+  const SourcePtr &graphInputSource(size_t slot) const {
+    return nodes_[graphInputs_[slot]].source;
+  }
   /// Makes the value of `source` read number `slot` (slots in order): what a
   /// graph break passes on from this call's inputs, unchecked.
   int addRead(const SourcePtr &source);

@@ -125,6 +125,7 @@ PYBIND11_MODULE(_C, module) {
   defineGraphBindings(module);
   defineFxImporterBindings(module);
   frontend::defineCompiledFunction(module);
+  frontend::defineExportCapture(module);
   module.def(
       "code_cache_info",
       [](py::handle code) {

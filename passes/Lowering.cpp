@@ -16,8 +16,8 @@ namespace kiln {
 using loop::BufferKind;
 
 loop::Program lowerGraph(std::shared_ptr<const Graph> graph,
-                         const Device &device) {
-  return lowering::Lowerer(std::move(graph), device).run();
+                         const Device &device, bool standalone) {
+  return lowering::Lowerer(std::move(graph), device, standalone).run();
 }
 
 namespace lowering {
@@ -100,8 +100,9 @@ bool hasComplex(const Node &node) {
 
 } // namespace
 
-Lowerer::Lowerer(std::shared_ptr<const Graph> graph, Device device)
-    : graph_(std::move(graph)), device_(device) {
+Lowerer::Lowerer(std::shared_ptr<const Graph> graph, Device device,
+                 bool standalone)
+    : graph_(std::move(graph)), device_(device), standalone_(standalone) {
   program_.graph = graph_;
   for (const auto &node : graph_->nodes())
     for (const Value *value : distinctOperands(*node)) {

@@ -13,8 +13,11 @@ namespace kiln {
 /// scheduler pass merges kernels), extern steps for everything else, buffers
 /// and outputs, for tensors on `device`. Throws kiln::Unsupported where the
 /// whole graph cannot be compiled natively (a tensor on another device; the
-/// caller then runs the graph eagerly).
+/// caller then runs the graph eagerly). A `standalone` program runs without
+/// torch (ahead-of-time export): every op a lowering can compile is compiled,
+/// whatever calling torch would save.
 loop::Program lowerGraph(std::shared_ptr<const Graph> graph,
-                         const Device &device = Device{});
+                         const Device &device = Device{},
+                         bool standalone = false);
 
 } // namespace kiln

@@ -35,7 +35,9 @@
 namespace kiln::backend {
 namespace {
 
-void optimise(llvm::Module &module, llvm::TargetMachine &machine) {
+} // namespace
+
+void optimiseCpuModule(llvm::Module &module, llvm::TargetMachine &machine) {
   // Kernels are vectorised explicitly; LLVM's vectorisers and unrolling
   // would mostly add compile time. KILN_CPU_OPT=1 picks the cheaper O1
   // pipeline.
@@ -60,6 +62,8 @@ void optimise(llvm::Module &module, llvm::TargetMachine &machine) {
       cheap ? llvm::OptimizationLevel::O1 : llvm::OptimizationLevel::O2);
   passes.run(module, moduleAnalyses);
 }
+
+namespace {
 
 std::string moduleText(const llvm::Module &module) {
   std::string text;
@@ -99,7 +103,7 @@ void compileModule(ModuleToCompile &pending, llvm::TargetMachine &machine) {
   if (llvm::verifyModule(module, &problemStream)) {
     throw Error("the CPU code generator made invalid LLVM IR: " + problems);
   }
-  optimise(module, machine);
+  optimiseCpuModule(module, machine);
   if (logEnabled("llvm_opt"))
     pending.optimisedText = moduleText(module);
   if (logEnabled("asm"))

@@ -8,6 +8,11 @@
 
 #include <memory>
 
+namespace llvm {
+class Module;
+class TargetMachine;
+} // namespace llvm
+
 namespace kiln::backend {
 
 /// Machine code for the kernels of one loop-IR program; the code is freed
@@ -37,6 +42,10 @@ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Optimises a module of CPU kernels as the JIT does (the new pass manager
+/// at O2, without LLVM's vectorisers: kernels are vectorised explicitly).
+void optimiseCpuModule(llvm::Module &module, llvm::TargetMachine &machine);
 
 /// The process-wide cache of compiled kernels, keyed by their LLVM IR
 /// before optimisation: a program whose kernel has the same IR as a live

@@ -62,11 +62,16 @@ const MathLibrary &MathLibrary::instance(int vectorBits) {
   std::lock_guard<std::mutex> lock(mutex);
   const MathLibrary *&library = (*libraries)[vectorBits];
   if (!library)
-    library = new MathLibrary(vectorBits);
+    library = new MathLibrary(vectorBits, true);
   return *library;
 }
 
-MathLibrary::MathLibrary(int vectorBits) {
+const MathLibrary &MathLibrary::cLibraryOnly() {
+  static const MathLibrary *library = new MathLibrary(128, false);
+  return *library;
+}
+
+MathLibrary::MathLibrary(int vectorBits, bool loadSleef) {
   for (const ScalarEntry &entry : kScalarFunctions) {
     std::string floatSymbol = std::string(entry.name) + "f";
     symbols_[floatSymbol] = entry.floatAddress;
@@ -74,7 +79,7 @@ MathLibrary::MathLibrary(int vectorBits) {
     scalarSymbolOf_[key(entry.name, false, 1)] = floatSymbol;
     scalarSymbolOf_[key(entry.name, true, 1)] = entry.name;
   }
-  if (std::getenv("KILN_NO_SLEEF"))
+  if (!loadSleef || std::getenv("KILN_NO_SLEEF"))
     return;
   void *sleef = dlopen("libsleef.so.3", RTLD_NOW | RTLD_LOCAL);
   if (!sleef)

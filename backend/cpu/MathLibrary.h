@@ -23,6 +23,9 @@ public:
   /// Loads SLEEF once (unless KILN_NO_SLEEF is set); `vectorBits` is the
   /// widest vector the host runs, which bounds the SLEEF variants used.
   static const MathLibrary &instance(int vectorBits);
+  /// The C library's functions only: for code that runs where SLEEF may be
+  /// missing (ahead-of-time export links libm and nothing else).
+  static const MathLibrary &cLibraryOnly();
 
   /// SLEEF's function over `lanes` floats (doubles when `isDouble`), 1.0-ULP
   /// where SLEEF has it; nullopt when there is none.
@@ -36,7 +39,7 @@ public:
   const std::map<std::string, uint64_t> &symbols() const { return symbols_; }
 
 private:
-  explicit MathLibrary(int vectorBits);
+  MathLibrary(int vectorBits, bool loadSleef);
   bool hasSleef_ = false;
   std::map<std::string, uint64_t> symbols_;
   std::map<std::string, std::string> vectorSymbolOf_; // "exp/d/4" -> symbol

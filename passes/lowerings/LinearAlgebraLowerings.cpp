@@ -29,7 +29,8 @@ LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
   int64_t m = a.sizes[a.dim() - 2], k = a.sizes[a.dim() - 1];
   int64_t n = b.sizes[b.dim() - 1];
   if (b.sizes[b.dim() - 2] != k || (batched && b.sizes[0] != batch) ||
-      batch * m * n * std::max<int64_t>(k, 1) > kMaxNativeWork)
+      (batch * m * n * std::max<int64_t>(k, 1) > kMaxNativeWork &&
+       !lowerer.standalone()))
     return std::nullopt;
   double alpha = biasArgument ? doubleArgument(node, first + 3, 1.0) : 1.0;
   double beta = biasArgument ? doubleArgument(node, first + 2, 1.0) : 0.0;

@@ -69,12 +69,17 @@ const LoweringTable &loweringTable();
 
 class Lowerer {
 public:
-  /// Lowers for tensors on `device` (the CPU by default).
-  explicit Lowerer(std::shared_ptr<const Graph> graph, Device device = {});
+  /// Lowers for tensors on `device` (the CPU by default); `standalone`: for
+  /// a program that runs without torch (see lowerGraph).
+  explicit Lowerer(std::shared_ptr<const Graph> graph, Device device = {},
+                   bool standalone = false);
   loop::Program run();
 
   loop::ExprContext &exprs() { return *program_.exprs; }
   const Node &node() const { return *node_; }
+  /// Whether the program runs without torch: a lowering that would leave a
+  /// node to torch because torch runs it faster lowers it anyway.
+  bool standalone() const { return standalone_; }
 
   /// Argument `argument` of `node` as a tensor: a graph value's lowering,
   /// or a 0-d constant for a Python number (Bool, Int64 or Float64).
@@ -155,6 +160,7 @@ private:
 
   std::shared_ptr<const Graph> graph_;
   Device device_;
+  bool standalone_ = false;
   loop::Program program_;
   const Node *node_ = nullptr;
   std::unordered_map<const Value *, LoweredTensor> tensors_;

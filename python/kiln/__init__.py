@@ -6,11 +6,12 @@ from kiln._C import Unsupported
 from kiln._compile import CompiledModule, cache_info, code_cache_info, compile
 from kiln._C import reload_logging
 from kiln._explain import explain
+from kiln._export import ExportResult, export, load_exported
 from kiln import _backend
 
 __all__ = [
     "compile", "CompiledModule", "Unsupported", "cache_info", "code_cache_info", "explain",
-    "reload_logging", "__version__",
+    "export", "ExportResult", "load_exported", "reload_logging", "__version__",
 ]
 
 # torch.compile(model, backend="kiln") after `import kiln`.

@@ -1,0 +1,268 @@
+# Ahead-of-time export (kiln.export): artifacts that run with no Python and no
+# torch. Exported programs are run from C drivers compiled with the system C
+# compiler in processes without Python, and from Python through ctypes, and
+# compared with eager PyTorch; bad input through the C API and bad weights
+# files must give error codes and messages.
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+
+
+def close(got, want, rtol=1e-4, atol=1e-5):
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def build_driver(result, tmp_path):
+    """Compiles the export's main.c against its object file."""
+    binary = tmp_path / f"{result.name}_main"
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", os.path.join(result.directory, "main.c"),
+                    os.path.join(result.directory, result.name + ".o"), "-lm", "-lpthread",
+                    "-o", str(binary)], check=True, capture_output=True, text=True)
+    return binary
+
+
+def run_driver(binary, result, inputs, tmp_path, weights=None):
+    """Runs the C driver on `inputs` (saved row-major) and reads its outputs."""
+    files = []
+    for i, tensor in enumerate(inputs):
+        path = tmp_path / f"input{i}.bin"
+        tensor.contiguous().numpy().tofile(path)
+        files.append(str(path))
+    prefix = str(tmp_path / "out")
+    run = subprocess.run([str(binary), weights or result.weights_file, *files, "-o", prefix],
+                         capture_output=True, text=True)
+    return run, prefix
+
+
+def read_output(prefix, index, dtype, shape):
+    data = open(f"{prefix}{index}.bin", "rb").read()
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=-1)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        scores = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+        y = F.softmax(scores, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.ln2 = torch.nn.LayerNorm(dim)
+        self.fc = torch.nn.Linear(dim, 4 * dim)
+        self.out = torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, layers=2):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+
+def pointwise(x, y):
+    return torch.tanh(x) * 2 + y.sum(-1, keepdim=True), (x - y).exp()
+
+
+def test_pointwise_runs_from_c_without_python(tmp_path):
+    x, y = torch.randn(37, 65), torch.randn(37, 65)
+    result = kiln.export(pointwise, (x, y), tmp_path / "out", name="pointwise")
+    assert sorted(os.listdir(result.directory)) == sorted(
+        ["pointwise.o", "pointwise.so", "pointwise.h", "pointwise.weights", "main.c", "README.md"])
+    assert result.inputs == ["x", "y"] and len(result.outputs) == 2
+    # The shared library needs the C library only (libm and libpthread are
+    # part of it in recent glibc).
+    libraries = subprocess.run(["ldd", result.library], capture_output=True, text=True).stdout
+    for line in libraries.splitlines():
+        assert re.search(r"linux-vdso|libc\.so|libm\.so|libpthread\.so|ld-linux", line), line
+    binary = build_driver(result, tmp_path)
+    libraries = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    assert "python" not in libraries and "torch" not in libraries and "LLVM" not in libraries
+    # Fresh inputs, not the example ones.
+    x, y = torch.randn(37, 65), torch.randn(37, 65)
+    run, prefix = run_driver(binary, result, [x, y], tmp_path)
+    assert run.returncode == 0, run.stderr
+    first, second = pointwise(x, y)
+    close(read_output(prefix, 0, torch.float32, (37, 65)), first)
+    close(read_output(prefix, 1, torch.float32, (37, 65)), second)
+
+
+def test_transformer_stack_runs_from_c_and_python(tmp_path):
+    torch.manual_seed(0)
+    model = Stack().eval()
+    x = torch.randn(2, 16, 32)
+    result = kiln.export(model, (x,), tmp_path / "out", name="stack")
+    assert "blocks.0.attn.qkv.weight" in result.weights
+    fresh = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        want = model(fresh)
+    binary = build_driver(result, tmp_path)
+    run, prefix = run_driver(binary, result, [fresh], tmp_path)
+    assert run.returncode == 0, run.stderr
+    close(read_output(prefix, 0, torch.float32, (2, 16, 32)), want, rtol=1e-4, atol=1e-4)
+    program = kiln.load_exported(result.directory, "stack")
+    close(program(fresh)[0], want, rtol=1e-4, atol=1e-4)
+    # A second run on the same model gives the same answer.
+    close(program(fresh)[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_embedded_weights_and_single_thread(tmp_path):
+    model = Block().eval()
+    x = torch.randn(1, 8, 32)
+    result = kiln.export(model, (x,), tmp_path / "out", name="embedded", embed_weights=True)
+    os.remove(result.weights_file)
+    program = kiln.load_exported(result.directory, "embedded", weights_path="", num_threads=1)
+    with torch.no_grad():
+        close(program(x)[0], model(x), rtol=1e-4, atol=1e-4)
+
+
+VIEWS_AND_REDUCTIONS = [
+    (lambda x: x.t().contiguous() * 3, [(5, 7)]),
+    (lambda x: x.permute(2, 0, 1).sum(0), [(4, 6, 9)]),
+    (lambda x: (x.amax(-1), x.argmax(-1), x.mean(0)), [(7, 13)]),
+    (lambda x, y: torch.cat([x, y], 1)[:, 1::2], [(3, 4), (3, 5)]),
+    (lambda x: F.softmax(x, -1) + F.log_softmax(x, 0), [(9, 33)]),
+    (lambda x: x.reshape(2, -1, 3).transpose(0, 1), [(4, 9)]),  # a view as output
+    (lambda x, b: torch.where(x > 0, x, b), [(6, 5), (5,)]),
+    (lambda x: x[None], [(1, 4)]),
+    (lambda x: x.sum(), [(0, 3)]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(VIEWS_AND_REDUCTIONS)))
+def test_exported_programs_match_eager(case, tmp_path):
+    fn, shapes = VIEWS_AND_REDUCTIONS[case]
+    examples = tuple(torch.randn(shape) for shape in shapes)
+    result = kiln.export(fn, examples, tmp_path / "out", name=f"case{case}")
+    program = kiln.load_exported(result.directory, result.name)
+    fresh = tuple(torch.randn(shape) for shape in shapes)
+    want = fn(*fresh)
+    want = list(want) if isinstance(want, tuple) else [want]
+    got = program(*fresh)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+def test_non_contiguous_input_layout_is_part_of_the_export(tmp_path):
+    x = torch.randn(8, 6).t()  # strides (1, 6)
+    result = kiln.export(lambda x: x * 2, (x,), tmp_path / "out", name="strided")
+    program = kiln.load_exported(result.directory, "strided")
+    fresh = torch.randn(8, 6).t()
+    close(program(fresh)[0], fresh * 2)
+    with pytest.raises(RuntimeError, match="stride"):
+        program(fresh.contiguous())
+
+
+def test_bad_tensors_through_the_c_api_are_errors(tmp_path):
+    result = kiln.export(pointwise, (torch.randn(4, 8), torch.randn(4, 8)), tmp_path / "out",
+                         name="checked")
+    program = kiln.load_exported(result.directory, "checked")
+    x = torch.randn(4, 8)
+    with pytest.raises(RuntimeError, match=r"kiln_checked: .*rank 3; the model takes rank 2"):
+        program(x[None], x)
+    with pytest.raises(RuntimeError, match="is float64; the model takes float32"):
+        program(x.double(), x)
+    with pytest.raises(RuntimeError, match="size 9 in dimension 1; the model was exported for 8"):
+        program(torch.randn(4, 9), x)
+    with pytest.raises(RuntimeError, match="takes 2 inputs, got 1"):
+        program(x)
+    close(program(x, x)[1], torch.ones(4, 8))  # still fine afterwards
+
+
+def test_bad_weights_files_are_refused(tmp_path):
+    model = Block().eval()
+    result = kiln.export(model, (torch.randn(1, 4, 32),), tmp_path / "out", name="weighted")
+    good = open(result.weights_file, "rb").read()
+    binary = build_driver(result, tmp_path)
+
+    def refused(path, message):
+        with pytest.raises(RuntimeError, match=message):
+            kiln.load_exported(result.directory, "weighted", weights_path=str(path))
+        run, _ = run_driver(binary, result, [], tmp_path, weights=str(path))
+        assert run.returncode == 1 and re.search(message, run.stderr), run.stderr
+
+    refused(tmp_path / "missing.weights", "cannot open the weights file")
+    truncated = tmp_path / "truncated.weights"
+    truncated.write_bytes(good[: len(good) // 2])
+    refused(truncated, "is truncated")
+    altered = bytearray(good)
+    altered[-100] ^= 0x40
+    (tmp_path / "altered.weights").write_bytes(bytes(altered))
+    refused(tmp_path / "altered.weights", "is corrupted")
+    (tmp_path / "text.weights").write_bytes(b"hello")
+    refused(tmp_path / "text.weights", "not a kiln weights file")
+    other = kiln.export(Block().eval(), (torch.randn(1, 5, 32),), tmp_path / "other",
+                        name="weighted")
+    refused(other.weights_file, "weights of another export")
+
+
+def test_what_cannot_run_without_torch_is_refused_and_nothing_is_written(tmp_path):
+    def breaks(x):
+        print("side effect")
+        return x + 1
+
+    def sorts(x):
+        return torch.sort(x).values * 2
+
+    out = tmp_path / "out"
+    with pytest.raises(kiln.Unsupported):
+        kiln.export(breaks, (torch.randn(3),), out, name="breaks")
+    with pytest.raises(kiln.Unsupported, match=r"aten::sort.*test_aot_export\.py:\d+.*nothing was written"):
+        kiln.export(sorts, (torch.randn(3),), out, name="sorts")
+    assert not out.exists() or not [f for f in os.listdir(out) if not f.startswith(".")]
+
+
+def test_bad_arguments_to_export(tmp_path):
+    with pytest.raises(ValueError, match="C identifier"):
+        kiln.export(pointwise, (torch.randn(2), torch.randn(2)), tmp_path, name="9lives")
+    with pytest.raises(TypeError, match="example_inputs"):
+        kiln.export(pointwise, 3, tmp_path)
+    with pytest.raises(TypeError, match="function, a bound method or an nn.Module"):
+        kiln.export(3, (torch.randn(2),), tmp_path)
+    with pytest.raises(RuntimeError, match="not a CPU LLVM knows"):
+        kiln.export(lambda x: x + 1, (torch.randn(2),), tmp_path, name="f", target="pentium9")
+
+
+def test_other_cpu_target(tmp_path):
+    x = torch.randn(16, 64)
+    result = kiln.export(lambda x: torch.exp(x) * x, (x,), tmp_path / "out", name="portable",
+                         target="x86-64-v2")
+    program = kiln.load_exported(result.directory, "portable")
+    fresh = torch.randn(16, 64)
+    close(program(fresh)[0], torch.exp(fresh) * fresh)
