@@ -268,6 +268,11 @@ struct Kernel {
   std::vector<Loop> loops;
   /// What the scheduler fused into it, for logs ("add+mul+exp").
   std::string origin;
+  /// A matrix product as lowering made it (outer ranges [batch,] m, n; one
+  /// loop over k summing load(a) * load(b); one store of the sum): fusion and
+  /// loop order leave it as it is, so that a backend can recognise it and
+  /// emit a GEMM (backend/cpu/GemmEmitter.h); the loops stay its meaning.
+  bool contraction = false;
 
   int64_t reductionCount() const;
 };

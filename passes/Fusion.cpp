@@ -329,7 +329,8 @@ void fuseKernels(Program &program) {
     int64_t count =
         step.kind == Step::Kind::Kernel ? operationCount(step.kernel) : 0;
     if (step.kind == Step::Kind::Kernel && !fused.empty() &&
-        fused.back().kind == Step::Kind::Kernel &&
+        fused.back().kind == Step::Kind::Kernel && !step.kernel.contraction &&
+        !fused.back().kernel.contraction &&
         lastCount + count <= kMaxKernelOperations) {
       if (auto merged =
               tryMerge(*program.exprs, fused.back().kernel, step.kernel)) {

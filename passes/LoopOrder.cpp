@@ -209,7 +209,8 @@ void dropUnitLoops(ExprContext &exprs, Kernel &kernel) {
 void chooseLoopOrder(Program &program) {
   ExprContext &exprs = *program.exprs;
   for (Step &step : program.steps) {
-    if (step.kind != Step::Kind::Kernel)
+    // A contraction keeps the loops its backend recognises.
+    if (step.kind != Step::Kind::Kernel || step.kernel.contraction)
       continue;
     Kernel &kernel = step.kernel;
     dropUnitLoops(exprs, kernel);

@@ -1,7 +1,9 @@
-// Lowerings of small matrix products (mm, addmm, bmm, baddbmm) to reduction
-// kernels, so that a small Linear layer with its bias and activation is one
-// fused kernel instead of a call into torch; products above kMaxNativeWork
-// multiply-adds stay externs that call torch's BLAS.
+// Lowerings of matrix products (mm, addmm, bmm, baddbmm) to reduction
+// kernels. A small product fuses with its bias and activation into one
+// kernel instead of a call into torch. A larger float32 product on the CPU
+// becomes a contraction kernel that the CPU backend emits as a GEMM, where
+// the program must run without torch (export); elsewhere products above
+// kMaxNativeWork multiply-adds stay externs that call torch's BLAS.
 // Depends on passes/lowerings/Lowerer.h.
 #include "passes/lowerings/Lowerer.h"
 
@@ -28,10 +30,23 @@ LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
   int64_t batch = batched ? a.sizes[0] : 1;
   int64_t m = a.sizes[a.dim() - 2], k = a.sizes[a.dim() - 1];
   int64_t n = b.sizes[b.dim() - 1];
-  if (b.sizes[b.dim() - 2] != k || (batched && b.sizes[0] != batch) ||
-      (batch * m * n * std::max<int64_t>(k, 1) > kMaxNativeWork &&
-       !lowerer.standalone()))
+  if (b.sizes[b.dim() - 2] != k || (batched && b.sizes[0] != batch))
     return std::nullopt;
+  bool small = batch * m * n * std::max<int64_t>(k, 1) <= kMaxNativeWork;
+  bool contraction = !small && meta.dtype == DType::Float32 &&
+                     lowerer.device().type == DeviceType::CPU;
+  if (!small && !lowerer.standalone())
+    return std::nullopt;
+  // A contraction reads its operands from buffers, as a GEMM does.
+  auto inBuffer = [&](const LoweredTensor &operand) {
+    if (!contraction || operand.realized())
+      return operand;
+    return lowerer.realize(operand,
+                           contiguousMeta(operand.dtype, operand.sizes),
+                           loop::BufferKind::Temporary, "matrix operand");
+  };
+  a = inBuffer(a);
+  b = inBuffer(b);
   double alpha = biasArgument ? doubleArgument(node, first + 3, 1.0) : 1.0;
   double beta = biasArgument ? doubleArgument(node, first + 2, 1.0) : 0.0;
 
@@ -50,6 +65,8 @@ LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
   const Expr *sum = kernel.reduce(ReduceOp::Sum, element);
   Shape resultSizes = batched ? Shape{batch, m, n} : Shape{m, n};
   LoweredTensor products = kernel.store(sum, contiguousMeta(math, resultSizes));
+  if (contraction)
+    kernel.markContraction();
   kernel.emit(batched ? "bmm" : "mm");
 
   std::vector<LoweredTensor> inputs{products};

@@ -80,6 +80,7 @@ public:
   /// Whether the program runs without torch: a lowering that would leave a
   /// node to torch because torch runs it faster lowers it anyway.
   bool standalone() const { return standalone_; }
+  const Device &device() const { return device_; }
 
   /// Argument `argument` of `node` as a tensor: a graph value's lowering,
   /// or a 0-d constant for a Python number (Bool, Int64 or Float64).
@@ -188,6 +189,8 @@ public:
   /// with or without size-1 reduced dims).
   LoweredTensor store(const Expr *value, const TensorMeta &meta);
   void emit(const std::string &what);
+  /// Marks the kernel as a matrix product (loop::Kernel::contraction).
+  void markContraction() { kernel_.contraction = true; }
 
 private:
   Lowerer &lowerer_;

@@ -266,3 +266,64 @@ def test_other_cpu_target(tmp_path):
     program = kiln.load_exported(result.directory, "portable")
     fresh = torch.randn(16, 64)
     close(program(fresh)[0], torch.exp(fresh) * fresh)
+
+
+def test_command_line_export(tmp_path):
+    script = tmp_path / "factory.py"
+    script.write_text("import torch\n"
+                      "def make():\n"
+                      "    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),\n"
+                      "                                torch.nn.Linear(16, 4)).eval()\n"
+                      "    return model, (torch.randn(3, 8),)\n")
+    import sys
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "kiln", "export", f"{script}:make", str(out),
+                          "--name", "mlp"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "exported mlp" in run.stdout and (out / "mlp.so").exists()
+    run = subprocess.run([sys.executable, "-m", "kiln", "export", f"{script}:missing", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "has no function missing" in run.stderr
+
+
+class TinyGpt(torch.nn.Module):
+    def __init__(self, vocabulary=97, width=32, layers=2):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocabulary, width)
+        self.positions = torch.nn.Embedding(64, width)
+        self.blocks = torch.nn.ModuleList(Block(width) for _ in range(layers))
+        self.head = torch.nn.Linear(width, vocabulary, bias=False)
+
+    def forward(self, ids):
+        x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_gpt_with_embeddings_runs_from_c(tmp_path):
+    torch.manual_seed(1)
+    model = TinyGpt().eval()
+    ids = torch.randint(0, 97, (2, 12))
+    result = kiln.export(model, (ids,), tmp_path / "out", name="tiny_gpt")
+    fresh = torch.randint(0, 97, (2, 12))
+    with torch.no_grad():
+        want = model(fresh)
+    binary = build_driver(result, tmp_path)
+    run, prefix = run_driver(binary, result, [fresh], tmp_path)
+    assert run.returncode == 0, run.stderr
+    close(read_output(prefix, 0, torch.float32, (2, 12, 97)), want, rtol=1e-4, atol=1e-4)
+
+
+def test_index_select_and_out_of_range_indices(tmp_path):
+    def pick(table, rows):
+        return table.index_select(0, rows) * 2
+
+    table, rows = torch.randn(10, 3), torch.tensor([3, 0, 9, 3])
+    result = kiln.export(pick, (table, rows), tmp_path / "out", name="pick")
+    program = kiln.load_exported(result.directory, "pick")
+    fresh = torch.tensor([9, 9, 1, 2])
+    close(program(table, fresh)[0], pick(table, fresh))
+    # torch raises for an index out of range; the exported kernel clamps it
+    # into the table rather than read outside it.
+    close(program(table, torch.tensor([-5, 42, 0, 1]))[0], pick(table, torch.tensor([0, 9, 0, 1])))
