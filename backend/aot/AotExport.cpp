@@ -726,6 +726,11 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
         plan.strategy == VectorStrategy::Outer && kernel.outerRanges.size() == 1
             ? plan.lanes * plan.unroll
             : 1;
+    if (emitted.parallelRange >= 0) { // a GEMM splits its own tiles
+      range = emitted.parallelRange;
+      work = emitted.work;
+      alignment = 1;
+    }
     declarations << "void " << function
                  << "(char *const *, int64_t, int64_t);\n";
     steps << "  {" << function << ", " << slotCount << ", "

@@ -33,9 +33,7 @@
 #include <unordered_map>
 
 namespace kiln::backend {
-namespace {
-
-} // namespace
+namespace {} // namespace
 
 void optimiseCpuModule(llvm::Module &module, llvm::TargetMachine &machine) {
   // Kernels are vectorised explicitly; LLVM's vectorisers and unrolling
@@ -290,6 +288,14 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
         for (size_t level = 0; level < plan.parallelDepth; ++level)
           compiled.parallelRange *= kernel.outerRanges[level];
         compiled.buffers = emitted.buffers;
+        if (emitted.parallelRange >= 0) {
+          compiled.parallelRange = emitted.parallelRange;
+          compiled.work = emitted.work;
+          if (cached)
+            keys[index] = emitted.key.empty() ? kernelKey(*emitted.function)
+                                              : emitted.key;
+          return;
+        }
         int64_t outerPoints = 1;
         for (int64_t range : kernel.outerRanges)
           outerPoints *= std::max<int64_t>(range, 0);

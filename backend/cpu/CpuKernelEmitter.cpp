@@ -748,7 +748,10 @@ EmittedKernel CpuKernelEmitter::emitFunction(const std::string &name) {
   if (schedule_.streamedStore)
     builder_.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
   builder_.CreateRetVoid();
-  return {function_, slots_};
+  EmittedKernel emitted;
+  emitted.function = function_;
+  emitted.buffers = slots_;
+  return emitted;
 }
 
 } // namespace

@@ -25,6 +25,14 @@ struct EmittedKernel {
   /// The program buffer whose data pointer each element of the function's
   /// `buffers` argument is.
   std::vector<int64_t> buffers;
+  /// A kernel emitted other than by its schedule (a GEMM): the range of
+  /// outer points the function splits across threads and the elements it
+  /// touches, roughly; -1 where the schedule says (its parallel loops).
+  int64_t parallelRange = -1;
+  int64_t work = -1;
+  /// The kernel cache's key where the function's own IR is not all of its
+  /// code (it calls functions emitted with it); empty: its IR.
+  std::string key;
 };
 
 /// Emits `kernel` into `module` as the function `name`, scheduled by
