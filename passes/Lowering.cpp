@@ -31,6 +31,8 @@ const LoweringTable &loweringTable() {
     registerNormalizationLowerings(built);
     registerTensorLowerings(built);
     registerLinearAlgebraLowerings(built);
+    registerConvolutionLowerings(built);
+    registerIndexingLowerings(built);
     return built;
   }();
   return table;

@@ -352,15 +352,24 @@ std::string mainText(const std::string &name) {
   std::string p = "kiln_" + name;
   std::string text = R"(/* Example driver of the kiln export '@NAME@'.
  *   cc -O2 main.c @NAME@.o -lm -lpthread -o @NAME@_main
- *   ./@NAME@_main @NAME@.weights [input0.bin ...] [-o output_prefix]
+ *   ./@NAME@_main @NAME@.weights [input0.bin ...] [-o output_prefix] [-r runs]
  * Each input file holds the input's elements in row-major order (its dtype,
  * native byte order); inputs without a file are filled with ones. With -o,
- * output i is written to <output_prefix><i>.bin the same way. */
+ * output i is written to <output_prefix><i>.bin the same way. With -r, the
+ * model runs that many more times and the mean time of a run is printed. */
+#define _POSIX_C_SOURCE 200809L
 #include "@NAME@.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double seconds(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
 
 static size_t item_size(int32_t dtype) {
   static const size_t sizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
@@ -401,10 +410,12 @@ static size_t span_elements(const kiln_tensor_info *t) {
 int main(int argc, char **argv) {
   const char *output_prefix = NULL;
   const char *files[64];
-  int file_count = 0;
+  int file_count = 0, runs = 0;
   for (int a = 2; a < argc; ++a) {
     if (strcmp(argv[a], "-o") == 0 && a + 1 < argc)
       output_prefix = argv[++a];
+    else if (strcmp(argv[a], "-r") == 0 && a + 1 < argc)
+      runs = atoi(argv[++a]);
     else if (file_count < 64)
       files[file_count++] = argv[a];
   }
@@ -451,6 +462,13 @@ int main(int argc, char **argv) {
       @P@_run(model, inputs, num_inputs, outputs, num_outputs) != KILN_OK) {
     fprintf(stderr, "%s\n", @P@_last_error());
     status = 1;
+  }
+  if (status == 0 && runs > 0) {
+    double start = seconds();
+    for (int r = 0; r < runs && status == 0; ++r)
+      status = @P@_run(model, inputs, num_inputs, outputs, num_outputs) != KILN_OK;
+    printf("mean run time: %.1f us over %d runs\n",
+           1e6 * (seconds() - start) / runs, runs);
   }
   for (size_t o = 0; o < num_outputs && status == 0; ++o) {
     kiln_tensor_info info = {"", outputs[o].dtype, outputs[o].rank,

@@ -63,6 +63,8 @@ void registerViewLowerings(LoweringTable &table);
 void registerNormalizationLowerings(LoweringTable &table);
 void registerTensorLowerings(LoweringTable &table);
 void registerLinearAlgebraLowerings(LoweringTable &table);
+void registerConvolutionLowerings(LoweringTable &table);
+void registerIndexingLowerings(LoweringTable &table);
 
 /// Every lowering, by qualified op name ("aten::add.Tensor").
 const LoweringTable &loweringTable();

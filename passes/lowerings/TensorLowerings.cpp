@@ -170,67 +170,6 @@ LoweredTensor copyThrough(Lowerer &lowerer, const LoweredTensor &input,
   return result;
 }
 
-// An index into a dimension of `size` from an index tensor's element,
-// clamped into [0, size): a kernel cannot raise torch's IndexError for an
-// index out of range, and must never read outside its buffer.
-const Expr *clampedIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
-  loop::ExprContext &exprs = lowerer.exprs();
-  index = lowerer.binary(BinaryOp::Max, lowerer.cast(index, DType::Int64),
-                         exprs.integer(0));
-  return lowerer.binary(BinaryOp::Min, index, exprs.integer(size - 1));
-}
-
-bool isIndexType(DType dtype) {
-  return dtype == DType::Int64 || dtype == DType::Int32;
-}
-
-// Rows of a table picked by an index tensor. torch raises for an index out
-// of range where the kernel clamps it (clampedIndex), so the JIT leaves them
-// to torch; a program that runs without torch (export) has them natively.
-LoweringResult embedding(Lowerer &lowerer, const Node &node) {
-  LoweredTensor weight = lowerer.input(node, 0);
-  LoweredTensor indices = lowerer.input(node, 1);
-  if (!lowerer.standalone() || weight.dim() != 2 || weight.sizes[0] == 0 ||
-      !isIndexType(indices.dtype))
-    return std::nullopt;
-  Shape sizes = indices.sizes;
-  sizes.push_back(weight.sizes[1]);
-  int64_t rows = weight.sizes[0];
-  Loader pick = indices.loader;
-  return one(copyThrough(
-      lowerer, weight, sizes, [&lowerer, pick, rows](const Index &index) {
-        Index row(index.begin(), index.end() - 1);
-        return Index{clampedIndex(lowerer, pick(row), rows), index.back()};
-      }));
-}
-
-LoweringResult indexSelect(Lowerer &lowerer, const Node &node) {
-  LoweredTensor input = lowerer.input(node, 0);
-  LoweredTensor indices = lowerer.input(node, 2);
-  if (!lowerer.standalone() || !isIndexType(indices.dtype) || indices.dim() > 1)
-    return std::nullopt;
-  int64_t dim = wrapDim(node.arguments()[1].toInt(), input.dim());
-  Shape sizes = input.sizes;
-  if (input.dim() == 0 || input.sizes[dim] == 0)
-    return std::nullopt;
-  int64_t count = indices.dim() == 0 ? 1 : indices.sizes[0];
-  if (input.dim() > 0)
-    sizes[dim] = count;
-  int64_t extent = input.sizes[dim];
-  bool scalarIndex = indices.dim() == 0;
-  Loader pick = indices.loader;
-  return one(copyThrough(
-      lowerer, input, sizes,
-      [&lowerer, pick, dim, extent, scalarIndex](const Index &index) {
-        Index at = index;
-        Index position;
-        if (!scalarIndex)
-          position.push_back(index[dim]);
-        at[dim] = clampedIndex(lowerer, pick(position), extent);
-        return at;
-      }));
-}
-
 LoweringResult flip(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = lowerer.input(node, 0);
   std::vector<int64_t> dims;
@@ -358,8 +297,6 @@ void registerTensorLowerings(LoweringTable &table) {
       {"aten::tril", triangle<true>},
       {"aten::triu", triangle<false>},
       {"aten::flip", flip},
-      {"aten::embedding", embedding},
-      {"aten::index_select", indexSelect},
       {"aten::roll", roll},
       {"aten::repeat", repeat},
       {"aten::constant_pad_nd", constantPad},

@@ -327,3 +327,35 @@ def test_index_select_and_out_of_range_indices(tmp_path):
     # torch raises for an index out of range; the exported kernel clamps it
     # into the table rather than read outside it.
     close(program(table, torch.tensor([-5, 42, 0, 1]))[0], pick(table, torch.tensor([0, 9, 0, 1])))
+
+
+class SmallCnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, stride=2, groups=2)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.norm(self.conv1(x))), 2, ceil_mode=True)
+        x = F.adaptive_avg_pool2d(F.silu(self.conv2(x)), 1).flatten(1)
+        return self.head(x)
+
+
+def test_small_cnn_runs_from_c(tmp_path):
+    torch.manual_seed(2)
+    model = SmallCnn().eval()
+    with torch.no_grad():
+        model.norm.running_mean.uniform_(-0.5, 0.5)
+        model.norm.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 15, 13)
+    result = kiln.export(model, (x,), tmp_path / "out", name="cnn")
+    assert "norm.running_mean" in result.weights
+    fresh = torch.randn(2, 3, 15, 13)
+    with torch.no_grad():
+        want = model(fresh)
+    binary = build_driver(result, tmp_path)
+    run, prefix = run_driver(binary, result, [fresh], tmp_path)
+    assert run.returncode == 0, run.stderr
+    close(read_output(prefix, 0, torch.float32, (2, 5)), want, rtol=1e-4, atol=1e-4)

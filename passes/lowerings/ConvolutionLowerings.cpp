@@ -1,0 +1,523 @@
+// Lowerings of convolution (N-d, grouped, strided, padded, dilated) and of
+// 2-d pooling (max with indices, average, adaptive average) to reduction
+// kernels over each output element's window, padding read as a `where` on
+// the window position's bounds. A large convolution stays an extern that
+// calls torch (oneDNN) unless the program must run without torch.
+// Depends on passes/lowerings/Lowerer.h.
+#include "passes/lowerings/Lowerer.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kiln::lowering {
+namespace {
+
+// Multiply-adds up to which a convolution is compiled in the JIT rather
+// than left to torch, as for matrix products (LinearAlgebraLowerings.cpp).
+constexpr int64_t kMaxNativeWork = 1 << 13;
+
+LoweringResult one(LoweredTensor tensor) {
+  return std::vector<LoweredTensor>{std::move(tensor)};
+}
+
+// Every output element of a window op reads each input element several
+// times (a convolution: once per output channel and tap): a virtual input
+// that is more than a load is computed once into a buffer, not per read.
+LoweredTensor readable(Lowerer &lowerer, const LoweredTensor &tensor,
+                       const std::string &what) {
+  if (tensor.realized() || tensor.cheap)
+    return tensor;
+  return lowerer.realize(tensor, contiguousMeta(tensor.dtype, tensor.sizes),
+                         loop::BufferKind::Temporary, what);
+}
+
+const Expr *conjunction(Lowerer &lowerer, const Expr *a, const Expr *b) {
+  if (!a)
+    return b;
+  if (!b)
+    return a;
+  return lowerer.binary(BinaryOp::LogicalAnd, a, b);
+}
+
+// One spatial dim of a sliding window: output position o and tap t read
+// the input at o * stride - padding + t * dilation.
+struct WindowDim {
+  int64_t size;    // the input's extent
+  int64_t outputs; // the result's extent
+  int64_t taps;    // the window's extent
+  int64_t stride = 1, padding = 0, dilation = 1;
+
+  int64_t start(int64_t output) const { return output * stride - padding; }
+  int64_t last(int64_t output) const {
+    return start(output) + (taps - 1) * dilation;
+  }
+  // Whether some window reaches before the input or past its end.
+  bool below() const { return outputs > 0 && start(0) < 0; }
+  bool above() const { return outputs > 0 && last(outputs - 1) >= size; }
+  // Whether every window has a tap inside the input.
+  bool neverEmpty() const {
+    for (int64_t o = 0; o < outputs; ++o) {
+      bool found = false;
+      for (int64_t t = 0; t < taps && !found; ++t) {
+        int64_t position = start(o) + t * dilation;
+        found = position >= 0 && position < size;
+      }
+      if (!found)
+        return false;
+    }
+    return true;
+  }
+};
+
+// The input position of `output` and `tap`, clamped into the input so that
+// no load leaves its buffer (both sides of a `where` may be evaluated), and
+// whether it lies inside the input: nullptr where every position does.
+struct WindowPosition {
+  const Expr *position;
+  const Expr *inside;
+};
+
+WindowPosition windowPosition(Lowerer &lowerer, const WindowDim &dim,
+                              const Expr *output, const Expr *tap) {
+  loop::ExprContext &exprs = lowerer.exprs();
+  const Expr *position =
+      exprs.add(exprs.add(exprs.mul(output, exprs.integer(dim.stride)),
+                          exprs.integer(-dim.padding)),
+                exprs.mul(tap, exprs.integer(dim.dilation)));
+  const Expr *inside = nullptr;
+  if (dim.below())
+    inside = lowerer.binary(BinaryOp::Ge, position, exprs.integer(0));
+  if (dim.above())
+    inside = conjunction(
+        lowerer, inside,
+        lowerer.binary(BinaryOp::Lt, position, exprs.integer(dim.size)));
+  if (dim.below())
+    position = lowerer.binary(BinaryOp::Max, position, exprs.integer(0));
+  if (dim.above())
+    position =
+        lowerer.binary(BinaryOp::Min, position, exprs.integer(dim.size - 1));
+  return {position, inside};
+}
+
+// A `int[]` argument with one value per spatial dim (one value stands for
+// all); nullopt where the count fits neither.
+std::optional<Shape> perSpatialDim(const Argument &argument, size_t spatial) {
+  Shape values = argument.toIntList();
+  if (values.size() == 1)
+    values.assign(spatial, values[0]);
+  if (values.size() != spatial)
+    return std::nullopt;
+  return values;
+}
+
+// --- Convolution ---
+
+// convolution(input, weight, bias?, stride, padding, dilation, transposed,
+// output_padding, groups): for output (n, o, p...), the sum over the
+// group's input channels c and the taps k... of
+// input[n, group * C/groups + c, p * stride - padding + k * dilation] *
+// weight[o, c, k], plus bias[o]; padding reads as zero.
+LoweringResult convolution(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  LoweredTensor input = lowerer.input(node, 0);
+  LoweredTensor weight = lowerer.input(node, 1);
+  // Transposed convolutions scatter into the result: left to torch.
+  if (node.arguments().at(6).toBool())
+    return std::nullopt;
+  int64_t dims = weight.dim();
+  if (dims < 3 || input.dim() != dims || meta.dim() != dims ||
+      !isFloatingPoint(meta.dtype) || input.dtype != meta.dtype ||
+      weight.dtype != meta.dtype)
+    return std::nullopt;
+  size_t spatial = static_cast<size_t>(dims - 2);
+  std::optional<Shape> stride = perSpatialDim(node.arguments().at(3), spatial);
+  std::optional<Shape> padding = perSpatialDim(node.arguments().at(4), spatial);
+  std::optional<Shape> dilation =
+      perSpatialDim(node.arguments().at(5), spatial);
+  int64_t groups = node.arguments().at(8).toInt();
+  if (!stride || !padding || !dilation || groups < 1)
+    return std::nullopt;
+  int64_t channels = input.sizes[1], outChannels = weight.sizes[0];
+  int64_t groupChannels = weight.sizes[1];
+  if (groupChannels * groups != channels || outChannels % groups != 0 ||
+      meta.sizes[0] != input.sizes[0] || meta.sizes[1] != outChannels)
+    return std::nullopt;
+  std::vector<WindowDim> windows;
+  int64_t reduction = groupChannels;
+  for (size_t s = 0; s < spatial; ++s) {
+    WindowDim window{input.sizes[s + 2], meta.sizes[s + 2], weight.sizes[s + 2],
+                     (*stride)[s],       (*padding)[s],     (*dilation)[s]};
+    // The result's extent must be the one the window gives (an extern
+    // node's metadata is torch's and is checked, not trusted).
+    if (window.stride <= 0 || window.dilation <= 0 || window.padding < 0 ||
+        window.taps <= 0 ||
+        window.outputs != (window.size + 2 * window.padding -
+                           window.dilation * (window.taps - 1) - 1) /
+                                  window.stride +
+                              1)
+      return std::nullopt;
+    windows.push_back(window);
+    reduction *= window.taps;
+  }
+  std::optional<LoweredTensor> bias;
+  if (!node.arguments().at(2).isNone()) {
+    bias = lowerer.input(node, 2);
+    if (bias->dim() != 1 || bias->sizes[0] != outChannels)
+      return std::nullopt;
+  }
+  if (!lowerer.standalone() && meta.numel() * reduction > kMaxNativeWork)
+    return std::nullopt;
+  input = readable(lowerer, input, "convolution_input");
+  weight = readable(lowerer, weight, "convolution_weight");
+
+  // Outer dims n, o, p...; reduced dims c, k...
+  DType math = accumulationType(meta.dtype);
+  Shape domain = meta.sizes;
+  std::vector<int64_t> reduced;
+  domain.push_back(groupChannels);
+  for (const WindowDim &window : windows)
+    domain.push_back(window.taps);
+  for (size_t d = meta.sizes.size(); d < domain.size(); ++d)
+    reduced.push_back(static_cast<int64_t>(d));
+  ReductionKernel kernel(lowerer, domain, reduced);
+  const Index &index = kernel.index();
+  loop::ExprContext &exprs = lowerer.exprs();
+  const Expr *outChannel = index[1];
+  const Expr *groupChannel = index[dims];
+  const Expr *channel = groupChannel;
+  if (groups > 1)
+    channel =
+        exprs.add(exprs.mul(exprs.floorDiv(outChannel, outChannels / groups),
+                            exprs.integer(groupChannels)),
+                  groupChannel);
+  Index inputIndex{index[0], channel};
+  Index weightIndex{outChannel, groupChannel};
+  const Expr *inside = nullptr;
+  for (size_t s = 0; s < spatial; ++s) {
+    const Expr *tap = index[dims + 1 + s];
+    WindowPosition at = windowPosition(lowerer, windows[s], index[2 + s], tap);
+    inputIndex.push_back(at.position);
+    weightIndex.push_back(tap);
+    inside = conjunction(lowerer, inside, at.inside);
+  }
+  const Expr *product = lowerer.binary(
+      BinaryOp::Mul, lowerer.cast(input.loader(inputIndex), math),
+      lowerer.cast(weight.loader(weightIndex), math));
+  if (inside)
+    product = lowerer.where(inside, product, lowerer.constant(0, math));
+  const Expr *sum = kernel.reduce(ReduceOp::Sum, product);
+  if (bias)
+    sum = lowerer.binary(BinaryOp::Add, sum,
+                         lowerer.cast(bias->loader({outChannel}), math));
+  LoweredTensor result = kernel.store(sum, meta);
+  kernel.emit("convolution");
+  return one(result);
+}
+
+// --- 2-d pooling over the last two dims of a 3-d or 4-d input ---
+
+// A `int[2]` argument given as one value or two; nullopt otherwise.
+std::optional<std::pair<int64_t, int64_t>> twoInts(const Argument &argument) {
+  Shape values = argument.toIntList();
+  if (values.size() == 1)
+    return std::make_pair(values[0], values[0]);
+  if (values.size() != 2)
+    return std::nullopt;
+  return std::make_pair(values[0], values[1]);
+}
+
+// The height and width windows of max_pool2d and avg_pool2d: arguments
+// kernel_size, stride (empty: the kernel), padding and, for max pooling,
+// dilation; the result's extents are its metadata's. Nullopt for an input
+// or a window the lowerings do not take.
+std::optional<std::pair<WindowDim, WindowDim>>
+poolWindows(const Node &node, const LoweredTensor &input,
+            const TensorMeta &meta, std::optional<size_t> dilationArgument) {
+  if ((input.dim() != 3 && input.dim() != 4) || meta.dim() != input.dim() ||
+      !isFloatingPoint(input.dtype) || meta.dtype != input.dtype)
+    return std::nullopt;
+  auto kernel = twoInts(node.arguments().at(1));
+  Shape strideList = node.arguments().at(2).toIntList();
+  auto stride = strideList.empty() ? kernel : twoInts(node.arguments().at(2));
+  auto padding = twoInts(node.arguments().at(3));
+  auto dilation = dilationArgument
+                      ? twoInts(node.arguments().at(*dilationArgument))
+                      : std::make_pair(int64_t{1}, int64_t{1});
+  if (!kernel || !stride || !padding || !dilation)
+    return std::nullopt;
+  int64_t h = input.dim() - 2, w = input.dim() - 1;
+  WindowDim height{input.sizes[h], meta.sizes[h],  kernel->first,
+                   stride->first,  padding->first, dilation->first};
+  WindowDim width{input.sizes[w], meta.sizes[w],   kernel->second,
+                  stride->second, padding->second, dilation->second};
+  for (const WindowDim &window : {height, width})
+    if (window.taps <= 0 || window.stride <= 0 || window.dilation <= 0 ||
+        window.padding < 0)
+      return std::nullopt;
+  for (int64_t d = 0; d < h; ++d)
+    if (meta.sizes[d] != input.sizes[d])
+      return std::nullopt;
+  return std::make_pair(height, width);
+}
+
+// The domain of a pooling kernel: the input's leading dims, the result's
+// height and width, then the window's taps (reduced).
+ReductionKernel poolKernel(Lowerer &lowerer, const TensorMeta &meta,
+                           int64_t tapsHigh, int64_t tapsWide) {
+  Shape domain = meta.sizes;
+  domain.push_back(tapsHigh);
+  domain.push_back(tapsWide);
+  int64_t dims = meta.dim();
+  return ReductionKernel(lowerer, domain, {dims, dims + 1});
+}
+
+// max_pool2d_with_indices(self, kernel_size, stride, padding, dilation,
+// ceil_mode) and max_pool2d: the window's maximum and, for the former, its
+// position h * W + w in the input plane, as torch's CPU kernel picks it:
+// the first maximum, or the last NaN where the window has one (NaN wins);
+// padding is never picked.
+LoweringResult maxPool(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  auto windows = poolWindows(node, input, meta, 4);
+  // A window wholly in the padding has an index torch makes up.
+  if (!windows || !windows->first.neverEmpty() || !windows->second.neverEmpty())
+    return std::nullopt;
+  auto [height, width] = *windows;
+  bool withIndices = node.results().size() == 2;
+  input = readable(lowerer, input, "max_pool_input");
+
+  DType math = accumulationType(meta.dtype);
+  ReductionKernel kernel = poolKernel(lowerer, meta, height.taps, width.taps);
+  const Index &index = kernel.index();
+  int64_t leading = meta.dim() - 2;
+  WindowPosition h =
+      windowPosition(lowerer, height, index[leading], index[leading + 2]);
+  WindowPosition w =
+      windowPosition(lowerer, width, index[leading + 1], index[leading + 3]);
+  Index at(index.begin(), index.begin() + leading);
+  at.push_back(h.position);
+  at.push_back(w.position);
+  const Expr *element = lowerer.cast(input.loader(at), math);
+  const Expr *inside = conjunction(lowerer, h.inside, w.inside);
+  const Expr *lowest =
+      lowerer.constant(-std::numeric_limits<double>::infinity(), math);
+  const Expr *maximum = kernel.reduce(
+      ReduceOp::Max, inside ? lowerer.where(inside, element, lowest) : element);
+  std::vector<LoweredTensor> results{kernel.store(maximum, meta)};
+  if (withIndices) {
+    // A second pass: a maximum found is equal to its element, and a NaN
+    // maximum is a NaN of the window. ArgMax would give the first NaN, and
+    // could pick padding in a window whose inside is all -inf.
+    kernel.newPass();
+    loop::ExprContext &exprs = lowerer.exprs();
+    const Expr *flat =
+        exprs.add(exprs.mul(h.position, exprs.integer(width.size)), w.position);
+    const Expr *isMaximum = conjunction(
+        lowerer, inside, lowerer.binary(BinaryOp::Eq, element, maximum));
+    const Expr *isNan =
+        conjunction(lowerer, inside, lowerer.unary(UnaryOp::IsNan, element));
+    // The flat position grows with the tap's row-major order, so the first
+    // maximum has the least and the last NaN the greatest. (The plane's
+    // size stands for none: integer constants pass through double.)
+    const Expr *first = kernel.reduce(
+        ReduceOp::Min, lowerer.where(isMaximum, flat,
+                                     exprs.integer(height.size * width.size)));
+    const Expr *lastNan = kernel.reduce(
+        ReduceOp::Max, lowerer.where(isNan, flat, exprs.integer(-1)));
+    const Expr *position =
+        lowerer.where(lowerer.unary(UnaryOp::IsNan, maximum), lastNan, first);
+    results.push_back(kernel.store(position, lowerer.resultMeta(node, 1)));
+  }
+  kernel.emit("max_pool2d");
+  return results;
+}
+
+// The element count of each window along one dim, as avg_pool2d divides
+// by it: within the padded input (`withPadding`) or the input alone; a
+// constant where every window has the same.
+const Expr *windowCount(Lowerer &lowerer, const WindowDim &dim,
+                        const Expr *output, bool withPadding) {
+  auto count = [&](int64_t o) {
+    int64_t start = dim.start(o);
+    int64_t end = std::min(start + dim.taps, dim.size + dim.padding);
+    if (withPadding)
+      return end - start;
+    return std::min(end, dim.size) - std::max<int64_t>(start, 0);
+  };
+  bool uniform = true;
+  for (int64_t o = 1; o < dim.outputs && uniform; ++o)
+    uniform = count(o) == count(0);
+  loop::ExprContext &exprs = lowerer.exprs();
+  if (uniform)
+    return exprs.integer(dim.outputs > 0 ? count(0) : 1);
+  const Expr *start = exprs.add(exprs.mul(output, exprs.integer(dim.stride)),
+                                exprs.integer(-dim.padding));
+  const Expr *end =
+      lowerer.binary(BinaryOp::Min, exprs.add(start, exprs.integer(dim.taps)),
+                     exprs.integer(dim.size + dim.padding));
+  if (!withPadding)
+    return exprs.add(
+        lowerer.binary(BinaryOp::Min, end, exprs.integer(dim.size)),
+        exprs.mul(lowerer.binary(BinaryOp::Max, start, exprs.integer(0)),
+                  exprs.integer(-1)));
+  return exprs.add(end, exprs.mul(start, exprs.integer(-1)));
+}
+
+// avg_pool2d(self, kernel_size, stride, padding, ceil_mode,
+// count_include_pad, divisor_override): the window's sum divided by the
+// override, or by its size within the padded input (count_include_pad) or
+// within the input. A window wholly outside the input gives 0, as torch's.
+LoweringResult avgPool(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  auto windows = poolWindows(node, input, meta, std::nullopt);
+  if (!windows)
+    return std::nullopt;
+  auto [height, width] = *windows;
+  bool countPadding = node.arguments().at(5).toBool();
+  std::optional<int64_t> divisorOverride;
+  if (node.arguments().size() > 6 && !node.arguments()[6].isNone())
+    divisorOverride = node.arguments()[6].toInt();
+  if (divisorOverride && *divisorOverride == 0)
+    return std::nullopt;
+  input = readable(lowerer, input, "avg_pool_input");
+
+  DType math = accumulationType(meta.dtype);
+  ReductionKernel kernel = poolKernel(lowerer, meta, height.taps, width.taps);
+  const Index &index = kernel.index();
+  int64_t leading = meta.dim() - 2;
+  WindowPosition h =
+      windowPosition(lowerer, height, index[leading], index[leading + 2]);
+  WindowPosition w =
+      windowPosition(lowerer, width, index[leading + 1], index[leading + 3]);
+  Index at(index.begin(), index.begin() + leading);
+  at.push_back(h.position);
+  at.push_back(w.position);
+  const Expr *element = lowerer.cast(input.loader(at), math);
+  const Expr *inside = conjunction(lowerer, h.inside, w.inside);
+  if (inside)
+    element = lowerer.where(inside, element, lowerer.constant(0, math));
+  const Expr *sum = kernel.reduce(ReduceOp::Sum, element);
+  loop::ExprContext &exprs = lowerer.exprs();
+  const Expr *divisor;
+  if (divisorOverride) {
+    divisor = exprs.integer(*divisorOverride);
+  } else {
+    divisor = exprs.mul(
+        windowCount(lowerer, height, index[leading], countPadding),
+        windowCount(lowerer, width, index[leading + 1], countPadding));
+    // An empty window sums to 0: 0 / 1 where torch skips the division.
+    if (divisor->isIntegerConstant(0))
+      divisor = exprs.integer(1);
+    else if (!divisor->isConstant())
+      divisor = lowerer.binary(BinaryOp::Max, divisor, exprs.integer(1));
+  }
+  const Expr *average =
+      lowerer.binary(BinaryOp::Div, sum, lowerer.cast(divisor, math));
+  LoweredTensor result = kernel.store(average, meta);
+  kernel.emit("avg_pool2d");
+  return one(result);
+}
+
+// One dim of an adaptive pool: output o averages the input over
+// [floor(o * size / outputs), ceil((o + 1) * size / outputs)).
+struct AdaptiveDim {
+  int64_t size, outputs;
+
+  int64_t start(int64_t o) const { return o * size / outputs; }
+  int64_t end(int64_t o) const {
+    return ((o + 1) * size + outputs - 1) / outputs;
+  }
+  int64_t widest() const {
+    int64_t taps = 0;
+    for (int64_t o = 0; o < outputs; ++o)
+      taps = std::max(taps, end(o) - start(o));
+    return taps;
+  }
+  bool uniform() const {
+    for (int64_t o = 0; o < outputs; ++o)
+      if (end(o) - start(o) != widest())
+        return false;
+    return true;
+  }
+  const Expr *startExpr(loop::ExprContext &exprs, const Expr *o) const {
+    return exprs.floorDiv(exprs.mul(o, exprs.integer(size)), outputs);
+  }
+  const Expr *endExpr(loop::ExprContext &exprs, const Expr *o) const {
+    return exprs.floorDiv(exprs.add(exprs.mul(o, exprs.integer(size)),
+                                    exprs.integer(size + outputs - 1)),
+                          outputs);
+  }
+};
+
+// _adaptive_avg_pool2d and adaptive_avg_pool2d(self, output_size): a
+// reduction over the widest window, the narrower ones masked, divided by
+// the window's height and then its width, as torch's CPU kernel does.
+LoweringResult adaptiveAvgPool(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if ((input.dim() != 3 && input.dim() != 4) || meta.dim() != input.dim() ||
+      !isFloatingPoint(input.dtype) || meta.dtype != input.dtype)
+    return std::nullopt;
+  int64_t leading = input.dim() - 2;
+  for (int64_t d = 0; d < input.dim(); ++d)
+    if (input.sizes[d] == 0 && d >= leading)
+      return std::nullopt;
+  if (meta.numel() == 0)
+    return one(lowerer.full(0, meta.dtype, meta.sizes));
+  AdaptiveDim height{input.sizes[leading], meta.sizes[leading]};
+  AdaptiveDim width{input.sizes[leading + 1], meta.sizes[leading + 1]};
+  input = readable(lowerer, input, "adaptive_avg_pool_input");
+
+  DType math = accumulationType(meta.dtype);
+  ReductionKernel kernel =
+      poolKernel(lowerer, meta, height.widest(), width.widest());
+  const Index &index = kernel.index();
+  loop::ExprContext &exprs = lowerer.exprs();
+  Index at(index.begin(), index.begin() + leading);
+  const Expr *inside = nullptr;
+  std::vector<const Expr *> counts;
+  for (int64_t d = 0; d < 2; ++d) {
+    const AdaptiveDim &dim = d == 0 ? height : width;
+    const Expr *output = index[leading + d], *tap = index[leading + 2 + d];
+    const Expr *start = dim.startExpr(exprs, output);
+    const Expr *position = exprs.add(start, tap);
+    if (dim.uniform()) {
+      counts.push_back(exprs.integer(dim.widest()));
+    } else {
+      const Expr *count = exprs.add(dim.endExpr(exprs, output),
+                                    exprs.mul(start, exprs.integer(-1)));
+      inside = conjunction(lowerer, inside,
+                           lowerer.binary(BinaryOp::Lt, tap, count));
+      position =
+          lowerer.binary(BinaryOp::Min, position, exprs.integer(dim.size - 1));
+      counts.push_back(count);
+    }
+    at.push_back(position);
+  }
+  const Expr *element = lowerer.cast(input.loader(at), math);
+  if (inside)
+    element = lowerer.where(inside, element, lowerer.constant(0, math));
+  const Expr *average = kernel.reduce(ReduceOp::Sum, element);
+  for (const Expr *count : counts)
+    average = lowerer.binary(BinaryOp::Div, average, lowerer.cast(count, math));
+  LoweredTensor result = kernel.store(average, meta);
+  kernel.emit("adaptive_avg_pool2d");
+  return one(result);
+}
+
+} // namespace
+
+void registerConvolutionLowerings(LoweringTable &table) {
+  table.insert({
+      {"aten::convolution", convolution},
+      {"aten::max_pool2d", maxPool},
+      {"aten::max_pool2d_with_indices", maxPool},
+      {"aten::avg_pool2d", avgPool},
+      {"aten::adaptive_avg_pool2d", adaptiveAvgPool},
+      {"aten::_adaptive_avg_pool2d", adaptiveAvgPool},
+  });
+}
+
+} // namespace kiln::lowering

@@ -1,0 +1,121 @@
+// Lowerings of the ops that read a tensor at positions held in an index
+// tensor (an indirect load: the load's index contains a load of the index
+// buffer): embedding, index_select, gather.
+// Depends on passes/lowerings/Lowerer.h.
+#include "passes/lowerings/Lowerer.h"
+
+namespace kiln::lowering {
+namespace {
+
+// An index into a dimension of `size` from an index tensor's element,
+// clamped into [0, size): torch raises an IndexError for an index out of
+// range (negative ones included), which a kernel cannot, and a kernel must
+// never read outside its buffer. An out-of-range index therefore reads the
+// nearest row instead of raising; that is why these lowerings apply only
+// where the program must run without torch (export), and the JIT leaves
+// the op to torch, whose error the user sees.
+const Expr *clampedIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
+  loop::ExprContext &exprs = lowerer.exprs();
+  index = lowerer.binary(BinaryOp::Max, lowerer.cast(index, DType::Int64),
+                         exprs.integer(0));
+  return lowerer.binary(BinaryOp::Min, index, exprs.integer(size - 1));
+}
+
+// A gathered tensor as a copy, not a view of its input.
+LoweringResult copyOf(LoweredTensor gathered) {
+  gathered.placement.reset();
+  return std::vector<LoweredTensor>{gathered};
+}
+
+bool isIndexType(DType dtype) {
+  return dtype == DType::Int64 || dtype == DType::Int32;
+}
+
+// Rows of a table picked by an index tensor. torch raises for an index out
+// of range where the kernel clamps it (clampedIndex), so the JIT leaves them
+// to torch; a program that runs without torch (export) has them natively.
+LoweringResult embedding(Lowerer &lowerer, const Node &node) {
+  LoweredTensor weight = lowerer.input(node, 0);
+  LoweredTensor indices = lowerer.input(node, 1);
+  if (!lowerer.standalone() || weight.dim() != 2 || weight.sizes[0] == 0 ||
+      !isIndexType(indices.dtype))
+    return std::nullopt;
+  Shape sizes = indices.sizes;
+  sizes.push_back(weight.sizes[1]);
+  int64_t rows = weight.sizes[0];
+  Loader pick = indices.loader;
+  return copyOf(
+      lowerer.remap(weight, sizes, [&lowerer, pick, rows](const Index &index) {
+        Index row(index.begin(), index.end() - 1);
+        return Index{clampedIndex(lowerer, pick(row), rows), index.back()};
+      }));
+}
+
+LoweringResult indexSelect(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  LoweredTensor indices = lowerer.input(node, 2);
+  if (!lowerer.standalone() || !isIndexType(indices.dtype) ||
+      indices.dim() > 1 || input.dim() == 0)
+    return std::nullopt;
+  int64_t dim = wrapDim(node.arguments()[1].toInt(), input.dim());
+  Shape sizes = input.sizes;
+  if (input.sizes[dim] == 0)
+    return std::nullopt;
+  sizes[dim] = indices.dim() == 0 ? 1 : indices.sizes[0];
+  int64_t extent = input.sizes[dim];
+  bool scalarIndex = indices.dim() == 0;
+  Loader pick = indices.loader;
+  return copyOf(lowerer.remap(
+      input, sizes,
+      [&lowerer, pick, dim, extent, scalarIndex](const Index &index) {
+        Index at = index;
+        Index position;
+        if (!scalarIndex)
+          position.push_back(index[dim]);
+        at[dim] = clampedIndex(lowerer, pick(position), extent);
+        return at;
+      }));
+}
+
+// gather(self, dim, index, *, sparse_grad): result[i...] is self at i...
+// with position index[i...] along `dim`; the result has index's sizes.
+LoweringResult gather(Lowerer &lowerer, const Node &node) {
+  if (!lowerer.standalone())
+    return std::nullopt;
+  LoweredTensor input = lowerer.input(node, 0);
+  LoweredTensor positions = lowerer.input(node, 2);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (input.dim() == 0 || positions.dim() != input.dim() ||
+      !isIndexType(positions.dtype) || meta.sizes != positions.sizes ||
+      meta.dtype != input.dtype)
+    return std::nullopt;
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), input.dim());
+  for (int64_t d = 0; d < input.dim(); ++d)
+    if (d != dim && positions.sizes[d] > input.sizes[d])
+      return std::nullopt;
+  int64_t extent = input.sizes[dim];
+  if (extent == 0)
+    return std::nullopt;
+  Loader pick = positions.loader;
+  LoweredTensor result = lowerer.remap(
+      input, meta.sizes, [&lowerer, pick, dim, extent](const Index &index) {
+        Index at = index;
+        at[dim] = clampedIndex(lowerer, pick(index), extent);
+        return at;
+      });
+  // A copy, not a view of the input.
+  result.placement.reset();
+  return std::vector<LoweredTensor>{result};
+}
+
+} // namespace
+
+void registerIndexingLowerings(LoweringTable &table) {
+  table.insert({
+      {"aten::embedding", embedding},
+      {"aten::index_select", indexSelect},
+      {"aten::gather", gather},
+  });
+}
+
+} // namespace kiln::lowering
