@@ -633,7 +633,8 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
   std::vector<int64_t> apiOfGraphInput(graph->inputs().size(), -1);
   size_t apiCount = 0;
   for (const ExportedInput &input : options.inputs)
-    apiCount += input.isWeight ? 0 : 1;
+    if (!input.isWeight)
+      apiCount = std::max<size_t>(apiCount, input.apiIndex + 1);
   apiInputs.resize(apiCount);
   for (size_t g = 0; g < options.inputs.size(); ++g) {
     const ExportedInput &input = options.inputs[g];
@@ -645,15 +646,23 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
         throw Error("export: weight " + input.name + " has no data");
       continue;
     }
-    if (input.apiIndex < 0 ||
-        input.apiIndex >= static_cast<int64_t>(apiCount) ||
-        apiInputs[input.apiIndex].buffer >= 0)
-      throw Error("export: the C API input positions must number the " +
-                  std::to_string(apiCount) + " inputs once each");
+    if (input.apiIndex < 0 || input.apiIndex >= static_cast<int64_t>(apiCount))
+      throw Error("export: C API input position " +
+                  std::to_string(input.apiIndex) + " is not below " +
+                  std::to_string(apiCount));
     apiOfGraphInput[g] = input.apiIndex;
-    apiInputs[input.apiIndex] = {input.name, meta, static_cast<int64_t>(g)};
+    ApiTensor &api = apiInputs[input.apiIndex];
+    // One tensor the function reads through several names is one input.
+    if (api.buffer >= 0 && !(api.meta == meta))
+      throw Error("export: C API input " + input.name +
+                  " is read with two layouts");
+    if (api.buffer < 0)
+      api = {input.name, meta, static_cast<int64_t>(g)};
   }
   std::ostringstream tables;
+  for (size_t i = 0; i < apiInputs.size(); ++i)
+    if (apiInputs[i].buffer < 0)
+      throw Error("export: no graph input is C API input " + std::to_string(i));
   tables << "static const kiln_buffer_desc BUFFERS[] = {\n";
   std::vector<int64_t> views;
   for (size_t b = 0; b < program.buffers.size(); ++b) {

@@ -359,3 +359,48 @@ def test_small_cnn_runs_from_c(tmp_path):
     run, prefix = run_driver(binary, result, [fresh], tmp_path)
     assert run.returncode == 0, run.stderr
     close(read_output(prefix, 0, torch.float32, (2, 5)), want, rtol=1e-4, atol=1e-4)
+
+
+# Ops that programs without torch lower natively, driven by op_db's own
+# sample inputs: each sample is exported and its library checked against
+# eager on the sample (kiln.export's check).
+STANDALONE_OPS = ["nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.embedding",
+                  "index_select", "gather", "nn.functional.max_pool2d",
+                  "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d", "mm", "bmm",
+                  "addmm"]
+
+
+@pytest.mark.parametrize("name", STANDALONE_OPS)
+def test_op_db_samples_export_natively(name, tmp_path):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    info = next(op for op in op_db if op.name == name and op.variant_test_name == "")
+    exported = 0
+    for number, sample in enumerate(info.sample_inputs("cpu", torch.float32)):
+        if number >= 6:
+            break
+        tensors = [sample.input, *[a for a in sample.args if isinstance(a, torch.Tensor)]]
+        if any(not isinstance(t, torch.Tensor) or t.numel() == 0 for t in tensors):
+            continue
+        if name in ("gather", "index_select", "nn.functional.embedding"):
+            if any(not t.is_floating_point() and (t < 0).any() for t in tensors):
+                continue  # torch wraps or raises; exported code clamps
+
+        slots, constants = [], list(sample.args)
+        for position, argument in enumerate(sample.args):
+            if isinstance(argument, torch.Tensor):
+                slots.append(position)
+
+        def call(x, *values, slots=tuple(slots), constants=constants, kwargs=sample.kwargs):
+            args = list(constants)
+            for slot, value in zip(slots, values):
+                args[slot] = value
+            return info.op(x, *args, **kwargs)
+
+        try:
+            kiln.export(call, tuple(tensors), tmp_path / f"s{number}", name=f"sample{number}")
+        except kiln.Unsupported as error:
+            assert "no native lowering" in str(error) or "not a tensor" in str(error), error
+            continue
+        exported += 1
+    assert exported > 0
