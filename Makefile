@@ -7,10 +7,12 @@
 # time) against eager and TorchDynamo on the CPU in about 2 minutes; options in FRONTEND_ARGS.
 # `make bench-compile` times kiln's and Inductor's cold first call (compile included), each in a
 # fresh process, on straight-line graphs up to 8000 ops and GPT-2 small; options in COMPILE_ARGS.
+# `make bench-export` times kiln's GEMM against torch's and the hand-written GPT exported and run
+# from C against eager, Inductor and kiln's JIT (options in EXPORT_ARGS, e.g. --threads 16).
 PYTHON ?= python3
 BENCH_ARGS ?=
 
-.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend bench-compile fuzz
+.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend bench-compile bench-export fuzz
 
 # Installs the pinned versions only where the packages are missing, so a machine that
 # has them (a GPU image without network) runs with its own; the report names the versions.
@@ -26,6 +28,9 @@ bench-cuda: bench-requirements
 
 bench-quick: bench-requirements
 	$(PYTHON) -m bench.runner --device cpu --quick --out /tmp/kiln-bench-quick $(BENCH_ARGS)
+
+bench-export: bench-requirements
+	$(PYTHON) -m bench.export $(EXPORT_ARGS)
 
 bench-frontend:
 	$(PYTHON) -m bench.frontend $(FRONTEND_ARGS)

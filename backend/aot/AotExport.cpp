@@ -9,6 +9,7 @@
 #include "backend/Pipeline.h"
 #include "backend/aot/AotRuntimeSource.h"
 #include "backend/cpu/CpuBackend.h"
+#include "backend/cpu/CpuContraction.h"
 #include "backend/cpu/CpuKernelEmitter.h"
 #include "backend/cpu/CpuSchedule.h"
 #include "backend/cpu/HostTarget.h"
@@ -737,8 +738,14 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
     const loop::Kernel &kernel = program.steps[s].kernel;
     const KernelSchedule &plan = schedule.kernel(s);
     std::string function = "kiln_" + name + "_k" + std::to_string(s);
-    EmittedKernel emitted =
-        emitCpuKernel(module, program, kernel, plan, function, aot.host, math);
+    // About four GEMM tiles per thread of a 16-core machine.
+    std::optional<EmittedKernel> gemm =
+        kernel.contraction
+            ? emitContraction(module, program, kernel, function, aot.host, 64)
+            : std::nullopt;
+    EmittedKernel emitted = gemm ? std::move(*gemm)
+                                 : emitCpuKernel(module, program, kernel, plan,
+                                                 function, aot.host, math);
     emitted.function->setVisibility(llvm::GlobalValue::HiddenVisibility);
     int64_t range = 1;
     for (size_t level = 0; level < plan.parallelDepth; ++level)

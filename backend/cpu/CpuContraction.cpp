@@ -1,0 +1,177 @@
+// Contraction kernels as GEMMs: the operands' strides are the coefficients of
+// the loop variables in the load and store indices (each affine), A being the
+// load that does not depend on the column and B the one that does not depend
+// on the row. Depends on backend/cpu/CpuContraction.h, LLVM.
+#include "backend/cpu/CpuContraction.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include <sstream>
+
+namespace kiln::backend {
+
+using loop::Expr;
+using loop::ExprKind;
+
+namespace {
+
+// An index as coefficients of the kernel's variables plus a constant.
+struct AffineIndex {
+  std::vector<int64_t> coefficients;
+  int64_t offset = 0;
+};
+
+std::optional<AffineIndex> affineIndex(loop::ExprContext &exprs,
+                                       const Expr *index, size_t varCount) {
+  AffineIndex result;
+  for (size_t var = 0; var < varCount; ++var) {
+    std::optional<int64_t> coefficient =
+        loop::affineCoefficient(index, static_cast<int64_t>(var));
+    if (!coefficient)
+      return std::nullopt;
+    result.coefficients.push_back(*coefficient);
+  }
+  std::vector<const Expr *> zeros(varCount, exprs.integer(0));
+  const Expr *constant = exprs.substituteVars(index, zeros);
+  if (!constant->isConstant())
+    return std::nullopt;
+  result.offset = constant->integer();
+  return result;
+}
+
+} // namespace
+
+std::optional<MatchedContraction> matchContraction(const loop::Program &program,
+                                                   const loop::Kernel &kernel) {
+  size_t outer = kernel.outerRanges.size();
+  if (!kernel.contraction || (outer != 2 && outer != 3) ||
+      kernel.loops.size() != 2)
+    return std::nullopt;
+  const loop::Loop &sum = kernel.loops[0], &last = kernel.loops[1];
+  if (sum.ranges.size() != 1 || sum.reductions.size() != 1 ||
+      !sum.stores.empty() || !last.ranges.empty() || !last.reductions.empty() ||
+      last.stores.size() != 1)
+    return std::nullopt;
+  const loop::Reduction &reduction = sum.reductions[0];
+  const Expr *product = reduction.value;
+  if (reduction.op != loop::ReduceOp::Sum ||
+      product->kind() != ExprKind::Binary ||
+      product->binaryOp() != loop::BinaryOp::Mul ||
+      product->dtype() != DType::Float32)
+    return std::nullopt;
+  const Expr *x = product->operand(0), *y = product->operand(1);
+  const loop::Store &store = last.stores[0];
+  if (x->kind() != ExprKind::Load || y->kind() != ExprKind::Load ||
+      store.value->kind() != ExprKind::ReductionValue || store.value->id() != 0)
+    return std::nullopt;
+  for (int64_t buffer : {x->id(), y->id(), store.buffer})
+    if (program.buffers[buffer].dtype() != DType::Float32)
+      return std::nullopt;
+
+  loop::ExprContext &exprs = *program.exprs;
+  size_t varCount = outer + 1;
+  size_t batchVar = 0, rowVar = outer - 2, columnVar = outer - 1,
+         depthVar = outer;
+  auto xIndex = affineIndex(exprs, x->index(), varCount);
+  auto yIndex = affineIndex(exprs, y->index(), varCount);
+  auto cIndex = affineIndex(exprs, store.index, varCount);
+  if (!xIndex || !yIndex || !cIndex || cIndex->coefficients[depthVar] != 0)
+    return std::nullopt;
+  // A does not move with the column, B not with the row.
+  bool xIsA =
+      xIndex->coefficients[columnVar] == 0 && yIndex->coefficients[rowVar] == 0;
+  bool yIsA =
+      yIndex->coefficients[columnVar] == 0 && xIndex->coefficients[rowVar] == 0;
+  if (!xIsA && !yIsA)
+    return std::nullopt;
+  const Expr *aLoad = xIsA ? x : y, *bLoad = xIsA ? y : x;
+  const AffineIndex &a = xIsA ? *xIndex : *yIndex;
+  const AffineIndex &b = xIsA ? *yIndex : *xIndex;
+
+  MatchedContraction match;
+  GemmSpec &spec = match.spec;
+  bool batched = outer == 3;
+  spec.batch = batched ? kernel.outerRanges[0] : 1;
+  spec.m = kernel.outerRanges[rowVar];
+  spec.n = kernel.outerRanges[columnVar];
+  spec.k = sum.ranges[0];
+  spec.aBatch = batched ? a.coefficients[batchVar] : 0;
+  spec.aRow = a.coefficients[rowVar];
+  spec.aCol = a.coefficients[depthVar];
+  spec.bBatch = batched ? b.coefficients[batchVar] : 0;
+  spec.bRow = b.coefficients[depthVar];
+  spec.bCol = b.coefficients[columnVar];
+  spec.cBatch = batched ? cIndex->coefficients[batchVar] : 0;
+  spec.cRow = cIndex->coefficients[rowVar];
+  spec.cCol = cIndex->coefficients[columnVar];
+  match.aOffset = a.offset;
+  match.bOffset = b.offset;
+  match.cOffset = cIndex->offset;
+  match.a = aLoad->id();
+  match.b = bLoad->id();
+  match.c = store.buffer;
+  return match;
+}
+
+std::optional<EmittedKernel>
+emitContraction(llvm::Module &module, const loop::Program &program,
+                const loop::Kernel &kernel, const std::string &name,
+                const HostTarget &host, int64_t targetTiles) {
+  std::optional<MatchedContraction> match = matchContraction(program, kernel);
+  if (!match)
+    return std::nullopt;
+  match->spec.targetTiles = std::max<int64_t>(targetTiles, 1);
+  EmittedGemm gemm = emitGemm(module, match->spec, host, name + "_gemm");
+  gemm.function->setLinkage(llvm::GlobalValue::InternalLinkage);
+
+  // The kernel: the GEMM on its operands' first elements.
+  llvm::LLVMContext &context = module.getContext();
+  llvm::IRBuilder<> builder(context);
+  llvm::Type *pointer = builder.getPtrTy();
+  auto *type = llvm::FunctionType::get(
+      builder.getVoidTy(),
+      {pointer, builder.getInt64Ty(), builder.getInt64Ty()}, false);
+  llvm::Function *function = llvm::Function::Create(
+      type, llvm::Function::ExternalLinkage, name, module);
+  function->addFnAttr("target-cpu", host.cpuName);
+  function->addFnAttr("target-features", host.features);
+  function->setDoesNotThrow();
+  builder.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", function));
+  llvm::Value *buffers = function->getArg(0);
+  llvm::Value *operands = builder.CreateAlloca(llvm::ArrayType::get(pointer, 3),
+                                               nullptr, "operands");
+  int64_t offsets[] = {match->aOffset, match->bOffset, match->cOffset};
+  for (int slot = 0; slot < 3; ++slot) {
+    llvm::Value *base = builder.CreateLoad(
+        pointer, builder.CreateConstGEP1_64(pointer, buffers, slot));
+    llvm::Value *first =
+        builder.CreateConstGEP1_64(builder.getFloatTy(), base, offsets[slot]);
+    builder.CreateStore(
+        first, builder.CreateConstGEP2_64(llvm::ArrayType::get(pointer, 3),
+                                          operands, 0, slot));
+  }
+  builder.CreateCall(gemm.function,
+                     {operands, function->getArg(1), function->getArg(2)});
+  builder.CreateRetVoid();
+
+  EmittedKernel emitted;
+  emitted.function = function;
+  emitted.buffers = {match->a, match->b, match->c};
+  emitted.parallelRange = gemm.parallelRange;
+  const GemmSpec &spec = match->spec;
+  emitted.work = spec.batch * spec.m * spec.n * std::max<int64_t>(spec.k, 1);
+  // The code follows from the spec, the offsets and the CPU.
+  std::ostringstream key;
+  key << "gemm " << spec.batch << ' ' << spec.m << ' ' << spec.n << ' '
+      << spec.k << ' ' << spec.aBatch << ' ' << spec.aRow << ' ' << spec.aCol
+      << ' ' << spec.bBatch << ' ' << spec.bRow << ' ' << spec.bCol << ' '
+      << spec.cBatch << ' ' << spec.cRow << ' ' << spec.cCol << ' '
+      << match->aOffset << ' ' << match->bOffset << ' ' << match->cOffset << ' '
+      << spec.targetTiles << ' ' << host.vectorBits << ' ' << host.cpuName
+      << ' ' << host.features;
+  emitted.key = key.str();
+  return emitted;
+}
+
+} // namespace kiln::backend

@@ -1,0 +1,36 @@
+// Contraction kernels (loop::Kernel::contraction) as GEMMs: recognises the
+// matrix product a kernel's loops compute, with the layout of each operand,
+// and emits it through the GEMM emitter. Depends on
+// backend/cpu/{CpuKernelEmitter,GemmEmitter,HostTarget}.h, ir/LoopIR.h.
+#pragma once
+
+#include "backend/cpu/CpuKernelEmitter.h"
+#include "backend/cpu/GemmEmitter.h"
+#include "backend/cpu/HostTarget.h"
+#include "ir/LoopIR.h"
+
+#include <optional>
+
+namespace kiln::backend {
+
+/// The GEMM a contraction kernel computes: its spec (strides in elements),
+/// the element offset of each operand from its buffer's data pointer, and
+/// the buffers of A, B and C. Nullopt where the kernel is not a float32
+/// product of strided operands (the loop emitter compiles it then).
+struct MatchedContraction {
+  GemmSpec spec;
+  int64_t aOffset = 0, bOffset = 0, cOffset = 0;
+  int64_t a = -1, b = -1, c = -1; // program buffers
+};
+std::optional<MatchedContraction> matchContraction(const loop::Program &program,
+                                                   const loop::Kernel &kernel);
+
+/// Emits `kernel` as a GEMM when matchContraction recognises it: a
+/// function `name` with the loop kernels' ABI, its buffers A, B, C, its own
+/// parallel range (about `targetTiles` tiles) and work.
+std::optional<EmittedKernel>
+emitContraction(llvm::Module &module, const loop::Program &program,
+                const loop::Kernel &kernel, const std::string &name,
+                const HostTarget &host, int64_t targetTiles);
+
+} // namespace kiln::backend

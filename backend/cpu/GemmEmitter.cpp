@@ -1,0 +1,898 @@
+// kiln's float32 GEMM as LLVM IR: tiles of C (one row block by one column
+// block of one batch) loop over k blocks, pack B and A into stack panels and
+// run a register-blocked micro-kernel over them (Goto/BLIS).
+// Depends on backend/cpu/GemmEmitter.h, backend/llvm/LoopEmitter.h, ir/, LLVM.
+#include "backend/cpu/GemmEmitter.h"
+
+#include "backend/llvm/LoopEmitter.h"
+#include "ir/Error.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace kiln::backend {
+namespace {
+
+int64_t ceilDivide(int64_t value, int64_t divisor) {
+  return (value + divisor - 1) / divisor;
+}
+
+int64_t roundUp(int64_t value, int64_t multiple) {
+  return ceilDivide(value, multiple) * multiple;
+}
+
+bool isTrue(llvm::Value *flag) {
+  auto *known = llvm::dyn_cast<llvm::ConstantInt>(flag);
+  return known && known->isOne();
+}
+
+/// Register and cache blocking of one GEMM: all of it is known when the GEMM
+/// is emitted, so that the IR has constant trip counts and offsets.
+struct GemmPlan {
+  int lanes = 8;         // floats in one vector register
+  int rows = 6;          // MR: rows of C one micro-kernel call computes
+  int columnVectors = 2; // vectors across one row of the micro-tile
+  int columns = 16;      // NR = columnVectors * lanes
+  int depthUnroll = 4;   // k steps one micro-kernel iteration takes
+  int64_t depthBlock = 0, depthBlocks = 1;  // KC and the blocks of k
+  int64_t rowBlock = 0, rowBlocks = 0;      // MC and the blocks down m
+  int64_t rowTileBlocks = 1, rowTiles = 0;  // row blocks of a tile, tiles
+  int64_t columnBlock = 0, columnTiles = 0; // NC and the tiles across n
+
+  int64_t paddedDepthBlock() const { return roundUp(depthBlock, depthUnroll); }
+  int64_t rowTile() const { return rowTileBlocks * rowBlock; }
+  int64_t tiles(int64_t batch) const { return batch * rowTiles * columnTiles; }
+};
+
+// Splits `extent` into about `tiles` blocks of a multiple of `multiple`;
+// gives the block and the blocks that cover the extent.
+void splitExtent(int64_t extent, int64_t tiles, int64_t multiple,
+                 int64_t &block, int64_t &count) {
+  block = std::max<int64_t>(
+      roundUp(ceilDivide(extent, std::max<int64_t>(tiles, 1)), multiple),
+      multiple);
+  count = ceilDivide(extent, block);
+}
+
+// The split of `extent` into the fewest blocks more than `count` (blocks
+// of a multiple of `multiple`, at least `minimum`); false where none is.
+bool splitFurther(int64_t extent, int64_t count, int64_t multiple,
+                  int64_t minimum, int64_t &block, int64_t &blocks) {
+  for (int64_t wanted = count + 1;; ++wanted) {
+    splitExtent(extent, wanted, multiple, block, blocks);
+    if (block < minimum || wanted > extent)
+      return false;
+    if (blocks > count)
+      return true;
+  }
+}
+
+GemmPlan planGemm(const GemmSpec &spec, const HostTarget &host) {
+  GemmPlan plan;
+  plan.lanes = std::max(host.vectorBits, 128) / 32;
+  // Accumulators, the B vectors of one k step and the broadcast A element
+  // fill the vector registers: 6 x 2 + 2 + 1 of AVX2's and SSE's 16,
+  // 12 x 2 + 2 + 1 of AVX-512's 32. Two FMA pipes of latency 4 need at
+  // least 8 independent accumulators.
+  plan.rows = plan.lanes == 16 ? 12 : 6;
+  plan.columnVectors = 2;
+  plan.columns = plan.columnVectors * plan.lanes;
+  // A KC x NR panel of B (16 KiB for AVX2) stays in L1 while the micro-
+  // kernel sweeps an MC x KC block of A (144 KiB) held in L2; the packed
+  // buffers take 144 + 384 KiB of stack at most.
+  const int64_t maxDepthBlock = 256;
+  // Tiles for many threads shrink to 48 rows and 64 columns at least: on
+  // the 16-core Xeon 128x256 @ 256x1024 ran at 1160-1180 GFLOP/s with 64
+  // columns, at 920-980 with 128 (fewer tiles than twice the threads).
+  const int64_t maxRowBlock = 144, minRowBlock = 48;
+  const int64_t maxColumnBlock = 384, minColumnBlock = 64;
+  plan.depthBlocks = std::max<int64_t>(1, ceilDivide(spec.k, maxDepthBlock));
+  plan.depthBlock = ceilDivide(spec.k, plan.depthBlocks);
+  splitExtent(spec.m, ceilDivide(spec.m, maxRowBlock), plan.rows, plan.rowBlock,
+              plan.rowBlocks);
+  splitExtent(spec.n, ceilDivide(spec.n, maxColumnBlock), plan.columns,
+              plan.columnBlock, plan.columnTiles);
+  // A tile packs its KC x NC block of B once for all its row blocks: the
+  // fewer tiles down m, the fewer times B is read and packed (one MC block
+  // per tile ran 2048x4096 @ 4096x4096 at 77 GFLOP/s on one core of the
+  // EPYC, all of m per tile at 92, as fast as MKL). More tiles for the
+  // thread pool first take fewer row blocks each, then smaller blocks (the
+  // larger first: square tiles pack the least per multiply-add) while they
+  // stay large enough to amortise packing.
+  plan.rowTileBlocks = std::max<int64_t>(plan.rowBlocks, 1);
+  plan.rowTiles = ceilDivide(plan.rowBlocks, plan.rowTileBlocks);
+  while (plan.tiles(spec.batch) < spec.targetTiles) {
+    if (plan.rowTileBlocks > 1) {
+      // The next count of tiles that, split evenly, is more tiles.
+      for (int64_t tiles = plan.rowTiles + 1;; ++tiles) {
+        plan.rowTileBlocks = ceilDivide(plan.rowBlocks, tiles);
+        if (ceilDivide(plan.rowBlocks, plan.rowTileBlocks) > plan.rowTiles)
+          break;
+      }
+      plan.rowTiles = ceilDivide(plan.rowBlocks, plan.rowTileBlocks);
+      continue;
+    }
+    int64_t rowBlock, rowBlocks, columnBlock, columnTiles;
+    bool rowsSplit = splitFurther(spec.m, plan.rowBlocks, plan.rows,
+                                  minRowBlock, rowBlock, rowBlocks);
+    bool columnsSplit = splitFurther(spec.n, plan.columnTiles, plan.columns,
+                                     minColumnBlock, columnBlock, columnTiles);
+    if (columnsSplit && (!rowsSplit || plan.columnBlock > plan.rowBlock)) {
+      plan.columnBlock = columnBlock;
+      plan.columnTiles = columnTiles;
+    } else if (rowsSplit) {
+      plan.rowBlock = rowBlock;
+      plan.rowBlocks = plan.rowTiles = rowBlocks;
+    } else {
+      break;
+    }
+  }
+  return plan;
+}
+
+/// How one operand's block is read into packed panels: a panel is `width`
+/// (MR or NR) elements across, one row of it per k step.
+struct PanelLayout {
+  int width = 0;
+  int64_t widthStride = 0; // source elements between neighbours in a row
+  int64_t depthStride = 0; // source elements between k steps
+};
+
+class GemmEmitter {
+public:
+  GemmEmitter(llvm::Module &module, const GemmSpec &spec,
+              const HostTarget &host)
+      : module_(module), spec_(spec), host_(host),
+        context_(module.getContext()), builder_(context_),
+        plan_(planGemm(spec, host)), float_(builder_.getFloatTy()),
+        vector_(llvm::FixedVectorType::get(float_, plan_.lanes)) {}
+
+  EmittedGemm emit(const std::string &name);
+
+private:
+  llvm::Value *constant(int64_t value) { return builder_.getInt64(value); }
+  llvm::Value *element(llvm::Value *base, llvm::Value *offset) {
+    return builder_.CreateGEP(float_, base, offset);
+  }
+  llvm::Value *element(llvm::Value *base, int64_t offset) {
+    return element(base, constant(offset));
+  }
+  llvm::Value *minimum(llvm::Value *a, llvm::Value *b) {
+    return builder_.CreateSelect(builder_.CreateICmpSLT(a, b), a, b);
+  }
+  llvm::Value *multiplyAdd(llvm::Value *a, llvm::Value *b, llvm::Value *c) {
+    // fmuladd fuses where the target has FMA and stays a multiply and an
+    // add elsewhere (an ahead-of-time target without FMA).
+    return builder_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {a->getType()},
+                                    {a, b, c});
+  }
+  llvm::Value *loadFloats(llvm::Value *pointer, int count,
+                          llvm::Align align = llvm::Align(4)) {
+    llvm::Type *type =
+        count == 1 ? float_ : llvm::FixedVectorType::get(float_, count);
+    return builder_.CreateAlignedLoad(type, pointer, align);
+  }
+  llvm::Value *firstLanes(llvm::Value *vector, int count);
+  std::vector<llvm::Value *>
+  transposeInLanes(const std::vector<llvm::Value *> &rows);
+
+  void emitTile(llvm::Value *tile);
+  void emitDepthBlock(llvm::Value *block);
+  void emitRowBlock(llvm::Value *rowBlock);
+  void emitPack(const PanelLayout &layout, llvm::Value *source,
+                llvm::Value *packed, llvm::Value *extent, bool alwaysFull);
+  void emitTransposePanel(const PanelLayout &layout, llvm::Value *source,
+                          llvm::Value *packed, llvm::Value *depth);
+  void emitScalarPanel(const PanelLayout &layout, llvm::Value *source,
+                       llvm::Value *packed, llvm::Value *valid,
+                       llvm::Value *depth, llvm::Value *paddedDepth);
+  void emitZeroRows(int width, llvm::Value *packed, llvm::Value *from,
+                    llvm::Value *to);
+  std::vector<llvm::Value *> emitMicroKernel(llvm::Value *packedA,
+                                             llvm::Value *packedB,
+                                             llvm::Value *paddedDepth);
+  void emitWrite(const std::vector<llvm::Value *> &accumulators,
+                 llvm::Value *row, llvm::Value *column, llvm::Value *validRows,
+                 llvm::Value *validColumns, llvm::Value *first,
+                 llvm::Value *last);
+  void emitVectorWrite(const std::vector<llvm::Value *> &accumulators,
+                       llvm::Value *row, llvm::Value *column,
+                       llvm::Value *first, llvm::Value *last);
+  llvm::Value *combine(llvm::Value *accumulator, llvm::Value *pointer,
+                       llvm::Value *bias, llvm::Value *first,
+                       llvm::Value *last);
+  void emitScalarWrite(const std::vector<llvm::Value *> &accumulators,
+                       llvm::Value *row, llvm::Value *column,
+                       llvm::Value *validRows, llvm::Value *validColumns,
+                       llvm::Value *first, llvm::Value *last);
+  bool usesBias() const { return spec_.hasBias && spec_.beta != 0.0; }
+  llvm::Value *loadBias(llvm::Value *row, llvm::Value *column, int lanes);
+  llvm::Value *applyEpilogue(llvm::Value *value, llvm::Value *bias);
+
+  llvm::Module &module_;
+  const GemmSpec &spec_;
+  const HostTarget &host_;
+  llvm::LLVMContext &context_;
+  llvm::IRBuilder<> builder_;
+  GemmPlan plan_;
+  llvm::Type *float_;
+  llvm::FixedVectorType *vector_;
+
+  llvm::Function *function_ = nullptr;
+  llvm::Value *a_ = nullptr, *b_ = nullptr, *c_ = nullptr, *bias_ = nullptr;
+  llvm::Value *packedA_ = nullptr, *packedB_ = nullptr, *scratch_ = nullptr;
+  // The current tile: its operands' first elements, its extent in C.
+  llvm::Value *tileA_ = nullptr, *tileB_ = nullptr, *tileC_ = nullptr,
+              *tileBias_ = nullptr, *tileRows_ = nullptr,
+              *tileColumns_ = nullptr;
+  // The current k block: its extent, padded to the micro-kernel's unroll,
+  // A's first element in it, and whether it is the first and last.
+  llvm::Value *depth_ = nullptr, *paddedDepth_ = nullptr, *blockA_ = nullptr,
+              *first_ = nullptr, *last_ = nullptr;
+};
+
+llvm::Value *GemmEmitter::firstLanes(llvm::Value *vector, int count) {
+  int lanes = static_cast<int>(
+      llvm::cast<llvm::FixedVectorType>(vector->getType())->getNumElements());
+  if (count == lanes)
+    return vector;
+  if (count == 1)
+    return builder_.CreateExtractElement(vector, uint64_t(0));
+  std::vector<int> mask(count);
+  for (int lane = 0; lane < count; ++lane)
+    mask[lane] = lane;
+  return builder_.CreateShuffleVector(vector, mask);
+}
+
+// Transposes 4 x 4 blocks within each 128-bit lane of `rows` (4 or 8
+// vectors of as many lanes; poison rows allowed): the unpcklps/unpckhps and
+// shufps steps of the classic SSE/AVX transpose, one instruction each.
+// Result c holds lane c % 4 of each lane's block of rows 4 * (c / 4) to
+// 4 * (c / 4) + 3: with 8 lanes, a full transpose when row i < 4 holds the
+// low halves of source rows i and i + 4 and row i + 4 their high halves.
+std::vector<llvm::Value *>
+GemmEmitter::transposeInLanes(const std::vector<llvm::Value *> &rows) {
+  int lanes = static_cast<int>(rows.size());
+  // A 4-lane pattern over x (0-3) and y (4-7), repeated for each lane.
+  auto mask = [&](std::initializer_list<int> pattern) {
+    std::vector<int> result;
+    for (int block = 0; block < lanes; block += 4)
+      for (int element : pattern)
+        result.push_back(element < 4 ? block + element
+                                     : lanes + block + element - 4);
+    return result;
+  };
+  std::vector<int> unpackLow = mask({0, 4, 1, 5}),
+                   unpackHigh = mask({2, 6, 3, 7}),
+                   lowPairs = mask({0, 1, 4, 5}),
+                   highPairs = mask({2, 3, 6, 7});
+  std::vector<llvm::Value *> columns(lanes);
+  for (int group = 0; group < lanes; group += 4) {
+    auto shuffle = [&](llvm::Value *x, llvm::Value *y,
+                       const std::vector<int> &pattern) {
+      return builder_.CreateShuffleVector(x, y, pattern);
+    };
+    llvm::Value *low01 = shuffle(rows[group], rows[group + 1], unpackLow);
+    llvm::Value *high01 = shuffle(rows[group], rows[group + 1], unpackHigh);
+    llvm::Value *low23 = shuffle(rows[group + 2], rows[group + 3], unpackLow);
+    llvm::Value *high23 = shuffle(rows[group + 2], rows[group + 3], unpackHigh);
+    columns[group] = shuffle(low01, low23, lowPairs);
+    columns[group + 1] = shuffle(low01, low23, highPairs);
+    columns[group + 2] = shuffle(high01, high23, lowPairs);
+    columns[group + 3] = shuffle(high01, high23, highPairs);
+  }
+  return columns;
+}
+
+EmittedGemm GemmEmitter::emit(const std::string &name) {
+  llvm::Type *pointer = builder_.getPtrTy();
+  llvm::Type *int64 = builder_.getInt64Ty();
+  auto *type = llvm::FunctionType::get(builder_.getVoidTy(),
+                                       {pointer, int64, int64}, false);
+  function_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
+                                     name, module_);
+  function_->addFnAttr("target-cpu", host_.cpuName);
+  function_->addFnAttr("target-features", host_.features);
+  // The packing buffers make a frame of hundreds of KiB: probing it page by
+  // page turns a too-small thread stack into a clean fault.
+  function_->addFnAttr("probe-stack", "inline-asm");
+  function_->setDoesNotThrow();
+  function_->getArg(0)->setName("buffers");
+  function_->getArg(1)->setName("begin");
+  function_->getArg(2)->setName("end");
+  builder_.SetInsertPoint(
+      llvm::BasicBlock::Create(context_, "entry", function_));
+
+  EmittedGemm result;
+  result.function = function_;
+  result.parallelRange =
+      spec_.m > 0 && spec_.n > 0 ? plan_.tiles(spec_.batch) : 0;
+  result.work = spec_.batch * spec_.m * spec_.n * std::max<int64_t>(spec_.k, 1);
+  if (result.parallelRange <= 0) {
+    builder_.CreateRetVoid();
+    return result;
+  }
+  auto bufferPointer = [&](int slot, const char *label) {
+    return builder_.CreateLoad(
+        pointer,
+        builder_.CreateConstGEP1_64(pointer, function_->getArg(0), slot),
+        label);
+  };
+  a_ = bufferPointer(0, "a");
+  b_ = bufferPointer(1, "b");
+  c_ = bufferPointer(2, "c");
+  if (usesBias())
+    bias_ = bufferPointer(3, "bias");
+  auto stackFloats = [&](int64_t count, const char *label) {
+    llvm::AllocaInst *buffer = builder_.CreateAlloca(
+        llvm::ArrayType::get(float_, std::max<int64_t>(count, 1)), nullptr,
+        label);
+    buffer->setAlignment(llvm::Align(64));
+    result.stackBytes += 4 * std::max<int64_t>(count, 1);
+    return buffer;
+  };
+  int64_t paddedDepth = plan_.paddedDepthBlock();
+  packedA_ = stackFloats(plan_.rowBlock * paddedDepth, "packed_a");
+  packedB_ = stackFloats(plan_.columnBlock * paddedDepth, "packed_b");
+  scratch_ = stackFloats(plan_.rows * plan_.columns, "edge_tile");
+  emitCountedLoop(builder_, function_->getArg(1), function_->getArg(2), 1,
+                  [&](llvm::Value *tile) { emitTile(tile); });
+  builder_.CreateRetVoid();
+  return result;
+}
+
+void GemmEmitter::emitTile(llvm::Value *tile) {
+  // Tiles run batch-major, then row blocks, then column blocks: consecutive
+  // tiles (one thread's chunk) share rows of A.
+  llvm::Value *perBatch = constant(plan_.rowTiles * plan_.columnTiles);
+  llvm::Value *batch = builder_.CreateUDiv(tile, perBatch);
+  llvm::Value *within = builder_.CreateURem(tile, perBatch);
+  llvm::Value *rowTile =
+      builder_.CreateUDiv(within, constant(plan_.columnTiles));
+  llvm::Value *columnTile =
+      builder_.CreateURem(within, constant(plan_.columnTiles));
+  llvm::Value *rowStart =
+      builder_.CreateMul(rowTile, constant(plan_.rowTile()), "row_start");
+  llvm::Value *columnStart = builder_.CreateMul(
+      columnTile, constant(plan_.columnBlock), "column_start");
+  tileRows_ = minimum(constant(plan_.rowTile()),
+                      builder_.CreateSub(constant(spec_.m), rowStart));
+  tileColumns_ = minimum(constant(plan_.columnBlock),
+                         builder_.CreateSub(constant(spec_.n), columnStart));
+  auto offset = [&](int64_t batchStride, int64_t rowStride,
+                    int64_t columnStride, llvm::Value *columnIndex) {
+    llvm::Value *sum =
+        builder_.CreateMul(batch, constant(batchStride)); // b * batch stride
+    sum = builder_.CreateAdd(sum,
+                             builder_.CreateMul(rowStart, constant(rowStride)));
+    return builder_.CreateAdd(
+        sum, builder_.CreateMul(columnIndex, constant(columnStride)));
+  };
+  // A's tile starts at row rowStart, k 0; B's at k 0, column columnStart.
+  tileA_ = element(a_, offset(spec_.aBatch, spec_.aRow, 0, constant(0)));
+  tileB_ = element(b_, offset(spec_.bBatch, 0, spec_.bCol, columnStart));
+  tileC_ =
+      element(c_, offset(spec_.cBatch, spec_.cRow, spec_.cCol, columnStart));
+  if (bias_)
+    tileBias_ = element(bias_, offset(spec_.biasBatch, spec_.biasRow,
+                                      spec_.biasCol, columnStart));
+  if (plan_.depthBlocks == 1) {
+    emitDepthBlock(constant(0));
+    return;
+  }
+  emitCountedLoop(builder_, constant(0), constant(plan_.depthBlocks), 1,
+                  [&](llvm::Value *block) { emitDepthBlock(block); });
+}
+
+void GemmEmitter::emitDepthBlock(llvm::Value *block) {
+  llvm::Value *depthStart =
+      builder_.CreateMul(block, constant(plan_.depthBlock));
+  depth_ = plan_.depthBlocks == 1
+               ? constant(spec_.k)
+               : minimum(constant(plan_.depthBlock),
+                         builder_.CreateSub(constant(spec_.k), depthStart));
+  paddedDepth_ = builder_.CreateMul(
+      builder_.CreateUDiv(
+          builder_.CreateAdd(depth_, constant(plan_.depthUnroll - 1)),
+          constant(plan_.depthUnroll)),
+      constant(plan_.depthUnroll), "padded_depth");
+  if (spec_.k > 0)
+    emitPack(
+        {plan_.columns, spec_.bCol, spec_.bRow},
+        element(tileB_, builder_.CreateMul(depthStart, constant(spec_.bRow))),
+        packedB_, tileColumns_, spec_.n % plan_.columns == 0);
+  blockA_ =
+      element(tileA_, builder_.CreateMul(depthStart, constant(spec_.aCol)));
+  first_ = plan_.depthBlocks == 1
+               ? builder_.getTrue()
+               : builder_.CreateICmpEQ(block, constant(0), "first");
+  last_ = plan_.depthBlocks == 1
+              ? builder_.getTrue()
+              : builder_.CreateICmpEQ(block, constant(plan_.depthBlocks - 1),
+                                      "last");
+  if (plan_.rowTileBlocks == 1) {
+    emitRowBlock(constant(0));
+    return;
+  }
+  llvm::Value *rowBlocks = builder_.CreateUDiv(
+      builder_.CreateAdd(tileRows_, constant(plan_.rowBlock - 1)),
+      constant(plan_.rowBlock));
+  emitCountedLoop(builder_, constant(0), rowBlocks, 1,
+                  [&](llvm::Value *rowBlock) { emitRowBlock(rowBlock); });
+}
+
+void GemmEmitter::emitRowBlock(llvm::Value *rowBlock) {
+  const int rows = plan_.rows, columns = plan_.columns;
+  llvm::Value *rowStart =
+      builder_.CreateMul(rowBlock, constant(plan_.rowBlock), "block_row");
+  llvm::Value *blockRows = minimum(constant(plan_.rowBlock),
+                                   builder_.CreateSub(tileRows_, rowStart));
+  if (spec_.k > 0)
+    emitPack(
+        {rows, spec_.aRow, spec_.aCol},
+        element(blockA_, builder_.CreateMul(rowStart, constant(spec_.aRow))),
+        packedA_, blockRows, spec_.m % rows == 0);
+  auto panels = [&](llvm::Value *extent, int width) {
+    return builder_.CreateUDiv(builder_.CreateAdd(extent, constant(width - 1)),
+                               constant(width));
+  };
+  llvm::Value *rowPanels = panels(blockRows, rows);
+  llvm::Value *columnPanels = panels(tileColumns_, columns);
+  // Column panels outside: one KC x NR panel of B stays in L1 while the
+  // row panels of A stream past it from L2.
+  emitCountedLoop(
+      builder_, constant(0), columnPanels, 1, [&](llvm::Value *columnPanel) {
+        llvm::Value *column =
+            builder_.CreateMul(columnPanel, constant(columns), "column");
+        llvm::Value *packedB = builder_.CreateInBoundsGEP(
+            float_, packedB_, builder_.CreateMul(column, paddedDepth_));
+        llvm::Value *validColumns = minimum(
+            constant(columns), builder_.CreateSub(tileColumns_, column));
+        emitCountedLoop(
+            builder_, constant(0), rowPanels, 1, [&](llvm::Value *rowPanel) {
+              llvm::Value *row =
+                  builder_.CreateMul(rowPanel, constant(rows), "row");
+              llvm::Value *packedA = builder_.CreateInBoundsGEP(
+                  float_, packedA_, builder_.CreateMul(row, paddedDepth_));
+              llvm::Value *validRows =
+                  minimum(constant(rows), builder_.CreateSub(blockRows, row));
+              llvm::Value *cRow = builder_.CreateAdd(rowStart, row);
+              std::vector<llvm::Value *> accumulators =
+                  emitMicroKernel(packedA, packedB, paddedDepth_);
+              emitWrite(accumulators, cRow, column, validRows, validColumns,
+                        first_, last_);
+            });
+      });
+}
+
+void GemmEmitter::emitPack(const PanelLayout &layout, llvm::Value *source,
+                           llvm::Value *packed, llvm::Value *extent,
+                           bool alwaysFull) {
+  const int width = layout.width;
+  llvm::Value *depth = depth_, *paddedDepth = paddedDepth_;
+  // Rows of a panel contiguous in the source (B row-major, A column-major)
+  // copy as vectors; k contiguous (A row-major, a Linear weight as B)
+  // transposes lanes x lanes blocks in registers; anything else is scalar,
+  // as is a last, partial panel.
+  bool copy = layout.widthStride == 1;
+  bool transposed = !copy && layout.depthStride == 1;
+  auto panelAt = [&](llvm::Value *panel) {
+    return builder_.CreateInBoundsGEP(
+        float_, packed,
+        builder_.CreateMul(builder_.CreateMul(panel, constant(width)),
+                           paddedDepth));
+  };
+  auto sourceAt = [&](llvm::Value *panel) {
+    return element(source, builder_.CreateMul(
+                               panel, constant(width * layout.widthStride)));
+  };
+  llvm::Value *fullPanels = constant(0);
+  if (copy || transposed)
+    fullPanels = builder_.CreateUDiv(extent, constant(width), "full_panels");
+  if (copy) {
+    // Source row by source row, across every panel: the reads stream
+    // along rows of the source rather than stride down its columns.
+    emitCountedLoop(builder_, constant(0), depth, 1, [&](llvm::Value *step) {
+      llvm::Value *from = element(
+          source, builder_.CreateMul(step, constant(layout.depthStride)));
+      llvm::Value *to = builder_.CreateInBoundsGEP(
+          float_, packed, builder_.CreateMul(step, constant(width)));
+      emitCountedLoop(
+          builder_, constant(0), fullPanels, 1, [&](llvm::Value *panel) {
+            llvm::Value *row = loadFloats(
+                element(from, builder_.CreateMul(panel, constant(width))),
+                width);
+            builder_.CreateAlignedStore(
+                row,
+                builder_.CreateInBoundsGEP(
+                    float_, to,
+                    builder_.CreateMul(
+                        builder_.CreateMul(panel, constant(width)),
+                        paddedDepth)),
+                llvm::Align(4));
+          });
+    });
+  }
+  if (copy || transposed)
+    emitCountedLoop(
+        builder_, constant(0), fullPanels, 1, [&](llvm::Value *panel) {
+          if (transposed)
+            emitTransposePanel(layout, sourceAt(panel), panelAt(panel), depth);
+          emitZeroRows(width, panelAt(panel), depth, paddedDepth);
+        });
+  if ((copy || transposed) && alwaysFull)
+    return;
+  llvm::Value *panels = builder_.CreateUDiv(
+      builder_.CreateAdd(extent, constant(width - 1)), constant(width));
+  emitCountedLoop(builder_, fullPanels, panels, 1, [&](llvm::Value *panel) {
+    llvm::Value *valid = minimum(
+        constant(width),
+        builder_.CreateSub(extent, builder_.CreateMul(panel, constant(width))));
+    emitScalarPanel(layout, sourceAt(panel), panelAt(panel), valid, depth,
+                    paddedDepth);
+  });
+}
+
+void GemmEmitter::emitTransposePanel(const PanelLayout &layout,
+                                     llvm::Value *source, llvm::Value *packed,
+                                     llvm::Value *depth) {
+  // Squares of at most 8 x 8: with 16 x 16 transposes of AVX-512 registers
+  // a Linear-layout GEMM took 120-175 ms to compile on the Xeon, with 8 x 8
+  // 60-80 ms, and packed no slower. A loop over the whole squares of the
+  // panel, an unrolled copy for its last, partial square.
+  const int width = layout.width, lanes = std::min(plan_.lanes, 8);
+  const int wholeSquares = width / lanes, rest = width % lanes;
+  llvm::Value *wholeDepth = builder_.CreateMul(
+      builder_.CreateUDiv(depth, constant(lanes)), constant(lanes));
+  emitCountedLoop(
+      builder_, constant(0), wholeDepth, lanes, [&](llvm::Value *step) {
+        // lanes k steps of `count` panel rows from `first` on: load count
+        // source rows (k contiguous), transpose, store lanes packed rows.
+        auto square = [&](llvm::Value *first, int count) {
+          llvm::Value *from = element(
+              source, builder_.CreateAdd(
+                          step, builder_.CreateMul(
+                                    first, constant(layout.widthStride))));
+          std::vector<llvm::Value *> rows(lanes);
+          if (lanes == 4) {
+            for (int row = 0; row < lanes; ++row)
+              rows[row] =
+                  row < count
+                      ? loadFloats(element(from, row * layout.widthStride),
+                                   lanes)
+                      : llvm::PoisonValue::get(
+                            llvm::FixedVectorType::get(float_, lanes));
+          } else {
+            // The lane-crossing step as the rows load: row i takes the low
+            // halves of source rows i and i + 4, row i + 4 their high halves
+            // (vinsertf128 from memory, off Intel's one shuffle port).
+            auto *halfType = llvm::FixedVectorType::get(float_, 4);
+            auto loadHalf = [&](int row, int part) -> llvm::Value * {
+              if (row >= count)
+                return llvm::PoisonValue::get(halfType);
+              return loadFloats(
+                  element(from, row * layout.widthStride + part * 4), 4);
+            };
+            for (int row = 0; row < 4; ++row)
+              for (int part = 0; part < 2; ++part)
+                rows[row + part * 4] = builder_.CreateShuffleVector(
+                    loadHalf(row, part), loadHalf(row + 4, part),
+                    {0, 1, 2, 3, 4, 5, 6, 7});
+          }
+          std::vector<llvm::Value *> packedRows = transposeInLanes(rows);
+          llvm::Value *to = builder_.CreateInBoundsGEP(
+              float_, packed,
+              builder_.CreateAdd(builder_.CreateMul(step, constant(width)),
+                                 first));
+          for (int lane = 0; lane < lanes; ++lane)
+            builder_.CreateAlignedStore(
+                firstLanes(packedRows[lane], count),
+                builder_.CreateInBoundsGEP(float_, to, constant(lane * width)),
+                llvm::Align(4));
+        };
+        if (wholeSquares == 1)
+          square(constant(0), lanes);
+        else if (wholeSquares > 1)
+          emitCountedLoop(builder_, constant(0), constant(wholeSquares * lanes),
+                          lanes,
+                          [&](llvm::Value *first) { square(first, lanes); });
+        if (rest > 0)
+          square(constant(wholeSquares * lanes), rest);
+      });
+  // The last depth % lanes steps one element at a time.
+  emitCountedLoop(builder_, wholeDepth, depth, 1, [&](llvm::Value *step) {
+    llvm::Value *packedRow = builder_.CreateInBoundsGEP(
+        float_, packed, builder_.CreateMul(step, constant(width)));
+    emitCountedLoop(
+        builder_, constant(0), constant(width), 1, [&](llvm::Value *row) {
+          llvm::Value *value = builder_.CreateAlignedLoad(
+              float_,
+              element(source,
+                      builder_.CreateAdd(
+                          step, builder_.CreateMul(
+                                    row, constant(layout.widthStride)))),
+              llvm::Align(4));
+          builder_.CreateAlignedStore(
+              value, builder_.CreateInBoundsGEP(float_, packedRow, row),
+              llvm::Align(4));
+        });
+  });
+}
+
+void GemmEmitter::emitScalarPanel(const PanelLayout &layout,
+                                  llvm::Value *source, llvm::Value *packed,
+                                  llvm::Value *valid, llvm::Value *depth,
+                                  llvm::Value *paddedDepth) {
+  // Every element of the padded panel: zero beyond the valid rows and k
+  // steps, so that the micro-kernel adds nothing there; loads clamp to
+  // element 0 of the panel (always valid) instead of branching. Edge panels
+  // and unusual strides only: a loop, not unrolled, to keep the IR small.
+  llvm::Value *zero = llvm::ConstantFP::get(float_, 0.0);
+  emitCountedLoop(
+      builder_, constant(0), paddedDepth, 1, [&](llvm::Value *step) {
+        llvm::Value *inDepth = builder_.CreateICmpSLT(step, depth);
+        llvm::Value *depthOffset =
+            builder_.CreateMul(step, constant(layout.depthStride));
+        llvm::Value *packedRow = builder_.CreateInBoundsGEP(
+            float_, packed, builder_.CreateMul(step, constant(layout.width)));
+        emitCountedLoop(
+            builder_, constant(0), constant(layout.width), 1,
+            [&](llvm::Value *index) {
+              llvm::Value *inside = builder_.CreateAnd(
+                  inDepth, builder_.CreateICmpSLT(index, valid));
+              llvm::Value *offset = builder_.CreateSelect(
+                  inside,
+                  builder_.CreateAdd(
+                      depthOffset,
+                      builder_.CreateMul(index, constant(layout.widthStride))),
+                  constant(0));
+              llvm::Value *value = builder_.CreateAlignedLoad(
+                  float_, element(source, offset), llvm::Align(4));
+              builder_.CreateAlignedStore(
+                  builder_.CreateSelect(inside, value, zero),
+                  builder_.CreateInBoundsGEP(float_, packedRow, index),
+                  llvm::Align(4));
+            });
+      });
+}
+
+void GemmEmitter::emitZeroRows(int width, llvm::Value *packed,
+                               llvm::Value *from, llvm::Value *to) {
+  llvm::Value *zero =
+      llvm::Constant::getNullValue(llvm::FixedVectorType::get(float_, width));
+  emitCountedLoop(builder_, from, to, 1, [&](llvm::Value *step) {
+    builder_.CreateAlignedStore(
+        zero,
+        builder_.CreateInBoundsGEP(float_, packed,
+                                   builder_.CreateMul(step, constant(width))),
+        llvm::Align(4));
+  });
+}
+
+std::vector<llvm::Value *>
+GemmEmitter::emitMicroKernel(llvm::Value *packedA, llvm::Value *packedB,
+                             llvm::Value *paddedDepth) {
+  const int rows = plan_.rows, columns = plan_.columns,
+            columnVectors = plan_.columnVectors, lanes = plan_.lanes;
+  std::vector<llvm::Value *> accumulators(
+      rows * columnVectors, llvm::Constant::getNullValue(vector_));
+  if (spec_.k == 0)
+    return accumulators;
+  // paddedDepth >= depthUnroll here: the loop runs at least once.
+  llvm::BasicBlock *before = builder_.GetInsertBlock();
+  auto *loop = llvm::BasicBlock::Create(context_, "micro_kernel", function_);
+  auto *exit =
+      llvm::BasicBlock::Create(context_, "micro_kernel_done", function_);
+  builder_.CreateBr(loop);
+  builder_.SetInsertPoint(loop);
+  llvm::PHINode *step = builder_.CreatePHI(builder_.getInt64Ty(), 2, "k");
+  step->addIncoming(constant(0), before);
+  std::vector<llvm::PHINode *> phis;
+  for (llvm::Value *&accumulator : accumulators) {
+    llvm::PHINode *phi = builder_.CreatePHI(vector_, 2, "acc");
+    phi->addIncoming(accumulator, before);
+    phis.push_back(phi);
+    accumulator = phi;
+  }
+  llvm::Align vectorAlign(std::min(64, 4 * lanes));
+  for (int unrolled = 0; unrolled < plan_.depthUnroll; ++unrolled) {
+    llvm::Value *at = builder_.CreateAdd(step, constant(unrolled));
+    llvm::Value *bRow = builder_.CreateInBoundsGEP(
+        float_, packedB, builder_.CreateMul(at, constant(columns)));
+    llvm::Value *aRow = builder_.CreateInBoundsGEP(
+        float_, packedA, builder_.CreateMul(at, constant(rows)));
+    std::vector<llvm::Value *> bVectors(columnVectors);
+    for (int vector = 0; vector < columnVectors; ++vector)
+      bVectors[vector] = builder_.CreateAlignedLoad(
+          vector_,
+          builder_.CreateInBoundsGEP(float_, bRow, constant(vector * lanes)),
+          vectorAlign);
+    for (int row = 0; row < rows; ++row) {
+      llvm::Value *a = builder_.CreateVectorSplat(
+          lanes,
+          builder_.CreateAlignedLoad(
+              float_, builder_.CreateInBoundsGEP(float_, aRow, constant(row)),
+              llvm::Align(4)));
+      for (int vector = 0; vector < columnVectors; ++vector) {
+        llvm::Value *&accumulator = accumulators[row * columnVectors + vector];
+        accumulator = multiplyAdd(a, bVectors[vector], accumulator);
+      }
+    }
+  }
+  llvm::Value *next = builder_.CreateAdd(step, constant(plan_.depthUnroll));
+  step->addIncoming(next, builder_.GetInsertBlock());
+  for (size_t index = 0; index < phis.size(); ++index)
+    phis[index]->addIncoming(accumulators[index], builder_.GetInsertBlock());
+  builder_.CreateCondBr(builder_.CreateICmpSLT(next, paddedDepth), loop, exit);
+  builder_.SetInsertPoint(exit);
+  return accumulators;
+}
+
+void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
+                            llvm::Value *row, llvm::Value *column,
+                            llvm::Value *validRows, llvm::Value *validColumns,
+                            llvm::Value *first, llvm::Value *last) {
+  if (spec_.cCol != 1) {
+    emitScalarWrite(accumulators, row, column, validRows, validColumns, first,
+                    last);
+    return;
+  }
+  if (spec_.m % plan_.rows == 0 && spec_.n % plan_.columns == 0) {
+    emitVectorWrite(accumulators, row, column, first, last);
+    return;
+  }
+  auto *full = llvm::BasicBlock::Create(context_, "full_tile", function_);
+  auto *edge = llvm::BasicBlock::Create(context_, "edge_tile", function_);
+  auto *done = llvm::BasicBlock::Create(context_, "written", function_);
+  builder_.CreateCondBr(
+      builder_.CreateAnd(
+          builder_.CreateICmpEQ(validRows, constant(plan_.rows)),
+          builder_.CreateICmpEQ(validColumns, constant(plan_.columns))),
+      full, edge);
+  builder_.SetInsertPoint(full);
+  emitVectorWrite(accumulators, row, column, first, last);
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(edge);
+  emitScalarWrite(accumulators, row, column, validRows, validColumns, first,
+                  last);
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
+}
+
+// The first k block stores, later ones add to C, the last applies the
+// epilogue: selects rather than a copy of the code per case, since one micro-
+// tile's write is cheap next to its k loop.
+llvm::Value *GemmEmitter::combine(llvm::Value *accumulator,
+                                  llvm::Value *pointer, llvm::Value *bias,
+                                  llvm::Value *first, llvm::Value *last) {
+  llvm::Value *value = accumulator;
+  if (!isTrue(first)) {
+    int lanes = llvm::isa<llvm::FixedVectorType>(accumulator->getType())
+                    ? plan_.lanes
+                    : 1;
+    value = builder_.CreateSelect(
+        first, accumulator,
+        builder_.CreateFAdd(loadFloats(pointer, lanes), accumulator));
+  }
+  llvm::Value *finished = applyEpilogue(value, bias);
+  return isTrue(last) ? finished : builder_.CreateSelect(last, finished, value);
+}
+
+void GemmEmitter::emitVectorWrite(
+    const std::vector<llvm::Value *> &accumulators, llvm::Value *row,
+    llvm::Value *column, llvm::Value *first, llvm::Value *last) {
+  const int lanes = plan_.lanes;
+  for (int rowIndex = 0; rowIndex < plan_.rows; ++rowIndex) {
+    llvm::Value *cRow = builder_.CreateAdd(row, constant(rowIndex));
+    llvm::Value *rowPointer = element(
+        tileC_, builder_.CreateAdd(
+                    builder_.CreateMul(cRow, constant(spec_.cRow)), column));
+    for (int vector = 0; vector < plan_.columnVectors; ++vector) {
+      llvm::Value *pointer = element(rowPointer, vector * lanes);
+      llvm::Value *bias =
+          usesBias()
+              ? loadBias(cRow,
+                         builder_.CreateAdd(column, constant(vector * lanes)),
+                         lanes)
+              : nullptr;
+      builder_.CreateAlignedStore(
+          combine(accumulators[rowIndex * plan_.columnVectors + vector],
+                  pointer, bias, first, last),
+          pointer, llvm::Align(4));
+    }
+  }
+}
+
+void GemmEmitter::emitScalarWrite(
+    const std::vector<llvm::Value *> &accumulators, llvm::Value *row,
+    llvm::Value *column, llvm::Value *validRows, llvm::Value *validColumns,
+    llvm::Value *first, llvm::Value *last) {
+  const int lanes = plan_.lanes, columns = plan_.columns;
+  // The micro-tile goes through a stack copy, then element by element to
+  // the valid part of C.
+  for (int rowIndex = 0; rowIndex < plan_.rows; ++rowIndex)
+    for (int vector = 0; vector < plan_.columnVectors; ++vector)
+      builder_.CreateAlignedStore(
+          accumulators[rowIndex * plan_.columnVectors + vector],
+          builder_.CreateInBoundsGEP(
+              float_, scratch_, constant(rowIndex * columns + vector * lanes)),
+          llvm::Align(4 * lanes));
+  emitCountedLoop(
+      builder_, constant(0), validRows, 1, [&](llvm::Value *rowIndex) {
+        llvm::Value *cRow = builder_.CreateAdd(row, rowIndex);
+        emitCountedLoop(
+            builder_, constant(0), validColumns, 1,
+            [&](llvm::Value *columnIndex) {
+              llvm::Value *cColumn = builder_.CreateAdd(column, columnIndex);
+              llvm::Value *value = builder_.CreateAlignedLoad(
+                  float_,
+                  builder_.CreateInBoundsGEP(
+                      float_, scratch_,
+                      builder_.CreateAdd(
+                          builder_.CreateMul(rowIndex, constant(columns)),
+                          columnIndex)),
+                  llvm::Align(4));
+              llvm::Value *pointer = element(
+                  tileC_,
+                  builder_.CreateAdd(
+                      builder_.CreateMul(cRow, constant(spec_.cRow)),
+                      builder_.CreateMul(cColumn, constant(spec_.cCol))));
+              llvm::Value *bias =
+                  usesBias() ? loadBias(cRow, cColumn, 1) : nullptr;
+              llvm::Value *finished =
+                  combine(value, pointer, bias, first, last);
+              builder_.CreateAlignedStore(finished, pointer, llvm::Align(4));
+            });
+      });
+}
+
+llvm::Value *GemmEmitter::loadBias(llvm::Value *row, llvm::Value *column,
+                                   int lanes) {
+  llvm::Value *base = element(
+      tileBias_,
+      builder_.CreateAdd(builder_.CreateMul(row, constant(spec_.biasRow)),
+                         builder_.CreateMul(column, constant(spec_.biasCol))));
+  if (lanes == 1)
+    return loadFloats(base, 1);
+  if (spec_.biasCol == 1)
+    return loadFloats(base, lanes);
+  if (spec_.biasCol == 0)
+    return builder_.CreateVectorSplat(lanes, loadFloats(base, 1));
+  llvm::Value *gathered = llvm::PoisonValue::get(vector_);
+  for (int lane = 0; lane < lanes; ++lane)
+    gathered = builder_.CreateInsertElement(
+        gathered, loadFloats(element(base, lane * spec_.biasCol), 1),
+        uint64_t(lane));
+  return gathered;
+}
+
+llvm::Value *GemmEmitter::applyEpilogue(llvm::Value *value, llvm::Value *bias) {
+  llvm::Type *type = value->getType();
+  if (spec_.alpha != 1.0)
+    value =
+        builder_.CreateFMul(value, llvm::ConstantFP::get(type, spec_.alpha));
+  if (!bias)
+    return value;
+  if (spec_.beta == 1.0)
+    return builder_.CreateFAdd(value, bias);
+  return multiplyAdd(llvm::ConstantFP::get(type, spec_.beta), bias, value);
+}
+
+} // namespace
+
+EmittedGemm emitGemm(llvm::Module &module, const GemmSpec &spec,
+                     const HostTarget &host, const std::string &name) {
+  if (spec.batch < 0 || spec.m < 0 || spec.n < 0 || spec.k < 0)
+    throw Error("emitGemm: negative extent in a " + std::to_string(spec.batch) +
+                " x " + std::to_string(spec.m) + " x " +
+                std::to_string(spec.n) + " x " + std::to_string(spec.k) +
+                " product");
+  GemmEmitter emitter(module, spec, host);
+  return emitter.emit(name);
+}
+
+} // namespace kiln::backend

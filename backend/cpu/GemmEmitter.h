@@ -1,0 +1,65 @@
+// kiln's own float32 GEMM as LLVM IR for a host CPU (BLIS-style packing and a
+// register-blocked micro-kernel), a kernel with the CPU kernels' ABI.
+// Depends on backend/cpu/HostTarget.h, LLVM.
+#pragma once
+
+#include "backend/cpu/HostTarget.h"
+
+#include <cstdint>
+#include <string>
+
+namespace llvm {
+class Function;
+class Module;
+} // namespace llvm
+
+namespace kiln::backend {
+
+/// C[b] = alpha * (A[b] @ B[b]) + beta * bias[b], float32, for b < batch.
+/// Strides are in elements; any stride may be 0 (broadcast) or
+/// arbitrary (transposed / sliced operands), e.g. a Linear layer's weight
+/// W[n][k] used as B has bRow = 1, bCol = k. C's elements must be distinct
+/// and must not overlap A, B or bias (C is written before bias is read).
+struct GemmSpec {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  /// A[b][i][p] at b * aBatch + i * aRow + p * aCol.
+  int64_t aBatch = 0, aRow = 0, aCol = 0;
+  /// B[b][p][j] at b * bBatch + p * bRow + j * bCol.
+  int64_t bBatch = 0, bRow = 0, bCol = 0;
+  /// C[b][i][j] (written).
+  int64_t cBatch = 0, cRow = 0, cCol = 1;
+  /// bias[b][i][j] (0: broadcast), added where hasBias and beta != 0.
+  bool hasBias = false;
+  int64_t biasBatch = 0, biasRow = 0, biasCol = 0;
+  double alpha = 1.0, beta = 1.0;
+  /// Tiles the grid aims at: about 4 per thread of the pool that runs it
+  /// (64 for 16 threads), 1 for one thread (the largest, fastest tiles:
+  /// smaller ones pack A and B more often). Tiles first cover fewer row
+  /// blocks, then blocks shrink, never below sizes that amortise packing.
+  int64_t targetTiles = 64;
+};
+
+struct EmittedGemm {
+  llvm::Function *function = nullptr;
+  /// The function runs tiles [begin, end) of [0, parallelRange); tiles are
+  /// independent (disjoint parts of C), so a thread pool may split them.
+  /// 0 when C is empty.
+  int64_t parallelRange = 1;
+  /// Multiply-adds the whole product does (batch * m * n * k, at least
+  /// batch * m * n): what a scheduler weighs to decide on threads.
+  int64_t work = 0;
+  /// Bytes of stack the function's packing buffers take (at most about
+  /// 530 KiB): threads that run it need stacks well above that.
+  int64_t stackBytes = 0;
+};
+
+/// Emits `void name(char *const *buffers, int64_t begin, int64_t end)` into
+/// `module`: buffers[0] = A, [1] = B, [2] = C, [3] = bias when spec.hasBias
+/// (data pointers). Code for `host` (its vectorBits 128/256/512, cpuName,
+/// features), set as the function's "target-cpu"/"target-features".
+/// The IR is vectorised and unrolled explicitly: it expects the CPU
+/// backend's pipeline (optimiseCpuModule), not LLVM's vectorisers.
+EmittedGemm emitGemm(llvm::Module &module, const GemmSpec &spec,
+                     const HostTarget &host, const std::string &name);
+
+} // namespace kiln::backend

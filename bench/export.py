@@ -1,0 +1,134 @@
+# `make bench-export`: kiln's own float32 GEMM against torch's (MKL/oneDNN) at
+# transformer sizes, in kiln's JIT and in exported code, with GFLOP/s beside
+# the machine's peak estimate; and the bench's hand-written GPT exported and run
+# from C (the example driver, a process without Python) against the same model
+# in eager, under torch.compile (Inductor) and under kiln's JIT. One run, one
+# machine; writes bench/results/<date>-export-cpu-<threads>-threads.md.
+# Depends on torch, kiln, a C compiler.
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from bench import environment
+from bench.models import TinyGpt, _token_ids, VOCABULARY, WIDTH, LAYERS, HEADS
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+GEMM_SIZES = [(128, 256, 1024), (512, 768, 3072), (1024, 1024, 1024), (2048, 4096, 4096)]
+
+
+def seconds_per_call(fn, budget=1.0, least=3):
+    fn()
+    fn()
+    calls, start = 0, time.perf_counter()
+    while calls < least or time.perf_counter() - start < budget:
+        fn()
+        calls += 1
+    return (time.perf_counter() - start) / calls
+
+
+def peak_gflops(threads):
+    """cores x GHz x 2 FMA units x lanes x 2 flops, from /proc/cpuinfo."""
+    text = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    mhz = [float(v) for v in re.findall(r"cpu MHz\s*:\s*([\d.]+)", text)]
+    lanes = 16 if " avx512f" in text else 8 if " avx2" in text else 4
+    ghz = (max(mhz) / 1000) if mhz else 0
+    return threads * ghz * 2 * lanes * 2, ghz, lanes
+
+
+def gemm_rows(kiln, threads, scratch):
+    rows = []
+    for m, k, n in GEMM_SIZES:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        flops = 2 * m * n * k
+        budget = 2.0 if flops > 1e10 else 1.0
+        eager = seconds_per_call(lambda: torch.mm(a, b), budget)
+        name = f"mm_{m}_{k}_{n}"
+        kiln.export(lambda a, b: a @ b, (a, b), os.path.join(scratch, name), name=name)
+        exported = kiln.load_exported(os.path.join(scratch, name), name, num_threads=threads)
+        ours = seconds_per_call(lambda: exported(a, b), budget)
+        rows.append((f"{m}x{k} @ {k}x{n}", flops / eager / 1e9, flops / ours / 1e9, eager / ours))
+    return rows
+
+
+def gpt_rows(kiln, threads, scratch):
+    model = TinyGpt({"vocabulary": VOCABULARY, "context": 512, "width": WIDTH, "layers": LAYERS,
+                     "heads": HEADS, "mlp_ratio": 4, "activation": "gelu",
+                     "skip_layers": []}).eval()
+    ids = _token_ids("cpu")
+    results = {}
+    with torch.no_grad():
+        results["eager"] = seconds_per_call(lambda: model(ids), 2.0)
+        jit = kiln.compile(model)
+        results["kiln JIT"] = seconds_per_call(lambda: jit(ids), 2.0)
+        try:
+            inductor = torch.compile(model)
+            results["torch.compile (Inductor)"] = seconds_per_call(lambda: inductor(ids), 2.0)
+        except Exception as error:  # reported, the rest still runs
+            results["torch.compile (Inductor)"] = environment.describe(error)
+    directory = os.path.join(scratch, "tiny_gpt")
+    result = kiln.export(model, (ids,), directory, name="tiny_gpt")
+    binary = os.path.join(scratch, "tiny_gpt_main")
+    subprocess.run(["cc", "-O2", os.path.join(directory, "main.c"),
+                    os.path.join(directory, "tiny_gpt.o"), "-lm", "-lpthread", "-o", binary],
+                   check=True)
+    ids_file = os.path.join(scratch, "ids.bin")
+    ids.numpy().tofile(ids_file)
+    runs = max(3, int(2.0 / results["kiln JIT"]))
+    run = subprocess.run([binary, result.weights_file, ids_file, "-r", str(runs)],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "KILN_NUM_THREADS": str(threads)})
+    mean = float(re.search(r"mean run time: ([\d.]+) us", run.stdout).group(1))
+    results["kiln export, run from C"] = mean / 1e6
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=RESULTS)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    arguments = parser.parse_args()
+    kiln, error = environment.import_kiln()
+    if kiln is None:
+        sys.exit(error)
+    torch.set_num_threads(arguments.threads)
+    kiln._C.set_num_threads(arguments.threads)
+    peak, ghz, lanes = peak_gflops(arguments.threads)
+    with tempfile.TemporaryDirectory() as scratch:
+        gemms = gemm_rows(kiln, arguments.threads, scratch)
+        gpt = gpt_rows(kiln, arguments.threads, scratch)
+    date = datetime.date.today().isoformat()
+    lines = [f"# kiln export and GEMM, CPU, {arguments.threads} threads ({date})", "",
+             f"Processor: {environment.processor_name()}; commit {environment.repository_commit()}; "
+             f"torch {torch.__version__}. Peak estimate {peak:.0f} GFLOP/s "
+             f"({arguments.threads} cores x {ghz:.2f} GHz x 2 FMA x {lanes} lanes x 2).", "",
+             "## float32 GEMM (kiln's, exported, against torch.mm)", "",
+             "| size | torch GFLOP/s | kiln GFLOP/s | kiln / torch (speed) |",
+             "| --- | ---: | ---: | ---: |"]
+    for size, torch_rate, kiln_rate, ratio in gemms:
+        lines.append(f"| {size} | {torch_rate:.1f} | {kiln_rate:.1f} | {ratio:.2f}x |")
+    lines += ["", f"## hand-written GPT ({LAYERS} layers, {WIDTH} wide), batch of token ids "
+              f"{tuple(_token_ids('cpu').shape)}", "",
+              "| how it runs | ms per call | vs kiln JIT |", "| --- | ---: | ---: |"]
+    for how, value in gpt.items():
+        if isinstance(value, str):
+            lines.append(f"| {how} | {value} | |")
+        else:
+            lines.append(f"| {how} | {value * 1e3:.2f} | {gpt['kiln JIT'] / value:.2f}x |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    os.makedirs(arguments.out, exist_ok=True)
+    path = os.path.join(arguments.out, f"{date}-export-cpu-{arguments.threads}-threads.md")
+    with open(path, "w") as file:
+        file.write(text)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

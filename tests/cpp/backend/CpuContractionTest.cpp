@@ -1,0 +1,142 @@
+// Tests of contraction kernels: matrix products lowered for a program that
+// runs without torch are recognised as GEMMs (their operands' strides and
+// offsets read from the loop IR) and compiled through the CPU backend, with
+// results checked against products computed here in double.
+// Depends on backend/cpu/CpuContraction.h, backend/Pipeline.h, runtime/.
+#include "backend/cpu/CpuContraction.h"
+#include "backend/Pipeline.h"
+#include "ir/Graph.h"
+#include "runtime/ProgramExecutor.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace kiln;
+
+namespace {
+
+std::vector<float> randomValues(size_t count, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  std::vector<float> values(count);
+  for (float &value : values)
+    value = uniform(generator);
+  return values;
+}
+
+// The contraction kernels of `graph` planned for a program without torch.
+std::vector<backend::MatchedContraction>
+matchedContractions(std::shared_ptr<Graph> graph) {
+  backend::Target target;
+  target.standalone = true;
+  loop::Program program = backend::planProgram(graph, target);
+  std::vector<backend::MatchedContraction> matched;
+  for (const loop::Step &step : program.steps)
+    if (step.kind == loop::Step::Kind::Kernel && step.kernel.contraction) {
+      auto match = backend::matchContraction(program, step.kernel);
+      EXPECT_TRUE(match.has_value())
+          << loop::kernelToString(step.kernel, program);
+      if (match)
+        matched.push_back(*match);
+    }
+  return matched;
+}
+
+runtime::TensorBuffer bufferOf(std::vector<float> &values, const Shape &sizes,
+                               const Shape &strides) {
+  return {reinterpret_cast<char *>(values.data()), DType::Float32, sizes,
+          strides};
+}
+
+} // namespace
+
+// x [b, m, k] @ w[n, k]^T + bias, as a Linear layer on a batch: B is read
+// transposed, the bias broadcast along rows.
+TEST(CpuContraction, LinearLayerIsAGemmWithATransposedWeight) {
+  const int64_t batch = 3, m = 37, k = 65, n = 70;
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {batch * m, k}));
+  Value *w = graph->addInput(TensorMeta(DType::Float32, {n, k}));
+  Value *bias = graph->addInput(TensorMeta(DType::Float32, {n}));
+  Value *wt = graph->addOp("aten::t", {w}, {})->result(0);
+  Value *y = graph->addOp("aten::addmm", {bias, x, wt}, {})->result(0);
+  graph->setOutputs({y});
+
+  auto matched = matchedContractions(graph);
+  ASSERT_EQ(matched.size(), 1u);
+  const backend::GemmSpec &spec = matched[0].spec;
+  EXPECT_EQ(spec.m, batch * m);
+  EXPECT_EQ(spec.n, n);
+  EXPECT_EQ(spec.k, k);
+  EXPECT_EQ(spec.aRow, k);
+  EXPECT_EQ(spec.aCol, 1);
+  EXPECT_EQ(spec.bRow, 1); // w[j][p] as B[p][j]
+  EXPECT_EQ(spec.bCol, k);
+
+  backend::Target target;
+  target.standalone = true;
+  runtime::CompiledProgram program(backend::compileGraph(graph, target),
+                                   runtime::CpuDevice::get());
+  std::vector<float> xs = randomValues(batch * m * k, 1);
+  std::vector<float> ws = randomValues(n * k, 2);
+  std::vector<float> bs = randomValues(n, 3);
+  runtime::ProgramOutputs outputs = runtime::runProgram(
+      program, {bufferOf(xs, {batch * m, k}, {k, 1}),
+                bufferOf(ws, {n, k}, {k, 1}), bufferOf(bs, {n}, {1})});
+  const runtime::TensorBuffer &out = outputs.tensors.at(0);
+  const float *result = reinterpret_cast<const float *>(out.data);
+  for (int64_t i = 0; i < batch * m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double expected = bs[j];
+      for (int64_t p = 0; p < k; ++p)
+        expected += double(xs[i * k + p]) * ws[j * k + p];
+      ASSERT_NEAR(result[i * out.strides[0] + j * out.strides[1]], expected,
+                  1e-4)
+          << i << ", " << j;
+    }
+}
+
+// bmm of a slice: the operands start past their buffers' first element.
+TEST(CpuContraction, BatchedProductOfSlicesKeepsOffsets) {
+  const int64_t batch = 2, m = 9, k = 33, n = 17;
+  auto graph = std::make_shared<Graph>();
+  Value *a = graph->addInput(TensorMeta(DType::Float32, {batch, m + 1, k}));
+  Value *b = graph->addInput(TensorMeta(DType::Float32, {batch, k, n}));
+  Value *rows =
+      graph
+          ->addOp("aten::narrow",
+                  {a, Argument(int64_t(1)), Argument(int64_t(1)), Argument(m)},
+                  {})
+          ->result(0);
+  Value *product = graph->addOp("aten::bmm", {rows, b}, {})->result(0);
+  graph->setOutputs({product});
+  auto matched = matchedContractions(graph);
+  ASSERT_EQ(matched.size(), 1u);
+  EXPECT_EQ(matched[0].spec.batch, batch);
+  EXPECT_EQ(matched[0].spec.aBatch, (m + 1) * k);
+  EXPECT_EQ(matched[0].aOffset, k);
+
+  backend::Target target;
+  target.standalone = true;
+  runtime::CompiledProgram program(backend::compileGraph(graph, target),
+                                   runtime::CpuDevice::get());
+  std::vector<float> as = randomValues(batch * (m + 1) * k, 4);
+  std::vector<float> bs = randomValues(batch * k * n, 5);
+  runtime::ProgramOutputs outputs = runtime::runProgram(
+      program, {bufferOf(as, {batch, m + 1, k}, {(m + 1) * k, k, 1}),
+                bufferOf(bs, {batch, k, n}, {k * n, n, 1})});
+  const runtime::TensorBuffer &out = outputs.tensors.at(0);
+  const float *result = reinterpret_cast<const float *>(out.data);
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double expected = 0;
+        for (int64_t p = 0; p < k; ++p)
+          expected += double(as[s * (m + 1) * k + (i + 1) * k + p]) *
+                      bs[s * k * n + p * n + j];
+        ASSERT_NEAR(result[s * out.strides[0] + i * out.strides[1] +
+                           j * out.strides[2]],
+                    expected, 1e-4);
+      }
+}

@@ -1,0 +1,474 @@
+// Tests of kiln's float32 GEMM: products emitted by emitGemm, optimised and
+// JIT-compiled as the CPU backend does, checked against a double-precision
+// reference over shapes with every kind of edge, strided and transposed
+// operands, batches, bias epilogues and each vector width.
+// Depends on backend/cpu/{GemmEmitter,CpuJit,CpuBackend}.h, LLVM, GoogleTest.
+#include "backend/cpu/GemmEmitter.h"
+#include "backend/cpu/CpuBackend.h"
+#include "backend/cpu/CpuJit.h"
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace kiln;
+using backend::GemmSpec;
+using backend::HostTarget;
+
+namespace {
+
+using GemmFunction = void (*)(char *const *, int64_t, int64_t);
+
+struct CompiledGemm {
+  std::shared_ptr<backend::JitCode> code;
+  GemmFunction function = nullptr;
+  int64_t parallelRange = 0;
+};
+
+/// Emits, verifies, optimises (as the CPU backend's compileModule does) and
+/// JIT-compiles one GEMM.
+CompiledGemm compileGemm(const GemmSpec &spec, const HostTarget &host) {
+  static int count = 0;
+  std::string name = "gemm_test_" + std::to_string(count++);
+  backend::CpuJit &jit = backend::CpuJit::instance();
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>(name, *context);
+  jit.prepare(*module);
+  backend::EmittedGemm emitted = backend::emitGemm(*module, spec, host, name);
+  std::string problems;
+  llvm::raw_string_ostream stream(problems);
+  EXPECT_FALSE(llvm::verifyModule(*module, &stream)) << problems;
+  std::unique_ptr<llvm::TargetMachine> machine = jit.newTargetMachine();
+  backend::optimiseCpuModule(*module, *machine);
+  CompiledGemm compiled;
+  compiled.code = jit.addModule(std::move(module), std::move(context));
+  compiled.function = reinterpret_cast<GemmFunction>(jit.lookup(name));
+  compiled.parallelRange = emitted.parallelRange;
+  return compiled;
+}
+
+/// Elements an operand with these extents and strides spans (at least one).
+int64_t spanOf(std::initializer_list<std::pair<int64_t, int64_t>> extents) {
+  int64_t last = 0;
+  for (auto [extent, stride] : extents) {
+    if (extent == 0)
+      return 1;
+    last += (extent - 1) * stride;
+  }
+  return last + 1;
+}
+
+/// Floats that end where an inaccessible page begins: the JIT-compiled code
+/// is not under AddressSanitizer, so a read or write past the end must
+/// fault instead.
+class GuardedFloats {
+public:
+  GuardedFloats() = default;
+  GuardedFloats(const GuardedFloats &) = delete;
+  GuardedFloats &operator=(const GuardedFloats &) = delete;
+  ~GuardedFloats() {
+    if (mapping_)
+      munmap(mapping_, mappedBytes_);
+  }
+
+  void resize(size_t count) {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t bytes = (count * sizeof(float) + page - 1) / page * page;
+    mappedBytes_ = bytes + page;
+    mapping_ = mmap(nullptr, mappedBytes_, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mapping_, MAP_FAILED);
+    ASSERT_EQ(mprotect(static_cast<char *>(mapping_) + bytes, page, PROT_NONE),
+              0);
+    data_ = reinterpret_cast<float *>(static_cast<char *>(mapping_) + bytes) -
+            count;
+    size_ = count;
+  }
+  float *data() { return data_; }
+  float *begin() { return data_; }
+  float *end() { return data_ + size_; }
+  size_t size() const { return size_; }
+  float operator[](size_t index) const { return data_[index]; }
+  float &operator[](size_t index) { return data_[index]; }
+
+private:
+  void *mapping_ = nullptr;
+  size_t mappedBytes_ = 0;
+  float *data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// A GEMM's operands in memory, filled with random values; C holds a
+/// sentinel where the GEMM must not write and NaN where it must.
+struct Operands {
+  GuardedFloats a, b, c, bias;
+  static constexpr float kSentinel = 12345.0f;
+
+  Operands(const GemmSpec &spec, uint32_t seed, bool nanBias) {
+    std::mt19937 random(seed);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    auto fill = [&](GuardedFloats &values, int64_t count) {
+      values.resize(count);
+      for (float &value : values)
+        value = uniform(random);
+    };
+    fill(a, spanOf({{spec.batch, spec.aBatch},
+                    {spec.m, spec.aRow},
+                    {spec.k, spec.aCol}}));
+    fill(b, spanOf({{spec.batch, spec.bBatch},
+                    {spec.k, spec.bRow},
+                    {spec.n, spec.bCol}}));
+    fill(bias, spanOf({{spec.batch, spec.biasBatch},
+                       {spec.m, spec.biasRow},
+                       {spec.n, spec.biasCol}}));
+    if (nanBias)
+      std::fill(bias.begin(), bias.end(),
+                std::numeric_limits<float>::quiet_NaN());
+    // A tail past C's last element catches writes beyond it.
+    c.resize(spanOf({{spec.batch, spec.cBatch},
+                     {spec.m, spec.cRow},
+                     {spec.n, spec.cCol}}) +
+             64);
+    resetC(spec);
+  }
+
+  int64_t cOffset(const GemmSpec &spec, int64_t batch, int64_t i,
+                  int64_t j) const {
+    return batch * spec.cBatch + i * spec.cRow + j * spec.cCol;
+  }
+
+  void resetC(const GemmSpec &spec) {
+    std::fill(c.begin(), c.end(), kSentinel);
+    for (int64_t batch = 0; batch < spec.batch; ++batch)
+      for (int64_t i = 0; i < spec.m; ++i)
+        for (int64_t j = 0; j < spec.n; ++j)
+          c[cOffset(spec, batch, i, j)] =
+              std::numeric_limits<float>::quiet_NaN();
+  }
+
+  std::vector<char *> buffers() {
+    return {reinterpret_cast<char *>(a.data()),
+            reinterpret_cast<char *>(b.data()),
+            reinterpret_cast<char *>(c.data()),
+            reinterpret_cast<char *>(bias.data())};
+  }
+};
+
+/// Checks C against a double-precision reference: each element within
+/// 3e-5 of the magnitude of what it sums (float32 accumulation over up to
+/// 1000 products stays well inside), and C untouched elsewhere.
+void expectProduct(const GemmSpec &spec, const Operands &operands,
+                   const std::string &mode) {
+  std::vector<bool> written(operands.c.size(), false);
+  int failures = 0;
+  for (int64_t batch = 0; batch < spec.batch; ++batch)
+    for (int64_t i = 0; i < spec.m; ++i)
+      for (int64_t j = 0; j < spec.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t p = 0; p < spec.k; ++p) {
+          double product = double(operands.a[batch * spec.aBatch +
+                                             i * spec.aRow + p * spec.aCol]) *
+                           double(operands.b[batch * spec.bBatch +
+                                             p * spec.bRow + j * spec.bCol]);
+          sum += product;
+          magnitude += std::abs(product);
+        }
+        double expected = spec.alpha * sum;
+        magnitude *= std::abs(spec.alpha);
+        if (spec.hasBias && spec.beta != 0.0) {
+          double bias =
+              spec.beta * operands.bias[batch * spec.biasBatch +
+                                        i * spec.biasRow + j * spec.biasCol];
+          expected += bias;
+          magnitude += std::abs(bias);
+        }
+        int64_t offset = operands.cOffset(spec, batch, i, j);
+        written[offset] = true;
+        double actual = operands.c[offset];
+        if (!(std::abs(actual - expected) <= 3e-5 * magnitude + 1e-6) &&
+            failures++ < 5) {
+          ADD_FAILURE() << mode << ": C[" << batch << "][" << i << "][" << j
+                        << "] = " << actual << ", expected " << expected;
+        }
+      }
+  for (size_t offset = 0; offset < operands.c.size(); ++offset)
+    if (!written[offset] && operands.c[offset] != Operands::kSentinel &&
+        failures++ < 5) {
+      ADD_FAILURE() << mode << ": wrote C outside the product, at element "
+                    << offset;
+    }
+  EXPECT_EQ(failures, 0) << mode << ": " << failures << " wrong elements";
+}
+
+std::string describe(const GemmSpec &spec, const HostTarget &host) {
+  return std::to_string(spec.batch) + "x" + std::to_string(spec.m) + "x" +
+         std::to_string(spec.n) + "x" + std::to_string(spec.k) + " (" +
+         std::to_string(host.vectorBits) + "-bit " + host.cpuName + ")";
+}
+
+/// Compiles `spec` and checks it run as one call over all tiles, as uneven
+/// chunks in reverse order, and as chunks on two threads at once.
+void checkGemm(const GemmSpec &spec, const HostTarget &host,
+               bool nanBias = false) {
+  SCOPED_TRACE(describe(spec, host));
+  CompiledGemm gemm = compileGemm(spec, host);
+  ASSERT_NE(gemm.function, nullptr);
+  int64_t range = gemm.parallelRange;
+  if (spec.m > 0 && spec.n > 0 && spec.batch > 0) {
+    EXPECT_GE(range, spec.batch);
+  }
+  Operands operands(spec, 7, nanBias);
+  std::vector<char *> buffers = operands.buffers();
+
+  gemm.function(buffers.data(), 0, range);
+  expectProduct(spec, operands, "one call");
+
+  // Chunks of 1, 2, 3, ... tiles, the last chunk first.
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  for (int64_t begin = 0, size = 1; begin < range; begin += size++)
+    chunks.emplace_back(begin, std::min(range, begin + size));
+  operands.resetC(spec);
+  for (auto chunk = chunks.rbegin(); chunk != chunks.rend(); ++chunk)
+    gemm.function(buffers.data(), chunk->first, chunk->second);
+  expectProduct(spec, operands, "reversed chunks");
+
+  // Two threads taking alternate chunks: tiles must not share any state.
+  operands.resetC(spec);
+  auto runEvery = [&](size_t first) {
+    for (size_t index = first; index < chunks.size(); index += 2)
+      gemm.function(buffers.data(), chunks[index].first, chunks[index].second);
+  };
+  std::thread helper(runEvery, 1);
+  runEvery(0);
+  helper.join();
+  expectProduct(spec, operands, "two threads");
+}
+
+/// Row-major A (m x k), B (k x n) and C (m x n).
+GemmSpec rowMajor(int64_t m, int64_t n, int64_t k) {
+  GemmSpec spec;
+  spec.m = m;
+  spec.n = n;
+  spec.k = k;
+  spec.aRow = k;
+  spec.aCol = 1;
+  spec.bRow = n;
+  spec.bCol = 1;
+  spec.cRow = n;
+  spec.cCol = 1;
+  return spec;
+}
+
+HostTarget withVectorBits(int bits) {
+  HostTarget host = backend::hostTarget();
+  host.vectorBits = bits;
+  return host;
+}
+
+bool hostHasAvx512() {
+  const std::string &features = backend::hostTarget().features;
+  return features.find("+avx512f") != std::string::npos;
+}
+
+} // namespace
+
+// Shapes from {0, 1, 7, 63, 65, 1000}: partial micro-tiles in m and n,
+// k below, at and beyond a vector and spanning several k blocks, empty
+// products, and multiples of the micro-tile (no edge code at all).
+TEST(GemmEmitter, ShapesWithEveryEdge) {
+  const int64_t shapes[][3] = {
+      {0, 7, 7},    {7, 0, 7},      {7, 7, 0},     {0, 0, 0},     {1, 1, 1},
+      {1, 1, 7},    {1, 7, 1},      {7, 1, 1},     {7, 7, 7},     {63, 65, 1},
+      {65, 63, 7},  {63, 63, 63},   {65, 65, 65},  {1, 65, 63},   {65, 1, 65},
+      {48, 64, 8},  {48, 64, 1000}, {1000, 7, 1},  {7, 1000, 63}, {63, 7, 1000},
+      {1, 1, 1000}, {1000, 65, 7},  {65, 1000, 65}};
+  for (const auto &shape : shapes)
+    checkGemm(rowMajor(shape[0], shape[1], shape[2]), backend::hostTarget());
+}
+
+TEST(GemmEmitter, TransposedOperands) {
+  const int64_t m = 65, n = 70, k = 600;
+  GemmSpec transposedA = rowMajor(m, n, k);
+  transposedA.aRow = 1;
+  transposedA.aCol = m;
+  checkGemm(transposedA, backend::hostTarget());
+  // A Linear layer's weight W[n][k] as B.
+  GemmSpec linear = rowMajor(m, n, k);
+  linear.bRow = 1;
+  linear.bCol = k;
+  checkGemm(linear, backend::hostTarget());
+  GemmSpec both = linear;
+  both.aRow = 1;
+  both.aCol = m;
+  checkGemm(both, backend::hostTarget());
+}
+
+TEST(GemmEmitter, StridedAndBroadcastOperands) {
+  // Slices of wider rows, C with a gap after each row.
+  GemmSpec sliced = rowMajor(63, 65, 70);
+  sliced.aRow = 70 + 5;
+  sliced.bRow = 65 + 3;
+  sliced.cRow = 65 + 7;
+  checkGemm(sliced, backend::hostTarget());
+  // Every other element of A and every third of B, and C column-major
+  // with its rows two apart: no unit stride anywhere.
+  GemmSpec strided = rowMajor(20, 19, 33);
+  strided.aRow = 2 * 33 + 1;
+  strided.aCol = 2;
+  strided.bRow = 3 * 19;
+  strided.bCol = 3;
+  strided.cRow = 2;
+  strided.cCol = 2 * 20 + 1;
+  checkGemm(strided, backend::hostTarget());
+  // Stride 0: every row of A the same, every k step of B the same.
+  GemmSpec broadcast = rowMajor(13, 17, 9);
+  broadcast.aRow = 0;
+  broadcast.bRow = 0;
+  checkGemm(broadcast, backend::hostTarget());
+}
+
+TEST(GemmEmitter, Batches) {
+  GemmSpec batched = rowMajor(31, 40, 50);
+  batched.batch = 3;
+  batched.aBatch = 31 * 50;
+  batched.bBatch = 50 * 40;
+  batched.cBatch = 31 * 40;
+  checkGemm(batched, backend::hostTarget());
+  // B shared by every batch (stride 0) as a transposed weight, a bias per
+  // batch and row.
+  GemmSpec shared = batched;
+  shared.bBatch = 0;
+  shared.bRow = 1;
+  shared.bCol = 50;
+  shared.hasBias = true;
+  shared.biasBatch = 31;
+  shared.biasRow = 1;
+  shared.biasCol = 0;
+  checkGemm(shared, backend::hostTarget());
+  // Batches laid out between rows: C[i][b][j].
+  GemmSpec interleaved = rowMajor(9, 33, 300);
+  interleaved.batch = 2;
+  interleaved.aBatch = 9 * 300;
+  interleaved.bBatch = 300 * 33;
+  interleaved.cBatch = 33;
+  interleaved.cRow = 2 * 33;
+  checkGemm(interleaved, backend::hostTarget());
+}
+
+TEST(GemmEmitter, BiasEpilogues) {
+  // A Linear layer's bias[j], with k over several blocks.
+  GemmSpec rowBias = rowMajor(65, 70, 600);
+  rowBias.hasBias = true;
+  rowBias.biasCol = 1;
+  checkGemm(rowBias, backend::hostTarget());
+  // addmm with a full matrix, alpha and beta.
+  GemmSpec full = rowMajor(63, 65, 7);
+  full.hasBias = true;
+  full.biasRow = 65;
+  full.biasCol = 1;
+  full.alpha = 0.5;
+  full.beta = 2.0;
+  checkGemm(full, backend::hostTarget());
+  // A bias per row, a strided bias (gathered), alpha without a bias.
+  GemmSpec column = rowMajor(40, 48, 20);
+  column.hasBias = true;
+  column.biasRow = 1;
+  column.biasCol = 0;
+  column.beta = -1.0;
+  checkGemm(column, backend::hostTarget());
+  GemmSpec gathered = rowMajor(13, 40, 1000);
+  gathered.hasBias = true;
+  gathered.biasRow = 1;
+  gathered.biasCol = 13;
+  gathered.alpha = -1.5;
+  checkGemm(gathered, backend::hostTarget());
+  GemmSpec scaled = rowMajor(20, 33, 65);
+  scaled.alpha = -1.5;
+  checkGemm(scaled, backend::hostTarget());
+  // beta == 0 ignores bias, NaN and all, as torch does.
+  GemmSpec ignored = rowMajor(65, 63, 65);
+  ignored.hasBias = true;
+  ignored.biasRow = 63;
+  ignored.biasCol = 1;
+  ignored.beta = 0.0;
+  ignored.alpha = 3.0;
+  checkGemm(ignored, backend::hostTarget(), /*nanBias=*/true);
+  // k == 0: C is beta * bias.
+  GemmSpec empty = rowMajor(7, 65, 0);
+  empty.hasBias = true;
+  empty.biasCol = 1;
+  empty.beta = 0.25;
+  checkGemm(empty, backend::hostTarget());
+}
+
+TEST(GemmEmitter, EveryVectorWidth) {
+  std::vector<HostTarget> hosts = {withVectorBits(128), withVectorBits(256)};
+  if (hostHasAvx512())
+    hosts.push_back(withVectorBits(512));
+  // The x86-64 baseline: SSE2 and no FMA (multiply-adds split).
+  HostTarget baseline;
+  baseline.vectorBits = 128;
+  baseline.cpuName = "x86-64";
+  hosts.push_back(baseline);
+  for (const HostTarget &host : hosts) {
+    GemmSpec plain = rowMajor(65, 63, 300);
+    checkGemm(plain, host);
+    GemmSpec linear = rowMajor(63, 65, 37);
+    linear.bRow = 1;
+    linear.bCol = 37;
+    linear.hasBias = true;
+    linear.biasCol = 1;
+    checkGemm(linear, host);
+    GemmSpec transposedA = rowMajor(31, 70, 1000);
+    transposedA.aRow = 1;
+    transposedA.aCol = 31;
+    checkGemm(transposedA, host);
+  }
+}
+
+TEST(GemmEmitter, TilesFollowTheTarget) {
+  // One thread: the largest tiles. Sixteen threads' worth: many more.
+  GemmSpec spec = rowMajor(1024, 1024, 1024);
+  spec.targetTiles = 1;
+  llvm::LLVMContext context;
+  llvm::Module module("tiles", context);
+  backend::EmittedGemm large =
+      backend::emitGemm(module, spec, withVectorBits(256), "large");
+  spec.targetTiles = 64;
+  backend::EmittedGemm small =
+      backend::emitGemm(module, spec, withVectorBits(256), "small");
+  EXPECT_GE(small.parallelRange, 32);
+  EXPECT_LT(large.parallelRange, small.parallelRange);
+  EXPECT_GT(large.stackBytes, 0);
+  EXPECT_LE(large.stackBytes, int64_t(768) << 10);
+  EXPECT_EQ(large.work, int64_t(1024) * 1024 * 1024);
+  // Every target gives a grid, and tiles never outnumber the 6 x 16 micro-
+  // tiles of C.
+  for (int64_t m : {1, 7, 100, 777, 2048})
+    for (int64_t n : {1, 30, 385, 4096})
+      for (int64_t target : {1, 2, 3, 16, 64, 1000}) {
+        GemmSpec shape = rowMajor(m, n, 64);
+        shape.targetTiles = target;
+        backend::EmittedGemm emitted =
+            backend::emitGemm(module, shape, withVectorBits(256), "grid");
+        EXPECT_GE(emitted.parallelRange, 1);
+        EXPECT_LE(emitted.parallelRange, (m + 5) / 6 * ((n + 15) / 16));
+        emitted.function->eraseFromParent();
+      }
+}
