@@ -372,6 +372,7 @@ STANDALONE_OPS = ["nn.functional.conv1d", "nn.functional.conv2d", "nn.functional
 
 @pytest.mark.parametrize("name", STANDALONE_OPS)
 def test_op_db_samples_export_natively(name, tmp_path):
+    pytest.importorskip("expecttest")  # op_db's own dependency
     from torch.testing._internal.common_methods_invocations import op_db
 
     info = next(op for op in op_db if op.name == name and op.variant_test_name == "")
