@@ -86,14 +86,18 @@ typedef struct {
   int started;
   pthread_mutex_t mutex;
   pthread_cond_t wake;
-  atomic_ulong generation;
+  /* What idle workers poll, what busy ones take chunks from and what the
+     caller polls sit on cache lines of their own: sharing one, every chunk
+     taken would invalidate the line all spinning threads read. */
+  _Alignas(64) atomic_ulong generation;
   atomic_int stop;
   /* the current job */
   kiln_kernel kernel;
   char *const *arguments;
   int64_t chunk_size, range, chunk_count;
-  atomic_llong next_chunk;
-  atomic_int pending; /* workers not yet done with the job */
+  _Alignas(64) atomic_llong next_chunk;
+  _Alignas(64) atomic_int pending; /* workers not yet done with the job */
+  char padding[60];
 } kiln_pool;
 
 static void run_chunks(kiln_pool *pool) {
@@ -363,9 +367,10 @@ kiln_status KILN_API(create)(const char *weights_path, int num_threads,
   if (!result)
     return fail(KILN_ERROR_INVALID_ARGUMENT, "create: `model` is NULL");
   *result = NULL;
-  KILN_HANDLE *model = (KILN_HANDLE *)calloc(1, sizeof(KILN_HANDLE));
-  if (!model)
+  KILN_HANDLE *model = NULL;
+  if (posix_memalign((void **)&model, 64, sizeof(KILN_HANDLE)) != 0)
     return fail(KILN_ERROR_OUT_OF_MEMORY, "cannot allocate the model");
+  memset(model, 0, sizeof(KILN_HANDLE));
   pool_init(&model->pool);
   kiln_status status = KILN_OK;
   if (weights_path) {
