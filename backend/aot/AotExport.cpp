@@ -736,40 +736,18 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
   steps << "static const kiln_step_desc STEPS[] = {\n";
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const loop::Kernel &kernel = program.steps[s].kernel;
-    const KernelSchedule &plan = schedule.kernel(s);
     std::string function = "kiln_" + name + "_k" + std::to_string(s);
     // About four GEMM tiles per thread of a 16-core machine.
-    std::optional<EmittedKernel> gemm =
-        kernel.contraction
-            ? emitContraction(module, program, kernel, function, aot.host, 64)
-            : std::nullopt;
-    EmittedKernel emitted = gemm ? std::move(*gemm)
-                                 : emitCpuKernel(module, program, kernel, plan,
-                                                 function, aot.host, math);
+    EmittedKernel emitted =
+        emitCpuStep(module, program, kernel, schedule.kernel(s), function,
+                    aot.host, math, 64);
     emitted.function->setVisibility(llvm::GlobalValue::HiddenVisibility);
-    int64_t range = 1;
-    for (size_t level = 0; level < plan.parallelDepth; ++level)
-      range *= kernel.outerRanges[level];
-    int64_t outerPoints = 1, inner = 0;
-    for (int64_t outer : kernel.outerRanges)
-      outerPoints *= std::max<int64_t>(outer, 0);
-    for (const loop::Loop &loop : kernel.loops)
-      inner += numelOf(loop.ranges) < 0 ? 0 : numelOf(loop.ranges);
-    int64_t work = outerPoints * std::max<int64_t>(inner, 1);
-    int64_t alignment =
-        plan.strategy == VectorStrategy::Outer && kernel.outerRanges.size() == 1
-            ? plan.lanes * plan.unroll
-            : 1;
-    if (emitted.parallelRange >= 0) { // a GEMM splits its own tiles
-      range = emitted.parallelRange;
-      work = emitted.work;
-      alignment = 1;
-    }
     declarations << "void " << function
                  << "(char *const *, int64_t, int64_t);\n";
     steps << "  {" << function << ", " << slotCount << ", "
-          << emitted.buffers.size() << ", " << range << "LL, " << alignment
-          << "LL, " << work << "LL}, /* " << kernel.name << " */\n";
+          << emitted.buffers.size() << ", " << emitted.parallelRange << "LL, "
+          << emitted.alignment << "LL, " << emitted.work << "LL}, /* "
+          << kernel.name << " */\n";
     for (int64_t buffer : emitted.buffers)
       slots << buffer << ", ";
     slotCount += static_cast<int64_t>(emitted.buffers.size());

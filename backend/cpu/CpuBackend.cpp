@@ -270,59 +270,31 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
   result->impl_->kernels.resize(program.steps.size());
   for (size_t stepIndex : kernelSteps)
     result->impl_->kernels[stepIndex] = CompiledKernel{};
-  unsigned threads = runOnThreads(kernelSteps.size(), [&](unsigned,
-                                                          size_t index) {
-    size_t stepIndex = kernelSteps[index];
-    const loop::Kernel &kernel = program.steps[stepIndex].kernel;
-    names[stepIndex] = "kiln_" + std::to_string(programNumber) + "_" +
-                       std::to_string(stepIndex) + "_" + kernel.name;
-    ModuleToCompile &pending = modules[index];
-    pending.context = std::make_unique<llvm::LLVMContext>();
-    pending.module =
-        std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
-    jit.prepare(*pending.module);
-    const KernelSchedule &plan = schedule.kernel(stepIndex);
-    // A contraction the GEMM emitter recognises is a GEMM, tiled for
-    // about four tiles per thread.
-    std::optional<EmittedKernel> gemm =
-        kernel.contraction
-            ? emitContraction(*pending.module, program, kernel,
-                              names[stepIndex], jit.host(),
-                              4 * int64_t(ThreadPool::instance().threadCount()))
-            : std::nullopt;
-    EmittedKernel emitted =
-        gemm ? std::move(*gemm)
-             : emitCpuKernel(*pending.module, program, kernel, plan,
-                             names[stepIndex], jit.host(), math);
-    CompiledKernel &compiled = *result->impl_->kernels[stepIndex];
-    for (size_t level = 0; level < plan.parallelDepth; ++level)
-      compiled.parallelRange *= kernel.outerRanges[level];
-    compiled.buffers = emitted.buffers;
-    if (emitted.parallelRange >= 0) {
-      compiled.parallelRange = emitted.parallelRange;
-      compiled.work = emitted.work;
-      if (cached)
-        keys[index] =
-            emitted.key.empty() ? kernelKey(*emitted.function) : emitted.key;
-      return;
-    }
-    int64_t outerPoints = 1;
-    for (int64_t range : kernel.outerRanges)
-      outerPoints *= std::max<int64_t>(range, 0);
-    int64_t inner = 0;
-    for (const loop::Loop &loop : kernel.loops) {
-      int64_t points = 1;
-      for (int64_t range : loop.ranges)
-        points *= std::max<int64_t>(range, 0);
-      inner += points;
-    }
-    compiled.work = outerPoints * std::max<int64_t>(inner, 1);
-    if (plan.strategy == VectorStrategy::Outer &&
-        kernel.outerRanges.size() == 1)
-      compiled.alignment = plan.lanes * plan.unroll;
-    if (cached)
-      keys[index] = kernelKey(*emitted.function);
-  });
+  unsigned threads =
+      runOnThreads(kernelSteps.size(), [&](unsigned, size_t index) {
+        size_t stepIndex = kernelSteps[index];
+        const loop::Kernel &kernel = program.steps[stepIndex].kernel;
+        names[stepIndex] = "kiln_" + std::to_string(programNumber) + "_" +
+                           std::to_string(stepIndex) + "_" + kernel.name;
+        ModuleToCompile &pending = modules[index];
+        pending.context = std::make_unique<llvm::LLVMContext>();
+        pending.module =
+            std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
+        jit.prepare(*pending.module);
+        // GEMMs get about four tiles per thread.
+        EmittedKernel emitted = emitCpuStep(
+            *pending.module, program, kernel, schedule.kernel(stepIndex),
+            names[stepIndex], jit.host(), math,
+            4 * int64_t(ThreadPool::instance().threadCount()));
+        CompiledKernel &compiled = *result->impl_->kernels[stepIndex];
+        compiled.buffers = emitted.buffers;
+        compiled.parallelRange = emitted.parallelRange;
+        compiled.work = emitted.work;
+        compiled.alignment = emitted.alignment;
+        if (cached)
+          keys[index] =
+              emitted.key.empty() ? kernelKey(*emitted.function) : emitted.key;
+      });
   times.lap("LLVM IR emission (" + std::to_string(threads) + " threads)");
 
   // Kernels whose code is cached, or the same as an earlier kernel's, are

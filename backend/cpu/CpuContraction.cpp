@@ -174,4 +174,35 @@ emitContraction(llvm::Module &module, const loop::Program &program,
   return emitted;
 }
 
+EmittedKernel emitCpuStep(llvm::Module &module, const loop::Program &program,
+                          const loop::Kernel &kernel,
+                          const KernelSchedule &schedule,
+                          const std::string &name, const HostTarget &host,
+                          const MathLibrary &math, int64_t targetTiles) {
+  if (kernel.contraction)
+    if (std::optional<EmittedKernel> gemm =
+            emitContraction(module, program, kernel, name, host, targetTiles))
+      return std::move(*gemm); // its tiles are its own
+  EmittedKernel emitted =
+      emitCpuKernel(module, program, kernel, schedule, name, host, math);
+  emitted.parallelRange = 1;
+  for (size_t level = 0; level < schedule.parallelDepth; ++level)
+    emitted.parallelRange *= kernel.outerRanges[level];
+  int64_t outerPoints = 1, inner = 0;
+  for (int64_t range : kernel.outerRanges)
+    outerPoints *= std::max<int64_t>(range, 0);
+  for (const loop::Loop &loop : kernel.loops) {
+    int64_t points = 1;
+    for (int64_t range : loop.ranges)
+      points *= std::max<int64_t>(range, 0);
+    inner += points;
+  }
+  emitted.work = outerPoints * std::max<int64_t>(inner, 1);
+  // Chunks of whole vectors leave every chunk but the last without a tail.
+  if (schedule.strategy == VectorStrategy::Outer &&
+      kernel.outerRanges.size() == 1)
+    emitted.alignment = schedule.lanes * schedule.unroll;
+  return emitted;
+}
+
 } // namespace kiln::backend

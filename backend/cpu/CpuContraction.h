@@ -1,6 +1,7 @@
 // Contraction kernels (loop::Kernel::contraction) as GEMMs: recognises the
 // matrix product a kernel's loops compute, with the layout of each operand,
-// and emits it through the GEMM emitter. Depends on
+// and emits it through the GEMM emitter; and the one choice, per kernel step,
+// between that and the loop emitter. Depends on
 // backend/cpu/{CpuKernelEmitter,GemmEmitter,HostTarget}.h, ir/LoopIR.h.
 #pragma once
 
@@ -32,5 +33,15 @@ std::optional<EmittedKernel>
 emitContraction(llvm::Module &module, const loop::Program &program,
                 const loop::Kernel &kernel, const std::string &name,
                 const HostTarget &host, int64_t targetTiles);
+
+/// One kernel step for the CPU, as the JIT and export both emit it: a GEMM
+/// where `kernel` is a contraction emitContraction recognises, else the loop
+/// emitter's code under `schedule`; either way with its parallel range,
+/// work and chunk alignment filled in.
+EmittedKernel emitCpuStep(llvm::Module &module, const loop::Program &program,
+                          const loop::Kernel &kernel,
+                          const KernelSchedule &schedule,
+                          const std::string &name, const HostTarget &host,
+                          const MathLibrary &math, int64_t targetTiles);
 
 } // namespace kiln::backend

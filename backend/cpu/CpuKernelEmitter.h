@@ -25,11 +25,13 @@ struct EmittedKernel {
   /// The program buffer whose data pointer each element of the function's
   /// `buffers` argument is.
   std::vector<int64_t> buffers;
-  /// A kernel emitted other than by its schedule (a GEMM): the range of
-  /// outer points the function splits across threads and the elements it
-  /// touches, roughly; -1 where the schedule says (its parallel loops).
+  /// The range [0, parallelRange) the function takes as [begin, end) and
+  /// splits across threads, the elements it touches (roughly), and the
+  /// multiple chunk boundaries keep. emitCpuStep fills them in; -1 where a
+  /// kernel's schedule says (emitCpuKernel leaves them so).
   int64_t parallelRange = -1;
   int64_t work = -1;
+  int64_t alignment = 1;
   /// The kernel cache's key where the function's own IR is not all of its
   /// code (it calls functions emitted with it); empty: its IR.
   std::string key;

@@ -271,6 +271,31 @@ ReductionKernel poolKernel(Lowerer &lowerer, const TensorMeta &meta,
   return ReductionKernel(lowerer, domain, {dims, dims + 1});
 }
 
+// The element of a pooling kernel's (poolKernel) current tap in `math`, and
+// whether the tap lies inside the input (nullptr: always); its row and column
+// in the input plane.
+struct PoolTap {
+  const Expr *element;
+  const Expr *inside;
+  WindowPosition row, column;
+};
+
+PoolTap poolTap(Lowerer &lowerer, const ReductionKernel &kernel,
+                const LoweredTensor &input, const WindowDim &height,
+                const WindowDim &width, DType math) {
+  const Index &index = kernel.index();
+  size_t leading = index.size() - 4;
+  WindowPosition row =
+      windowPosition(lowerer, height, index[leading], index[leading + 2]);
+  WindowPosition column =
+      windowPosition(lowerer, width, index[leading + 1], index[leading + 3]);
+  Index at(index.begin(), index.begin() + leading);
+  at.push_back(row.position);
+  at.push_back(column.position);
+  return {lowerer.cast(input.loader(at), math),
+          conjunction(lowerer, row.inside, column.inside), row, column};
+}
+
 // max_pool2d_with_indices(self, kernel_size, stride, padding, dilation,
 // ceil_mode) and max_pool2d: the window's maximum and, for the former, its
 // position h * W + w in the input plane, as torch's CPU kernel picks it:
@@ -289,17 +314,8 @@ LoweringResult maxPool(Lowerer &lowerer, const Node &node) {
 
   DType math = accumulationType(meta.dtype);
   ReductionKernel kernel = poolKernel(lowerer, meta, height.taps, width.taps);
-  const Index &index = kernel.index();
-  int64_t leading = meta.dim() - 2;
-  WindowPosition h =
-      windowPosition(lowerer, height, index[leading], index[leading + 2]);
-  WindowPosition w =
-      windowPosition(lowerer, width, index[leading + 1], index[leading + 3]);
-  Index at(index.begin(), index.begin() + leading);
-  at.push_back(h.position);
-  at.push_back(w.position);
-  const Expr *element = lowerer.cast(input.loader(at), math);
-  const Expr *inside = conjunction(lowerer, h.inside, w.inside);
+  PoolTap tap = poolTap(lowerer, kernel, input, height, width, math);
+  const Expr *element = tap.element, *inside = tap.inside;
   const Expr *lowest =
       lowerer.constant(-std::numeric_limits<double>::infinity(), math);
   const Expr *maximum = kernel.reduce(
@@ -312,7 +328,8 @@ LoweringResult maxPool(Lowerer &lowerer, const Node &node) {
     kernel.newPass();
     loop::ExprContext &exprs = lowerer.exprs();
     const Expr *flat =
-        exprs.add(exprs.mul(h.position, exprs.integer(width.size)), w.position);
+        exprs.add(exprs.mul(tap.row.position, exprs.integer(width.size)),
+                  tap.column.position);
     const Expr *isMaximum = conjunction(
         lowerer, inside, lowerer.binary(BinaryOp::Eq, element, maximum));
     const Expr *isNan =
@@ -387,15 +404,8 @@ LoweringResult avgPool(Lowerer &lowerer, const Node &node) {
   ReductionKernel kernel = poolKernel(lowerer, meta, height.taps, width.taps);
   const Index &index = kernel.index();
   int64_t leading = meta.dim() - 2;
-  WindowPosition h =
-      windowPosition(lowerer, height, index[leading], index[leading + 2]);
-  WindowPosition w =
-      windowPosition(lowerer, width, index[leading + 1], index[leading + 3]);
-  Index at(index.begin(), index.begin() + leading);
-  at.push_back(h.position);
-  at.push_back(w.position);
-  const Expr *element = lowerer.cast(input.loader(at), math);
-  const Expr *inside = conjunction(lowerer, h.inside, w.inside);
+  PoolTap tap = poolTap(lowerer, kernel, input, height, width, math);
+  const Expr *element = tap.element, *inside = tap.inside;
   if (inside)
     element = lowerer.where(inside, element, lowerer.constant(0, math));
   const Expr *sum = kernel.reduce(ReduceOp::Sum, element);

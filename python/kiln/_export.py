@@ -149,14 +149,14 @@ def export(fn, example_inputs, directory, *, name=None, target=None, embed_weigh
         raise ValueError(f"kiln.export: name must be a C identifier, got {name!r}")
     if target is not None and not isinstance(target, str):
         raise TypeError(f"kiln.export: target must be an LLVM CPU name, got {target!r}")
-    for _, tensor in _example_tensors(function, self, example_inputs, example_kwargs):
+    examples = _example_tensors(function, self, example_inputs, example_kwargs)
+    for _, tensor in examples:
         if tensor.device.type != "cpu":
             raise _C.Unsupported(f"export: example inputs must be on the CPU, got {tensor.device}")
 
     with torch.no_grad():
         graph, inputs, sources, output_names, notes = _C.capture_for_export(
             function, self, tuple(example_inputs), example_kwargs)
-    examples = _example_tensors(function, self, example_inputs, example_kwargs)
     position = {}
     for index, (_, tensor) in enumerate(examples):
         position.setdefault(id(tensor), index)

@@ -49,6 +49,15 @@ def read_output(prefix, index, dtype, shape):
     return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
 
 
+def first_output_from_c(result, inputs, tmp_path, shape):
+    """Builds the export's driver, runs it on `inputs` in a process without
+    Python and reads its float32 output 0."""
+    binary = build_driver(result, tmp_path)
+    run, prefix = run_driver(binary, result, inputs, tmp_path)
+    assert run.returncode == 0, run.stderr
+    return read_output(prefix, 0, torch.float32, shape)
+
+
 class Attention(torch.nn.Module):
     def __init__(self, dim, heads):
         super().__init__()
@@ -131,10 +140,8 @@ def test_transformer_stack_runs_from_c_and_python(tmp_path):
     fresh = torch.randn(2, 16, 32)
     with torch.no_grad():
         want = model(fresh)
-    binary = build_driver(result, tmp_path)
-    run, prefix = run_driver(binary, result, [fresh], tmp_path)
-    assert run.returncode == 0, run.stderr
-    close(read_output(prefix, 0, torch.float32, (2, 16, 32)), want, rtol=1e-4, atol=1e-4)
+    close(first_output_from_c(result, [fresh], tmp_path, (2, 16, 32)), want, rtol=1e-4,
+          atol=1e-4)
     program = kiln.load_exported(result.directory, "stack")
     close(program(fresh)[0], want, rtol=1e-4, atol=1e-4)
     # A second run on the same model gives the same answer.
@@ -309,10 +316,8 @@ def test_gpt_with_embeddings_runs_from_c(tmp_path):
     fresh = torch.randint(0, 97, (2, 12))
     with torch.no_grad():
         want = model(fresh)
-    binary = build_driver(result, tmp_path)
-    run, prefix = run_driver(binary, result, [fresh], tmp_path)
-    assert run.returncode == 0, run.stderr
-    close(read_output(prefix, 0, torch.float32, (2, 12, 97)), want, rtol=1e-4, atol=1e-4)
+    close(first_output_from_c(result, [fresh], tmp_path, (2, 12, 97)), want, rtol=1e-4,
+          atol=1e-4)
 
 
 def test_index_select_and_out_of_range_indices(tmp_path):
@@ -355,10 +360,8 @@ def test_small_cnn_runs_from_c(tmp_path):
     fresh = torch.randn(2, 3, 15, 13)
     with torch.no_grad():
         want = model(fresh)
-    binary = build_driver(result, tmp_path)
-    run, prefix = run_driver(binary, result, [fresh], tmp_path)
-    assert run.returncode == 0, run.stderr
-    close(read_output(prefix, 0, torch.float32, (2, 5)), want, rtol=1e-4, atol=1e-4)
+    close(first_output_from_c(result, [fresh], tmp_path, (2, 5)), want, rtol=1e-4,
+          atol=1e-4)
 
 
 # Ops that programs without torch lower natively, driven by op_db's own
