@@ -3,6 +3,8 @@
 // ir/Logging.h, CPython.
 #include "frontend/CodeCache.h"
 
+#include "bridge/DynamicRunner.h"
+#include "bridge/PythonConversion.h"
 #include "bridge/RunnerChoice.h"
 #include "frontend/EvalFrameHook.h"
 #include "frontend/SymbolicEvaluator.h"
@@ -32,6 +34,9 @@ struct CacheEntry {
   size_t continuationLocals = 0;
   /// The globals the continuation runs with (it holds them).
   PyObject *globals = nullptr;
+  /// The sizes of the graph inputs in the capturing call, by source
+  /// (automatic dynamic shapes compares them).
+  std::vector<std::pair<std::string, Shape>> inputSizes;
 };
 
 namespace {
@@ -124,6 +129,10 @@ CodeCache::makeRunner(const std::shared_ptr<Graph> &graph,
   std::string eagerReason;
   if (needsAutograd(*graph, graphInputs))
     eagerReason = "autograd records its history (an input requires grad)";
+  if (!graph->symbols().empty())
+    return std::make_unique<python::DynamicRunner>(
+        graph, python::OutputForm::Tuple, options_.backend,
+        std::move(eagerReason), name, options_.mode);
   return python::chooseGraphRunner(graph, python::OutputForm::Tuple,
                                    options_.backend, std::move(eagerReason),
                                    name, /*checkInputs=*/false, options_.mode);
@@ -284,25 +293,36 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
                         const std::string &name,
                         std::vector<py::object> &graphInputs,
                         std::vector<py::object> &reads) const {
-  Capture capture;
   auto entry = std::make_shared<CacheEntry>();
-  {
+  Capture capture;
+  for (int attempt = 0;; ++attempt) {
+    capture = this->capture(function, inputs, name);
+    // The graph's inputs are exactly what the guard tree collects.
+    graphInputs.clear();
+    std::string failure;
+    if (!capture.guards.evaluate(inputs, graphInputs, &failure, &reads))
+      throw Error("the guards of a fresh capture fail on the call that made "
+                  "them (" +
+                  failure + ")");
+    entry->inputSizes.clear();
+    for (size_t slot = 0; slot < graphInputs.size(); ++slot)
+      entry->inputSizes.emplace_back(
+          capture.guards.graphInputSource(slot)->str(),
+          python::tensorMetaOf(graphInputs[slot]).sizes);
+    // A size that changed since an earlier capture: capture again with it
+    // symbolic (once: the second capture learns nothing new).
+    if (attempt > 0 || !capture.graph->symbols().empty() ||
+        !learnDynamicDims(*entry))
+      break;
+  }
+  if (capture.graphBreak) {
     HookSuspension suspension;
-    capture = captureFunction(function, inputs, !options_.fullgraph);
-    if (capture.graphBreak)
-      makeContinuation(*entry, *capture.graphBreak, inputs);
+    makeContinuation(*entry, *capture.graphBreak, inputs);
   }
   entry->output = std::move(capture.output);
   entry->guards = std::move(capture.guards);
   entry->graphBreak = capture.graphBreak;
   entry->replay = capture.replay;
-  // The graph's inputs are exactly what the guard tree collects.
-  graphInputs.clear();
-  std::string failure;
-  if (!entry->guards.evaluate(inputs, graphInputs, &failure, &reads))
-    throw Error("the guards of a fresh capture fail on the call that made "
-                "them (" +
-                failure + ")");
   // Choosing the runner cleans the graph up (dead code): log it after.
   entry->runner = makeRunner(capture.graph, graphInputs, name);
   entry->graphText = capture.graph->str();
@@ -318,6 +338,73 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
     logArtifact("breaks",
                 name + " has " + breakDescription(*entry->graphBreak));
   return entry;
+}
+
+Capture CodeCache::capture(PyObject *function, const FrameInputs &inputs,
+                           const std::string &name) const {
+  DynamicPolicy policy;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    policy = policy_;
+  }
+  policy.mode = options_.dynamic;
+  bool symbolic = policy.mode == DynamicPolicy::Mode::Always ||
+                  (policy.mode == DynamicPolicy::Mode::Automatic &&
+                   !policy.learned.empty());
+  // Tensors marked by kiln.mark_dynamic among the arguments.
+  for (int i = 0; i < inputs.localCount && !symbolic &&
+                  policy.mode != DynamicPolicy::Mode::Never;
+       ++i) {
+    PyObject *local = inputs.locals[i];
+    symbolic = local && python::isTensor(local) &&
+               (PyObject_HasAttrString(local, "_kiln_dynamic_dims") ||
+                PyObject_HasAttrString(local, "_dynamo_dynamic_indices"));
+  }
+  HookSuspension suspension;
+  if (symbolic) {
+    try {
+      return captureFunction(function, inputs, false, &policy);
+    } catch (const Unsupported &error) {
+      if (logEnabled("recompiles"))
+        logArtifact("recompiles", name + ": no capture with dynamic shapes (" +
+                                      error.what() + "); static shapes");
+    } catch (py::error_already_set &error) {
+      if (logEnabled("recompiles"))
+        logArtifact("recompiles", name + ": no capture with dynamic shapes (" +
+                                      error.what() + "); static shapes");
+    }
+  }
+  return captureFunction(function, inputs, !options_.fullgraph);
+}
+
+bool CodeCache::learnDynamicDims(const CacheEntry &entry) const {
+  if (options_.dynamic != DynamicPolicy::Mode::Automatic)
+    return false;
+  std::shared_ptr<const EntryList> entries = this->entries();
+  bool learned = false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto &earlier : *entries) {
+    for (const auto &[source, sizes] : earlier->inputSizes) {
+      for (const auto &[newSource, newSizes] : entry.inputSizes) {
+        if (newSource != source || newSizes.size() != sizes.size())
+          continue;
+        for (size_t d = 0; d < sizes.size(); ++d) {
+          if (sizes[d] == newSizes[d] || newSizes[d] < 2)
+            continue;
+          if (!policy_.learned[source].insert(d).second)
+            continue;
+          learned = true;
+          if (logEnabled("recompiles"))
+            logArtifact("recompiles", source + " size " + std::to_string(d) +
+                                          " changed (" +
+                                          std::to_string(sizes[d]) + " -> " +
+                                          std::to_string(newSizes[d]) +
+                                          "): dynamic from now on");
+        }
+      }
+    }
+  }
+  return learned;
 }
 
 void CodeCache::makeContinuation(CacheEntry &entry,

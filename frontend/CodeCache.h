@@ -6,6 +6,7 @@
 
 #include "bridge/GraphRunner.h"
 #include "frontend/GuardTree.h"
+#include "frontend/SymbolicEvaluator.h"
 #include "ir/Graph.h"
 
 #include <pybind11/pybind11.h>
@@ -25,6 +26,8 @@ struct CacheOptions {
   /// "default", "reduce-overhead" (GPU graphs replayed as CUDA graphs)
   /// or "max-autotune" (as default today).
   std::string mode = "default";
+  /// kiln.compile's `dynamic`: None (Automatic), True (Always), False.
+  DynamicPolicy::Mode dynamic = DynamicPolicy::Mode::Automatic;
 };
 
 struct CacheEntry;
@@ -67,6 +70,14 @@ private:
   /// code, once per entry, by kiln._resume).
   static void makeContinuation(CacheEntry &entry, const GraphBreak &graphBreak,
                                const FrameInputs &inputs);
+  /// Captures with the dims the policy makes symbolic where it makes any,
+  /// else (or where that capture fails) with static shapes.
+  Capture capture(PyObject *function, const FrameInputs &inputs,
+                  const std::string &name) const;
+  /// Automatic dynamic shapes: the dims of graph inputs whose sizes differ
+  /// from those of an earlier entry's same input join the policy's learned
+  /// dims; says whether any did.
+  bool learnDynamicDims(const CacheEntry &entry) const;
   /// The entries now (threads replace the list as a whole, atomically).
   std::shared_ptr<const EntryList> entries() const;
   /// Adds `entry` unless the cache limit is reached; says whether it did.
@@ -81,6 +92,8 @@ private:
   /// while Python runs).
   mutable std::mutex mutex_;
   std::string fallbackReason_;
+  /// Dims learned to vary (guarded by mutex_).
+  mutable DynamicPolicy policy_;
   std::atomic<long> hits_{0};
   std::atomic<long> misses_{0};
   std::atomic<long> fallbacks_{0};

@@ -188,16 +188,23 @@ int compiledClear(PyObject *object) {
 
 PyObject *compiledNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   static const char *keywords[] = {"function",    "backend", "fullgraph",
-                                   "cache_limit", "mode",    nullptr};
+                                   "cache_limit", "mode",    "dynamic",
+                                   nullptr};
   PyObject *function = nullptr;
   const char *backend = "llvm";
   int fullgraph = 0;
   int cacheLimit = 8;
   const char *mode = "default";
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|spis",
-                                   const_cast<char **>(keywords), &function,
-                                   &backend, &fullgraph, &cacheLimit, &mode))
+  PyObject *dynamic = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kwargs, "O|spisO", const_cast<char **>(keywords), &function,
+          &backend, &fullgraph, &cacheLimit, &mode, &dynamic))
     return nullptr;
+  if (dynamic != Py_None && dynamic != Py_True && dynamic != Py_False) {
+    PyErr_Format(PyExc_TypeError, "dynamic must be None, True or False, got %s",
+                 Py_TYPE(dynamic)->tp_name);
+    return nullptr;
+  }
   PyObject *self = nullptr;
   if (PyMethod_Check(function)) {
     self = PyMethod_GET_SELF(function);
@@ -235,8 +242,11 @@ PyObject *compiledNew(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   object->vectorcall = compiledCall;
   object->function = Py_NewRef(function);
   object->boundSelf = Py_XNewRef(self);
-  object->cache =
-      new CodeCache(CacheOptions{backend, fullgraph != 0, cacheLimit, mode});
+  CacheOptions options{backend, fullgraph != 0, cacheLimit, mode};
+  options.dynamic = dynamic == Py_True    ? DynamicPolicy::Mode::Always
+                    : dynamic == Py_False ? DynamicPolicy::Mode::Never
+                                          : DynamicPolicy::Mode::Automatic;
+  object->cache = new CodeCache(std::move(options));
   return reinterpret_cast<PyObject *>(object);
 }
 

@@ -31,10 +31,15 @@ struct Handles {
   py::module_ trace = py::module_::import("kiln._trace");
   py::object traceCall = trace.attr("trace");
   py::object metaTensor = trace.attr("meta_tensor");
+  py::module_ symbolicModule = py::module_::import("kiln._symbolic");
   py::object tensorType = torch.attr("Tensor");
   py::object moduleBase = torch.attr("nn").attr("Module");
   py::object moduleCall = moduleBase.attr("__call__");
   py::object sizeType = torch.attr("Size");
+  // Sizes that vary between calls, in a capture with dynamic shapes.
+  py::object symInt = torch.attr("SymInt");
+  py::object symFloat = torch.attr("SymFloat");
+  py::object symBool = torch.attr("SymBool");
   py::object noGrad = torch.attr("no_grad");
   py::object enableGrad = torch.attr("enable_grad");
   py::object isGradEnabled = torch.attr("is_grad_enabled");
@@ -127,9 +132,12 @@ bool isTorchModuleName(const std::string &name);
 
 class Evaluator {
 public:
-  explicit Evaluator(const FrameInputs &inputs)
-      : inputs_(inputs), graph_(std::make_shared<Graph>()) {
+  explicit Evaluator(const FrameInputs &inputs,
+                     const DynamicPolicy *dynamic = nullptr)
+      : inputs_(inputs), graph_(std::make_shared<Graph>()), dynamic_(dynamic) {
     gradEnabled_ = Handles::get().isGradEnabled().cast<bool>();
+    if (dynamic_)
+      symbolic_ = Handles::get().symbolicModule.attr("SymbolicCapture")();
   }
 
   Capture run(py::handle function);
@@ -250,6 +258,21 @@ private:
   py::object toTraceObject(const VariablePtr &value);
   VariablePtr fromTraceObject(py::handle object);
   py::object metaTensorOf(Value *value);
+
+  // --- dynamic shapes (SymbolicEvaluator.cpp) -----------------------------
+  /// The dims of an input tensor the capture makes symbolic.
+  std::vector<int64_t> dynamicDims(py::handle tensor, const SourcePtr &source,
+                                   const TensorMeta &meta);
+  /// A size from kiln._symbolic.describe's form; torch's symbols are
+  /// numbered as they are first met.
+  SymSize sizeOf(py::handle description);
+  /// The symbolic layout of kiln._symbolic.layout's description (null when
+  /// it is None).
+  std::shared_ptr<const SymbolicLayout> layoutOf(py::handle description);
+  /// A recorded argument that holds torch SymInts, as a symbolic Argument.
+  std::optional<Argument> symbolicArgument(py::handle argument);
+  /// The relations torch's ShapeEnv recorded, as guards.
+  void addSizeRelations();
   py::object pythonTypeOf(const VariablePtr &value);
   void checkNotInput(const VariablePtr &container, const char *what);
   /// Python's index into `size` items (negative ones count from the end);
@@ -333,6 +356,9 @@ private:
 
   FrameInputs inputs_;
   std::shared_ptr<Graph> graph_;
+  const DynamicPolicy *dynamic_ = nullptr;
+  py::object symbolic_; // kiln._symbolic.SymbolicCapture
+  std::map<std::string, int64_t> symbolNumbers_; // torch symbol -> kiln
   GuardTree guards_;
   std::vector<std::string> notes_;
   std::unordered_map<std::string, VariablePtr> bySource_;

@@ -241,6 +241,18 @@ VariablePtr Evaluator::callTensorMethod(
       unsupported("tensor." + name + " dim out of range");
     return d < 0 ? d + meta.dim() : d;
   };
+  if (meta.isSymbolic() && (name == "size" || name == "stride" ||
+                            name == "numel" || name == "nelement")) {
+    // Sizes that vary between calls: torch's SymInts, from the fake tensor.
+    py::object fake = metaTensorOf(self->tensor);
+    std::optional<int64_t> dim =
+        name == "numel" || name == "nelement" ? std::nullopt : dimArgument();
+    if (dim)
+      return Variable::constant(fake.attr(name.c_str())(*dim));
+    if (name == "nelement")
+      return Variable::constant(fake.attr("numel")());
+    return Variable::constant(fake.attr(name.c_str())());
+  }
   if (name == "size") {
     std::optional<int64_t> dim = dimArgument();
     if (dim)
@@ -299,6 +311,9 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
     case Kind::Tensor:
       if (value->tensor->meta().dim() == 0)
         unsupported("len() of a 0-d tensor");
+      if (value->tensor->meta().isSymbolic()) // specialises, with a guard
+        return Variable::constant(
+            metaTensorOf(value->tensor).attr("__len__")());
       return Variable::constant(py::int_(value->tensor->meta().sizes[0]));
     case Kind::Module: {
       if (value->source) {

@@ -42,6 +42,38 @@ bool intTupleEquals(PyObject *tuple, const Shape &expected) {
   return true;
 }
 
+// Compares a tuple of Python ints with size expressions: a symbol not yet
+// bound takes the item's value (sizes only, at least 2: 0 and 1 are
+// specialised), others must evaluate to it.
+bool intTupleMatches(PyObject *tuple, const std::vector<SymSize> &expected,
+                     std::vector<int64_t> &symbols, bool bind) {
+  if (!PyTuple_Check(tuple) ||
+      PyTuple_GET_SIZE(tuple) != static_cast<Py_ssize_t>(expected.size()))
+    return false;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    PyObject *item = PyTuple_GET_ITEM(tuple, i);
+    if (!PyLong_CheckExact(item))
+      return false;
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (overflow)
+      return false;
+    SymSize expr = expected[i];
+    if (expr->kind() == SizeKind::Symbol && symbols.at(expr->value()) < 0) {
+      if (!bind || value < 2)
+        return false;
+      symbols[expr->value()] = value;
+      continue;
+    }
+    for (int64_t symbol : size::symbolsOf(expr))
+      if (symbols.at(symbol) < 0)
+        return false;
+    if (size::evaluate(expr, symbols) != value)
+      return false;
+  }
+  return true;
+}
+
 bool attrIs(PyObject *object, PyObject *name, PyObject *expected) {
   PyObject *value = PyObject_GetAttr(object, name);
   if (!value) {
@@ -53,7 +85,8 @@ bool attrIs(PyObject *object, PyObject *name, PyObject *expected) {
   return same;
 }
 
-bool tensorMatches(PyObject *object, const GuardCheck &check) {
+bool tensorMatches(PyObject *object, const GuardCheck &check,
+                   std::vector<int64_t> &symbols) {
   const Names &n = names();
   if (reinterpret_cast<PyObject *>(Py_TYPE(object)) != check.expected.ptr())
     return false;
@@ -91,7 +124,11 @@ bool tensorMatches(PyObject *object, const GuardCheck &check) {
     PyErr_Clear();
     return false;
   }
-  bool sizesMatch = intTupleEquals(shape, meta.sizes);
+  const SymbolicLayout *symbolic =
+      meta.isSymbolic() ? meta.symbolic.get() : nullptr;
+  bool sizesMatch = symbolic
+                        ? intTupleMatches(shape, symbolic->sizes, symbols, true)
+                        : intTupleEquals(shape, meta.sizes);
   Py_DECREF(shape);
   if (!sizesMatch)
     return false;
@@ -100,15 +137,18 @@ bool tensorMatches(PyObject *object, const GuardCheck &check) {
     PyErr_Clear();
     return false;
   }
-  bool stridesMatch = intTupleEquals(strides, meta.strides);
+  bool stridesMatch =
+      symbolic ? intTupleMatches(strides, symbolic->strides, symbols, false)
+               : intTupleEquals(strides, meta.strides);
   Py_DECREF(strides);
   return stridesMatch;
 }
 
-bool checkPasses(PyObject *value, const GuardCheck &check) {
+bool checkPasses(PyObject *value, const GuardCheck &check,
+                 std::vector<int64_t> &symbols) {
   switch (check.kind) {
   case GuardCheck::Kind::TensorMatch:
-    return tensorMatches(value, check);
+    return tensorMatches(value, check, symbols);
   case GuardCheck::Kind::TypeIs:
     return reinterpret_cast<PyObject *>(Py_TYPE(value)) == check.expected.ptr();
   case GuardCheck::Kind::IdIs: {
@@ -416,6 +456,7 @@ bool GuardTree::evaluate(const FrameInputs &frame,
     }
   }
   std::vector<py::object> values(nodes_.size());
+  std::vector<int64_t> symbols(symbolCount_, -1);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node &node = nodes_[i];
     PyObject *parent = node.parent >= 0 ? values[node.parent].ptr() : nullptr;
@@ -433,10 +474,26 @@ bool GuardTree::evaluate(const FrameInputs &frame,
                     : check.kind == GuardCheck::Kind::NotSameAs
                         ? check.length < static_cast<int64_t>(i) &&
                               values[check.length].ptr() != value
-                        : checkPasses(value, check);
+                        : checkPasses(value, check, symbols);
       if (!passes) {
         if (failure)
           *failure = node.source->str() + " " + describe(check);
+        return false;
+      }
+    }
+  }
+  if (symbolCount_ > 0) {
+    for (int64_t symbol = 0; symbol < symbolCount_; ++symbol) {
+      if (symbols[symbol] < 0) {
+        if (failure)
+          *failure = "size symbol s" + std::to_string(symbol) + " unbound";
+        return false;
+      }
+    }
+    for (const SizeRelation &relation : relations_) {
+      if (!relation.holds(symbols)) {
+        if (failure)
+          *failure = "size relation " + relation.str() + " failed";
         return false;
       }
     }
@@ -452,6 +509,12 @@ bool GuardTree::evaluate(const FrameInputs &frame,
   return true;
 }
 
+void GuardTree::setSizeRelations(int64_t symbolCount,
+                                 std::vector<SizeRelation> relations) {
+  symbolCount_ = symbolCount;
+  relations_ = std::move(relations);
+}
+
 std::string GuardTree::str() const {
   std::string text;
   for (const GuardCheck &check : globalChecks_)
@@ -459,6 +522,10 @@ std::string GuardTree::str() const {
   for (const Node &node : nodes_)
     for (const GuardCheck &check : node.checks)
       text += "  " + node.source->str() + " " + describe(check) + "\n";
+  for (int64_t symbol = 0; symbol < symbolCount_; ++symbol)
+    text += "  s" + std::to_string(symbol) + " >= 2\n";
+  for (const SizeRelation &relation : relations_)
+    text += "  " + relation.str() + "\n";
   return text;
 }
 

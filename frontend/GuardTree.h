@@ -27,7 +27,9 @@ struct FrameInputs {
 
 struct GuardCheck {
   enum class Kind : uint8_t {
-    TensorMatch,  // exact type, dtype, device, sizes, strides, requires_grad
+    TensorMatch,  // exact type, dtype, device, sizes, strides, requires_grad;
+                  // sizes and strides of a symbolic layout bind or match the
+                  // size symbols
     TypeIs,       // type(value) is expected type
     IdIs,         // value is the expected object (held by a weak reference)
     Equals,       // same type and == a constant
@@ -78,6 +80,12 @@ public:
                 std::string *failure = nullptr,
                 std::vector<py::object> *reads = nullptr) const;
 
+  /// The capture used `count` size symbols (bound by symbolic tensor
+  /// checks, each at least 2) and relied on `relations` between them.
+  void setSizeRelations(int64_t symbolCount,
+                        std::vector<SizeRelation> relations);
+  const std::vector<SizeRelation> &sizeRelations() const { return relations_; }
+
   /// One line per check, for KILN_LOGS=guards.
   std::string str() const;
   size_t checkCount() const;
@@ -97,6 +105,8 @@ private:
   std::vector<GuardCheck> globalChecks_;
   std::vector<int> graphInputs_; // node index per graph input
   std::vector<int> reads_;       // node index per read
+  int64_t symbolCount_ = 0;
+  std::vector<SizeRelation> relations_;
 };
 
 /// The check that a tensor still has this metadata.

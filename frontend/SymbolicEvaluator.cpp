@@ -26,8 +26,10 @@ bool isConstantObject(py::handle object) {
       py::isinstance(object, h.codeType) ||
       py::isinstance(object, h.torch.attr("memory_format")) ||
       py::isinstance(object, h.torch.attr("layout")) ||
-      py::isinstance(object, h.enumType))
-    return true; // an Enum member is an immutable singleton
+      py::isinstance(object, h.enumType) || py::isinstance(object, h.symInt) ||
+      py::isinstance(object, h.symFloat) || py::isinstance(object, h.symBool))
+    return true; // an Enum member is an immutable singleton; a SymInt is a
+                 // size of this capture
   if (PyTuple_CheckExact(o) || py::isinstance(object, h.sizeType)) {
     for (py::handle item : object)
       if (!isConstantObject(item))
@@ -87,8 +89,6 @@ VariablePtr Evaluator::wrapTensor(py::handle tensor, const SourcePtr &source) {
           h.torch.attr("nn").attr("parameter").attr("Buffer").ptr())
     unsupported("tensor subclass " + std::string(type->tp_name));
   TensorMeta meta = python::tensorMetaOf(tensor);
-  guards_.addCheck(source, tensorMatch(tensor, meta));
-  guards_.addGraphInput(source);
   // Name the input after where it came from: L['self'].fc.weight becomes
   // self_fc_weight.
   std::string name;
@@ -103,6 +103,37 @@ VariablePtr Evaluator::wrapTensor(py::handle tensor, const SourcePtr &source) {
   while (!name.empty() && name.back() == '_')
     name.pop_back();
   Value *value = graph_->addInput(meta, name);
+  if (symbolic_) {
+    // The fake tensor the trace reads; symbolic in the policy's dims.
+    std::vector<int64_t> dims = dynamicDims(tensor, source, meta);
+    py::object dtype = python::dtypeToTorch(meta.dtype);
+    py::object fake =
+        dims.empty() ? symbolic_.attr("static")(dtype, meta.sizes, meta.strides,
+                                                meta.storageOffset)
+                     : symbolic_.attr("input")(dtype, meta.sizes, meta.strides,
+                                               meta.storageOffset, dims);
+    if (!dims.empty()) {
+      py::tuple layout = Handles::get().symbolicModule.attr("layout")(fake);
+      std::shared_ptr<const SymbolicLayout> symbolic = layoutOf(layout[3]);
+      if (symbolic) {
+        int64_t input = static_cast<int64_t>(graph_->inputs().size()) - 1;
+        for (int64_t d = 0; d < meta.dim(); ++d) {
+          SymSize size = symbolic->sizes[d];
+          if (size->kind() == SizeKind::Symbol &&
+              size->value() >= static_cast<int64_t>(graph_->symbols().size())) {
+            if (graph_->addSymbol({input, d, meta.sizes[d]}) != size->value())
+              unsupported("size symbols out of order");
+          }
+        }
+        value->setSymbolicLayout(std::move(symbolic));
+      }
+    }
+    metaTensors_[value] = fake;
+    valueOfMeta_[fake.ptr()] = value;
+    keepAlive_.push_back(fake);
+  }
+  guards_.addCheck(source, tensorMatch(tensor, value->meta()));
+  guards_.addGraphInput(source);
   VariablePtr variable = Variable::ofTensor(value);
   variable->tensorClass =
       py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject *>(type));
@@ -492,9 +523,15 @@ py::object Evaluator::metaTensorOf(Value *value) {
   if (it != metaTensors_.end())
     return it->second;
   const TensorMeta &meta = value->meta();
-  py::object tensor = Handles::get().metaTensor(
-      python::dtypeToTorch(meta.dtype), py::cast(meta.sizes),
-      py::cast(meta.strides), meta.storageOffset);
+  if (symbolic_ && meta.isSymbolic())
+    unsupported("a symbolic value without a fake tensor");
+  py::object tensor =
+      symbolic_ ? symbolic_.attr("static")(python::dtypeToTorch(meta.dtype),
+                                           meta.sizes, meta.strides,
+                                           meta.storageOffset)
+                : Handles::get().metaTensor(
+                      python::dtypeToTorch(meta.dtype), py::cast(meta.sizes),
+                      py::cast(meta.strides), meta.storageOffset);
   metaTensors_[value] = tensor;
   valueOfMeta_[tensor.ptr()] = value;
   return tensor;
@@ -539,7 +576,9 @@ VariablePtr Evaluator::fromTraceObject(py::handle object) {
                   "(e.g. torch.tensor(data))");
     return Variable::ofTensor(it->second);
   }
-  if (isConstantObject(object))
+  if (isConstantObject(object) ||
+      (symbolic_ &&
+       Handles::get().symbolicModule.attr("is_symbolic")(object).cast<bool>()))
     return Variable::constant(py::reinterpret_borrow<py::object>(object));
   if (PyTuple_Check(object.ptr()) || PyList_Check(object.ptr())) {
     std::vector<VariablePtr> items;
@@ -600,7 +639,8 @@ VariablePtr Evaluator::torchCall(
     // model CUDA where a result depends on the device.
     traced = Handles::get().traceCall(
         function, py::tuple(traceArgs), traceKwargs,
-        device ? python::deviceToTorch(*device) : py::none());
+        device ? python::deviceToTorch(*device) : py::none(),
+        symbolic_ ? symbolic_ : py::none());
   } catch (py::error_already_set &error) {
     std::string message = error.what();
     unsupported("calling " + py::repr(function).cast<std::string>() +
@@ -619,14 +659,19 @@ VariablePtr Evaluator::torchCall(
                     py::repr(op).cast<std::string>() + ")");
       return it->second;
     };
+    auto argumentOf = [&](py::handle arg) {
+      if (symbolic_)
+        if (std::optional<Argument> symbolic = symbolicArgument(arg))
+          return *symbolic;
+      return python::argumentFromPython(arg, tensorValue);
+    };
     std::vector<Argument> positional;
     for (py::handle arg : record[1])
-      positional.push_back(python::argumentFromPython(arg, tensorValue));
+      positional.push_back(argumentOf(arg));
     std::vector<std::pair<std::string, Argument>> keywords;
     for (auto entry : py::reinterpret_borrow<py::dict>(record[2]))
-      keywords.emplace_back(
-          entry.first.cast<std::string>(),
-          python::argumentFromPython(entry.second, tensorValue));
+      keywords.emplace_back(entry.first.cast<std::string>(),
+                            argumentOf(entry.second));
     // Torch's metadata, on the device the program runs on: that of the
     // tensor arguments (a 0-d CPU tensor mixes with any device), or the
     // factory's device argument.
@@ -647,12 +692,22 @@ VariablePtr Evaluator::torchCall(
     // The layouts as the op left them: a later op of the same call may have
     // changed its results in place since (resize_, unsqueeze_).
     std::vector<py::object> resultTensors;
+    std::vector<std::shared_ptr<const SymbolicLayout>> resultLayouts;
     python::TorchResults results;
     py::list layouts = py::reinterpret_borrow<py::list>(record[4]);
     size_t flatIndex = 0;
     std::function<void(py::handle)> collect = [&](py::handle out) {
       if (python::isTensor(out)) {
-        TensorMeta meta = python::tensorMetaOf(out);
+        TensorMeta meta;
+        if (symbolic_) {
+          // Reading a fake tensor's sizes as ints would specialise them.
+          meta.dtype = python::dtypeFromTorch(out.attr("dtype"));
+          if (flatIndex >= layouts.size() || layouts[flatIndex].is_none())
+            unsupported("a traced result without its layout");
+          resultLayouts.push_back(layoutOf(py::tuple(layouts[flatIndex])[3]));
+        } else {
+          meta = python::tensorMetaOf(out);
+        }
         meta.device = device.value_or(Device());
         if (flatIndex < layouts.size() && !layouts[flatIndex].is_none()) {
           py::tuple layout = layouts[flatIndex];
@@ -666,6 +721,7 @@ VariablePtr Evaluator::torchCall(
       } else if (out.is_none()) {
         results.add(std::nullopt);
         resultTensors.emplace_back();
+        resultLayouts.emplace_back();
         ++flatIndex;
       } else if (PyTuple_Check(out.ptr()) || PyList_Check(out.ptr())) {
         for (py::handle item : out)
@@ -683,6 +739,8 @@ VariablePtr Evaluator::torchCall(
     for (size_t i = 0; i < resultTensors.size(); ++i) {
       if (!values[i] || !resultTensors[i])
         continue;
+      if (symbolic_ && resultLayouts.at(i))
+        values[i]->setSymbolicLayout(resultLayouts[i]);
       metaTensors_[values[i]] = resultTensors[i];
       valueOfMeta_[resultTensors[i].ptr()] = values[i];
       keepAlive_.push_back(resultTensors[i]);
@@ -711,8 +769,11 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
   switch (base->kind) {
   case Kind::Tensor: {
     const TensorMeta &meta = base->tensor->meta();
-    if (name == "shape")
+    if (name == "shape") {
+      if (meta.isSymbolic())
+        return Variable::constant(metaTensorOf(base->tensor).attr("shape"));
       return Variable::constant(h.sizeType(py::cast(meta.sizes)));
+    }
     if (name == "dtype")
       return Variable::constant(python::dtypeToTorch(meta.dtype));
     if (name == "device")
@@ -878,6 +939,11 @@ OutputTemplate Evaluator::buildOutput(const VariablePtr &value,
     // returned the first call's geqrf result for later calls).
     if (value->source && !value->is(Kind::Constant))
       guards_.addCheck(value->source, identity(value->object));
+    if (symbolic_ &&
+        Handles::get()
+            .symbolicModule.attr("contains_symbolic")(value->object)
+            .cast<bool>())
+      unsupported("returning a size that varies between calls");
     result.kind = OutputTemplate::Kind::Constant;
     result.constant = value->object;
     return result;
@@ -976,10 +1042,149 @@ Capture Evaluator::run(py::handle function) {
     graph_->setOutputs(std::move(rebuilder.outputs));
     capture.replay = std::move(plan);
   }
+  if (symbolic_)
+    addSizeRelations();
   capture.graph = graph_;
   capture.guards = std::move(guards_);
   capture.notes = std::move(notes_);
   return capture;
+}
+
+// ---------------------------------------------------------------------------
+// Dynamic shapes.
+
+std::vector<int64_t> Evaluator::dynamicDims(py::handle tensor,
+                                            const SourcePtr &source,
+                                            const TensorMeta &meta) {
+  if (!dynamic_ || dynamic_->mode == DynamicPolicy::Mode::Never)
+    return {};
+  auto dimsIn = [&](const char *attribute) {
+    std::set<int64_t> dims;
+    py::object marked = py::getattr(tensor, attribute, py::none());
+    if (!marked.is_none())
+      for (py::handle dim : marked)
+        dims.insert(dim.cast<int64_t>());
+    return dims;
+  };
+  std::set<int64_t> dims = dimsIn("_kiln_dynamic_dims");
+  for (int64_t dim : dimsIn("_dynamo_dynamic_indices"))
+    dims.insert(dim);
+  if (dynamic_->mode == DynamicPolicy::Mode::Always) {
+    // Parameters and buffers keep their shapes; inputs vary.
+    if (Py_TYPE(tensor.ptr()) ==
+        reinterpret_cast<PyTypeObject *>(Handles::get().tensorType.ptr()))
+      for (int64_t d = 0; d < meta.dim(); ++d)
+        dims.insert(d);
+  } else {
+    auto learned = dynamic_->learned.find(source->str());
+    if (learned != dynamic_->learned.end())
+      dims.insert(learned->second.begin(), learned->second.end());
+  }
+  for (int64_t dim : dimsIn("_kiln_static_dims"))
+    dims.erase(dim);
+  std::vector<int64_t> result;
+  for (int64_t dim : dims)
+    if (dim >= 0 && dim < meta.dim() && meta.sizes[dim] >= 2)
+      result.push_back(dim);
+  return result;
+}
+
+SymSize Evaluator::sizeOf(py::handle description) {
+  py::tuple item = py::reinterpret_borrow<py::tuple>(description);
+  std::string op = item[0].cast<std::string>();
+  if (op == "int")
+    return size::constant(item[1].cast<int64_t>());
+  if (op == "sym") {
+    std::string name = item[1].cast<std::string>();
+    auto found = symbolNumbers_.find(name);
+    if (found != symbolNumbers_.end())
+      return size::symbol(found->second);
+    int64_t number = static_cast<int64_t>(symbolNumbers_.size());
+    symbolNumbers_[name] = number;
+    return size::symbol(number);
+  }
+  std::vector<SymSize> operands;
+  for (size_t i = 1; i < item.size(); ++i)
+    operands.push_back(sizeOf(item[i]));
+  if (op == "add" || op == "mul") {
+    SymSize result = size::constant(op == "add" ? 0 : 1);
+    for (SymSize operand : operands)
+      result =
+          op == "add" ? size::add(result, operand) : size::mul(result, operand);
+    return result;
+  }
+  if (operands.size() == 2) {
+    if (op == "floordiv")
+      return size::floorDiv(operands[0], operands[1]);
+    if (op == "mod")
+      return size::mod(operands[0], operands[1]);
+    if (op == "max")
+      return size::max(operands[0], operands[1]);
+  }
+  unsupported("size expression '" + op + "'");
+}
+
+std::shared_ptr<const SymbolicLayout>
+Evaluator::layoutOf(py::handle description) {
+  if (description.is_none())
+    return nullptr;
+  py::tuple parts = py::reinterpret_borrow<py::tuple>(description);
+  auto layout = std::make_shared<SymbolicLayout>();
+  for (py::handle size : parts[0])
+    layout->sizes.push_back(sizeOf(size));
+  for (py::handle stride : parts[1])
+    layout->strides.push_back(sizeOf(stride));
+  layout->storageOffset = sizeOf(parts[2]);
+  return layout;
+}
+
+std::optional<Argument> Evaluator::symbolicArgument(py::handle argument) {
+  const py::module_ &module = Handles::get().symbolicModule;
+  if (!module.attr("contains_symbolic")(argument).cast<bool>())
+    return std::nullopt;
+  try {
+    if (module.attr("is_symbolic")(argument).cast<bool>())
+      return Argument::symbolicInt(
+          module.attr("hint")(argument).cast<int64_t>(),
+          sizeOf(module.attr("describe")(argument)));
+    if (PyList_Check(argument.ptr()) || PyTuple_Check(argument.ptr())) {
+      std::vector<int64_t> hints;
+      std::vector<SymSize> exprs;
+      for (py::handle item : argument) {
+        hints.push_back(module.attr("hint")(item).cast<int64_t>());
+        exprs.push_back(sizeOf(module.attr("describe")(item)));
+      }
+      return Argument::symbolicIntList(std::move(hints), std::move(exprs));
+    }
+  } catch (py::error_already_set &error) {
+    unsupported(std::string("a symbolic argument kiln cannot hold (") +
+                error.what() + ")");
+  }
+  unsupported("a symbolic argument kiln cannot hold");
+}
+
+void Evaluator::addSizeRelations() {
+  std::vector<SizeRelation> relations;
+  py::list described;
+  try {
+    described = symbolic_.attr("guards")();
+  } catch (py::error_already_set &error) {
+    unsupported(std::string("a size guard kiln cannot check (") + error.what() +
+                ")");
+  }
+  static const std::map<std::string, SizeRelation::Op> ops = {
+      {"==", SizeRelation::Op::Eq}, {"!=", SizeRelation::Op::Ne},
+      {"<", SizeRelation::Op::Lt},  {"<=", SizeRelation::Op::Le},
+      {">", SizeRelation::Op::Gt},  {">=", SizeRelation::Op::Ge}};
+  for (py::handle item : described) {
+    py::tuple relation = py::reinterpret_borrow<py::tuple>(item);
+    relations.push_back({ops.at(relation[0].cast<std::string>()),
+                         sizeOf(relation[1]), sizeOf(relation[2])});
+  }
+  if (symbolNumbers_.size() != graph_->symbols().size())
+    unsupported("a size symbol that no input dimension gives");
+  guards_.setSizeRelations(static_cast<int64_t>(graph_->symbols().size()),
+                           std::move(relations));
 }
 
 } // namespace kiln::frontend::evaluation
@@ -1018,8 +1223,12 @@ py::object OutputTemplate::build(PyObject *const *outputs) const {
 }
 
 Capture captureFunction(py::handle function, const FrameInputs &inputs,
-                        bool allowBreaks) {
-  evaluation::Evaluator evaluator(inputs);
+                        bool allowBreaks, const DynamicPolicy *dynamic) {
+  // A break's plan would hold this capture's sizes: symbolic captures have
+  // none.
+  if (dynamic)
+    allowBreaks = false;
+  evaluation::Evaluator evaluator(inputs, dynamic);
   try {
     return evaluator.run(function);
   } catch (const Unsupported &error) {

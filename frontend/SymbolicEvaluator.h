@@ -12,7 +12,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -111,11 +113,32 @@ struct Capture {
   std::vector<std::string> notes;
 };
 
+/// Which input dimensions a capture makes symbolic (dynamic shapes).
+/// Sizes 0 and 1 never are; `kiln.mark_static` dims never are; under
+/// Automatic and Always, `kiln.mark_dynamic` dims (and torch's own marks)
+/// are.
+struct DynamicPolicy {
+  enum class Mode : uint8_t {
+    Automatic, // dims seen to change between captures (`learned`)
+    Always,    // every dim of tensors that are not parameters or buffers
+    Never,
+  };
+  Mode mode = Mode::Automatic;
+  /// Dims by the source of the tensor ("L['x']").
+  std::map<std::string, std::set<int64_t>> learned;
+};
+
 /// Captures one call of `function` with the given frame inputs (arguments
 /// already bound to the code's locals). With `allowBreaks`, what cannot be
 /// captured ends the capture at a graph break where the frame's state can be
-/// rebuilt; otherwise (and where it cannot) throws kiln::Unsupported.
+/// rebuilt; otherwise (and where it cannot) throws kiln::Unsupported. With
+/// `dynamic`, the capture traces on fake tensors whose dims that policy
+/// names are symbolic: the graph has size symbols (Graph::symbols) and the
+/// guards bind them and check the relations the capture relied on; what
+/// such a capture cannot do (a size returned to Python, a graph break)
+/// throws kiln::Unsupported.
 Capture captureFunction(py::handle function, const FrameInputs &inputs,
-                        bool allowBreaks = false);
+                        bool allowBreaks = false,
+                        const DynamicPolicy *dynamic = nullptr);
 
 } // namespace kiln::frontend

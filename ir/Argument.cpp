@@ -5,6 +5,7 @@
 #include "ir/Error.h"
 #include "ir/Graph.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +79,41 @@ std::string formatList(const std::vector<T> &items, Format format) {
 }
 
 } // namespace
+
+Argument Argument::symbolicInt(int64_t hint, SymSize expr) {
+  Argument result(hint);
+  if (size::isSymbolic(expr))
+    result.symbolic_ = std::make_shared<std::vector<SymSize>>(1, expr);
+  return result;
+}
+
+Argument Argument::symbolicIntList(std::vector<int64_t> hints,
+                                   std::vector<SymSize> exprs) {
+  if (hints.size() != exprs.size())
+    throw Error("a symbolic int list needs one expression per element");
+  bool symbolic = std::any_of(exprs.begin(), exprs.end(), size::isSymbolic);
+  Argument result(std::move(hints));
+  if (symbolic)
+    result.symbolic_ = std::make_shared<std::vector<SymSize>>(std::move(exprs));
+  return result;
+}
+
+const std::vector<SymSize> &Argument::symbolicInts() const {
+  if (!symbolic_)
+    throw Error("argument " + str() + " is not symbolic");
+  return *symbolic_;
+}
+
+Argument Argument::specialized(const std::vector<int64_t> &symbols) const {
+  if (!symbolic_)
+    return *this;
+  if (kind_ == Kind::Int)
+    return Argument(size::evaluate(symbolic_->at(0), symbols));
+  std::vector<int64_t> values;
+  for (SymSize expr : *symbolic_)
+    values.push_back(size::evaluate(expr, symbols));
+  return Argument(std::move(values));
+}
 
 bool Argument::toBool() const {
   if (kind_ != Kind::Bool)
@@ -172,12 +208,16 @@ std::string Argument::str() const {
   case Kind::Bool:
     return std::get<bool>(data_) ? "True" : "False";
   case Kind::Int:
+    if (symbolic_)
+      return symbolic_->at(0)->str();
     return std::to_string(std::get<int64_t>(data_));
   case Kind::Double:
     return formatDouble(std::get<double>(data_));
   case Kind::String:
     return "'" + std::get<std::string>(data_) + "'";
   case Kind::IntList:
+    if (symbolic_)
+      return formatList(*symbolic_, [](SymSize v) { return v->str(); });
     return formatList(std::get<std::vector<int64_t>>(data_),
                       [](int64_t v) { return std::to_string(v); });
   case Kind::DoubleList:
@@ -204,7 +244,10 @@ std::string Argument::str() const {
 }
 
 bool Argument::operator==(const Argument &other) const {
-  return kind_ == other.kind_ && data_ == other.data_;
+  bool sameSymbolic =
+      symbolic_ == other.symbolic_ ||
+      (symbolic_ && other.symbolic_ && *symbolic_ == *other.symbolic_);
+  return kind_ == other.kind_ && data_ == other.data_ && sameSymbolic;
 }
 
 } // namespace kiln

@@ -6,6 +6,7 @@
 #include "ir/TensorMeta.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -70,7 +71,20 @@ public:
   Argument(std::vector<Value *> value)
       : kind_(Kind::TensorList), data_(std::move(value)) {}
 
+  /// An Int or IntList whose values vary between calls: `hint` (the
+  /// example call's values, what toInt/toIntList return) and an expression
+  /// per element (constants for the elements that do not vary).
+  static Argument symbolicInt(int64_t hint, SymSize expr);
+  static Argument symbolicIntList(std::vector<int64_t> hints,
+                                  std::vector<SymSize> exprs);
+
   Kind kind() const { return kind_; }
+  /// An Int or IntList with a symbolic element.
+  bool isSymbolic() const { return symbolic_ != nullptr; }
+  /// The expressions of a symbolic Int (one) or IntList (one per element).
+  const std::vector<SymSize> &symbolicInts() const;
+  /// This argument with every symbol given its value.
+  Argument specialized(const std::vector<int64_t> &symbols) const;
   bool isNone() const { return kind_ == Kind::None; }
   bool isTensor() const { return kind_ == Kind::Tensor; }
   bool isTensorList() const { return kind_ == Kind::TensorList; }
@@ -107,6 +121,7 @@ private:
                kiln::DType, kiln::Device, kiln::Layout, kiln::MemoryFormat,
                Value *, std::vector<Value *>>
       data_;
+  std::shared_ptr<const std::vector<SymSize>> symbolic_;
 };
 
 std::string_view argumentKindName(Argument::Kind kind);

@@ -5,6 +5,7 @@
 #include "ir/Error.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace kiln {
@@ -138,6 +139,101 @@ void Graph::setOutputs(std::vector<Argument> outputs) {
       throw Error("a graph output is not a value of this graph");
   }
   outputs_ = std::move(outputs);
+}
+
+int64_t Graph::addSymbol(SymbolBinding binding) {
+  if (binding.input < 0 ||
+      binding.input >= static_cast<int64_t>(inputs_.size()) ||
+      binding.dim < 0 || binding.dim >= inputs_[binding.input]->meta().dim())
+    throw Error("a size symbol must be bound to a dimension of a graph input");
+  symbols_.push_back(binding);
+  return static_cast<int64_t>(symbols_.size()) - 1;
+}
+
+std::vector<int64_t>
+symbolValues(const Graph &graph,
+             const std::vector<const TensorMeta *> &inputs) {
+  std::vector<int64_t> values;
+  for (const SymbolBinding &binding : graph.symbols()) {
+    if (binding.input >= static_cast<int64_t>(inputs.size()) ||
+        binding.dim >= inputs[binding.input]->dim())
+      throw Error("a size symbol's input is missing");
+    values.push_back(inputs[binding.input]->sizes[binding.dim]);
+  }
+  return values;
+}
+
+std::shared_ptr<Graph> specializeGraph(const Graph &graph,
+                                       const std::vector<int64_t> &symbols) {
+  auto result = std::make_shared<Graph>();
+  std::unordered_map<const Value *, Value *> mapped;
+  auto mapArgument = [&](const Argument &argument) -> Argument {
+    if (argument.isTensor())
+      return Argument(mapped.at(argument.toTensor()));
+    if (argument.isTensorList()) {
+      std::vector<Value *> values;
+      for (Value *value : argument.toTensorList())
+        values.push_back(value ? mapped.at(value) : nullptr);
+      return Argument(std::move(values));
+    }
+    return argument.specialized(symbols);
+  };
+  for (const auto &node : graph.nodes()) {
+    std::vector<Argument> arguments;
+    for (const Argument &argument : node->arguments())
+      arguments.push_back(mapArgument(argument));
+    Node *made = nullptr;
+    switch (node->kind()) {
+    case Node::Kind::Input: {
+      const Value *input = node->result();
+      mapped[input] =
+          result->addInput(input->meta().specialized(symbols), input->name());
+      continue;
+    }
+    case Node::Kind::Constant:
+      mapped[node->result()] =
+          result->addConstant(node->sharedConstant(), node->result()->name());
+      continue;
+    case Node::Kind::Op: {
+      std::vector<Argument> positional;
+      std::vector<std::pair<std::string, Argument>> keywords;
+      const auto &schemaArguments = node->schema()->arguments;
+      for (size_t i = 0; i < arguments.size(); ++i) {
+        if (i < schemaArguments.size() && schemaArguments[i].kwargOnly)
+          keywords.emplace_back(schemaArguments[i].name, arguments[i]);
+        else
+          positional.push_back(arguments[i]);
+      }
+      made =
+          result->addOp(node->schema()->qualifiedName(), positional, keywords);
+      break;
+    }
+    case Node::Kind::Extern: {
+      std::vector<TensorMeta> metas;
+      for (const auto &value : node->results())
+        metas.push_back(value->meta().specialized(symbols));
+      made = result->addExtern(node->sharedSchema(), std::move(arguments),
+                               std::move(metas));
+      break;
+    }
+    }
+    made->setOrigin(node->origin());
+    for (size_t i = 0; i < node->results().size(); ++i) {
+      const TensorMeta expected =
+          node->result(static_cast<unsigned>(i))->meta().specialized(symbols);
+      Value *value = made->result(static_cast<unsigned>(i));
+      if (value->meta().sizes != expected.sizes)
+        throw Error(node->schema()->qualifiedName() + ": sizes " +
+                    shapeToString(value->meta().sizes) + " for symbols where " +
+                    shapeToString(expected.sizes) + " were expected");
+      mapped[node->result(static_cast<unsigned>(i))] = value;
+    }
+  }
+  std::vector<Argument> outputs;
+  for (const Argument &output : graph.outputs())
+    outputs.push_back(mapArgument(output));
+  result->setOutputs(std::move(outputs));
+  return result;
 }
 
 void Graph::eraseNodes(const std::function<bool(const Node &)> &shouldErase) {

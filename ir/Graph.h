@@ -30,6 +30,12 @@ public:
   unsigned index() const { return index_; }
   const TensorMeta &meta() const { return meta_; }
   const std::string &name() const { return name_; }
+  /// Gives the value a layout that varies between calls (its meta keeps the
+  /// example call's values as hints). For capture, which learns the
+  /// symbolic layouts of results from torch after adding the node.
+  void setSymbolicLayout(std::shared_ptr<const SymbolicLayout> layout) {
+    meta_.symbolic = std::move(layout);
+  }
 
 private:
   Node *producer_;
@@ -71,6 +77,12 @@ public:
   }
   Value *result(unsigned index = 0) const { return results_.at(index).get(); }
   const ConstantData *constant() const { return constant_.get(); }
+  const std::shared_ptr<const ConstantData> &sharedConstant() const {
+    return constant_;
+  }
+  const std::shared_ptr<const OpSchema> &sharedSchema() const {
+    return schema_;
+  }
   /// Where the node came from (an FX node name, a Python source line).
   const std::string &origin() const { return origin_; }
   void setOrigin(std::string origin) { origin_ = std::move(origin); }
@@ -86,6 +98,14 @@ private:
   std::vector<std::unique_ptr<Value>> results_;
   std::shared_ptr<const ConstantData> constant_;
   std::string origin_;
+};
+
+/// Where a size symbol's value comes from on each call: size `dim` of graph
+/// input `input`. `hint` is its value in the example call.
+struct SymbolBinding {
+  int64_t input = 0;
+  int64_t dim = 0;
+  int64_t hint = 0;
 };
 
 /// Nodes are kept in a valid execution order: a node is added after the
@@ -111,6 +131,12 @@ public:
                   std::vector<TensorMeta> resultMetas);
   /// Graph outputs: tensors, or constants (None, numbers) a function returns.
   void setOutputs(std::vector<Argument> outputs);
+  /// Symbol `symbols().size()` (s<n>) is read from size `dim` of graph
+  /// input `input`; returns its number.
+  int64_t addSymbol(SymbolBinding binding);
+  /// The size symbols, by number: a graph with symbols has shapes that
+  /// vary between calls (dynamic shapes).
+  const std::vector<SymbolBinding> &symbols() const { return symbols_; }
 
   const std::vector<std::unique_ptr<Node>> &nodes() const { return nodes_; }
   const std::vector<Value *> &inputs() const { return inputs_; }
@@ -135,9 +161,20 @@ private:
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value *> inputs_;
   std::vector<Argument> outputs_;
+  std::vector<SymbolBinding> symbols_;
   std::unordered_set<std::string> usedNames_;
   std::unordered_set<const Value *> values_; // every node's results
   unsigned nextTemporary_ = 0;
 };
+
+/// A static copy of a graph with symbols: every symbol given its value in
+/// `symbols`, sizes and arguments evaluated, metas of ops inferred again.
+/// Throws kiln::Error where the values break the graph's assumptions.
+std::shared_ptr<Graph> specializeGraph(const Graph &graph,
+                                       const std::vector<int64_t> &symbols);
+/// The symbols' values for these input metas (one per graph input), read
+/// as the graph's bindings say.
+std::vector<int64_t>
+symbolValues(const Graph &graph, const std::vector<const TensorMeta *> &inputs);
 
 } // namespace kiln

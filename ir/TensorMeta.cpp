@@ -1,5 +1,5 @@
 // What kiln knows about a tensor without its data.
-// Depends on ir/DType.h only.
+// Depends on ir/DType.h and ir/SymbolicSize.h.
 #include "ir/TensorMeta.h"
 
 #include "ir/Error.h"
@@ -115,13 +115,76 @@ bool TensorMeta::isNonOverlappingAndDense() const {
   return true;
 }
 
-bool TensorMeta::operator==(const TensorMeta &other) const {
-  return dtype == other.dtype && device == other.device &&
-         sizes == other.sizes && strides == other.strides &&
-         storageOffset == other.storageOffset;
+bool SymbolicLayout::isSymbolic() const {
+  auto symbolic = [](SymSize expr) { return size::isSymbolic(expr); };
+  return std::any_of(sizes.begin(), sizes.end(), symbolic) ||
+         std::any_of(strides.begin(), strides.end(), symbolic) ||
+         symbolic(storageOffset);
 }
 
+SymSize TensorMeta::symSize(int64_t dim) const {
+  return symbolic ? symbolic->sizes.at(dim) : size::constant(sizes.at(dim));
+}
+
+SymSize TensorMeta::symStride(int64_t dim) const {
+  return symbolic ? symbolic->strides.at(dim) : size::constant(strides.at(dim));
+}
+
+TensorMeta TensorMeta::specialized(const std::vector<int64_t> &symbols) const {
+  TensorMeta result = *this;
+  result.symbolic = nullptr;
+  if (!symbolic)
+    return result;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    result.sizes[d] = size::evaluate(symbolic->sizes[d], symbols);
+    result.strides[d] = size::evaluate(symbolic->strides[d], symbols);
+  }
+  result.storageOffset = size::evaluate(symbolic->storageOffset, symbols);
+  return result;
+}
+
+bool TensorMeta::operator==(const TensorMeta &other) const {
+  bool sameSymbolic =
+      symbolic == other.symbolic ||
+      (symbolic && other.symbolic && *symbolic == *other.symbolic) ||
+      (!isSymbolic() && !other.isSymbolic());
+  return dtype == other.dtype && device == other.device &&
+         sizes == other.sizes && strides == other.strides &&
+         storageOffset == other.storageOffset && sameSymbolic;
+}
+
+namespace {
+
+std::string symbolicToString(const std::vector<SymSize> &exprs) {
+  std::string text = "[";
+  for (size_t i = 0; i < exprs.size(); ++i)
+    text += (i ? ", " : "") + exprs[i]->str();
+  return text + "]";
+}
+
+} // namespace
+
 std::string TensorMeta::str() const {
+  if (isSymbolic()) {
+    std::string text =
+        std::string(dtypeShortName(dtype)) + symbolicToString(symbolic->sizes);
+    std::vector<SymSize> contiguous(sizes.size());
+    SymSize running = size::constant(1);
+    for (size_t i = sizes.size(); i-- > 0;) {
+      contiguous[i] = running;
+      running = size::mul(running, symbolic->sizes[i]);
+    }
+    bool offset = symbolic->storageOffset != size::constant(0);
+    if (symbolic->strides != contiguous || offset) {
+      text += "{strides=" + symbolicToString(symbolic->strides);
+      if (offset)
+        text += ", offset=" + symbolic->storageOffset->str();
+      text += "}";
+    }
+    if (device.type != DeviceType::CPU)
+      text += "@" + device.str();
+    return text;
+  }
   std::string text = std::string(dtypeShortName(dtype)) + shapeToString(sizes);
   if (strides != contiguousStrides(sizes) || storageOffset != 0) {
     text += "{strides=" + shapeToString(strides);

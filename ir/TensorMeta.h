@@ -1,10 +1,13 @@
 // What kiln knows about a tensor without its data: dtype, device, sizes,
-// strides and storage offset. Depends on ir/DType.h only.
+// strides and storage offset, and which of them vary between calls.
+// Depends on ir/DType.h and ir/SymbolicSize.h.
 #pragma once
 
 #include "ir/DType.h"
+#include "ir/SymbolicSize.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,12 +38,32 @@ int64_t numelOf(const Shape &sizes);
 /// "[2, 3]".
 std::string shapeToString(const Shape &shape);
 
+/// The sizes, strides and offset of a tensor whose shape varies between
+/// calls, as expressions over size symbols (constants where they do not
+/// vary).
+struct SymbolicLayout {
+  std::vector<SymSize> sizes;
+  std::vector<SymSize> strides;
+  SymSize storageOffset = size::constant(0);
+
+  /// Whether any of them mentions a symbol.
+  bool isSymbolic() const;
+  bool operator==(const SymbolicLayout &other) const {
+    return sizes == other.sizes && strides == other.strides &&
+           storageOffset == other.storageOffset;
+  }
+};
+
 struct TensorMeta {
   DType dtype = DType::Float32;
   Device device;
+  /// For a tensor with a symbolic layout: the values of the example call
+  /// (hints), which compile-time decisions may use but code may not rely on.
   Shape sizes;
   Shape strides;
   int64_t storageOffset = 0;
+  /// Null where the layout is the same on every call.
+  std::shared_ptr<const SymbolicLayout> symbolic;
 
   TensorMeta() = default;
   /// A contiguous tensor.
@@ -54,10 +77,18 @@ struct TensorMeta {
   bool isContiguous() const;
   /// No two elements share memory and there are no gaps, in some order.
   bool isNonOverlappingAndDense() const;
+  /// Whether some size, stride or the offset varies between calls.
+  bool isSymbolic() const { return symbolic && symbolic->isSymbolic(); }
+  /// Size `dim` as an expression (a constant where it does not vary).
+  SymSize symSize(int64_t dim) const;
+  SymSize symStride(int64_t dim) const;
+  /// This layout with every symbol given its value: a static meta.
+  TensorMeta specialized(const std::vector<int64_t> &symbols) const;
 
   bool operator==(const TensorMeta &other) const;
   bool operator!=(const TensorMeta &other) const { return !(*this == other); }
-  /// "f32[2, 3]" for contiguous tensors; strides and offset otherwise.
+  /// "f32[2, 3]" for contiguous tensors; strides and offset otherwise;
+  /// "f32[s0, 3]" for a symbolic layout.
   std::string str() const;
 };
 

@@ -89,7 +89,8 @@ def _compile(target, options):
             f"got {target!r} ({type(target).__name__})"
         )
     settings = dict(backend=options.backend, fullgraph=options.fullgraph,
-                    cache_limit=options.cache_limit, mode=options.mode)
+                    cache_limit=options.cache_limit, mode=options.mode,
+                    dynamic=options.dynamic)
     if isinstance(target, torch.nn.Module):
         forward = _C.CompiledFunction(type(target).forward.__get__(target), **settings)
         return CompiledModule(target, _ModuleCall(target, forward), options)
@@ -139,8 +140,16 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="llvm",
         fn_or_module: the function or module; None returns a decorator.
         fullgraph: raise kiln.Unsupported, naming the construct and source
             line, instead of running the function in CPython.
-        dynamic: None, True or False. kiln specialises on every shape today
-            and recompiles when one changes; symbolic shapes come later.
+        dynamic: None (default): the first call specialises on every size;
+            when a later call misses only because sizes changed, the
+            dimensions that changed become symbolic and one capture serves
+            their later sizes. True: every dimension of the tensor
+            arguments (not parameters or buffers) is symbolic from the
+            first call. False: every size is specialised. Sizes 0 and 1 are
+            always specialised; kiln.mark_dynamic / kiln.mark_static choose
+            for single dimensions. KILN_LOGS=guards prints the relations
+            between sizes a capture relied on, KILN_LOGS=recompiles which
+            dimensions became dynamic.
         backend: "llvm", kiln's native backend (graphs compile to CPU or GPU
             code; ops without a lowering call torch), or "eager", the
             reference backend (every graph node through torch's operators).
@@ -159,3 +168,42 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="llvm",
 
         return decorate
     return _compile(fn_or_module, options)
+
+
+def _dims_argument(t, dim, what):
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"kiln.{what}: expected a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) and not isinstance(dim, bool) else dim
+    if not isinstance(dims, (list, tuple)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"kiln.{what}: dim must be an int or a list of ints, got {dim!r}")
+    wrapped = []
+    for d in dims:
+        if not -t.dim() <= d < max(t.dim(), 1):
+            raise IndexError(f"kiln.{what}: dim {d} out of range for a {t.dim()}-d tensor")
+        wrapped.append(d % t.dim() if t.dim() else 0)
+    return wrapped
+
+
+def mark_dynamic(t, dim):
+    """Makes dimension(s) `dim` of tensor `t` symbolic when a compiled
+    function captures with `t` as an argument (unless `dynamic=False`): later
+    calls with other sizes there reuse the capture. Sizes 0 and 1 stay
+    specialised."""
+    dims = _dims_argument(t, dim, "mark_dynamic")
+    marked = set(getattr(t, "_kiln_dynamic_dims", ()))
+    t._kiln_dynamic_dims = tuple(sorted(marked | set(dims)))
+    static = set(getattr(t, "_kiln_static_dims", ())) - set(dims)
+    t._kiln_static_dims = tuple(sorted(static))
+
+
+def mark_static(t, dim):
+    """Keeps dimension(s) `dim` of tensor `t` specialised, even under
+    `dynamic=True` or after its size changed between calls."""
+    dims = _dims_argument(t, dim, "mark_static")
+    marked = set(getattr(t, "_kiln_static_dims", ()))
+    t._kiln_static_dims = tuple(sorted(marked | set(dims)))
+    dynamic = set(getattr(t, "_kiln_dynamic_dims", ())) - set(dims)
+    t._kiln_dynamic_dims = tuple(sorted(dynamic))

@@ -109,9 +109,11 @@ def _fake_results(func, args, kwargs, device):
 
 class _Recorder(TorchDispatchMode):
     def __init__(self, default_device, device, fast=True, watch_generator=True,
-                 options_from_tensors=False):
+                 options_from_tensors=False, symbolic=False):
         super().__init__()
         self.calls = []
+        # Tracing on fake tensors with symbolic sizes (kiln._symbolic).
+        self.symbolic = symbolic
         self.default_device = default_device
         # The device the meta tensors stand for.
         self.device = device if device is not None else torch.device(default_device)
@@ -148,6 +150,13 @@ class _Recorder(TorchDispatchMode):
                 run_kwargs = dict(kwargs, device=torch.device("meta"))
         if torch.Tag.nondeterministic_seeded in func.tags:
             self.check_generator()
+        if self.symbolic:
+            out = func(*args, **run_kwargs)
+            # Torch's decompositions query sizes and devices through the
+            # dispatcher on fake tensors; those are not operations.
+            if func.namespace != "prim" and not func.__name__.startswith("sym_"):
+                self.calls.append((func, args, kwargs, out, _symbolic_layouts(out)))
+            return out
         kiln_meta = self.fast and _kiln_op(func).fast
         out = _fast_meta_results(func, args, run_kwargs, self.device) if kiln_meta else None
         if out is None:
@@ -172,9 +181,24 @@ def _layouts(out):
     return []
 
 
-def trace(fn, args, kwargs, device=None):
+def _symbolic_layouts(out):
+    """_layouts for fake tensors with symbolic sizes: hints, and the
+    symbolic layout as kiln._symbolic.layout describes it."""
+    from kiln import _symbolic
+
+    if isinstance(out, torch.Tensor):
+        return [_symbolic.layout(out)]
+    if out is None:
+        return [None]
+    if isinstance(out, (tuple, list)):
+        return [layout for item in out for layout in _symbolic_layouts(item)]
+    return []
+
+
+def trace(fn, args, kwargs, device=None, symbolic=None):
     """Calls fn(*args, **kwargs) with meta tensors standing for graph values
-    on `device` (None: the default device). Returns
+    on `device` (None: the default device); with `symbolic` (a
+    kiln._symbolic.SymbolicCapture), fake tensors of its mode. Returns
     (result, [(op_overload, args, kwargs, result, layouts), ...]), layouts as
     _layouts gives them when each op returned."""
     # Functions written in C (torch.add, Tensor.view) cannot seed the
@@ -183,9 +207,14 @@ def trace(fn, args, kwargs, device=None):
                         for leaf in torch.utils._pytree.tree_leaves((args, kwargs)))
     recorder = _Recorder(torch.get_default_device(), device,
                          watch_generator=not isinstance(fn, _C_CALLABLES),
-                         options_from_tensors=reads_tensors)
-    with torch.device("meta"), recorder:
-        out = fn(*args, **kwargs)
+                         options_from_tensors=reads_tensors,
+                         symbolic=symbolic is not None)
+    if symbolic is not None:
+        with torch.device("meta"), symbolic.mode, recorder:
+            out = fn(*args, **kwargs)
+    else:
+        with torch.device("meta"), recorder:
+            out = fn(*args, **kwargs)
     recorder.check_generator()
     return out, recorder.calls
 

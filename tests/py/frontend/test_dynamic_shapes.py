@@ -1,0 +1,201 @@
+# Dynamic shapes in kiln's own frontend: automatic dynamic dimensions,
+# dynamic=True/False, kiln.mark_dynamic/mark_static, size arithmetic and
+# control flow on sizes, guards on the relations a capture relied on, and the
+# specialisation of sizes 0 and 1. Every result is compared with eager.
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+
+def close(actual, expected):
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def entries(compiled):
+    return compiled.cache_info()["entries"]
+
+
+def runners(compiled):
+    return compiled.cache_info()["runners"]
+
+
+def rows_softmax(x, w):
+    return torch.softmax(x @ w, dim=-1) * 2 + x.sum(-1, keepdim=True)
+
+
+def test_automatic_dynamic_reuses_one_capture_after_a_size_changes():
+    w = torch.randn(16, 8)
+    f = kiln.compile(rows_softmax)
+    for rows in (4, 6, 9, 13, 21, 30):
+        x = torch.randn(rows, 16)
+        close(f(x, w), rows_softmax(x, w))
+    # The first call specialised; the second learned that dim 0 varies.
+    assert entries(f) == 2
+    assert "dynamic" in runners(f)[1]
+
+
+def test_dynamic_true_is_symbolic_from_the_first_call():
+    w = torch.randn(16, 8)
+    f = kiln.compile(rows_softmax, dynamic=True)
+    for rows in (5, 7, 12, 40):
+        x = torch.randn(rows, 16)
+        close(f(x, w), rows_softmax(x, w))
+    assert entries(f) == 1
+    assert "dynamic" in runners(f)[0]
+    # w is an argument too: its dims are symbolic, and guarded.
+    w2, x = torch.randn(16, 3), torch.randn(5, 16)
+    close(f(x, w2), rows_softmax(x, w2))
+    assert entries(f) == 1
+
+
+def test_dynamic_false_specialises_every_size():
+    f = kiln.compile(lambda x: x * 2 + 1, dynamic=False)
+    for rows in (3, 4, 5):
+        x = torch.randn(rows, 8)
+        close(f(x), x * 2 + 1)
+    assert entries(f) == 3
+    assert not any("dynamic" in r for r in runners(f))
+
+
+def test_mark_dynamic_and_mark_static():
+    def fn(x):
+        return torch.tanh(x) + x.mean()
+
+    f = kiln.compile(fn)
+    for rows in (3, 8, 11):
+        x = torch.randn(rows, 5)
+        kiln.mark_dynamic(x, 0)
+        close(f(x), fn(x))
+    assert entries(f) == 1
+
+    g = kiln.compile(fn, dynamic=True)
+    for rows in (3, 8):
+        x = torch.randn(rows, 5)
+        kiln.mark_static(x, 0)
+        close(g(x), fn(x))
+    assert entries(g) == 2
+
+    with pytest.raises(IndexError):
+        kiln.mark_dynamic(torch.randn(2, 3), 2)
+    with pytest.raises(TypeError):
+        kiln.mark_dynamic([1, 2], 0)
+
+
+def test_sizes_zero_and_one_are_specialised():
+    def fn(x):
+        return (x + 1).sum(0)
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows in (5, 1, 0, 7, 1, 0):
+        x = torch.randn(rows, 3)
+        close(f(x), fn(x))
+    # One symbolic entry for sizes >= 2, one each for 1 and 0.
+    assert entries(f) == 3
+    guards = " ".join(f.cache_info()["guards"])
+    assert "s0 >= 2" in guards
+
+
+def test_size_arithmetic_into_views_stays_symbolic():
+    def fn(x):
+        half = x.shape[0] // 2
+        top = x[:half]
+        flat = x.reshape(x.size(0), -1)
+        pairs = x.view(half, 2, x.shape[1])
+        return top * 2, flat.sum(1), pairs.mean(1), x.numel()
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows in (4, 6, 10, 32):
+        x = torch.randn(rows, 3)
+        for a, b in zip(f(x)[:3], fn(x)[:3]):
+            close(a, b)
+        assert f(x)[3] == x.numel()
+
+
+def test_control_flow_on_a_size_guards_and_stays_right():
+    def fn(x):
+        if x.shape[0] > 10:
+            return x * 2
+        return x - 1
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows in (4, 20, 5, 30, 11, 10):
+        x = torch.randn(rows, 2)
+        close(f(x), fn(x))
+    guards = "\n".join(f.cache_info()["guards"])
+    assert "s0 > 10" in guards or "s0 <= 10" in guards or "10 < s0" in guards
+
+
+def test_a_relation_the_graph_relied_on_is_checked():
+    def fn(x, y):
+        return x + y  # broadcasting needs equal sizes (or 1)
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows in (4, 9):
+        x, y = torch.randn(rows, 3), torch.randn(rows, 3)
+        close(f(x, y), fn(x, y))
+    x, y = torch.randn(6, 3), torch.randn(1, 3)
+    close(f(x, y), fn(x, y))
+    with pytest.raises(RuntimeError):
+        f(torch.randn(6, 3), torch.randn(5, 3))
+
+
+def test_non_contiguous_and_transposed_inputs():
+    def fn(x):
+        return torch.relu(x).sum(-1) + x[:, 0]
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows in (3, 7, 12):
+        base = torch.randn(5, rows)
+        x = base.t()
+        close(f(x), fn(x))
+        y = torch.randn(rows, 10)[:, ::2]
+        close(f(y), fn(y))
+
+
+def test_returning_a_size_falls_back_to_static_shapes_and_stays_right():
+    def fn(x):
+        return x * 3, x.shape[0]
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows in (4, 7):
+        x = torch.randn(rows, 2)
+        out, n = f(x)
+        close(out, x * 3)
+        assert n == rows
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.norm = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm(x)).split(width, dim=-1)
+        shape = (batch, length, self.heads, width // self.heads)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / (width // self.heads) ** 0.5
+        mask = torch.ones(length, length, dtype=torch.bool).tril()
+        attention = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        x = x + self.proj(attention.transpose(1, 2).reshape(batch, length, width))
+        return x + self.mlp(x)
+
+
+def test_a_transformer_block_over_many_sequence_lengths_compiles_few_graphs():
+    torch.manual_seed(0)
+    block = Block().eval()
+    compiled = kiln.compile(block)
+    with torch.no_grad():
+        for length in (2, 3, 5, 8, 13, 21, 34, 55, 64):
+            x = torch.randn(1, length, 32)
+            torch.testing.assert_close(compiled(x), block(x), rtol=1e-4, atol=1e-4)
+    info = kiln.cache_info(compiled)
+    assert info["entries"] <= 3, info["runners"]
+    assert "dynamic" in info["runners"][-1]
