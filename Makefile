@@ -12,7 +12,7 @@
 PYTHON ?= python3
 BENCH_ARGS ?=
 
-.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend bench-compile bench-export fuzz
+.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend bench-compile bench-export bench-generation fuzz
 
 # Installs the pinned versions only where the packages are missing, so a machine that
 # has them (a GPU image without network) runs with its own; the report names the versions.
@@ -31,6 +31,9 @@ bench-quick: bench-requirements
 
 bench-export: bench-requirements
 	$(PYTHON) -m bench.export $(EXPORT_ARGS)
+
+bench-generation: bench-requirements
+	$(PYTHON) -m bench.generation $(GENERATION_ARGS)
 
 bench-frontend:
 	$(PYTHON) -m bench.frontend $(FRONTEND_ARGS)

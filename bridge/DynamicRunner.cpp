@@ -10,10 +10,11 @@ namespace kiln::python {
 DynamicRunner::DynamicRunner(std::shared_ptr<const Graph> graph,
                              OutputForm outputForm, std::string backend,
                              std::string eagerReason, std::string name,
-                             std::string mode)
+                             std::string mode, bool checkInputs)
     : graph_(std::move(graph)), outputForm_(outputForm),
       backend_(std::move(backend)), eagerReason_(std::move(eagerReason)),
-      name_(std::move(name)), mode_(std::move(mode)) {
+      name_(std::move(name)), mode_(std::move(mode)),
+      checkInputs_(checkInputs) {
   if (graph_->symbols().empty())
     throw Error("a dynamic runner needs a graph with size symbols");
 }

@@ -16,7 +16,7 @@
 namespace kiln::python {
 
 /// How many symbol values a dynamic runner keeps runners for.
-constexpr size_t kDynamicRunnerCacheSize = 32;
+constexpr size_t kDynamicRunnerCacheSize = 128;
 
 class DynamicRunner : public GraphRunner {
 public:
@@ -24,7 +24,7 @@ public:
   /// of chooseGraphRunner, used for each set of symbol values.
   DynamicRunner(std::shared_ptr<const Graph> graph, OutputForm outputForm,
                 std::string backend, std::string eagerReason, std::string name,
-                std::string mode);
+                std::string mode, bool checkInputs = false);
 
   py::object run(PyObject *const *inputs, size_t count) const override;
   std::string describe() const override;
@@ -42,6 +42,7 @@ private:
   std::string eagerReason_;
   std::string name_;
   std::string mode_;
+  bool checkInputs_ = false;
   mutable std::mutex mutex_;
   mutable std::list<Entry> recent_; // most recent first
   mutable size_t made_ = 0;

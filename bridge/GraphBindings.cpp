@@ -4,6 +4,7 @@
 // bridge/, pybind11.
 #include "backend/aot/AotExport.h"
 #include "backend/cpu/CpuBackend.h"
+#include "bridge/DynamicRunner.h"
 #include "bridge/EagerRunner.h"
 #include "bridge/NativeRunner.h"
 #include "bridge/PythonConversion.h"
@@ -283,6 +284,10 @@ void defineGraphBindings(py::module_ &module) {
          const std::string &mode) {
         if (!graph)
           throw py::type_error("choose_runner needs a kiln Graph, not None");
+        if (!graph->symbols().empty())
+          return std::shared_ptr<GraphRunner>(std::make_shared<DynamicRunner>(
+              std::move(graph), outputFormFromName(output), backend, "", name,
+              mode, /*checkInputs=*/true));
         return std::shared_ptr<GraphRunner>(chooseGraphRunner(
             std::move(graph), outputFormFromName(output), backend, "", name,
             /*checkInputs=*/true, mode));

@@ -8,6 +8,7 @@
 #include "frontend/AtenCall.h"
 #include "frontend/Bytecode.h"
 #include "frontend/SymbolicEvaluator.h"
+#include "frontend/SymbolicSizes.h"
 #include "ir/Error.h"
 
 #include <pybind11/stl.h>
@@ -263,12 +264,6 @@ private:
   /// The dims of an input tensor the capture makes symbolic.
   std::vector<int64_t> dynamicDims(py::handle tensor, const SourcePtr &source,
                                    const TensorMeta &meta);
-  /// A size from kiln._symbolic.describe's form; torch's symbols are
-  /// numbered as they are first met.
-  SymSize sizeOf(py::handle description);
-  /// The symbolic layout of kiln._symbolic.layout's description (null when
-  /// it is None).
-  std::shared_ptr<const SymbolicLayout> layoutOf(py::handle description);
   /// A recorded argument that holds torch SymInts, as a symbolic Argument.
   std::optional<Argument> symbolicArgument(py::handle argument);
   /// The relations torch's ShapeEnv recorded, as guards.
@@ -357,8 +352,8 @@ private:
   FrameInputs inputs_;
   std::shared_ptr<Graph> graph_;
   const DynamicPolicy *dynamic_ = nullptr;
-  py::object symbolic_; // kiln._symbolic.SymbolicCapture
-  std::map<std::string, int64_t> symbolNumbers_; // torch symbol -> kiln
+  py::object symbolic_;     // kiln._symbolic.SymbolicCapture
+  SymbolTable symbolTable_; // torch's symbols, numbered for kiln
   GuardTree guards_;
   std::vector<std::string> notes_;
   std::unordered_map<std::string, VariablePtr> bySource_;

@@ -4,6 +4,7 @@
 #include "frontend/FxImporter.h"
 
 #include "frontend/AtenCall.h"
+#include "frontend/SymbolicSizes.h"
 #include "ir/Error.h"
 
 #include <pybind11/stl.h>
@@ -109,6 +110,8 @@ public:
         throw Unsupported(where + ": " + error.what());
       }
     }
+    if (symbols_.size() != result_.graph->symbols().size())
+      throw Unsupported("a size symbol that no input tensor's size gives");
     // Importer bugs, not user errors: these stay kiln::Error.
     result_.graph->verify();
     return std::move(result_);
@@ -158,7 +161,71 @@ private:
     return it != entries_.end() && it->second.single && !it->second.values[0];
   }
 
+  static const py::module_ &symbolicModule() {
+    static py::module_ *module =
+        new py::module_(py::module_::import("kiln._symbolic"));
+    return *module;
+  }
+
+  static bool isSymbolic(py::handle value) {
+    return symbolicModule().attr("is_symbolic")(value).cast<bool>();
+  }
+
+  /// A size node (a SymInt placeholder, sym_size, arithmetic on sizes):
+  /// its hint and expression, or nullopt for other objects.
+  std::optional<std::pair<int64_t, SymSize>> sizeNode(py::handle object) {
+    if (!py::isinstance(object, FxHandles::get().nodeType))
+      return std::nullopt;
+    auto found = sizes_.find(object.ptr());
+    if (found == sizes_.end())
+      return std::nullopt;
+    return found->second;
+  }
+
+  void bindSize(py::handle node, py::handle value) {
+    try {
+      sizes_[node.ptr()] = {
+          symbolicModule().attr("hint")(value).cast<int64_t>(),
+          symbols_.sizeOf(symbolicModule().attr("describe")(value))};
+    } catch (py::error_already_set &error) {
+      std::string message = error.what();
+      throw Unsupported(message.substr(0, message.find('\n')));
+    }
+  }
+
+  /// A tensor's meta: hints and symbolic layout for a fake tensor with
+  /// symbolic sizes.
+  TensorMeta metaOf(py::handle tensor) {
+    if (symbolicModule()
+            .attr("contains_symbolic")(
+                py::make_tuple(tensor.attr("shape"), tensor.attr("stride")()))
+            .cast<bool>())
+      return symbols_.metaOf(tensor, deviceFromTorch(tensor.attr("device")));
+    return tensorMetaOf(tensor);
+  }
+
   Argument argumentOf(py::handle object) {
+    if (auto size = sizeNode(object))
+      return Argument::symbolicInt(size->first, size->second);
+    if ((PyList_Check(object.ptr()) || PyTuple_Check(object.ptr())) &&
+        std::any_of(object.begin(), object.end(), [&](py::handle item) {
+          return sizeNode(item).has_value();
+        })) {
+      std::vector<int64_t> hints;
+      std::vector<SymSize> exprs;
+      for (py::handle item : object) {
+        if (auto size = sizeNode(item)) {
+          hints.push_back(size->first);
+          exprs.push_back(size->second);
+        } else if (PyLong_Check(item.ptr())) {
+          hints.push_back(item.cast<int64_t>());
+          exprs.push_back(size::constant(hints.back()));
+        } else {
+          throw Unsupported("a list of sizes holds a " + typeNameOf(item));
+        }
+      }
+      return Argument::symbolicIntList(std::move(hints), std::move(exprs));
+    }
     return argumentFromPython(
         object, [&](py::handle tensor) { return addConstant(tensor, ""); },
         [&](py::handle item) { return valueOf(item); });
@@ -180,14 +247,33 @@ private:
     if (value.is_none() && !exampleInputs_.is_none() &&
         placeholderIndex_ < py::len(exampleInputs_))
       value = exampleInputs_[py::int_(placeholderIndex_)];
-    ++placeholderIndex_;
+    int64_t position = static_cast<int64_t>(placeholderIndex_++);
     if (value.is_none())
       throw Unsupported("placeholder has no metadata (node.meta['val']) and "
                         "no example input");
-    TensorMeta meta = tensorMetaOrThrow(value, "the input");
-    bind(node,
-         {result_.graph->addInput(meta, node.attr("name").cast<std::string>())},
-         true);
+    if (isSymbolic(value)) { // a size the tensors' sizes give
+      bindSize(node, value);
+      return;
+    }
+    if (!isTensor(value))
+      tensorMetaOrThrow(value, "the input"); // throws, saying what it is
+    TensorMeta meta = metaOf(value);
+    Value *input =
+        result_.graph->addInput(meta, node.attr("name").cast<std::string>());
+    result_.tensorInputs.push_back(position);
+    if (meta.isSymbolic()) {
+      int64_t index = static_cast<int64_t>(result_.graph->inputs().size()) - 1;
+      for (int64_t d = 0; d < meta.dim(); ++d) {
+        SymSize size = meta.symbolic->sizes[d];
+        if (size->kind() == SizeKind::Symbol &&
+            size->value() >=
+                static_cast<int64_t>(result_.graph->symbols().size()) &&
+            result_.graph->addSymbol({index, d, meta.sizes[d]}) !=
+                size->value())
+          throw Unsupported("size symbols out of order");
+      }
+    }
+    bind(node, {input}, true);
   }
 
   Value *addConstant(py::handle tensor, const std::string &name) {
@@ -225,8 +311,9 @@ private:
   /// flattened in return order; None where an op leaves a result out. The
   /// first result that is neither a tensor nor None is set aside in
   /// `notTensor`: only an op whose schema returns tensors must explain it.
-  std::optional<TorchResults> fxResults(py::handle node,
-                                        py::object &notTensor) {
+  std::optional<TorchResults>
+  fxResults(py::handle node, py::object &notTensor,
+            std::vector<std::shared_ptr<const SymbolicLayout>> &layouts) {
     py::object value = metaValue(node);
     if (value.is_none())
       return std::nullopt;
@@ -236,10 +323,14 @@ private:
         for (py::handle element : item)
           self(element, self);
       } else if (isTensor(item)) {
-        results.add(tensorMetaOf(item));
+        TensorMeta meta = metaOf(item);
+        layouts.push_back(meta.symbolic);
+        meta.symbolic = nullptr; // set on the values after the node is added
+        results.add(meta);
       } else {
         if (!item.is_none() && !notTensor)
           notTensor = py::reinterpret_borrow<py::object>(item);
+        layouts.emplace_back();
         results.add(std::nullopt);
       }
     };
@@ -272,6 +363,12 @@ private:
     py::object target = node.attr("target");
     if (target.is(FxHandles::get().getitem))
       return importGetItem(node);
+    if (py::object value = metaValue(node); isSymbolic(value)) {
+      // Size arithmetic (sym_size, operator.mul on sizes): an argument of
+      // the ops that read it, not a graph node.
+      bindSize(node, value);
+      return;
+    }
     if (!py::isinstance(target, FxHandles::get().opOverloadType))
       throw Unsupported("calls " + py::repr(target).cast<std::string>() +
                         ", which is not an ATen operator overload");
@@ -284,7 +381,8 @@ private:
                             argumentOf(item.second));
 
     py::object notTensor;
-    std::optional<TorchResults> fx = fxResults(node, notTensor);
+    std::vector<std::shared_ptr<const SymbolicLayout>> layouts;
+    std::optional<TorchResults> fx = fxResults(node, notTensor, layouts);
     Node *added = appendAtenCall(*result_.graph, target, positional, keywords,
                                  fx, where, result_.notes, "FX");
     if (notTensor) // the schema says tensor but FX recorded something else
@@ -293,6 +391,9 @@ private:
 
     const OpSchema &schema = *added->schema();
     Entry entry{flatResults(*added, fx), hasSingleResult(schema)};
+    for (size_t i = 0; i < entry.values.size() && i < layouts.size(); ++i)
+      if (entry.values[i] && layouts[i])
+        entry.values[i]->setSymbolicLayout(layouts[i]);
     // getitem indexes the flat result list only where it matches the
     // returns one to one: all plain tensors, or one tensor list.
     entry.flatIndexing =
@@ -319,6 +420,9 @@ private:
     for (const py::object &item : items) {
       if (isLeftOutResult(item))
         outputs.push_back(Argument::none());
+      else if (sizeNode(item))
+        throw Unsupported("the graph returns a size that varies between "
+                          "calls");
       else if (Value *value = valueOf(item))
         outputs.push_back(value);
       else if (item.is_none() || PyBool_Check(item.ptr()) ||
@@ -342,6 +446,8 @@ private:
   py::handle exampleInputs_;
   size_t placeholderIndex_ = 0;
   std::unordered_map<PyObject *, Entry> entries_;
+  frontend::SymbolTable symbols_;
+  std::unordered_map<PyObject *, std::pair<int64_t, SymSize>> sizes_;
   FxImport result_;
 };
 
@@ -363,7 +469,10 @@ void defineFxImporterBindings(py::module_ &module) {
           "How the GraphModule returns its outputs: 'tuple', 'list' or "
           "'single'.")
       .def_readonly("notes", &FxImport::notes,
-                    "Registered ops kept as externs, and why.");
+                    "Registered ops kept as externs, and why.")
+      .def_readonly("tensor_inputs", &FxImport::tensorInputs,
+                    "Positions of the placeholders that are graph inputs; "
+                    "the others are sizes a call leaves out.");
   module.def(
       "import_fx",
       [](py::object graphModule, py::object exampleInputs) {

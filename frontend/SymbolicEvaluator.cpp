@@ -114,7 +114,8 @@ VariablePtr Evaluator::wrapTensor(py::handle tensor, const SourcePtr &source) {
                                                meta.storageOffset, dims);
     if (!dims.empty()) {
       py::tuple layout = Handles::get().symbolicModule.attr("layout")(fake);
-      std::shared_ptr<const SymbolicLayout> symbolic = layoutOf(layout[3]);
+      std::shared_ptr<const SymbolicLayout> symbolic =
+          symbolTable_.layoutOf(layout[3]);
       if (symbolic) {
         int64_t input = static_cast<int64_t>(graph_->inputs().size()) - 1;
         for (int64_t d = 0; d < meta.dim(); ++d) {
@@ -704,7 +705,8 @@ VariablePtr Evaluator::torchCall(
           meta.dtype = python::dtypeFromTorch(out.attr("dtype"));
           if (flatIndex >= layouts.size() || layouts[flatIndex].is_none())
             unsupported("a traced result without its layout");
-          resultLayouts.push_back(layoutOf(py::tuple(layouts[flatIndex])[3]));
+          resultLayouts.push_back(
+              symbolTable_.layoutOf(py::tuple(layouts[flatIndex])[3]));
         } else {
           meta = python::tensorMetaOf(out);
         }
@@ -1089,55 +1091,6 @@ std::vector<int64_t> Evaluator::dynamicDims(py::handle tensor,
   return result;
 }
 
-SymSize Evaluator::sizeOf(py::handle description) {
-  py::tuple item = py::reinterpret_borrow<py::tuple>(description);
-  std::string op = item[0].cast<std::string>();
-  if (op == "int")
-    return size::constant(item[1].cast<int64_t>());
-  if (op == "sym") {
-    std::string name = item[1].cast<std::string>();
-    auto found = symbolNumbers_.find(name);
-    if (found != symbolNumbers_.end())
-      return size::symbol(found->second);
-    int64_t number = static_cast<int64_t>(symbolNumbers_.size());
-    symbolNumbers_[name] = number;
-    return size::symbol(number);
-  }
-  std::vector<SymSize> operands;
-  for (size_t i = 1; i < item.size(); ++i)
-    operands.push_back(sizeOf(item[i]));
-  if (op == "add" || op == "mul") {
-    SymSize result = size::constant(op == "add" ? 0 : 1);
-    for (SymSize operand : operands)
-      result =
-          op == "add" ? size::add(result, operand) : size::mul(result, operand);
-    return result;
-  }
-  if (operands.size() == 2) {
-    if (op == "floordiv")
-      return size::floorDiv(operands[0], operands[1]);
-    if (op == "mod")
-      return size::mod(operands[0], operands[1]);
-    if (op == "max")
-      return size::max(operands[0], operands[1]);
-  }
-  unsupported("size expression '" + op + "'");
-}
-
-std::shared_ptr<const SymbolicLayout>
-Evaluator::layoutOf(py::handle description) {
-  if (description.is_none())
-    return nullptr;
-  py::tuple parts = py::reinterpret_borrow<py::tuple>(description);
-  auto layout = std::make_shared<SymbolicLayout>();
-  for (py::handle size : parts[0])
-    layout->sizes.push_back(sizeOf(size));
-  for (py::handle stride : parts[1])
-    layout->strides.push_back(sizeOf(stride));
-  layout->storageOffset = sizeOf(parts[2]);
-  return layout;
-}
-
 std::optional<Argument> Evaluator::symbolicArgument(py::handle argument) {
   const py::module_ &module = Handles::get().symbolicModule;
   if (!module.attr("contains_symbolic")(argument).cast<bool>())
@@ -1146,13 +1099,13 @@ std::optional<Argument> Evaluator::symbolicArgument(py::handle argument) {
     if (module.attr("is_symbolic")(argument).cast<bool>())
       return Argument::symbolicInt(
           module.attr("hint")(argument).cast<int64_t>(),
-          sizeOf(module.attr("describe")(argument)));
+          symbolTable_.sizeOf(module.attr("describe")(argument)));
     if (PyList_Check(argument.ptr()) || PyTuple_Check(argument.ptr())) {
       std::vector<int64_t> hints;
       std::vector<SymSize> exprs;
       for (py::handle item : argument) {
         hints.push_back(module.attr("hint")(item).cast<int64_t>());
-        exprs.push_back(sizeOf(module.attr("describe")(item)));
+        exprs.push_back(symbolTable_.sizeOf(module.attr("describe")(item)));
       }
       return Argument::symbolicIntList(std::move(hints), std::move(exprs));
     }
@@ -1179,9 +1132,10 @@ void Evaluator::addSizeRelations() {
   for (py::handle item : described) {
     py::tuple relation = py::reinterpret_borrow<py::tuple>(item);
     relations.push_back({ops.at(relation[0].cast<std::string>()),
-                         sizeOf(relation[1]), sizeOf(relation[2])});
+                         symbolTable_.sizeOf(relation[1]),
+                         symbolTable_.sizeOf(relation[2])});
   }
-  if (symbolNumbers_.size() != graph_->symbols().size())
+  if (symbolTable_.size() != graph_->symbols().size())
     unsupported("a size symbol that no input dimension gives");
   guards_.setSizeRelations(static_cast<int64_t>(graph_->symbols().size()),
                            std::move(relations));

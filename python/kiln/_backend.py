@@ -28,9 +28,11 @@ def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
     lowering, such as mm or conv, call torch from inside the compiled
     program); "eager" runs every node through torch's own operators, the
     reference. A graph the native backend cannot take (another device) runs
-    eagerly, and a graph kiln cannot represent at all (symbolic sizes,
-    non-tensor results, non-ATen calls) runs as the FX graph it is; the
-    reason goes to KILN_LOGS=breaks.
+    eagerly, and a graph kiln cannot represent at all (non-tensor results,
+    non-ATen calls) runs as the FX graph it is; the reason goes to
+    KILN_LOGS=breaks. A graph with symbolic sizes (dynamic=True) keeps them
+    as size symbols and is compiled for each set of sizes it is called
+    with.
     """
     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -56,9 +58,19 @@ def compile_fx_graph(gm, example_inputs, *, backend="llvm"):
     if _logging.enabled("graph"):
         _logging.log("graph", f"backend {backend!r}, {runner.describe()}:\n{imported.graph}")
     run = runner.run_boxed
+    tensor_inputs = list(imported.tensor_inputs)
+    placeholders = sum(node.op == "placeholder" for node in gm.graph.nodes)
 
-    def compiled(args):
-        return run(args)
+    if len(tensor_inputs) == placeholders:
+        def compiled(args):
+            return run(args)
+    else:
+        # torch.compile(dynamic=True) passes sizes (SymInts) too; the graph
+        # reads them from its tensors' sizes.
+        def compiled(args):
+            tensors = [args[i] for i in tensor_inputs]
+            args.clear()
+            return run(tensors)
 
     compiled._boxed_call = True
     compiled.kiln_graph = imported.graph

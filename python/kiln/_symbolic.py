@@ -87,6 +87,8 @@ def contains_symbolic(value):
 def hint(value):
     """The example call's value of an int or SymInt."""
     if isinstance(value, torch.SymInt):
+        if value.node.hint is None:
+            raise Unsupported(f"size {value} has no value in the example (an unbacked SymInt)")
         return int(value.node.hint)
     return int(value)
 

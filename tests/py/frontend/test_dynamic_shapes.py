@@ -199,3 +199,22 @@ def test_a_transformer_block_over_many_sequence_lengths_compiles_few_graphs():
     info = kiln.cache_info(compiled)
     assert info["entries"] <= 3, info["runners"]
     assert "dynamic" in info["runners"][-1]
+
+
+def test_torch_compile_dynamic_graphs_are_taken_with_their_size_symbols():
+    from kiln import _backend
+
+    def fn(x, w):
+        y = torch.softmax(x @ w, -1)
+        return y.view(x.shape[0] // 2, -1).sum(0) + x[: x.shape[0] // 2].mean()
+
+    torch._dynamo.reset()
+    _backend.counters.clear()
+    compiled = torch.compile(fn, backend="kiln", dynamic=True)
+    w = torch.randn(4, 6)
+    for rows in (4, 6, 10, 22):
+        x = torch.randn(rows, 4)
+        close(compiled(x, w), fn(x, w))
+    # Imported, not run as the FX graph it is.
+    assert _backend.counters["graphs"] >= 1 and _backend.counters["fallbacks"] == 0
+    torch._dynamo.reset()

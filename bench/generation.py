@@ -1,0 +1,112 @@
+# `make bench-generation`: autoregressive generation with a growing sequence
+# (dynamic shapes). The bench's hand-written GPT (bench.models.TinyGpt, no
+# key/value cache: every step runs the whole sequence) generates NEW_TOKENS
+# tokens greedily from a PROMPT-token prompt, batch 1, in eager, under
+# kiln.compile (dynamic=None: automatic dynamic shapes) and under
+# torch.compile(dynamic=True) (Inductor). Two passes each: the first includes
+# every compile, the second reuses what the first compiled. Reports tokens/s,
+# how many graphs each compiler captured, and whether the tokens match eager.
+# One run, one machine; writes bench/results/<date>-generation-cpu-<threads>-threads.md.
+# Depends on torch, kiln.
+import argparse
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch._dynamo
+
+from bench import environment
+from bench.models import TinyGpt, VOCABULARY, WIDTH, LAYERS, HEADS
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+PROMPT, NEW_TOKENS = 8, 64
+
+
+def generate(model, prompt, count):
+    ids = prompt
+    for _ in range(count):
+        logits = model(ids)
+        ids = torch.cat([ids, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+def timed_passes(model, prompt):
+    """(tokens of the first pass, seconds of the first pass, of the second)."""
+    times = []
+    with torch.no_grad():
+        for _ in range(2):
+            start = time.perf_counter()
+            tokens = generate(model, prompt, NEW_TOKENS)
+            times.append(time.perf_counter() - start)
+    return tokens, times[0], times[1]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=RESULTS)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    arguments = parser.parse_args()
+    kiln, error = environment.import_kiln()
+    if kiln is None:
+        sys.exit(error)
+    torch.set_num_threads(arguments.threads)
+    torch.manual_seed(0)
+    config = {"vocabulary": VOCABULARY, "context": 512, "width": WIDTH, "layers": LAYERS,
+              "heads": HEADS, "mlp_ratio": 4, "activation": "gelu", "skip_layers": []}
+    model = TinyGpt(config).eval()
+    prompt = torch.randint(0, VOCABULARY, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+
+    rows = []
+    reference, first, second = timed_passes(model, prompt)
+    rows.append(("eager", first, second, "-", "reference"))
+
+    compiled = kiln.compile(model)
+    tokens, first, second = timed_passes(compiled, prompt)
+    info = kiln.cache_info(compiled)
+    dynamic = [r for r in info["runners"] if r.startswith("dynamic")]
+    graphs = f"{info['entries']} capture(s)"
+    if dynamic:
+        made = dynamic[0].split(", ")[1].split(" specialisation")[0]
+        graphs += f", {made} programs compiled for their sizes"
+    rows.append(("kiln.compile (dynamic=None)", first, second, graphs,
+                 "yes" if torch.equal(tokens, reference) else "NO"))
+
+    try:
+        torch._dynamo.reset()
+        inductor = torch.compile(model, dynamic=True)
+        tokens, first, second = timed_passes(inductor, prompt)
+        frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        rows.append(("torch.compile (Inductor, dynamic=True)", first, second,
+                     f"{frames} graph(s)", "yes" if torch.equal(tokens, reference) else "NO"))
+    except Exception as error:  # noqa: BLE001 - reported in the table
+        rows.append(("torch.compile (Inductor, dynamic=True)", None, None,
+                     environment.describe(error), "-"))
+
+    date = datetime.date.today().isoformat()
+    lines = [f"# Generation with a growing sequence, CPU, {arguments.threads} threads ({date})", "",
+             f"Processor: {environment.processor_name()}; commit {environment.repository_commit()}; "
+             f"torch {torch.__version__}. Hand-written GPT ({LAYERS} layers, {WIDTH} wide, "
+             f"{HEADS} heads, no key/value cache), batch 1, {PROMPT}-token prompt, "
+             f"{NEW_TOKENS} new tokens greedily (sequence lengths {PROMPT}..{PROMPT + NEW_TOKENS - 1}). "
+             "First pass: compiles included; second pass: the same lengths again.", "",
+             "| how it runs | tokens/s, first pass | tokens/s, second pass | graphs | tokens match eager |",
+             "| --- | ---: | ---: | --- | --- |"]
+    for how, first, second, graphs, match in rows:
+        if first is None:
+            lines.append(f"| {how} | - | - | {graphs} | {match} |")
+        else:
+            lines.append(f"| {how} | {NEW_TOKENS / first:.1f} | {NEW_TOKENS / second:.1f} | "
+                         f"{graphs} | {match} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    os.makedirs(arguments.out, exist_ok=True)
+    path = os.path.join(arguments.out, f"{date}-generation-cpu-{arguments.threads}-threads.md")
+    with open(path, "w") as file:
+        file.write(text)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
