@@ -340,12 +340,37 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
   return entry;
 }
 
+namespace {
+
+/// Whether every size symbol of a capture is pinned to a constant by one of
+/// its relations (`s0 == 3`): a torch meta function specialised them.
+bool everySymbolPinned(const Capture &capture) {
+  size_t symbols = capture.graph->symbols().size();
+  if (symbols == 0)
+    return false;
+  std::vector<bool> pinned(symbols, false);
+  for (const SizeRelation &relation : capture.guards.sizeRelations()) {
+    if (relation.op != SizeRelation::Op::Eq)
+      continue;
+    for (auto [symbol, value] :
+         {std::pair{relation.lhs, relation.rhs}, {relation.rhs, relation.lhs}})
+      if (symbol->kind() == SizeKind::Symbol && value->isConstant() &&
+          symbol->value() < static_cast<int64_t>(symbols))
+        pinned[symbol->value()] = true;
+  }
+  return std::all_of(pinned.begin(), pinned.end(), [](bool p) { return p; });
+}
+
+} // namespace
+
 Capture CodeCache::capture(PyObject *function, const FrameInputs &inputs,
                            const std::string &name) const {
   DynamicPolicy policy;
+  bool useless = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     policy = policy_;
+    useless = symbolicUseless_;
   }
   policy.mode = options_.dynamic;
   bool symbolic = policy.mode == DynamicPolicy::Mode::Always ||
@@ -361,9 +386,25 @@ Capture CodeCache::capture(PyObject *function, const FrameInputs &inputs,
                 PyObject_HasAttrString(local, "_dynamo_dynamic_indices"));
   }
   HookSuspension suspension;
-  if (symbolic) {
+  if (symbolic && !useless) {
     try {
-      return captureFunction(function, inputs, false, &policy);
+      Capture capture = captureFunction(function, inputs, false, &policy);
+      if (!everySymbolPinned(capture))
+        return capture;
+      // Each later size would fail its guards and capture again.
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        symbolicUseless_ = true;
+      }
+      if (logEnabled("recompiles")) {
+        std::string relations;
+        for (const SizeRelation &relation : capture.guards.sizeRelations())
+          relations += (relations.empty() ? "" : ", ") + relation.str();
+        logArtifact("recompiles",
+                    name + ": the capture with dynamic shapes specialised "
+                           "every size (" +
+                           relations + "); static shapes from now on");
+      }
     } catch (const Unsupported &error) {
       if (logEnabled("recompiles"))
         logArtifact("recompiles", name + ": no capture with dynamic shapes (" +
@@ -491,6 +532,8 @@ void CodeCache::reset() {
                                    std::make_shared<EntryList>()));
   runInCPython_ = false;
   fallbackReason_.clear();
+  policy_ = DynamicPolicy();
+  symbolicUseless_ = false;
 }
 
 } // namespace kiln::frontend

@@ -94,6 +94,9 @@ private:
   std::string fallbackReason_;
   /// Dims learned to vary (guarded by mutex_).
   mutable DynamicPolicy policy_;
+  /// A symbolic capture pinned every symbol to its value (a torch meta
+  /// function specialised it): later captures are static (mutex_).
+  mutable bool symbolicUseless_ = false;
   std::atomic<long> hits_{0};
   std::atomic<long> misses_{0};
   std::atomic<long> fallbacks_{0};

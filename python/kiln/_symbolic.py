@@ -47,11 +47,17 @@ class SymbolicCapture:
                sympy.Gt: ">", sympy.Ge: ">=", sympy.StrictLessThan: "<",
                sympy.LessThan: "<=", sympy.StrictGreaterThan: ">",
                sympy.GreaterThan: ">="}
+        from kiln import _logging
+
         relations = []
         for guard in self.env.guards:
             expr = guard.expr
             if expr is sympy.true:
                 continue
+            if (_logging.enabled("recompiles") and isinstance(expr, sympy.Eq)
+                    and any(isinstance(side, sympy.Integer) for side in expr.args)):
+                where = getattr(guard, "sloc", None) or getattr(guard, "stack", "")
+                _logging.log("recompiles", f"size specialised: {expr} (at {where})")
             op = ops.get(type(expr))
             if op is None:
                 raise Unsupported(f"a guard kiln cannot check: {expr}")
@@ -121,11 +127,22 @@ def _describe_expr(expr):
         return ("floordiv", _describe_expr(expr.args[0]), _describe_expr(expr.args[1]))
     if isinstance(expr, (fn.PythonMod, fn.Mod, sympy.Mod)):
         return ("mod", _describe_expr(expr.args[0]), _describe_expr(expr.args[1]))
-    if isinstance(expr, sympy.Max):
+    max_types = tuple(t for t in (sympy.Max, getattr(fn, "Max", None)) if t is not None)
+    min_types = tuple(t for t in (sympy.Min, getattr(fn, "Min", None)) if t is not None)
+    if isinstance(expr, max_types):
         result = _describe_expr(expr.args[0])
         for arg in expr.args[1:]:
             result = ("max", result, _describe_expr(arg))
         return result
+    if isinstance(expr, min_types):
+        # min(a, b) == -max(-a, -b), exactly.
+        def negated(described):
+            return ("mul", ("int", -1), described)
+
+        result = negated(_describe_expr(expr.args[0]))
+        for arg in expr.args[1:]:
+            result = ("max", result, negated(_describe_expr(arg)))
+        return negated(result)
     raise Unsupported(f"size expression {expr} ({type(expr).__name__})")
 
 

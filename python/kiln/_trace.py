@@ -153,8 +153,9 @@ class _Recorder(TorchDispatchMode):
         if self.symbolic:
             out = func(*args, **run_kwargs)
             # Torch's decompositions query sizes and devices through the
-            # dispatcher on fake tensors; those are not operations.
-            if func.namespace != "prim" and not func.__name__.startswith("sym_"):
+            # dispatcher on fake tensors (aten.size, aten.sym_numel,
+            # prim.device); those are not operations.
+            if func.namespace != "prim" and _returns_tensors(func):
                 self.calls.append((func, args, kwargs, out, _symbolic_layouts(out)))
             return out
         kiln_meta = self.fast and _kiln_op(func).fast
@@ -179,6 +180,18 @@ def _layouts(out):
     if isinstance(out, (tuple, list)):
         return [layout for item in out for layout in _layouts(item)]
     return []
+
+
+_RETURNS_TENSORS = {}
+
+
+def _returns_tensors(func):
+    """Whether an operator's schema returns a tensor (or tensors)."""
+    found = _RETURNS_TENSORS.get(func)
+    if found is None:
+        found = _RETURNS_TENSORS[func] = any(
+            "Tensor" in str(r.type) for r in func._schema.returns)
+    return found
 
 
 def _symbolic_layouts(out):
