@@ -832,6 +832,8 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr iterator = peek(frame);
     if (!iterator->is(Kind::Iterator))
       throw Error("FOR_ITER on a non-iterator");
+    if (iteratorIsStale(*iterator))
+      unsupported("a loop over a list the loop changes");
     if (iterator->position < iterator->items.size()) {
       frame.stack.push_back(iterator->items[iterator->position++]);
       return;

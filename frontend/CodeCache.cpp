@@ -388,7 +388,8 @@ Capture CodeCache::capture(PyObject *function, const FrameInputs &inputs,
   HookSuspension suspension;
   if (symbolic && !useless) {
     try {
-      Capture capture = captureFunction(function, inputs, false, &policy);
+      Capture capture =
+          captureFunction(function, inputs, !options_.fullgraph, &policy);
       if (!everySymbolPinned(capture))
         return capture;
       // Each later size would fail its guards and capture again.

@@ -85,14 +85,14 @@ struct Handles {
 
   Handles() {
     for (const char *name :
-         {"abs",     "all",    "any",      "bool",       "callable",
-          "chr",     "divmod", "float",    "format",     "frozenset",
-          "hasattr", "hash",   "int",      "isinstance", "issubclass",
-          "len",     "max",    "min",      "ord",        "pow",
-          "range",   "repr",   "reversed", "round",      "slice",
-          "sorted",  "str",    "sum",      "tuple",      "type",
-          "getattr", "list",   "dict",     "set",        "enumerate",
-          "zip",     "setattr"})
+         {"abs",     "all",     "any",      "bool",       "callable",
+          "chr",     "divmod",  "float",    "format",     "frozenset",
+          "hasattr", "hash",    "int",      "isinstance", "issubclass",
+          "len",     "max",     "min",      "ord",        "pow",
+          "range",   "repr",    "reversed", "round",      "slice",
+          "sorted",  "str",     "sum",      "tuple",      "type",
+          "getattr", "list",    "dict",     "set",        "enumerate",
+          "zip",     "setattr", "iter",     "next"})
       pureBuiltins.insert(builtins.attr(name).ptr());
     for (py::object call : {torch.attr("finfo"), torch.attr("iinfo"),
                             py::module_::import("inspect").attr("signature")})
@@ -130,6 +130,10 @@ std::string globalsName(py::handle globals);
 bool startsWith(const std::string &text, const std::string &prefix);
 /// Modules whose functions the evaluator calls rather than inlines.
 bool isTorchModuleName(const std::string &name);
+
+/// Whether a list iterator's list changed since the iterator was made (its
+/// snapshot no longer says what Python's iterator would give).
+bool iteratorIsStale(const Variable &iterator);
 
 class Evaluator {
 public:

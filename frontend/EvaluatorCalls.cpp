@@ -362,6 +362,22 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
           py::bool_(PyObject_IsSubclass(type.ptr(), classes->ptr()) == 1));
     }
   }
+  if (is("next")) {
+    // Only iterators the frame made advance here; next() on a real Python
+    // iterator would consume it during capture.
+    if ((args.size() != 1 && args.size() != 2) || !kwargs.empty())
+      unsupported("next() with " + std::to_string(args.size()) + " arguments");
+    if (!args[0]->is(Kind::Iterator))
+      unsupported("next() of a " + kindNameOf(pythonTypeOf(args[0])));
+    VariablePtr &iterator = args[0];
+    if (iteratorIsStale(*iterator))
+      unsupported("next() of an iterator over a list changed since");
+    if (iterator->position < iterator->items.size())
+      return iterator->items[iterator->position++];
+    if (args.size() == 2)
+      return args[1];
+    unsupported("next() of an exhausted iterator (StopIteration)");
+  }
   if (is("range") || is("enumerate") || is("zip") || is("reversed") ||
       is("sorted") || is("list") || is("tuple") || is("iter")) {
     std::vector<std::optional<py::object>> constants;

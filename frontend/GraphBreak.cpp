@@ -219,6 +219,8 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
   planSideEffects(rebuilder);
   graph_->setOutputs(std::move(rebuilder.outputs));
   Capture capture;
+  if (symbolic_)
+    addSizeRelations();
   capture.graph = graph_;
   capture.guards = std::move(guards_);
   capture.graphBreak = std::move(state);

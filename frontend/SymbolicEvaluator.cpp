@@ -393,6 +393,10 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
   case Kind::Tuple:
   case Kind::List:
     iterator->items = iterable->items;
+    // A list iterator reads the list as it is at each step: the snapshot
+    // stands only while the list is unchanged (iteratorIsStale).
+    if (iterable->is(Kind::List))
+      iterator->cells = {iterable};
     return iterator;
   case Kind::Dict:
     for (const py::object &key : iterable->keys)
@@ -452,6 +456,13 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
   default:
     unsupported("iteration over a " + kindNameOf(pythonTypeOf(iterable)));
   }
+}
+
+bool iteratorIsStale(const Variable &iterator) {
+  for (const VariablePtr &list : iterator.cells)
+    if (list->is(Kind::List) && list->items != iterator.items)
+      return true;
+  return false;
 }
 
 std::vector<VariablePtr> Evaluator::unpack(const VariablePtr &sequence) {
@@ -1178,10 +1189,7 @@ py::object OutputTemplate::build(PyObject *const *outputs) const {
 
 Capture captureFunction(py::handle function, const FrameInputs &inputs,
                         bool allowBreaks, const DynamicPolicy *dynamic) {
-  // A break's plan would hold this capture's sizes: symbolic captures have
-  // none.
-  if (dynamic)
-    allowBreaks = false;
+  // A break's plan may not hold a size that varies (rebuild refuses one).
   evaluation::Evaluator evaluator(inputs, dynamic);
   try {
     return evaluator.run(function);
@@ -1205,7 +1213,7 @@ Capture captureFunction(py::handle function, const FrameInputs &inputs,
                                               evaluator.failedOffset());
     if (!refusal.is_none())
       throw refused(refusal.cast<std::string>());
-    evaluation::Evaluator resumed(inputs);
+    evaluation::Evaluator resumed(inputs, dynamic);
     resumed.stopBefore(evaluator.failedStep(), evaluator.failedPc(), reason);
     try {
       return resumed.run(function);

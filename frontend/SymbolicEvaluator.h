@@ -135,8 +135,8 @@ struct DynamicPolicy {
 /// `dynamic`, the capture traces on fake tensors whose dims that policy
 /// names are symbolic: the graph has size symbols (Graph::symbols) and the
 /// guards bind them and check the relations the capture relied on; what
-/// such a capture cannot do (a size returned to Python, a graph break)
-/// throws kiln::Unsupported.
+/// such a capture cannot do (a size returned to Python or live at a graph
+/// break) throws kiln::Unsupported.
 Capture captureFunction(py::handle function, const FrameInputs &inputs,
                         bool allowBreaks = false,
                         const DynamicPolicy *dynamic = nullptr);

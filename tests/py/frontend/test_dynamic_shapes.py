@@ -244,3 +244,32 @@ def test_dynamic_shapes_on_the_gpu():
             x = torch.randn(1, length, 32, device="cuda")
             torch.testing.assert_close(compiled(x), block(x), rtol=1e-4, atol=1e-4)
     assert TORCH_SPECIALISES_MATMUL or kiln.cache_info(compiled)["entries"] <= 2
+
+
+def test_a_graph_break_keeps_dynamic_shapes(capsys):
+    def fn(x):
+        y = torch.relu(x) * 2
+        print("between the graphs")
+        return y.sum(0) + x.shape[1]
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows in (3, 6, 11):
+        x = torch.randn(rows, 4)
+        close(f(x), fn(x))
+    info = kiln.cache_info(f)
+    assert info["entries"] == 1 and "dynamic" in info["runners"][0]
+    assert info["breaks"] and "print" in info["breaks"][0]["reason"]
+    assert capsys.readouterr().out.count("between the graphs") == 6
+
+
+def test_a_size_live_at_a_graph_break_falls_back_to_static_shapes(capsys):
+    def fn(x):
+        n = x.shape[0]
+        print("break")
+        return x * n
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows in (3, 6):
+        x = torch.randn(rows, 4)
+        close(f(x), fn(x))
+    assert not kiln.cache_info(f)["runs_in_cpython"]

@@ -115,3 +115,35 @@ def test_a_compiled_numpy_function_is_not_stepped_into():
 
     x = torch.randn(2)
     torch.testing.assert_close(kiln.compile(fn)(x), x)
+
+
+def test_iter_and_next_are_captured():
+    def fn(x, ws):
+        it = iter(ws)
+        y = x @ next(it)
+        for w in it:  # the rest of the same iterator
+            y = y @ w
+        pairs = iter(zip((1, 2), "ab"))
+        return y * next(iter((3, 4))), next(pairs), next(iter(()), "empty")
+
+    compiled = kiln.compile(fn)
+    x, ws = torch.randn(3, 4), [torch.randn(4, 4) for _ in range(3)]
+    out, pair, empty = compiled(x, ws)
+    expected = fn(x, ws)
+    torch.testing.assert_close(out, expected[0])
+    assert (pair, empty) == ((1, "a"), "empty")
+    info = kiln.cache_info(compiled)
+    assert info["break_reasons"] == [] and not info["runs_in_cpython"]
+
+
+def test_next_of_an_iterator_over_a_list_changed_since_runs_in_python():
+    def fn(x):
+        values = [x, x * 2]
+        it = iter(values)
+        values.append(x * 3)  # Python's list iterator sees the new item
+        return next(it) + next(it) + next(it)
+
+    x = torch.randn(3)
+    compiled = kiln.compile(fn)
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert "changed since" in kiln.cache_info(compiled)["fallback_reason"]
