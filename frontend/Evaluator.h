@@ -324,6 +324,15 @@ private:
                                  std::vector<VariablePtr> &args);
   /// For an instance of a dict subclass whose class does not define
   /// `specialMethod` in Python: its modelled contents; otherwise `value`.
+  /// `module.parameters()` and nn.Module's other structure iterators
+  /// (buffers, children, modules, and their named_ forms) where the module's
+  /// class keeps nn.Module's own: an iterator over what they give now, each
+  /// tensor and submodule read from its attribute path, with the module
+  /// tree's structure guarded. Null for another method.
+  VariablePtr moduleStructureCall(
+      const VariablePtr &module, py::handle function,
+      const std::vector<VariablePtr> &args,
+      const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr builtinContents(const VariablePtr &value,
                               const char *specialMethod);
   void addToSet(const VariablePtr &set, const VariablePtr &item);

@@ -599,6 +599,10 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         callable->object.is(Handles::get().moduleCall))
       return inlineModule(self, std::move(args), std::move(kwargs),
                           /*viaModuleCall=*/true);
+    if (self->is(Kind::Module) && callable->object)
+      if (VariablePtr structure =
+              moduleStructureCall(self, callable->object, args, kwargs))
+        return structure;
     if (self->is(Kind::Instance) && callable->object &&
         !PyFunction_Check(callable->object.ptr())) {
       if (!kwargs.empty())
@@ -988,6 +992,118 @@ VariablePtr Evaluator::inlineFunction(
     return iterator;
   }
   return result;
+}
+
+} // namespace kiln::frontend::evaluation
+
+namespace kiln::frontend::evaluation {
+
+VariablePtr Evaluator::moduleStructureCall(
+    const VariablePtr &module, py::handle function,
+    const std::vector<VariablePtr> &args,
+    const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
+  // The named form of each method, which says where each item lives.
+  static const std::pair<const char *, const char *> kMethods[] = {
+      {"parameters", "named_parameters"},
+      {"named_parameters", "named_parameters"},
+      {"buffers", "named_buffers"},
+      {"named_buffers", "named_buffers"},
+      {"children", "named_children"},
+      {"named_children", "named_children"},
+      {"modules", "named_modules"},
+      {"named_modules", "named_modules"}};
+  const Handles &h = Handles::get();
+  const char *method = nullptr, *named = nullptr;
+  for (const auto &[name, namedForm] : kMethods)
+    if (function.is(h.moduleBase.attr(name)))
+      method = name, named = namedForm;
+  if (!method || !module->source || !module->object)
+    return nullptr;
+  py::list constantArgs;
+  py::dict constantKwargs;
+  for (const VariablePtr &arg : args) {
+    std::optional<py::object> constant = asConstant(arg);
+    if (!constant)
+      unsupported(std::string("module.") + method +
+                  "() with an argument "
+                  "that is not a constant");
+    constantArgs.append(*constant);
+  }
+  for (const auto &[name, value] : kwargs) {
+    std::optional<py::object> constant = asConstant(value);
+    if (!constant)
+      unsupported(std::string("module.") + method +
+                  "() with an argument "
+                  "that is not a constant");
+    constantKwargs[py::str(name)] = *constant;
+  }
+  if (std::string(method) != named && py::len(constantArgs) > 0) {
+    // parameters(recurse) and buffers(recurse): the named forms take the
+    // prefix first.
+    if (py::len(constantArgs) > 1 || std::string(method) == "children" ||
+        std::string(method) == "modules")
+      unsupported(std::string("module.") + method + "() with these arguments");
+    constantKwargs["recurse"] = constantArgs[0];
+    constantArgs = py::list();
+  }
+  // The structure every call of these methods walks: each module's
+  // parameters, buffers and submodules, by name.
+  std::function<void(py::handle, const SourcePtr &)> guardTree =
+      [&](py::handle object, const SourcePtr &source) {
+        for (const char *table : {"_parameters", "_buffers", "_modules"}) {
+          py::object dict = py::getattr(object, table, py::none());
+          if (!PyDict_Check(dict.ptr()))
+            unsupported("a module whose " + std::string(table) +
+                        " is not a dict");
+          GuardCheck keys{GuardCheck::Kind::DictKeys, {}, {}};
+          keys.expected = py::tuple(py::list(dict.attr("keys")()));
+          guards_.addCheck(Source::attr(source, table), keys);
+        }
+        for (auto entry : py::dict(object.attr("_modules")))
+          if (!entry.second.is_none())
+            guardTree(entry.second, Source::attr(source, py::str(entry.first)));
+      };
+  guardTree(module->object, module->source);
+  py::object items;
+  try {
+    items = py::list(
+        module->object.attr(named)(*py::tuple(constantArgs), **constantKwargs));
+  } catch (py::error_already_set &error) {
+    unsupported(std::string("module.") + method + "() raised during capture");
+  }
+  std::string prefix;
+  if (py::object given = constantKwargs.attr("get")("prefix", py::none());
+      !given.is_none())
+    prefix = py::str(given).cast<std::string>();
+  else if (std::string(named) == "named_modules" && constantArgs.size() >= 2)
+    prefix = py::str(constantArgs[1]).cast<std::string>();
+  else if (std::string(named) != "named_children" && !constantArgs.empty() &&
+           PyUnicode_Check(constantArgs[0].ptr()))
+    prefix = py::str(constantArgs[0]).cast<std::string>();
+  auto iterator = Variable::make(Kind::Iterator);
+  bool withNames = std::string(method) == named;
+  for (py::handle entry : items) {
+    py::tuple pair = py::reinterpret_borrow<py::tuple>(entry);
+    std::string path = py::str(pair[0]).cast<std::string>();
+    if (!prefix.empty() && path.compare(0, prefix.size(), prefix) == 0)
+      path = path.substr(std::min(path.size(), prefix.size() + 1));
+    SourcePtr source = module->source;
+    size_t start = 0;
+    while (start < path.size()) {
+      size_t dot = path.find('.', start);
+      source = Source::attr(source, path.substr(start, dot - start));
+      if (dot == std::string::npos)
+        break;
+      start = dot + 1;
+    }
+    VariablePtr item = wrap(py::tuple(pair)[1], source);
+    iterator->items.push_back(
+        withNames
+            ? Variable::sequence(Kind::Tuple,
+                                 {Variable::constant(py::tuple(pair)[0]), item})
+            : item);
+  }
+  return iterator;
 }
 
 } // namespace kiln::frontend::evaluation

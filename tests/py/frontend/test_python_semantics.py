@@ -147,3 +147,40 @@ def test_next_of_an_iterator_over_a_list_changed_since_runs_in_python():
     compiled = kiln.compile(fn)
     torch.testing.assert_close(compiled(x), fn(x))
     assert "changed since" in kiln.cache_info(compiled)["fallback_reason"]
+
+
+class _Tree(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.ReLU()])
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, x):
+        p = next(self.parameters())
+        names = [name for name, _ in self.named_parameters()]
+        total = sum(q.sum() for q in self.parameters())
+        buffers = [b for b in self.buffers()]
+        kinds = [type(m).__name__ for m in self.modules()]
+        children = [name for name, _ in self.named_children()]
+        y = self.blocks[1](self.blocks[0](self.lin(x.to(p.dtype))))
+        return y * buffers[0] + total, names, kinds, children, len(list(self.parameters(recurse=False)))
+
+
+def test_module_structure_iterators_are_captured_and_guarded():
+    model = _Tree()
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 4)
+    out, names, kinds, children, own = compiled(x)
+    expected = model(x)
+    torch.testing.assert_close(out, expected[0])
+    assert (names, kinds, children, own) == expected[1:]
+    info = kiln.cache_info(compiled)
+    assert info["break_reasons"] == [] and not info["runs_in_cpython"]
+    # A parameter added later changes what the iterators give: the guards
+    # on the module tree miss, and the new capture sees it.
+    model.extra = torch.nn.Parameter(torch.ones(3))
+    out, names, *_ = compiled(x)
+    expected = model(x)
+    torch.testing.assert_close(out, expected[0])
+    assert names == expected[1] and "extra" in names
