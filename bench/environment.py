@@ -1,6 +1,6 @@
-# What both benchmarks report about where they ran: the processor, the
-# repository's commit, and whether kiln imports. Depends on the standard
-# library only.
+# What the benchmarks report about where they ran: the processor, the
+# repository's commit, and whether kiln imports; and writing their tables.
+# Depends on the standard library only.
 import os
 import platform
 import subprocess
@@ -34,3 +34,13 @@ def processor_name():
             names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
         processor = names[0] if names else processor
     return processor
+
+
+def write_table(text, directory, name):
+    """Prints a results table and writes it to `directory`/`name`."""
+    print(text)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    with open(path, "w") as file:
+        file.write(text)
+    print("wrote", path)

@@ -121,13 +121,8 @@ def main():
             lines.append(f"| {how} | {value} | |")
         else:
             lines.append(f"| {how} | {value * 1e3:.2f} | {gpt['kiln JIT'] / value:.2f}x |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    os.makedirs(arguments.out, exist_ok=True)
-    path = os.path.join(arguments.out, f"{date}-export-cpu-{arguments.threads}-threads.md")
-    with open(path, "w") as file:
-        file.write(text)
-    print("wrote", path)
+    environment.write_table("\n".join(lines) + "\n", arguments.out,
+                            f"{date}-export-cpu-{arguments.threads}-threads.md")
 
 
 if __name__ == "__main__":

@@ -99,13 +99,8 @@ def main():
         else:
             lines.append(f"| {how} | {NEW_TOKENS / first:.1f} | {NEW_TOKENS / second:.1f} | "
                          f"{graphs} | {match} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    os.makedirs(arguments.out, exist_ok=True)
-    path = os.path.join(arguments.out, f"{date}-generation-cpu-{arguments.threads}-threads.md")
-    with open(path, "w") as file:
-        file.write(text)
-    print("wrote", path)
+    environment.write_table("\n".join(lines) + "\n", arguments.out,
+                            f"{date}-generation-cpu-{arguments.threads}-threads.md")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,37 @@ void Evaluator::clearLocal(Frame &frame, int index) {
     frame.rootArguments[index] = py::object();
 }
 
+/// The module whose namespace `globals` is, or None (exec'd code).
+static py::object moduleOfGlobals(py::handle globals) {
+  py::object name =
+      py::reinterpret_borrow<py::dict>(globals).attr("get")("__name__");
+  if (!PyUnicode_Check(name.ptr()))
+    return py::none();
+  py::object module =
+      py::module_::import("sys").attr("modules").attr("get")(name, py::none());
+  if (module.is_none() ||
+      !py::getattr(module, "__dict__", py::none()).is(globals))
+    return py::none();
+  return module;
+}
+
+VariablePtr Evaluator::globalsModule(Frame &frame, const std::string &what) {
+  py::object module = moduleOfGlobals(frame.globals);
+  if (module.is_none())
+    unsupported(what + " of code whose globals are no module's");
+  std::string name = module.attr("__name__").cast<std::string>();
+  return wrap(module, Source::fixed(module, "sys.modules['" + name + "']"));
+}
+
 VariablePtr Evaluator::loadGlobal(Frame &frame, const std::string &name) {
   py::str key(name);
+  if (!written_.empty()) {
+    // A global this capture assigned reads back its new value.
+    py::object module = moduleOfGlobals(frame.globals);
+    auto it = written_.find({module.ptr(), name});
+    if (!module.is_none() && it != written_.end())
+      return it->second;
+  }
   bool rootGlobals = frame.globals.ptr() == inputs_.globals;
   if (PyDict_Contains(frame.globals.ptr(), key.ptr()) == 1) {
     SourcePtr source =
@@ -349,9 +378,15 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     storeAttr(target, instruction.argval.cast<std::string>(), value);
     return;
   }
-  case Opcode::STORE_GLOBAL:
-    unsupported("assigning global '" + instruction.argval.cast<std::string>() +
-                "'");
+  case Opcode::STORE_GLOBAL: {
+    // A global is an attribute of its module: the write is recorded, read
+    // back, and replayed on the module after the graph.
+    std::string name = instruction.argval.cast<std::string>();
+    VariablePtr value = pop(frame);
+    storeAttr(globalsModule(frame, "assigning global '" + name + "'"), name,
+              value);
+    return;
+  }
   case Opcode::MAKE_CELL: {
     VariablePtr &slot = frame.locals.at(instruction.arg);
     auto cell = Variable::make(Kind::Cell);

@@ -211,6 +211,9 @@ private:
   }
   VariablePtr local(Frame &frame, int index);
   VariablePtr loadGlobal(Frame &frame, const std::string &name);
+  /// The module whose namespace the frame's globals are, as a guarded
+  /// variable (unsupported(`what`...) for exec'd code).
+  VariablePtr globalsModule(Frame &frame, const std::string &what);
   void doCall(Frame &frame, size_t argumentCount);
   void binaryOp(Frame &frame, int op);
   /// `operator.<name>` of one operand: evaluated on a constant, recorded on

@@ -25,18 +25,29 @@ const Names &names() {
   return *instance;
 }
 
+/// Reads item `i` of a tuple of exact Python ints; false for anything else
+/// (another type, a value past int64).
+bool tupleInt(PyObject *tuple, size_t i, long long &value) {
+  PyObject *item = PyTuple_GET_ITEM(tuple, i);
+  if (!PyLong_CheckExact(item))
+    return false;
+  int overflow = 0;
+  value = PyLong_AsLongLongAndOverflow(item, &overflow);
+  return !overflow;
+}
+
+bool isTupleOfLength(PyObject *tuple, size_t length) {
+  return PyTuple_Check(tuple) &&
+         PyTuple_GET_SIZE(tuple) == static_cast<Py_ssize_t>(length);
+}
+
 // Compares a tuple of Python ints with expected values.
 bool intTupleEquals(PyObject *tuple, const Shape &expected) {
-  if (!PyTuple_Check(tuple) ||
-      PyTuple_GET_SIZE(tuple) != static_cast<Py_ssize_t>(expected.size()))
+  if (!isTupleOfLength(tuple, expected.size()))
     return false;
   for (size_t i = 0; i < expected.size(); ++i) {
-    PyObject *item = PyTuple_GET_ITEM(tuple, i);
-    if (!PyLong_CheckExact(item))
-      return false;
-    int overflow = 0;
-    long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
-    if (overflow || value != expected[i])
+    long long value = 0;
+    if (!tupleInt(tuple, i, value) || value != expected[i])
       return false;
   }
   return true;
@@ -47,16 +58,11 @@ bool intTupleEquals(PyObject *tuple, const Shape &expected) {
 // specialised), others must evaluate to it.
 bool intTupleMatches(PyObject *tuple, const std::vector<SymSize> &expected,
                      std::vector<int64_t> &symbols, bool bind) {
-  if (!PyTuple_Check(tuple) ||
-      PyTuple_GET_SIZE(tuple) != static_cast<Py_ssize_t>(expected.size()))
+  if (!isTupleOfLength(tuple, expected.size()))
     return false;
   for (size_t i = 0; i < expected.size(); ++i) {
-    PyObject *item = PyTuple_GET_ITEM(tuple, i);
-    if (!PyLong_CheckExact(item))
-      return false;
-    int overflow = 0;
-    long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
-    if (overflow)
+    long long value = 0;
+    if (!tupleInt(tuple, i, value))
       return false;
     SymSize expr = expected[i];
     if (expr->kind() == SizeKind::Symbol && symbols.at(expr->value()) < 0) {

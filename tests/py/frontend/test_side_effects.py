@@ -334,3 +334,47 @@ def test_an_object_the_function_returns_is_each_calls_object():
         assert returned is box
         torch.testing.assert_close(y, torch.ones(2))
     assert kiln.cache_info(compiled)["entries"] == 1
+
+
+LAST_RESULT = None
+CALLS = 0
+
+
+def _remember(y):
+    global LAST_RESULT
+    LAST_RESULT = y
+
+
+def test_global_assignments_are_replayed_after_the_graph():
+    def fn(x):
+        global CALLS
+        y = torch.relu(x) * 2
+        _remember(y)  # a helper of this module assigns its global too
+        CALLS = CALLS + 1  # read (and guarded), then written
+        return y + LAST_RESULT, CALLS
+
+    global CALLS, LAST_RESULT
+    CALLS, LAST_RESULT = 0, None
+    compiled = kiln.compile(fn)
+    for call in range(1, 4):
+        x = torch.randn(3)
+        out, count = compiled(x)
+        torch.testing.assert_close(out, torch.relu(x) * 4)
+        assert count == call and CALLS == call
+        torch.testing.assert_close(LAST_RESULT, torch.relu(x) * 2)
+    info = kiln.cache_info(compiled)
+    assert info["break_reasons"] == [] and not info["runs_in_cpython"]
+
+
+def test_a_global_tensor_written_every_call_keeps_one_capture():
+    def fn(x):
+        global LAST_RESULT
+        LAST_RESULT = x.sum(0)
+        return x * 3
+
+    compiled = kiln.compile(fn)
+    for _ in range(3):
+        x = torch.randn(4, 2)
+        torch.testing.assert_close(compiled(x), x * 3)
+        torch.testing.assert_close(LAST_RESULT, x.sum(0))
+    assert kiln.cache_info(compiled)["entries"] == 1
