@@ -402,9 +402,10 @@ Capture CodeCache::capture(PyObject *function, const FrameInputs &inputs,
         for (const SizeRelation &relation : capture.guards.sizeRelations())
           relations += (relations.empty() ? "" : ", ") + relation.str();
         logArtifact("recompiles",
-                    name + ": the capture with dynamic shapes specialised "
-                           "every size (" +
-                           relations + "); static shapes from now on");
+                    name +
+                        ": the capture with dynamic shapes specialised "
+                        "every size (" +
+                        relations + "); static shapes from now on");
       }
     } catch (const Unsupported &error) {
       if (logEnabled("recompiles"))

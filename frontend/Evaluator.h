@@ -384,6 +384,9 @@ private:
   std::vector<AttributeWrite> writes_; // in program order
   /// An instance or set was made: the result may need a rebuild plan.
   bool madeInstances_ = false;
+  /// Lists and dicts of the caller's that the frame changed: their final
+  /// contents are replayed after the graph.
+  std::vector<VariablePtr> changedContainers_;
   std::map<std::pair<PyObject *, std::string>, VariablePtr> written_;
   std::map<PyObject *, VariablePtr> writtenObjects_; // object -> target
   bool gradEnabled_ = true;

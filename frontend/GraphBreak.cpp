@@ -157,6 +157,31 @@ void Evaluator::planSideEffects(Rebuilder &rebuilder) {
     effect.value = rebuild(write.value, rebuilder);
     rebuilder.state.effects.push_back(std::move(effect));
   }
+  for (const VariablePtr &container : changedContainers_) {
+    // Another source that reached the same list read it apart from these
+    // changes; one that reached another list must not reach it next time.
+    for (const auto &[key, variable] : bySource_) {
+      if (variable == container || variable->kind != container->kind ||
+          !variable->object)
+        continue;
+      if (variable->object.is(container->object))
+        unsupported("changing " + container->source->str() +
+                    ", which the frame also reads as " +
+                    variable->source->str());
+      guards_.addDistinctFrom(variable->source, container->source);
+    }
+    SideEffect effect;
+    effect.contents = true;
+    effect.target = rebuild(container, rebuilder); // the caller's, read
+    RebuildStep contents;
+    contents.kind = container->is(Kind::List) ? RebuildStep::Kind::List
+                                              : RebuildStep::Kind::Dict;
+    for (const VariablePtr &item : container->items)
+      contents.items.push_back(rebuild(item, rebuilder));
+    contents.keys = container->keys;
+    effect.value = rebuilder.add(std::move(contents));
+    rebuilder.state.effects.push_back(std::move(effect));
+  }
   // A written object is read through its source on each call, like any
   // object guarded by class. Another source the capture saw reach the same
   // object must reach that call's object too, and one that reached another
@@ -312,9 +337,19 @@ RebuildPlan::rebuild(PyObject *const *outputs,
       break;
     }
   }
-  for (const SideEffect &effect : effects)
-    py::setattr(values[effect.target], effect.name.c_str(),
-                values[effect.value]);
+  for (const SideEffect &effect : effects) {
+    py::object target = values[effect.target];
+    if (!effect.contents) {
+      py::setattr(target, effect.name.c_str(), values[effect.value]);
+    } else if (PyList_Check(target.ptr())) {
+      if (PyList_SetSlice(target.ptr(), 0, PY_SSIZE_T_MAX,
+                          values[effect.value].ptr()) < 0)
+        throw py::error_already_set();
+    } else {
+      target.attr("clear")();
+      target.attr("update")(values[effect.value]);
+    }
+  }
   return values;
 }
 

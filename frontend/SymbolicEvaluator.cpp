@@ -176,6 +176,8 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
       items.push_back(wrap(element, item(py::int_(i++))));
     result =
         Variable::sequence(isList ? Kind::List : Kind::Tuple, std::move(items));
+    if (isList) // the caller's list, should the frame change it
+      result->object = py::reinterpret_borrow<py::object>(object);
   } else if (PyDict_CheckExact(object.ptr())) {
     guard(typeIs(py::type::of(object)));
     GuardCheck keys{GuardCheck::Kind::DictKeys, {}, {}};
@@ -191,6 +193,7 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
     }
     keys.expected = py::tuple(keyList);
     guard(keys);
+    result->object = py::reinterpret_borrow<py::object>(object);
   } else if (py::isinstance(object, h.moduleBase)) {
     guard(identity(object));
     result = Variable::make(Kind::Module);
@@ -512,10 +515,20 @@ py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
 }
 
 void Evaluator::checkNotInput(const VariablePtr &container, const char *what) {
-  if (container->source && !container->ownedByFrame)
-    unsupported(std::string(what) + " " + container->source->str() +
-                ", an object the caller can see: kiln cannot replay that side "
-                "effect");
+  if (!container->source || container->ownedByFrame)
+    return;
+  // A list or dict of the caller's: changed here, given its final contents
+  // after the graph (planSideEffects).
+  if ((container->is(Kind::List) || container->is(Kind::Dict)) &&
+      container->object) {
+    if (std::find(changedContainers_.begin(), changedContainers_.end(),
+                  container) == changedContainers_.end())
+      changedContainers_.push_back(container);
+    return;
+  }
+  unsupported(std::string(what) + " " + container->source->str() +
+              ", an object the caller can see: kiln cannot replay that side "
+              "effect");
 }
 
 size_t Evaluator::sequenceIndex(int64_t index, size_t size, const char *what) {
@@ -1043,7 +1056,8 @@ Capture Evaluator::run(py::handle function) {
         }
       };
   Capture capture;
-  if (writes_.empty() && !madeInstances_ && !returnsReadObject(returned)) {
+  if (writes_.empty() && changedContainers_.empty() && !madeInstances_ &&
+      !returnsReadObject(returned)) {
     std::vector<Argument> outputs;
     capture.output = buildOutput(returned, outputs);
     graph_->setOutputs(std::move(outputs));

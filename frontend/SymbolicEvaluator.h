@@ -65,11 +65,16 @@ struct RebuildStep {
 
 /// A write to an object from outside the graph that the capture modelled
 /// and a cache hit replays after the graph: setattr(values[target], name,
-/// values[value]), in the order the code made them.
+/// values[value]), in the order the code made them, or a list's or dict's
+/// final contents.
 struct SideEffect {
   int target = 0;
   std::string name;
   int value = 0;
+  /// Instead of setattr: the list or dict values[target] (the caller's)
+  /// given the contents of values[value] (`target[:] = value`;
+  /// `target.clear(); target.update(value)`), the state the capture left.
+  bool contents = false;
 };
 
 /// What a cache hit builds from the graph's outputs after it runs (values

@@ -375,7 +375,9 @@ def test_in_place_update_of_an_input_before_the_break():
         assert_close(actual, expected)
         assert_close(x, x_eager)
         assert acc == acc_eager == [4]
-    assert kiln.cache_info(compiled)["breaks"]
+    # The append to the caller's list is replayed after the graph.
+    info = kiln.cache_info(compiled)
+    assert not info["breaks"] and not info["runs_in_cpython"]
 
 
 def explained(x, y):

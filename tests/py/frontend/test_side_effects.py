@@ -378,3 +378,44 @@ def test_a_global_tensor_written_every_call_keeps_one_capture():
         torch.testing.assert_close(compiled(x), x * 3)
         torch.testing.assert_close(LAST_RESULT, x.sum(0))
     assert kiln.cache_info(compiled)["entries"] == 1
+
+
+def test_the_callers_lists_and_dicts_get_the_contents_the_frame_left():
+    def fn(x, acc, table):
+        y = x * 2
+        acc.append(y)
+        acc.extend([y + 1])
+        first = acc.pop(0)
+        acc.insert(0, first * 0)
+        acc[1:2] = [y - 1]
+        table["last"] = y
+        table.pop("gone", None)
+        return y + first, acc
+
+    compiled = kiln.compile(fn)
+    for _ in range(3):
+        x = torch.randn(3)
+        acc, acc_eager = [torch.ones(3)], [torch.ones(3)]
+        table, table_eager = {"keep": 1, "gone": 2}, {"keep": 1, "gone": 2}
+        out, returned = compiled(x, acc, table)
+        expected, _ = fn(x, acc_eager, table_eager)
+        torch.testing.assert_close(out, expected)
+        assert returned is acc and len(acc) == len(acc_eager)
+        for a, b in zip(acc, acc_eager):
+            torch.testing.assert_close(a, b)
+        assert list(table) == list(table_eager) == ["keep", "last"]
+        torch.testing.assert_close(table["last"], table_eager["last"])
+    info = kiln.cache_info(compiled)
+    assert info["entries"] == 1 and not info["breaks"] and not info["runs_in_cpython"]
+
+
+def test_one_list_under_two_names_is_not_changed_apart():
+    def fn(a, b):
+        a.append(1)
+        return len(b)
+
+    compiled = kiln.compile(fn)
+    first, second = [], []
+    assert compiled(first, second) == 0 and first == [1] and second == []
+    shared = []
+    assert compiled(shared, shared) == 1 and shared == [1]
