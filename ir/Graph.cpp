@@ -163,6 +163,9 @@ symbolValues(const Graph &graph,
   return values;
 }
 
+// An op whose meta function disagrees with the graph's symbolic layout at
+// these values (or fails) becomes an extern node with that layout: torch
+// runs it, and the graph never holds sizes other than the symbols give.
 std::shared_ptr<Graph> specializeGraph(const Graph &graph,
                                        const std::vector<int64_t> &symbols) {
   auto result = std::make_shared<Graph>();
@@ -195,6 +198,26 @@ std::shared_ptr<Graph> specializeGraph(const Graph &graph,
           result->addConstant(node->sharedConstant(), node->result()->name());
       continue;
     case Node::Kind::Op: {
+      // The results the graph expects at these values; where kiln's meta
+      // function disagrees (or fails), torch runs the op as an extern.
+      std::vector<TensorMeta> expected;
+      for (const auto &value : node->results())
+        expected.push_back(value->meta().specialized(symbols));
+      bool agrees = false;
+      try {
+        std::vector<TensorMeta> inferred =
+            inferMeta(*node->opInfo(), arguments);
+        agrees = inferred.size() == expected.size();
+        for (size_t i = 0; agrees && i < inferred.size(); ++i)
+          agrees = inferred[i].sizes == expected[i].sizes;
+      } catch (const Error &) {
+        agrees = false;
+      }
+      if (!agrees) {
+        made = result->addExtern(node->sharedSchema(), std::move(arguments),
+                                 std::move(expected));
+        break;
+      }
       std::vector<Argument> positional;
       std::vector<std::pair<std::string, Argument>> keywords;
       const auto &schemaArguments = node->schema()->arguments;
