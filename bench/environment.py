@@ -1,6 +1,7 @@
 # What the benchmarks report about where they ran: the processor, the
 # repository's commit, and whether kiln imports; and writing their tables.
 # Depends on the standard library only.
+import argparse
 import os
 import platform
 import subprocess
@@ -44,3 +45,12 @@ def write_table(text, directory, name):
     with open(path, "w") as file:
         file.write(text)
     print("wrote", path)
+
+
+def parse_arguments(default_out, default_threads):
+    """--out (where tables go) and --threads, as the table benchmarks take
+    them."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=default_out)
+    parser.add_argument("--threads", type=int, default=default_threads)
+    return parser.parse_args()

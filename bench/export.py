@@ -5,7 +5,6 @@
 # in eager, under torch.compile (Inductor) and under kiln's JIT. One run, one
 # machine; writes bench/results/<date>-export-cpu-<threads>-threads.md.
 # Depends on torch, kiln, a C compiler.
-import argparse
 import datetime
 import os
 import re
@@ -90,10 +89,7 @@ def gpt_rows(kiln, threads, scratch):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=RESULTS)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    arguments = parser.parse_args()
+    arguments = environment.parse_arguments(RESULTS, torch.get_num_threads())
     kiln, error = environment.import_kiln()
     if kiln is None:
         sys.exit(error)

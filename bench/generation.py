@@ -8,7 +8,6 @@
 # how many graphs each compiler captured, and whether the tokens match eager.
 # One run, one machine; writes bench/results/<date>-generation-cpu-<threads>-threads.md.
 # Depends on torch, kiln.
-import argparse
 import datetime
 import os
 import sys
@@ -44,10 +43,7 @@ def timed_passes(model, prompt):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=RESULTS)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    arguments = parser.parse_args()
+    arguments = environment.parse_arguments(RESULTS, torch.get_num_threads())
     kiln, error = environment.import_kiln()
     if kiln is None:
         sys.exit(error)

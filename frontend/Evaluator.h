@@ -32,7 +32,6 @@ struct Handles {
   py::module_ trace = py::module_::import("kiln._trace");
   py::object traceCall = trace.attr("trace");
   py::object metaTensor = trace.attr("meta_tensor");
-  py::module_ symbolicModule = py::module_::import("kiln._symbolic");
   py::object tensorType = torch.attr("Tensor");
   py::object moduleBase = torch.attr("nn").attr("Module");
   py::object moduleCall = moduleBase.attr("__call__");
@@ -142,7 +141,7 @@ public:
       : inputs_(inputs), graph_(std::make_shared<Graph>()), dynamic_(dynamic) {
     gradEnabled_ = Handles::get().isGradEnabled().cast<bool>();
     if (dynamic_)
-      symbolic_ = Handles::get().symbolicModule.attr("SymbolicCapture")();
+      symbolic_ = SymbolTable::module().attr("SymbolicCapture")();
   }
 
   Capture run(py::handle function);
@@ -271,6 +270,9 @@ private:
   /// The dims of an input tensor the capture makes symbolic.
   std::vector<int64_t> dynamicDims(py::handle tensor, const SourcePtr &source,
                                    const TensorMeta &meta);
+  /// Whether `object` (or an item of it) is a size of this symbolic
+  /// capture, which a plan made of constants cannot hold.
+  bool holdsVaryingSize(py::handle object) const;
   /// A recorded argument that holds torch SymInts, as a symbolic Argument.
   std::optional<Argument> symbolicArgument(py::handle argument);
   /// The relations torch's ShapeEnv recorded, as guards.

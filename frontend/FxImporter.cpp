@@ -161,14 +161,10 @@ private:
     return it != entries_.end() && it->second.single && !it->second.values[0];
   }
 
-  static const py::module_ &symbolicModule() {
-    static py::module_ *module =
-        new py::module_(py::module_::import("kiln._symbolic"));
-    return *module;
-  }
-
   static bool isSymbolic(py::handle value) {
-    return symbolicModule().attr("is_symbolic")(value).cast<bool>();
+    return frontend::SymbolTable::module()
+        .attr("is_symbolic")(value)
+        .cast<bool>();
   }
 
   /// A size node (a SymInt placeholder, sym_size, arithmetic on sizes):
@@ -183,20 +179,13 @@ private:
   }
 
   void bindSize(py::handle node, py::handle value) {
-    try {
-      sizes_[node.ptr()] = {
-          symbolicModule().attr("hint")(value).cast<int64_t>(),
-          symbols_.sizeOf(symbolicModule().attr("describe")(value))};
-    } catch (py::error_already_set &error) {
-      std::string message = error.what();
-      throw Unsupported(message.substr(0, message.find('\n')));
-    }
+    sizes_[node.ptr()] = symbols_.sizeOfValue(value);
   }
 
   /// A tensor's meta: hints and symbolic layout for a fake tensor with
   /// symbolic sizes.
   TensorMeta metaOf(py::handle tensor) {
-    if (symbolicModule()
+    if (frontend::SymbolTable::module()
             .attr("contains_symbolic")(
                 py::make_tuple(tensor.attr("shape"), tensor.attr("stride")()))
             .cast<bool>())
@@ -261,18 +250,7 @@ private:
     Value *input =
         result_.graph->addInput(meta, node.attr("name").cast<std::string>());
     result_.tensorInputs.push_back(position);
-    if (meta.isSymbolic()) {
-      int64_t index = static_cast<int64_t>(result_.graph->inputs().size()) - 1;
-      for (int64_t d = 0; d < meta.dim(); ++d) {
-        SymSize size = meta.symbolic->sizes[d];
-        if (size->kind() == SizeKind::Symbol &&
-            size->value() >=
-                static_cast<int64_t>(result_.graph->symbols().size()) &&
-            result_.graph->addSymbol({index, d, meta.sizes[d]}) !=
-                size->value())
-          throw Unsupported("size symbols out of order");
-      }
-    }
+    symbols_.bindInputSymbols(*result_.graph, *input);
     bind(node, {input}, true);
   }
 

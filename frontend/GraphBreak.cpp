@@ -49,10 +49,7 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
     return index;
   }
   case Kind::Constant:
-    if (symbolic_ &&
-        Handles::get()
-            .symbolicModule.attr("contains_symbolic")(value->object)
-            .cast<bool>())
+    if (holdsVaryingSize(value->object))
       unsupported("a size that varies between calls is live after the graph");
     step.kind = RebuildStep::Kind::Constant;
     step.object = value->object;

@@ -113,20 +113,10 @@ VariablePtr Evaluator::wrapTensor(py::handle tensor, const SourcePtr &source) {
                      : symbolic_.attr("input")(dtype, meta.sizes, meta.strides,
                                                meta.storageOffset, dims);
     if (!dims.empty()) {
-      py::tuple layout = Handles::get().symbolicModule.attr("layout")(fake);
-      std::shared_ptr<const SymbolicLayout> symbolic =
-          symbolTable_.layoutOf(layout[3]);
-      if (symbolic) {
-        int64_t input = static_cast<int64_t>(graph_->inputs().size()) - 1;
-        for (int64_t d = 0; d < meta.dim(); ++d) {
-          SymSize size = symbolic->sizes[d];
-          if (size->kind() == SizeKind::Symbol &&
-              size->value() >= static_cast<int64_t>(graph_->symbols().size())) {
-            if (graph_->addSymbol({input, d, meta.sizes[d]}) != size->value())
-              unsupported("size symbols out of order");
-          }
-        }
+      py::tuple layout = SymbolTable::module().attr("layout")(fake);
+      if (auto symbolic = symbolTable_.layoutOf(layout[3])) {
         value->setSymbolicLayout(std::move(symbolic));
+        symbolTable_.bindInputSymbols(*graph_, *value);
       }
     }
     metaTensors_[value] = fake;
@@ -601,9 +591,7 @@ VariablePtr Evaluator::fromTraceObject(py::handle object) {
                   "(e.g. torch.tensor(data))");
     return Variable::ofTensor(it->second);
   }
-  if (isConstantObject(object) ||
-      (symbolic_ &&
-       Handles::get().symbolicModule.attr("is_symbolic")(object).cast<bool>()))
+  if (isConstantObject(object)) // SymInts of a symbolic capture included
     return Variable::constant(py::reinterpret_borrow<py::object>(object));
   if (PyTuple_Check(object.ptr()) || PyList_Check(object.ptr())) {
     std::vector<VariablePtr> items;
@@ -965,10 +953,7 @@ OutputTemplate Evaluator::buildOutput(const VariablePtr &value,
     // returned the first call's geqrf result for later calls).
     if (value->source && !value->is(Kind::Constant))
       guards_.addCheck(value->source, identity(value->object));
-    if (symbolic_ &&
-        Handles::get()
-            .symbolicModule.attr("contains_symbolic")(value->object)
-            .cast<bool>())
+    if (holdsVaryingSize(value->object))
       unsupported("returning a size that varies between calls");
     result.kind = OutputTemplate::Kind::Constant;
     result.constant = value->object;
@@ -1116,29 +1101,26 @@ std::vector<int64_t> Evaluator::dynamicDims(py::handle tensor,
   return result;
 }
 
+bool Evaluator::holdsVaryingSize(py::handle object) const {
+  return symbolic_ &&
+         SymbolTable::module().attr("contains_symbolic")(object).cast<bool>();
+}
+
 std::optional<Argument> Evaluator::symbolicArgument(py::handle argument) {
-  const py::module_ &module = Handles::get().symbolicModule;
-  if (!module.attr("contains_symbolic")(argument).cast<bool>())
+  if (!SymbolTable::module().attr("contains_symbolic")(argument).cast<bool>())
     return std::nullopt;
-  try {
-    if (module.attr("is_symbolic")(argument).cast<bool>())
-      return Argument::symbolicInt(
-          module.attr("hint")(argument).cast<int64_t>(),
-          symbolTable_.sizeOf(module.attr("describe")(argument)));
-    if (PyList_Check(argument.ptr()) || PyTuple_Check(argument.ptr())) {
-      std::vector<int64_t> hints;
-      std::vector<SymSize> exprs;
-      for (py::handle item : argument) {
-        hints.push_back(module.attr("hint")(item).cast<int64_t>());
-        exprs.push_back(symbolTable_.sizeOf(module.attr("describe")(item)));
-      }
-      return Argument::symbolicIntList(std::move(hints), std::move(exprs));
+  if (PyList_Check(argument.ptr()) || PyTuple_Check(argument.ptr())) {
+    std::vector<int64_t> hints;
+    std::vector<SymSize> exprs;
+    for (py::handle item : argument) {
+      auto [hint, expr] = symbolTable_.sizeOfValue(item);
+      hints.push_back(hint);
+      exprs.push_back(expr);
     }
-  } catch (py::error_already_set &error) {
-    unsupported(std::string("a symbolic argument kiln cannot hold (") +
-                error.what() + ")");
+    return Argument::symbolicIntList(std::move(hints), std::move(exprs));
   }
-  unsupported("a symbolic argument kiln cannot hold");
+  auto [hint, expr] = symbolTable_.sizeOfValue(argument);
+  return Argument::symbolicInt(hint, expr);
 }
 
 void Evaluator::addSizeRelations() {

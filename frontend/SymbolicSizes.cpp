@@ -7,9 +7,17 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace kiln::frontend {
+
+const py::module_ &SymbolTable::module() {
+  // Leaked: module handles must outlive the interpreter's own teardown.
+  static py::module_ *symbolic =
+      new py::module_(py::module_::import("kiln._symbolic"));
+  return *symbolic;
+}
 
 SymSize SymbolTable::sizeOf(py::handle description) {
   py::tuple item = py::reinterpret_borrow<py::tuple>(description);
@@ -61,14 +69,39 @@ SymbolTable::layoutOf(py::handle description) {
 }
 
 TensorMeta SymbolTable::metaOf(py::handle fakeTensor, Device device) {
-  py::tuple layout =
-      py::module_::import("kiln._symbolic").attr("layout")(fakeTensor);
+  py::tuple layout = module().attr("layout")(fakeTensor);
   TensorMeta meta(python::dtypeFromTorch(fakeTensor.attr("dtype")),
                   layout[0].cast<std::vector<int64_t>>(),
                   layout[1].cast<std::vector<int64_t>>(),
                   layout[2].cast<int64_t>(), device);
   meta.symbolic = layoutOf(layout[3]);
   return meta;
+}
+
+std::pair<int64_t, SymSize> SymbolTable::sizeOfValue(py::handle value) {
+  try {
+    return {module().attr("hint")(value).cast<int64_t>(),
+            sizeOf(module().attr("describe")(value))};
+  } catch (py::error_already_set &error) {
+    std::string message = error.what();
+    throw Unsupported(message.substr(0, message.find('\n')));
+  }
+}
+
+void SymbolTable::bindInputSymbols(Graph &graph, const Value &input) {
+  const TensorMeta &meta = input.meta();
+  if (!meta.isSymbolic())
+    return;
+  const auto &inputs = graph.inputs();
+  int64_t index =
+      std::find(inputs.begin(), inputs.end(), &input) - inputs.begin();
+  for (int64_t d = 0; d < meta.dim(); ++d) {
+    SymSize size = meta.symbolic->sizes[d];
+    if (size->kind() == SizeKind::Symbol &&
+        size->value() >= static_cast<int64_t>(graph.symbols().size()) &&
+        graph.addSymbol({index, d, meta.sizes[d]}) != size->value())
+      throw Unsupported("size symbols out of order");
+  }
 }
 
 } // namespace kiln::frontend

@@ -7,6 +7,8 @@ import types
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kiln import _symbolic
+
 _C_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.MethodDescriptorType,
                 types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType)
 
@@ -156,7 +158,8 @@ class _Recorder(TorchDispatchMode):
             # dispatcher on fake tensors (aten.size, aten.sym_numel,
             # prim.device); those are not operations.
             if func.namespace != "prim" and _returns_tensors(func):
-                self.calls.append((func, args, kwargs, out, _symbolic_layouts(out)))
+                layouts = _layouts(out, _symbolic.layout)
+                self.calls.append((func, args, kwargs, out, layouts))
             return out
         kiln_meta = self.fast and _kiln_op(func).fast
         out = _fast_meta_results(func, args, run_kwargs, self.device) if kiln_meta else None
@@ -169,16 +172,22 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def _layouts(out):
+def _static_layout(tensor):
+    return (tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
+
+
+def _layouts(out, layout_of=_static_layout):
     """(sizes, strides, storage offset) of each tensor in `out` (None for a
     None), flat in order, as they are when the op returns: a later op of the
-    same traced call may change them in place (resize_, unsqueeze_)."""
+    same traced call may change them in place (resize_, unsqueeze_). For
+    fake tensors with symbolic sizes, `layout_of` is kiln._symbolic.layout
+    (hints, and the symbolic layout)."""
     if isinstance(out, torch.Tensor):
-        return [(tuple(out.shape), out.stride(), out.storage_offset())]
+        return [layout_of(out)]
     if out is None:
         return [None]
     if isinstance(out, (tuple, list)):
-        return [layout for item in out for layout in _layouts(item)]
+        return [layout for item in out for layout in _layouts(item, layout_of)]
     return []
 
 
@@ -192,20 +201,6 @@ def _returns_tensors(func):
         found = _RETURNS_TENSORS[func] = any(
             "Tensor" in str(r.type) for r in func._schema.returns)
     return found
-
-
-def _symbolic_layouts(out):
-    """_layouts for fake tensors with symbolic sizes: hints, and the
-    symbolic layout as kiln._symbolic.layout describes it."""
-    from kiln import _symbolic
-
-    if isinstance(out, torch.Tensor):
-        return [_symbolic.layout(out)]
-    if out is None:
-        return [None]
-    if isinstance(out, (tuple, list)):
-        return [layout for item in out for layout in _symbolic_layouts(item)]
-    return []
 
 
 def trace(fn, args, kwargs, device=None, symbolic=None):
