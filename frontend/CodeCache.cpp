@@ -8,7 +8,6 @@
 #include "bridge/RunnerChoice.h"
 #include "frontend/EvalFrameHook.h"
 #include "frontend/SymbolicEvaluator.h"
-#include "frontend/SymbolicSizes.h"
 #include "ir/Error.h"
 #include "ir/Logging.h"
 
@@ -374,11 +373,9 @@ Capture CodeCache::capture(PyObject *function, const FrameInputs &inputs,
     useless = symbolicUseless_;
   }
   policy.mode = options_.dynamic;
-  static const bool automatic =
-      SymbolTable::module().attr("AUTOMATIC").cast<bool>();
   bool symbolic = policy.mode == DynamicPolicy::Mode::Always ||
                   (policy.mode == DynamicPolicy::Mode::Automatic &&
-                   automatic && !policy.learned.empty());
+                   !policy.learned.empty());
   // Tensors marked by kiln.mark_dynamic among the arguments.
   for (int i = 0; i < inputs.localCount && !symbolic &&
                   policy.mode != DynamicPolicy::Mode::Never;

@@ -7,14 +7,6 @@
 import torch
 
 
-#: Whether kiln makes dims symbolic on its own (dynamic=None): only on the
-#: torch the project pins and checks (2.13 on). On torch 2.11, capturing a
-#: transformers LLaMA symbolically crashed the process (seen on the GPU
-#: machine; cause not found yet); dynamic=True and kiln.mark_dynamic still
-#: ask for it there.
-AUTOMATIC = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 13)
-
-
 class Unsupported(Exception):
     """A size expression kiln's expressions cannot hold."""
 

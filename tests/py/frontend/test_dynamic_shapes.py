@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-import kiln._symbolic
 
 
 def close(actual, expected):
@@ -18,8 +17,6 @@ def close(actual, expected):
 # decomposition of batched 4-d products (a guard s0 == <size>): kiln then
 # captures those functions with static shapes (results stay right).
 TORCH_SPECIALISES_MATMUL = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 13)
-# Whether dynamic=None makes dims symbolic on its own (the pinned torch).
-AUTOMATIC = kiln._symbolic.AUTOMATIC
 
 
 def entries(compiled):
@@ -40,9 +37,6 @@ def test_automatic_dynamic_reuses_one_capture_after_a_size_changes():
     for rows in (4, 6, 9, 13, 21, 30):
         x = torch.randn(rows, 16)
         close(f(x, w), rows_softmax(x, w))
-    if not AUTOMATIC:  # torch before 2.13: only dynamic=True and marks
-        assert entries(f) == 6 and "dynamic" not in runners(f)[-1]
-        return
     # The first call specialised; the second learned that dim 0 varies.
     assert entries(f) == 2
     assert "dynamic" in runners(f)[1]
