@@ -36,7 +36,11 @@ const TorchHandles &TorchHandles::get() {
 }
 
 bool isTensor(py::handle object) {
-  return py::isinstance(object, TorchHandles::get().tensorType);
+  // By type, not isinstance: that reads `__class__`, which runs a class's
+  // own __getattribute__ (Python code, in the middle of a guard or capture).
+  return PyObject_TypeCheck(
+      object.ptr(),
+      reinterpret_cast<PyTypeObject *>(TorchHandles::get().tensorType.ptr()));
 }
 
 DType dtypeFromTorch(py::handle dtype) {

@@ -1006,6 +1006,21 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   }
   case Opcode::BEFORE_WITH: {
     VariablePtr context = pop(frame);
+    if (context->is(Kind::Instance) || context->is(Kind::Object)) {
+      // A context manager written in Python (contextlib.nullcontext, a
+      // class of the user's): its __enter__ and, at the block's end, its
+      // __exit__ are inlined like any method.
+      py::object type = pythonTypeOf(context);
+      for (const char *method : {"__enter__", "__exit__"})
+        if (!PyFunction_Check(py::getattr(type, method, py::none()).ptr()))
+          unsupported("a `with` block over a " + kindNameOf(type) + " whose " +
+                      method + " is not a Python function");
+      VariablePtr exit = loadAttr(context, "__exit__");
+      VariablePtr entered = call(loadAttr(context, "__enter__"), {}, {});
+      frame.stack.push_back(exit);
+      frame.stack.push_back(entered);
+      return;
+    }
     if (!context->is(Kind::GradContext))
       unsupported("a `with` block over a " + kindNameOf(pythonTypeOf(context)));
     auto restore = Variable::make(Kind::GradRestore);

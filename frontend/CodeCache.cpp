@@ -215,67 +215,12 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     return nullptr;
   }
   try {
-    std::shared_ptr<const EntryList> entries = this->entries();
     std::vector<py::object> graphInputs, reads;
-    std::string firstFailure;
-    for (const auto &entry : *entries) {
-      // A continuation runs with the globals of the capture's function.
-      if (entry->globals && entry->globals != inputs.globals)
-        continue;
-      std::string *failure = firstFailure.empty() ? &firstFailure : nullptr;
-      if (entry->guards.evaluate(inputs, graphInputs, failure, &reads)) {
-        hits_++;
-        return runEntry(*entry, graphInputs, reads, inputs, options_);
-      }
-    }
-    misses_++;
-    std::string name = qualifiedNameOf(function);
-    if (static_cast<int>(entries->size()) >= options_.cacheLimit) {
-      fallBack("cache limit (" + std::to_string(options_.cacheLimit) +
-               ") reached; last failed guard: " + firstFailure);
-      std::string warning = "kiln: " + name + " was recompiled " +
-                            std::to_string(options_.cacheLimit) +
-                            " times; it runs in CPython from now on (" +
-                            firstFailure + ")";
-      if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) < 0)
-        return nullptr;
+    std::shared_ptr<const CacheEntry> chosen =
+        lookUpOrCapture(function, inputs, graphInputs, reads);
+    if (!chosen)
       return nullptr;
-    }
-    if (!entries->empty() && logEnabled("recompiles"))
-      logArtifact("recompiles", "recompiling " + name + ": " + firstFailure);
-
-    // Capture and compilation never raise into the user's program: what
-    // they cannot do, or an internal error of theirs, runs the frame in
-    // CPython (which raises whatever the user's own code raises).
-    std::string unsupported;
-    std::shared_ptr<CacheEntry> entry;
-    try {
-      entry = captureEntry(function, inputs, name, graphInputs, reads);
-    } catch (const Unsupported &error) {
-      unsupported = error.what();
-    } catch (py::error_already_set &error) {
-      unsupported =
-          std::string("internal error during capture: ") + error.what();
-    } catch (const std::exception &error) {
-      unsupported =
-          std::string("internal error during capture: ") + error.what();
-    }
-    if (!entry) {
-      if (options_.fullgraph) {
-        PyErr_SetString(unsupportedErrorType(),
-                        (name + ": " + unsupported).c_str());
-        return nullptr;
-      }
-      PyErr_Clear(); // a C API failure the error did not fetch
-      if (logEnabled("breaks"))
-        logArtifact("breaks", name + " runs in CPython: " + unsupported);
-      fallBack(unsupported);
-      return nullptr;
-    }
-    // Over the limit (threads recompiling at once), the entry serves this
-    // call only.
-    addEntry(entry);
-    return runEntry(*entry, graphInputs, reads, inputs, options_);
+    return runEntry(*chosen, graphInputs, reads, inputs, options_);
   } catch (py::error_already_set &error) {
     error.restore();
     return nullptr;
@@ -286,6 +231,76 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     PyErr_SetString(PyExc_RuntimeError, error.what());
     return nullptr;
   }
+}
+
+std::shared_ptr<const CacheEntry>
+CodeCache::lookUpOrCapture(PyObject *function, const FrameInputs &inputs,
+                           std::vector<py::object> &graphInputs,
+                           std::vector<py::object> &reads) {
+  // Guards, capture and compilation run Python code of their own: a
+  // __getattribute__ of the user's class read by a guard, torch's meta
+  // functions. It runs in CPython: hooking it would capture kiln's own
+  // reads, and recurse without end (a guard reading an attribute through
+  // the very frame it guards).
+  HookSuspension suspension;
+  std::shared_ptr<const EntryList> entries = this->entries();
+  std::string firstFailure;
+  for (const auto &entry : *entries) {
+    // A continuation runs with the globals of the capture's function.
+    if (entry->globals && entry->globals != inputs.globals)
+      continue;
+    std::string *failure = firstFailure.empty() ? &firstFailure : nullptr;
+    if (entry->guards.evaluate(inputs, graphInputs, failure, &reads)) {
+      hits_++;
+      return entry;
+    }
+  }
+  misses_++;
+  std::string name = qualifiedNameOf(function);
+  if (static_cast<int>(entries->size()) >= options_.cacheLimit) {
+    fallBack("cache limit (" + std::to_string(options_.cacheLimit) +
+             ") reached; last failed guard: " + firstFailure);
+    std::string warning = "kiln: " + name + " was recompiled " +
+                          std::to_string(options_.cacheLimit) +
+                          " times; it runs in CPython from now on (" +
+                          firstFailure + ")";
+    if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) < 0)
+      return nullptr;
+    return nullptr;
+  }
+  if (!entries->empty() && logEnabled("recompiles"))
+    logArtifact("recompiles", "recompiling " + name + ": " + firstFailure);
+
+  // Capture and compilation never raise into the user's program: what
+  // they cannot do, or an internal error of theirs, runs the frame in
+  // CPython (which raises whatever the user's own code raises).
+  std::string unsupported;
+  std::shared_ptr<CacheEntry> entry;
+  try {
+    entry = captureEntry(function, inputs, name, graphInputs, reads);
+  } catch (const Unsupported &error) {
+    unsupported = error.what();
+  } catch (py::error_already_set &error) {
+    unsupported = std::string("internal error during capture: ") + error.what();
+  } catch (const std::exception &error) {
+    unsupported = std::string("internal error during capture: ") + error.what();
+  }
+  if (!entry) {
+    if (options_.fullgraph) {
+      PyErr_SetString(unsupportedErrorType(),
+                      (name + ": " + unsupported).c_str());
+      return nullptr;
+    }
+    PyErr_Clear(); // a C API failure the error did not fetch
+    if (logEnabled("breaks"))
+      logArtifact("breaks", name + " runs in CPython: " + unsupported);
+    fallBack(unsupported);
+    return nullptr;
+  }
+  // Over the limit (threads recompiling at once), the entry serves this
+  // call only.
+  addEntry(entry);
+  return entry;
 }
 
 std::shared_ptr<CacheEntry>
@@ -315,10 +330,8 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
         !learnDynamicDims(*entry))
       break;
   }
-  if (capture.graphBreak) {
-    HookSuspension suspension;
+  if (capture.graphBreak)
     makeContinuation(*entry, *capture.graphBreak, inputs);
-  }
   entry->output = std::move(capture.output);
   entry->guards = std::move(capture.guards);
   entry->graphBreak = capture.graphBreak;
@@ -385,7 +398,6 @@ Capture CodeCache::capture(PyObject *function, const FrameInputs &inputs,
                (PyObject_HasAttrString(local, "_kiln_dynamic_dims") ||
                 PyObject_HasAttrString(local, "_dynamo_dynamic_indices"));
   }
-  HookSuspension suspension;
   if (symbolic && !useless) {
     try {
       Capture capture =
@@ -408,16 +420,25 @@ Capture CodeCache::capture(PyObject *function, const FrameInputs &inputs,
                         relations + "); static shapes from now on");
       }
     } catch (const Unsupported &error) {
-      if (logEnabled("recompiles"))
-        logArtifact("recompiles", name + ": no capture with dynamic shapes (" +
-                                      error.what() + "); static shapes");
+      symbolicFailed(name, error.what());
     } catch (py::error_already_set &error) {
-      if (logEnabled("recompiles"))
-        logArtifact("recompiles", name + ": no capture with dynamic shapes (" +
-                                      error.what() + "); static shapes");
+      symbolicFailed(name, error.what());
     }
   }
   return captureFunction(function, inputs, !options_.fullgraph);
+}
+
+void CodeCache::symbolicFailed(const std::string &name,
+                               const std::string &reason) const {
+  // It would fail the same way for each later size: those capture statically
+  // at once.
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    symbolicUseless_ = true;
+  }
+  if (logEnabled("recompiles"))
+    logArtifact("recompiles", name + ": no capture with dynamic shapes (" +
+                                  reason + "); static shapes from now on");
 }
 
 bool CodeCache::learnDynamicDims(const CacheEntry &entry) const {

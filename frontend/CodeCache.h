@@ -60,8 +60,17 @@ private:
 
   using EntryList = std::vector<std::shared_ptr<const CacheEntry>>;
 
+  /// The entry whose guards pass for this call, else a fresh capture's
+  /// (null, with a Python error or none, where the frame runs in CPython);
+  /// fills `graphInputs` and `reads` for this call. Runs with the hook
+  /// suspended.
+  std::shared_ptr<const CacheEntry>
+  lookUpOrCapture(PyObject *function, const FrameInputs &inputs,
+                  std::vector<py::object> &graphInputs,
+                  std::vector<py::object> &reads);
   /// Captures the frame and compiles its graph; fills `graphInputs` for
-  /// this call. Throws what capture or compilation throws.
+  /// this call. Throws what capture or compilation throws. It and the
+  /// functions below run with the hook suspended (lookUpOrCapture's).
   std::shared_ptr<CacheEntry>
   captureEntry(PyObject *function, const FrameInputs &inputs,
                const std::string &name, std::vector<py::object> &graphInputs,
@@ -74,6 +83,9 @@ private:
   /// else (or where that capture fails) with static shapes.
   Capture capture(PyObject *function, const FrameInputs &inputs,
                   const std::string &name) const;
+  /// A capture with dynamic shapes failed for `reason`: later captures are
+  /// static.
+  void symbolicFailed(const std::string &name, const std::string &reason) const;
   /// Automatic dynamic shapes: the dims of graph inputs whose sizes differ
   /// from those of an earlier entry's same input join the policy's learned
   /// dims; says whether any did.

@@ -157,6 +157,9 @@ public:
   /// After run() threw Unsupported: whether an instruction of the root frame
   /// was executing (a graph break could stop before it), and which.
   bool failedInRootFrame() const { return failedStep_ >= 0; }
+  /// A torch call failed on tensors with symbolic sizes (its meta function
+  /// cannot take them): a static capture, not a graph break, is the answer.
+  bool failedOnSymbolicSizes() const { return failedOnSymbolicSizes_; }
   long failedStep() const { return failedStep_; }
   size_t failedPc() const { return failedPc_; }
   int failedOffset() const { return failedOffset_; }
@@ -403,6 +406,7 @@ private:
   bool stopped_ = false;
   std::string breakReason_;
   long failedStep_ = -1;
+  bool failedOnSymbolicSizes_ = false;
   size_t failedPc_ = 0;
   int failedOffset_ = 0;
 };

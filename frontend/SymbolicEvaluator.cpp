@@ -656,6 +656,7 @@ VariablePtr Evaluator::torchCall(
         symbolic_ ? symbolic_ : py::none());
   } catch (py::error_already_set &error) {
     std::string message = error.what();
+    failedOnSymbolicSizes_ = static_cast<bool>(symbolic_);
     unsupported("calling " + py::repr(function).cast<std::string>() +
                 " on meta tensors failed (" +
                 message.substr(0, message.find('\n')) +
@@ -1190,7 +1191,8 @@ Capture captureFunction(py::handle function, const FrameInputs &inputs,
   try {
     return evaluator.run(function);
   } catch (const Unsupported &error) {
-    if (!allowBreaks || !evaluator.failedInRootFrame())
+    if (!allowBreaks || !evaluator.failedInRootFrame() ||
+        evaluator.failedOnSymbolicSizes())
       throw;
     // A graph break before the root frame's instruction that failed (the
     // call that entered an inlined chain, if the failure was in there).

@@ -273,3 +273,35 @@ def test_a_size_live_at_a_graph_break_falls_back_to_static_shapes(capsys):
         x = torch.randn(rows, 4)
         close(f(x), fn(x))
     assert not kiln.cache_info(f)["runs_in_cpython"]
+
+
+@torch.library.custom_op("kiln_dynamic_test::row_scale", mutates_args=())
+def _row_scale(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.arange(x.shape[0], dtype=x.dtype)[:, None]
+
+
+@_row_scale.register_fake
+def _(x):
+    # Like some of torch's own meta functions before 2.13 (matmul's, linear's).
+    if not isinstance(x.shape[0], int):
+        raise RuntimeError("this fake implementation needs static sizes")
+    return torch.empty_like(x)
+
+
+def test_a_torch_call_that_cannot_take_symbolic_sizes_captures_statically(monkeypatch, capfd):
+    # Not a graph break: the whole frame is captured again with static
+    # shapes, and later sizes go straight to static captures.
+    def fn(x):
+        return _row_scale(x.sin()) + 1
+
+    monkeypatch.setenv("KILN_LOGS", "recompiles")
+    f = kiln.compile(fn)
+    for rows in (3, 4, 5, 6):
+        x = torch.randn(rows, 2)
+        close(f(x), fn(x))
+    info = f.cache_info()
+    assert info["break_reasons"] == [] and info["entries"] == 4
+    assert not any(r.startswith("dynamic") for r in info["runners"])
+    log = capfd.readouterr().err
+    assert log.count("no capture with dynamic shapes") == 1
+    assert "static shapes from now on" in log

@@ -184,3 +184,80 @@ def test_module_structure_iterators_are_captured_and_guarded():
     expected = model(x)
     torch.testing.assert_close(out, expected[0])
     assert names == expected[1] and "extra" in names
+
+
+class _Scaled:
+    """A context manager written in Python: its __enter__ and __exit__ are
+    inlined, and what __exit__ changes is seen after the block."""
+
+    def __init__(self, factor):
+        self.factor = factor
+        self.inside = False
+
+    def __enter__(self):
+        self.inside = True
+        return self.factor
+
+    def __exit__(self, *exc_info):
+        self.inside = False
+        return False
+
+
+def test_with_blocks_over_context_managers_written_in_python():
+    import contextlib
+
+    def fn(x):
+        with contextlib.nullcontext(x * 2) as doubled:
+            y = doubled + 1
+        scaled = _Scaled(3.0)
+        with scaled as factor:
+            y = y * factor
+            seen = scaled.inside
+        with contextlib.nullcontext():
+            y = y.sin()
+        return y, seen, scaled.inside
+
+    compiled = kiln.compile(fn)
+    x = torch.randn(5)
+    out, seen, after = compiled(x)
+    expected = fn(x)
+    torch.testing.assert_close(out, expected[0])
+    assert (seen, after) == (True, False) == expected[1:]
+    info = kiln.cache_info(compiled)
+    assert info["break_reasons"] == [] and not info["runs_in_cpython"]
+
+
+class _AliasedConfig:
+    """Like transformers' PretrainedConfig: attribute reads go through a
+    __getattribute__ written in Python."""
+
+    aliases = {"width": "hidden_size"}
+
+    def __init__(self):
+        self.hidden_size = 4
+        self.scale = 0.5
+
+    def __getattribute__(self, key):
+        aliases = object.__getattribute__(self, "aliases")
+        return object.__getattribute__(self, aliases.get(key, key))
+
+
+def test_an_object_whose_getattribute_is_python_code():
+    # Kiln's own reads of the object (its guards, a type check) run that
+    # __getattribute__ in CPython; hooked, they once recursed without end.
+    config = _AliasedConfig()
+
+    def fn(x, config):
+        return x[..., : config.width] * getattr(config, "scale", 1.0)
+
+    compiled = kiln.compile(fn)
+    for _ in range(3):
+        x = torch.randn(3, 6)
+        torch.testing.assert_close(compiled(x, config), fn(x, config))
+    info = kiln.cache_info(compiled)
+    assert info["entries"] == 1 and not info["runs_in_cpython"]
+    # Those reads never reached the hook.
+    assert kiln.code_cache_info(_AliasedConfig.__getattribute__) is None
+    config.scale = 2.0  # a guarded attribute changes: captured again
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(compiled(x, config), fn(x, config))
