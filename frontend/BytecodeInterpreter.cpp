@@ -1024,7 +1024,10 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     if (!context->is(Kind::GradContext))
       unsupported("a `with` block over a " + kindNameOf(pythonTypeOf(context)));
     auto restore = Variable::make(Kind::GradRestore);
-    restore->flag = gradEnabled_;
+    // set_grad_enabled switched the mode when called: its exit restores the
+    // mode from before that call.
+    restore->flag = context->name == "set_grad_enabled" ? context->position != 0
+                                                        : gradEnabled_;
     setGradMode(context->flag);
     frame.stack.push_back(restore);
     frame.stack.push_back(Variable::constant(py::none()));

@@ -37,6 +37,8 @@ struct CacheEntry {
   /// The sizes of the graph inputs in the capturing call, by source
   /// (automatic dynamic shapes compares them).
   std::vector<std::pair<std::string, Shape>> inputSizes;
+  /// The grad mode the frame leaves behind, where it changes it.
+  std::optional<bool> finalGradMode;
 };
 
 namespace {
@@ -61,6 +63,9 @@ PyObject *runEntry(const CacheEntry &entry,
     // a graph that changes grad mode leaves it as it found it.
     HookSuspension suspension;
     py::object results = entry.runner->run(inputs.data(), inputs.size());
+    if (entry.finalGradMode)
+      python::TorchHandles::get().torch.attr("_C").attr("_set_grad_enabled")(
+          *entry.finalGradMode);
     PyObject *const *outputs = &PyTuple_GET_ITEM(results.ptr(), 0);
     if (entry.replay) {
       std::vector<py::object> built = entry.replay->rebuild(outputs, reads);
@@ -336,6 +341,7 @@ CodeCache::captureEntry(PyObject *function, const FrameInputs &inputs,
   entry->guards = std::move(capture.guards);
   entry->graphBreak = capture.graphBreak;
   entry->replay = capture.replay;
+  entry->finalGradMode = capture.finalGradMode;
   // Choosing the runner cleans the graph up (dead code): log it after.
   entry->runner = makeRunner(capture.graph, graphInputs, name);
   entry->graphText = capture.graph->str();
@@ -483,9 +489,13 @@ void CodeCache::makeContinuation(CacheEntry &entry,
   py::object closure = inputs.closure
                            ? py::reinterpret_borrow<py::object>(inputs.closure)
                            : py::none();
-  py::tuple made = py::module_::import("kiln._resume")
-                       .attr("continuation")(graphBreak.code, graphBreak.offset,
-                                             bound, nulls, globals, closure);
+  py::object gradMode = graphBreak.gradMode
+                            ? py::object(py::bool_(*graphBreak.gradMode))
+                            : py::object(py::none());
+  py::tuple made =
+      py::module_::import("kiln._resume")
+          .attr("continuation")(graphBreak.code, graphBreak.offset, bound,
+                                nulls, globals, closure, gradMode);
   entry.continuation = made[0];
   entry.resumeCode = made[1];
   entry.continuationLocals = made[2].cast<size_t>();

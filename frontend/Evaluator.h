@@ -42,6 +42,7 @@ struct Handles {
   py::object symBool = torch.attr("SymBool");
   py::object noGrad = torch.attr("no_grad");
   py::object enableGrad = torch.attr("enable_grad");
+  py::object setGradEnabled = torch.attr("set_grad_enabled");
   py::object isGradEnabled = torch.attr("is_grad_enabled");
   py::object tensorFromData = torch.attr("tensor");
   py::object asTensor = torch.attr("as_tensor");
@@ -78,6 +79,13 @@ struct Handles {
   std::unordered_set<PyObject *> pureObjectCalls;
   py::object environment = py::module_::import("os").attr("environ");
   py::object partialType = py::module_::import("functools").attr("partial");
+  // The exits of grad-mode blocks a graph break left open, by the mode
+  // they restore (kiln._resume.GRAD_MODE_EXITS).
+  std::vector<py::object> gradModeExits = [] {
+    py::tuple exits =
+        py::module_::import("kiln._resume").attr("GRAD_MODE_EXITS");
+    return std::vector<py::object>{exits[0], exits[1]};
+  }();
   py::object enumType = py::module_::import("enum").attr("Enum");
   py::object orderedDictType =
       py::module_::import("collections").attr("OrderedDict");

@@ -653,6 +653,21 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       context->flag = function.is(h.enableGrad);
       return context;
     }
+    if (function.is(h.setGradEnabled)) {
+      // Sets the mode at once (a plain call, or a `with` block whose exit
+      // restores the mode from before the call).
+      std::optional<py::object> mode = args.size() == 1 && kwargs.empty()
+                                           ? asConstant(args[0])
+                                           : std::nullopt;
+      if (!mode || !PyBool_Check(mode->ptr()))
+        unsupported("torch.set_grad_enabled of anything but True or False");
+      auto context = Variable::make(Kind::GradContext);
+      context->flag = mode->is(py::bool_(true));
+      context->name = "set_grad_enabled";
+      context->position = gradEnabled_ ? 1 : 0; // the mode the exit restores
+      setGradMode(context->flag);
+      return context;
+    }
     if (function.is(h.tensorFromData) || function.is(h.asTensor)) {
       // torch.tensor(data): data is Python constants, so the tensor is a
       // graph constant (it never goes through the dispatcher).

@@ -135,6 +135,12 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
     step.kind = RebuildStep::Kind::Set;
     step.object = value->object;
     break;
+  case Kind::GradRestore:
+    // The exit of a grad-mode block the break is inside of: the resume
+    // function leaves the block through an object its capture reads back.
+    step.kind = RebuildStep::Kind::Constant;
+    step.object = Handles::get().gradModeExits[value->flag ? 1 : 0];
+    break;
   case Kind::Iterator:
     unsupported("a live iterator (a loop or an iter() around the break)");
   default:
@@ -203,9 +209,9 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
   const Instruction &instruction = frame.code->instructions.at(frame.pc);
   if (frame.pc != stopPc_)
     unsupported("the capture did not reach the same instruction again");
-  if (gradEnabled_ != initialGradMode)
-    unsupported("grad mode was changed before the break");
   auto state = std::make_shared<GraphBreak>();
+  if (gradEnabled_ != initialGradMode)
+    state->gradMode = gradEnabled_;
   state->code = frame.codeObject;
   state->offset = instruction.offset;
   state->instruction = instruction.opname;

@@ -209,6 +209,12 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
     result->object = function;
     result->items.push_back(
         wrap(self, source ? Source::attr(source, "__self__") : nullptr));
+  } else if (object.is(h.gradModeExits[0]) || object.is(h.gradModeExits[1])) {
+    // A grad-mode block's exit, left open by a graph break before this
+    // resume function.
+    guard(identity(object));
+    result = Variable::make(Kind::GradRestore);
+    result->flag = object.is(h.gradModeExits[1]);
   } else if (py::isinstance(object, h.moduleType)) {
     guard(identity(object));
     result = Variable::make(Kind::PythonModule);
@@ -1021,8 +1027,12 @@ Capture Evaluator::run(py::handle function) {
   VariablePtr returned = runFrame(frame);
   if (stopped_)
     return captureAtBreak(frame, initialGradMode);
-  // Leave grad mode as the caller had it; a `with` block restores it already,
-  // so this only matters for unbalanced graphs.
+  // The graph leaves grad mode as the caller had it (a `with` block
+  // restores it already); an unbalanced frame's own last mode is set after
+  // the graph.
+  std::optional<bool> finalGradMode;
+  if (gradEnabled_ != initialGradMode)
+    finalGradMode = gradEnabled_;
   setGradMode(initialGradMode);
 
   // An object the frame read returns as this call's object (a read), not
@@ -1042,6 +1052,7 @@ Capture Evaluator::run(py::handle function) {
         }
       };
   Capture capture;
+  capture.finalGradMode = finalGradMode;
   if (writes_.empty() && changedContainers_.empty() && !madeInstances_ &&
       !returnsReadObject(returned)) {
     std::vector<Argument> outputs;

@@ -102,6 +102,10 @@ struct GraphBreak : RebuildPlan {
   std::string reason;      // why the instruction could not be captured
   std::vector<int> locals; // value per local slot; -1: unbound
   std::vector<int> stack;  // value per stack item, bottom first; -1: NULL
+  /// The grad mode at the break where a grad-mode block (or a call) set it
+  /// apart from the call's: the continuation sets it before the
+  /// instruction (the graph leaves grad mode as the call found it).
+  std::optional<bool> gradMode;
 };
 
 struct Capture {
@@ -116,6 +120,10 @@ struct Capture {
   std::shared_ptr<const GraphBreak> graphBreak;
   /// Human-readable notes (ops kept as externs and why), for the logs.
   std::vector<std::string> notes;
+  /// The grad mode the frame leaves behind where it differs from the one it
+  /// found (an unbalanced torch.set_grad_enabled, a resume function leaving
+  /// a grad-mode block): set after the graph, which itself ends balanced.
+  std::optional<bool> finalGradMode;
 };
 
 /// Which input dimensions a capture makes symbolic (dynamic shapes).

@@ -1,7 +1,10 @@
 # Graph breaks: the code objects a break runs through. The continuation B
-# restores a frame's stack, runs the one instruction kiln could not capture
-# and calls the resume function R: the original code with a prologue that
-# restores the locals and stack and jumps to the instruction after the break.
+# restores a frame's locals and stack, runs the one instruction kiln could
+# not capture and calls the resume function R: the original code with a
+# prologue that restores the locals and stack and jumps to the instruction
+# after the break. B is the original code too, entered at the break: the
+# instruction runs under the try and with blocks around it, whose handlers
+# (an __exit__, an except clause) see an exception it raises as eager's would.
 # Called once per capture from frontend/CodeCache.cpp, never per call.
 # Depends on the running interpreter's dis and opcode tables (3.11, 3.12).
 import dis
@@ -10,7 +13,7 @@ import sys
 import types
 import weakref
 
-__all__ = ["refusal", "continuation", "base_of"]
+__all__ = ["refusal", "continuation", "base_of", "GRAD_MODE_EXITS"]
 
 _OP = opcode.opmap
 _CACHES = opcode._inline_cache_entries
@@ -69,6 +72,30 @@ _resume_codes = weakref.WeakKeyDictionary()
 _bases = weakref.WeakKeyDictionary()
 
 
+class _GradModeExit:
+    """The __exit__ of a torch.no_grad/enable_grad block that a graph break
+    left open: sets grad mode back to what it was before the block."""
+
+    __slots__ = ("enabled",)
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+
+    def __call__(self, *exc_info):
+        import torch
+
+        torch._C._set_grad_enabled(self.enabled)
+        return False
+
+    def __repr__(self):
+        return f"<kiln: leave a grad-mode block, grad enabled={self.enabled}>"
+
+
+#: By the grad mode they restore (False, True); the capture of a resume
+#: function reads them back as the blocks' exits.
+GRAD_MODE_EXITS = (_GradModeExit(False), _GradModeExit(True))
+
+
 def base_of(code, offset):
     """The original code object and offset of `offset` in `code`, which may
     be a resume function's code."""
@@ -104,14 +131,38 @@ def refusal(code, offset):
     effect = _BREAKABLE.get(instruction.opname)
     if effect is None or effect(instruction.arg or 0) is None:
         return f"kiln cannot resume after a {instruction.opname} instruction"
-    for entry in dis._parse_exception_table(code):
-        if entry.start <= offset < entry.end:
-            return "inside a try or with block"
+    normal = _normal_flow(instructions)
     for later in instructions:
+        # 3.12's with-block handlers jump back to the code after the block:
+        # only jumps of the normal flow make loops.
         if (later.offset > offset and later.opname in _BACKWARD_JUMPS
-                and later.argval <= offset):
+                and later.argval <= offset and later.offset in normal):
             return "inside a loop"
     return None
+
+
+_NO_FALLTHROUGH = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP",
+                   "JUMP_NO_INTERRUPT", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS",
+                   "RERAISE"}
+
+
+def _normal_flow(instructions):
+    """The offsets of the instructions reachable from the start without an
+    exception (exception handlers are not)."""
+    index_of = {instruction.offset: i for i, instruction in enumerate(instructions)}
+    jumps = set(dis.hasjrel) | set(dis.hasjabs)
+    reached, pending = set(), [0]
+    while pending:
+        i = pending.pop()
+        if i >= len(instructions) or instructions[i].offset in reached:
+            continue
+        instruction = instructions[i]
+        reached.add(instruction.offset)
+        if instruction.opcode in jumps and instruction.argval in index_of:
+            pending.append(index_of[instruction.argval])
+        if instruction.opname not in _NO_FALLTHROUGH:
+            pending.append(i + 1)
+    return reached
 
 
 def _emit(code_bytes, name, arg=0):
@@ -279,15 +330,51 @@ def _resume_code(code, offset, next_offset, bound, after, line):
     return resumed
 
 
-def continuation(code, offset, bound, stack_nulls, globals_, closure=None):
+def _fixed_jump(name, distance):
+    """A jump whose length (four code units) does not depend on its
+    distance."""
+    out = bytearray()
+    for shift in (24, 16, 8):
+        out += bytes([_OP["EXTENDED_ARG"], (distance >> shift) & 0xFF])
+    out += bytes([_OP[name], distance & 0xFF])
+    out += bytes(2 * _CACHES[_OP[name]])
+    return out
+
+
+def _backward_jump(end, target):
+    """The shortest JUMP_BACKWARD that, placed so that it ends at code unit
+    `end` plus its own length, lands on code unit `target`."""
+    op = _OP["JUMP_BACKWARD"]
+    for prefixes in range(4):
+        units = prefixes + 1 + _CACHES[op]
+        distance = end + units - target
+        if distance < 256 ** (prefixes + 1):
+            out = bytearray()
+            for shift in range(prefixes, 0, -1):
+                out += bytes([_OP["EXTENDED_ARG"], (distance >> (8 * shift)) & 0xFF])
+            out += bytes([op, distance & 0xFF]) + bytes(2 * _CACHES[op])
+            return out
+    raise ValueError("a function too long to resume in")
+
+
+def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_mode=None):
     """The function a cache hit calls after its graph, with the frame's
     locals (None where `bound` says a local is unbound) and its stack
-    items (those `stack_nulls` does not mark NULL) as arguments: it runs
-    the instruction at `offset` in CPython and returns what the resume
-    function returns. Returns (function, resume code, how many locals the
-    function takes: those of the original code). A nested function's
-    continuation is made with `closure`, the frame's closure; a cache hit
-    makes it again with its own frame's."""
+    items (those `stack_nulls` does not mark NULL) as arguments: it sets
+    grad mode to `grad_mode` (unless None), runs the instruction at `offset`
+    in CPython and returns what the resume function returns. Returns
+    (function, resume code, how many locals the function takes: those of
+    the original code). A nested function's continuation is made with
+    `closure`, the frame's closure; a cache hit makes it again with its own
+    frame's.
+
+    Its code is the original code behind a prologue: [frame start, a jump
+    over the trampoline] [the trampoline: the stack after the instruction
+    into temporaries, then R called with the locals and those] [restore the
+    locals and stack, set grad mode, jump to the instruction]. The
+    instruction after the break is overwritten by a jump back to the
+    trampoline; the rest of the original code runs only where an exception
+    of the instruction is handled by a try or with block around it."""
     code, offset = base_of(code, offset)
     count = len(code.co_varnames)
     if any(bound[count:]):
@@ -305,57 +392,89 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None):
     # A nested function's B makes R from its own closure on every call (B is
     # made per call with the frame's closure); otherwise R is one constant.
     resume_constant = resume if code.co_freevars else types.FunctionType(resume, globals_)
+    first = len(code.co_consts)
     consts = code.co_consts + (resume_constant, None)
-    body = bytearray()
-    _emit_frame_start(body, code)
-    for slot in range(count):
-        if not bound[slot]:
-            _emit(body, "DELETE_FAST", slot)
-    slot = count
-    for null in stack_nulls:
-        if null:
-            _emit(body, "PUSH_NULL")
-        else:
-            _emit(body, "LOAD_FAST", slot)
-            slot += 1
-    for replayed in prefix + [instruction]:
-        _emit(body, replayed.opname, replayed.arg or 0)
-    # The stack after the instruction, top first, into temporaries; a NULL
-    # (a call's, below) goes to a scratch local, as POP_TOP cannot take it.
+    resume_index, none_index = first, first + 1
+    if grad_mode is not None:
+        import torch
+
+        consts += (torch._C._set_grad_enabled, bool(grad_mode))
+        set_grad_index, flag_index = first + 2, first + 3
+
+    # The trampoline: the stack after the instruction, top first, into
+    # temporaries (a NULL, a call's, into a scratch local: POP_TOP cannot
+    # take it), then R(locals..., stack...).
+    trampoline = bytearray()
     null_slot = len(varnames) - 1
     out_slot = count + len(inputs) + len(outputs)
     for null in reversed(after):
         if null:
-            _emit(body, "STORE_FAST", null_slot)
+            _emit(trampoline, "STORE_FAST", null_slot)
         else:
             out_slot -= 1
-            _emit(body, "STORE_FAST", out_slot)
-    _emit(body, "PUSH_NULL")
+            _emit(trampoline, "STORE_FAST", out_slot)
+    _emit(trampoline, "PUSH_NULL")
     if code.co_freevars:
         first_free = len(varnames) + len(code.co_cellvars)
         for free in range(len(code.co_freevars)):
-            _emit(body, "LOAD_CLOSURE", first_free + free)
-        _emit(body, "BUILD_TUPLE", len(code.co_freevars))
-        _emit(body, "LOAD_CONST", len(consts) - 2)
-        _emit(body, "MAKE_FUNCTION", 0x08)
+            _emit(trampoline, "LOAD_CLOSURE", first_free + free)
+        _emit(trampoline, "BUILD_TUPLE", len(code.co_freevars))
+        _emit(trampoline, "LOAD_CONST", resume_index)
+        _emit(trampoline, "MAKE_FUNCTION", 0x08)
     else:
-        _emit(body, "LOAD_CONST", len(consts) - 2)
+        _emit(trampoline, "LOAD_CONST", resume_index)
     for slot in range(count):
-        if bound[slot]:
-            _emit(body, "LOAD_FAST", slot)
-        else:
-            _emit(body, "LOAD_CONST", len(consts) - 1)
+        _emit(trampoline, "LOAD_FAST" if bound[slot] else "LOAD_CONST",
+              slot if bound[slot] else none_index)
     for slot in range(count + len(inputs), count + len(inputs) + len(outputs)):
-        _emit(body, "LOAD_FAST", slot)
-    _emit_call(body, count + len(outputs))
-    _emit(body, "RETURN_VALUE")
-    # Every instruction of B is on the break's line: a traceback through it
-    # shows the user's statement.
-    units = len(body) // 2
+        _emit(trampoline, "LOAD_FAST", slot)
+    _emit_call(trampoline, count + len(outputs))
+    _emit(trampoline, "RETURN_VALUE")
+
+    head = bytearray()
+    _emit_frame_start(head, code)
+    head += _fixed_jump("JUMP_FORWARD", len(trampoline) // 2)
+
+    restore = bytearray()
+    for slot in range(count):
+        if not bound[slot]:
+            _emit(restore, "DELETE_FAST", slot)
+    if grad_mode is not None:
+        _emit(restore, "PUSH_NULL")
+        _emit(restore, "LOAD_CONST", set_grad_index)
+        _emit(restore, "LOAD_CONST", flag_index)
+        _emit_call(restore, 1)
+        _emit(restore, "POP_TOP")
+    slot = count
+    for null in stack_nulls:
+        if null:
+            _emit(restore, "PUSH_NULL")
+        else:
+            _emit(restore, "LOAD_FAST", slot)
+            slot += 1
+    # Into the body, at the instruction (at the KW_NAMES or PRECALL that
+    # set its call up, which run with it).
+    entry = prefix[0].offset if prefix else offset
+    restore += _fixed_jump("JUMP_FORWARD", entry // 2)
+
+    prologue_units = (len(head) + len(trampoline) + len(restore)) // 2
+    body = bytearray(_shift_cell_indices(code, len(varnames) - count))
+    back = _backward_jump(prologue_units + next_offset // 2, len(head) // 2)
+    if next_offset + len(back) > len(body):
+        raise ValueError("no room after the break instruction")
+    body[next_offset:next_offset + len(back)] = back
+    # The frame start on the function's first line, the trampoline on the
+    # break's (a traceback through R's call shows the user's statement),
+    # the restore back on the first line, where the body's table starts.
+    first_line = code.co_firstlineno
+    linetable = (_line_entries(len(head) // 2, 0)
+                 + _line_entries(len(trampoline) // 2, line - first_line)
+                 + _line_entries(len(restore) // 2, first_line - line)
+                 + code.co_linetable)
     continued = code.replace(
-        co_code=bytes(body),
-        co_linetable=bytes(_line_entries(units, line - code.co_firstlineno)),
-        co_exceptiontable=b"",
+        co_code=bytes(head + trampoline + restore + body),
+        co_linetable=bytes(linetable),
+        co_exceptiontable=_shifted_exception_table(code, prologue_units),
         co_consts=consts,
         co_varnames=varnames,
         co_nlocals=len(varnames),
@@ -363,7 +482,8 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None):
         co_posonlyargcount=0,
         co_kwonlyargcount=0,
         co_flags=code.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS),
-        co_stacksize=len(stack_nulls) + count + len(after) + len(code.co_freevars) + 4,
+        co_stacksize=(code.co_stacksize + len(stack_nulls) + count + len(after)
+                      + len(code.co_freevars) + 4),
         co_qualname=f"{code.co_qualname}.<graph break at line {line}>",
     )
     return types.FunctionType(continued, globals_, closure=closure), resume, count

@@ -2,8 +2,9 @@
 # .item() in control flow, side effects on the caller's objects) runs in
 # CPython as one instruction between two captured graphs; the rest of the
 # function is a resume function that the frame hook captures in turn. Every
-# case is compared with eager on fresh random inputs; the fallback cases
-# (try, with, loops) still run the whole frame in CPython.
+# case is compared with eager on fresh random inputs. A break inside try and
+# with blocks runs its instruction under them; inside loops the whole frame
+# still runs in CPython.
 import functools
 import os
 import sys
@@ -310,8 +311,6 @@ def break_in_while(x):
 
 
 @pytest.mark.parametrize("fn, refusal", [
-    (break_in_try, "inside a try or with block"),
-    (break_in_with, "inside a try or with block"),
     (break_in_for, "inside a loop"),
     (break_in_while, "inside a loop"),
 ])
@@ -320,6 +319,117 @@ def test_breaks_that_are_refused_run_the_frame_in_cpython(fn, refusal):
     info = kiln.cache_info(compiled)
     assert info["runs_in_cpython"] and not info["breaks"]
     assert "no graph break: " + refusal in info["fallback_reason"]
+
+
+@pytest.mark.parametrize("fn", [break_in_try, break_in_with])
+def test_breaks_inside_try_and_with_blocks(fn):
+    compiled = check(fn, lambda: (torch.randn(3),))
+    assert_breaks(compiled, 1, 2)
+    assert torch.is_grad_enabled()
+
+
+def grad_blocks_around_breaks(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            y = x * 2
+            print("inner", torch.is_grad_enabled())
+            y = y + 1
+        z = y * 3
+        print("outer", torch.is_grad_enabled())
+    return z, torch.is_grad_enabled()
+
+
+def test_grad_mode_across_breaks_inside_grad_blocks(capsys):
+    # The instruction at the break runs in the block's grad mode, the resume
+    # function leaves the blocks, and the caller's mode is back at the end.
+    compiled = kiln.compile(grad_blocks_around_breaks)
+    for _ in range(2):
+        x = torch.randn(3)
+        expected, actual = grad_blocks_around_breaks(x), compiled(x)
+        assert_close(actual[0], expected[0])
+        assert actual[1:] == expected[1:] and torch.is_grad_enabled()
+    printed = capsys.readouterr().out
+    assert printed.count("inner True") == 4 and printed.count("outer False") == 4
+    assert_breaks(compiled, 2, 3)
+
+
+def break_raising_in_with(x, text):
+    y = x + 1
+    with torch.no_grad():
+        z = y * 3
+        number = int(text)  # a break: the capture's call raises
+        w = z + number
+    return w
+
+
+def break_raising_in_try(x, text):
+    y = x + 1
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    return y * number
+
+
+def test_an_exception_at_the_break_meets_the_blocks_around_it():
+    compiled = kiln.compile(break_raising_in_with)
+    x = torch.randn(3)
+    assert_close(compiled(x, "2"), break_raising_in_with(x, "2"))
+    with pytest.raises(ValueError, match="invalid literal"):
+        compiled(x, "two")
+    assert torch.is_grad_enabled()  # the block's __exit__ ran
+    compiled = kiln.compile(break_raising_in_try)
+    for text in ("3", "three", "4"):
+        assert_close(compiled(x, text), break_raising_in_try(x, text))
+
+
+class Recorder:
+    """A context manager written in Python that records its calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __enter__(self):
+        self.calls.append("enter")
+        return self
+
+    def __exit__(self, *exc_info):
+        self.calls.append("exit" if exc_info[0] is None else "exit with error")
+        return False
+
+
+def break_in_user_context(x, recorder):
+    with recorder:
+        y = x * 2
+        print("inside")
+        y = y + 1
+    return y
+
+
+def test_a_break_inside_a_user_context_manager_exits_it_once():
+    compiled = kiln.compile(break_in_user_context)
+    for _ in range(2):
+        x = torch.randn(3)
+        eager, kilns = Recorder(), Recorder()
+        assert_close(compiled(x, kilns), break_in_user_context(x, eager))
+        assert kilns.calls == eager.calls == ["enter", "exit"]
+
+
+def switches_grad_off(x):
+    torch.set_grad_enabled(False)
+    return x * 2
+
+
+def test_a_frame_that_leaves_grad_mode_changed_leaves_it_so():
+    compiled = kiln.compile(switches_grad_off)
+    try:
+        for _ in range(2):
+            torch.set_grad_enabled(True)
+            x = torch.randn(3)
+            assert_close(compiled(x), x * 2)
+            assert not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
 
 
 def raises_after_break(x, limit):

@@ -198,10 +198,8 @@ def inner_helper(x):
 
 
 def outer_with_print(x):
-    try:
-        print("eager part")  # in a try block: the frame runs in CPython
-    finally:
-        pass
+    for _ in range(1):
+        print("eager part")  # in a loop: the frame runs in CPython
     return inner_helper(x) + inner_helper(x + 1)
 
 

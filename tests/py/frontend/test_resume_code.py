@@ -98,9 +98,36 @@ def in_loop(x):
     return x
 
 
+def refuse(text):
+    raise ValueError(text)
+
+
+def in_try_raising(x):
+    try:
+        y = refuse(x)
+    except ValueError:
+        y = "handled " + x
+    finally:
+        show("finally")
+    return y
+
+
 def test_refusals():
-    assert "try" in resume.refusal(in_try.__code__, calls(in_try.__code__)[0])
+    assert resume.refusal(in_try.__code__, calls(in_try.__code__)[0]) is None
     assert "loop" in resume.refusal(in_loop.__code__, calls(in_loop.__code__)[1])
+
+
+def test_an_exception_at_a_break_inside_try_meets_its_handlers():
+    # The continuation runs the instruction inside the original try block:
+    # the except clause and the finally block see its exception.
+    PRINTED.clear()
+    code = in_try_raising.__code__
+    offset = calls(code)[0]
+    # Locals x bound, y not; stack [NULL, refuse, x].
+    function, _, _ = resume.continuation(code, offset, (True, False), (True, False, False),
+                                         in_try_raising.__globals__)
+    assert function("a", None, refuse, "a") == in_try_raising("a") == "handled a"
+    assert PRINTED == ["finally", "finally"]
 
 
 if __name__ == "__main__":
