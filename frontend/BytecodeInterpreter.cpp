@@ -152,6 +152,11 @@ void Evaluator::binaryOp(Frame &frame, int op) {
   if (!tensorInvolved && a && b && left->kind != Kind::List &&
       left->kind != Kind::Dict && right->kind != Kind::List) {
     py::object function = h.operatorModule.attr(kOperators[base]);
+    // "%s" % size: text takes the size's value (see specializeSizes).
+    if (PyUnicode_Check(a->ptr()) || PyUnicode_Check(b->ptr())) {
+      a = specializeSizes(*a);
+      b = specializeSizes(*b);
+    }
     try {
       frame.stack.push_back(Variable::constant(function(*a, *b)));
     } catch (py::error_already_set &error) {
@@ -725,7 +730,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       std::optional<py::object> key = asConstant(items[i]);
       if (!key)
         unsupported("a dict key that is not a constant");
-      dict->keys.push_back(*key);
+      dict->keys.push_back(specializeSizes(*key));
       dict->items.push_back(items[i + 1]);
     }
     frame.stack.push_back(dict);
@@ -758,7 +763,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     if (!constant || value->is(Kind::Module))
       unsupported("formatting a " + kindNameOf(pythonTypeOf(value)) +
                   " in an f-string");
-    py::object object = *constant;
+    py::object object = specializeSizes(*constant);
     int conversion = instruction.arg & 3;
     if (conversion == 1)
       object = py::str(object);

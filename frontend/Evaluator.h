@@ -138,8 +138,9 @@ bool startsWith(const std::string &text, const std::string &prefix);
 /// Modules whose functions the evaluator calls rather than inlines.
 bool isTorchModuleName(const std::string &name);
 
-/// Whether a list iterator's list changed since the iterator was made (its
-/// snapshot no longer says what Python's iterator would give).
+/// Whether Python's iterator would now give other items than the
+/// capture's snapshot: its list changed, or an enumerate or zip made over it
+/// (which took its items at once) has items left.
 bool iteratorIsStale(const Variable &iterator);
 
 class Evaluator {
@@ -271,6 +272,8 @@ private:
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  /// The items an iterator the frame made has left, which it no longer has.
+  std::vector<VariablePtr> takeRest(const VariablePtr &iterator);
   bool truthy(const VariablePtr &value);
   std::optional<py::object> asConstant(const VariablePtr &value);
   py::object toTraceObject(const VariablePtr &value);
@@ -284,6 +287,11 @@ private:
   /// Whether `object` (or an item of it) is a size of this symbolic
   /// capture, which a plan made of constants cannot hold.
   bool holdsVaryingSize(py::handle object) const;
+  /// `object` with each size that varies (a torch.SymInt, in tuples, lists
+  /// and dicts) replaced by its value, which the capture's guards then pin:
+  /// for Python work on a size that symbols cannot follow (text, hashing,
+  /// type checks).
+  py::object specializeSizes(py::object object);
   /// A recorded argument that holds torch SymInts, as a symbolic Argument.
   std::optional<Argument> symbolicArgument(py::handle argument);
   /// The relations torch's ShapeEnv recorded, as guards.

@@ -355,7 +355,8 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       std::optional<py::object> object = asConstant(args[0]);
       if (!object && (args[0]->kind == Kind::Object))
         object = args[0]->object;
-      if (object)
+      // A size that varies (a torch.SymInt) is checked by its eager type.
+      if (object && !(args[0]->is(Kind::Constant) && holdsVaryingSize(*object)))
         return Variable::constant(
             py::bool_(PyObject_IsInstance(object->ptr(), classes->ptr()) == 1));
       return Variable::constant(
@@ -371,7 +372,8 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       unsupported("next() of a " + kindNameOf(pythonTypeOf(args[0])));
     VariablePtr &iterator = args[0];
     if (iteratorIsStale(*iterator))
-      unsupported("next() of an iterator over a list changed since");
+      unsupported("next() of an iterator over a list changed since, or of "
+                  "one an unfinished enumerate or zip reads");
     if (iterator->position < iterator->items.size())
       return iterator->items[iterator->position++];
     if (args.size() == 2)
@@ -400,23 +402,38 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       for (const VariablePtr &item : unpack(args[0]))
         iterator->items.push_back(Variable::sequence(
             Kind::Tuple, {Variable::constant(py::int_(start++)), item}));
+      // Python's enumerate takes the items as it goes: the iterator it
+      // reads is stale until the enumerate is done.
+      if (args[0]->is(Kind::Iterator))
+        args[0]->cells.push_back(iterator);
       return iterator;
     }
     if (is("zip") && kwargs.empty()) {
-      std::vector<std::vector<VariablePtr>> columns;
-      size_t length = SIZE_MAX;
+      // Python's zip takes one item of each argument's iterator in turn and
+      // stops at the first that is exhausted (the items taken in that round
+      // are lost); zip(it, it) pairs an iterator's items.
+      std::vector<VariablePtr> sources;
       for (const VariablePtr &arg : args) {
-        columns.push_back(unpack(arg));
-        length = std::min(length, columns.back().size());
+        if (arg->is(Kind::Iterator) && iteratorIsStale(*arg))
+          unsupported("zip of an iterator over a list changed since");
+        sources.push_back(arg->is(Kind::Iterator) ? arg : iterate(arg));
       }
       auto iterator = Variable::make(Kind::Iterator);
-      for (size_t i = 0; i < (args.empty() ? 0 : length); ++i) {
+      while (!sources.empty()) {
         std::vector<VariablePtr> row;
-        for (auto &column : columns)
-          row.push_back(column[i]);
+        for (const VariablePtr &source : sources) {
+          if (source->position >= source->items.size())
+            break;
+          row.push_back(source->items[source->position++]);
+        }
+        if (row.size() < sources.size())
+          break;
         iterator->items.push_back(
             Variable::sequence(Kind::Tuple, std::move(row)));
       }
+      for (const VariablePtr &arg : args)
+        if (arg->is(Kind::Iterator))
+          arg->cells.push_back(iterator);
       return iterator;
     }
     if (is("reversed") && args.size() == 1) {
@@ -739,12 +756,39 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         constantKwargs[py::str(name)] = *constant;
       }
       if (allConstant) {
+        // A size that varies is a torch.SymInt here: text made of it names
+        // its symbol, and it is no int to isinstance or hash. Such calls
+        // take the size's value, guarded (the size stops varying).
+        bool sizes =
+            holdsVaryingSize(constantArgs) || holdsVaryingSize(constantKwargs);
+        static const char *const kValueCalls[] = {"str",   "repr", "format",
+                                                  "ascii", "hash", "id"};
+        auto specialize = [&]() {
+          constantArgs = py::list(specializeSizes(constantArgs));
+          constantKwargs = py::dict(specializeSizes(constantKwargs));
+          sizes = false;
+        };
+        if (sizes)
+          for (const char *name : kValueCalls)
+            if (function.is(h.builtin(name)))
+              specialize();
         py::object result;
-        try {
-          result = function(*py::tuple(constantArgs), **constantKwargs);
-        } catch (py::error_already_set &error) {
-          unsupported(std::string("a call that raises during capture: ") +
-                      error.what());
+        for (;;) {
+          try {
+            result = function(*py::tuple(constantArgs), **constantKwargs);
+          } catch (py::error_already_set &error) {
+            if (sizes) {
+              specialize();
+              continue;
+            }
+            unsupported(std::string("a call that raises during capture: ") +
+                        error.what());
+          }
+          if (sizes && PyUnicode_Check(result.ptr())) {
+            specialize(); // str.format, str.join, ... of a size
+            continue;
+          }
+          break;
         }
         if (isConstantObject(result))
           return Variable::constant(result);

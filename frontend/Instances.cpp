@@ -161,8 +161,10 @@ VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
 bool Evaluator::instanceHasAttribute(const VariablePtr &self,
                                      const std::string &name) {
   py::handle cls = self->object;
-  if (name == "__class__" || name == "__dict__" ||
-      findKey(self->items[0], py::str(name)) >= 0)
+  // Objects of a class with __slots__ only have no __dict__.
+  if (name == "__dict__")
+    return reinterpret_cast<PyTypeObject *>(cls.ptr())->tp_dictoffset != 0;
+  if (name == "__class__" || findKey(self->items[0], py::str(name)) >= 0)
     return true;
   if (PyObject *attribute = lookUpOnType(cls, name)) {
     if (Py_TYPE(attribute) != &PyMemberDescr_Type)

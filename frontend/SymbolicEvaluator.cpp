@@ -458,13 +458,31 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
 }
 
 bool iteratorIsStale(const Variable &iterator) {
-  for (const VariablePtr &list : iterator.cells)
-    if (list->is(Kind::List) && list->items != iterator.items)
+  for (const VariablePtr &cell : iterator.cells) {
+    if (cell->is(Kind::List) && cell->items != iterator.items)
       return true;
+    // An enumerate or zip took this iterator's items when it was made;
+    // Python's takes them as it is advanced.
+    if (cell->is(Kind::Iterator) && cell->position < cell->items.size())
+      return true;
+  }
   return false;
 }
 
+std::vector<VariablePtr> Evaluator::takeRest(const VariablePtr &iterator) {
+  if (iteratorIsStale(*iterator))
+    unsupported("an iterator over a list changed since, or one that an "
+                "unfinished enumerate or zip reads");
+  std::vector<VariablePtr> rest(iterator->items.begin() + iterator->position,
+                                iterator->items.end());
+  iterator->position = iterator->items.size();
+  return rest;
+}
+
 std::vector<VariablePtr> Evaluator::unpack(const VariablePtr &sequence) {
+  // An iterator is consumed, as list(it), sum(it) or a, b = it consume it.
+  if (sequence->is(Kind::Iterator))
+    return takeRest(sequence);
   VariablePtr iterator = iterate(sequence);
   return std::vector<VariablePtr>(iterator->items.begin() + iterator->position,
                                   iterator->items.end());
@@ -495,7 +513,21 @@ py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
     if (!value->object)
       return Handles::get().functionType;
     return py::type::of(value->object);
-  case Kind::Constant:
+  case Kind::Constant: {
+    // A size that varies is a torch.SymInt during capture, an int in eager.
+    const Handles &h = Handles::get();
+    if (value->object && symbolic_) {
+      PyObject *type =
+          reinterpret_cast<PyObject *>(Py_TYPE(value->object.ptr()));
+      if (type == h.symInt.ptr())
+        return h.builtin("int");
+      if (type == h.symFloat.ptr())
+        return h.builtin("float");
+      if (type == h.symBool.ptr())
+        return h.builtin("bool");
+    }
+    [[fallthrough]];
+  }
   case Kind::Module:
   case Kind::Object:
   case Kind::Callable:
@@ -1116,6 +1148,12 @@ std::vector<int64_t> Evaluator::dynamicDims(py::handle tensor,
 bool Evaluator::holdsVaryingSize(py::handle object) const {
   return symbolic_ &&
          SymbolTable::module().attr("contains_symbolic")(object).cast<bool>();
+}
+
+py::object Evaluator::specializeSizes(py::object object) {
+  if (!holdsVaryingSize(object))
+    return object;
+  return SymbolTable::module().attr("specialize")(object);
 }
 
 std::optional<Argument> Evaluator::symbolicArgument(py::handle argument) {

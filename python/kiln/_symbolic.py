@@ -90,6 +90,26 @@ def contains_symbolic(value):
     return False
 
 
+def specialize(value):
+    """`value` with its symbolic numbers replaced by their values (int(),
+    float() and bool() on them add the guards that pin them), through
+    tuples (torch.Size too), lists and dicts."""
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, torch.SymFloat):
+        return float(value)
+    if isinstance(value, torch.SymBool):
+        return bool(value)
+    if isinstance(value, torch.Size):
+        return torch.Size(specialize(item) for item in value)
+    if isinstance(value, (tuple, list)):
+        items = [specialize(item) for item in value]
+        return type(value)(items) if type(value) in (tuple, list) else type(value)(*items)
+    if isinstance(value, dict):
+        return type(value)((specialize(k), specialize(v)) for k, v in value.items())
+    return value
+
+
 def hint(value):
     """The example call's value of an int or SymInt."""
     if isinstance(value, torch.SymInt):

@@ -519,9 +519,7 @@ case(dict_clear_and_equality, (R(3),), full=False)
 case(dict_iterate_and_modify_copy, (R(2), {"w": R(3), "b": R(2)}), (R(2), {"w": R(5), "b": R(1)}))
 case(dict_update_keeps_order, (R(3),), (R(2),))
 case(dict_unpack_keys_items, (R(3),), (R(1, 2),))
-case(dict_size_as_key, (R(3, 2),), (R(6, 2),),
-     xfail="kiln bug: a size made symbolic by a recompile for a new shape, used as a dict "
-           "key, raises TypeError: unhashable type: non-nested SymInt")
+case(dict_size_as_key, (R(3, 2),), (R(6, 2),))
 # Unsupported under fullgraph: a call to <built-in function _count_elements>
 case(dict_counter, (R(3),), (R(4, 2),), full=False)
 
@@ -1477,10 +1475,8 @@ case(bi_len, (R(3, 2), [1, 2], {"a": 1}), (R(5), [1, 2, 3], {}))
 case(bi_range_steps, (R(3),), (R(2, 2),))
 case(bi_range_object, (R(2),))
 case(bi_iter_next, (R(3),), (R(2),))
-case(bi_iter_consumed_by_list, (R(3),), (R(2),),
-     xfail="kiln bug: list(it) does not advance the iterator it consumes")
-case(bi_zip_same_iterator_pairs, (R(4, 2),), (R(6, 3),),
-     xfail="kiln bug: zip(it, it) over one iterator pairs each item with itself")
+case(bi_iter_consumed_by_list, (R(3),), (R(2),))
+case(bi_zip_same_iterator_pairs, (R(4, 2),), (R(6, 3),))
 case(bi_iter_over_tensor, (R(3, 2),), (R(2, 4),))
 case(bi_hasattr_getattr, (R(3),), (R(1),))
 # Unsupported under fullgraph: a call to <class 'types.SimpleNamespace'>
@@ -1582,17 +1578,13 @@ case(str_fstring_conversions, (R(2),))
 # Unsupported under fullgraph: a call to <built-in method join of str object>
 case(str_join, (R(3, 4),), (R(2, 1, 5),), full=False)
 case(str_format_method, (R(3),), (R(6),))
-case(str_format_shape_values, (R(3),), (R(6),),
-     xfail="kiln bug: str.format()/format() of a size made symbolic by a recompile for a new "
-           "shape gives the symbol's name ('s26-a', 's26 + 1', 'torch.Size([s26])')")
+case(str_format_shape_values, (R(3),), (R(6),))
 case(str_percent_format, (R(3),), (R(4),))
 case(str_methods, (R(2),))
 case(str_concat_slice, (R(3),))
 case(str_name_dispatch, (R(3), "relu"), (R(4), "gelu"))
 case(str_name_dispatch, (R(3), "gelu"), (R(2, 2), "none"))
-case(str_of_dynamic_size, (R(3, 2),), (R(6, 2),),
-     xfail="kiln bug: str()/repr()/f-string/%s of a size made symbolic by a recompile for a new "
-           "shape gives the symbol's name ('s26', 'n=2*s26', 'torch.Size([s26, 2])')")
+case(str_of_dynamic_size, (R(3, 2),), (R(6, 2),))
 case(str_number_formats, (R(2),))
 case(str_parse_ints, (R(3),), (R(2),))
 case(str_of_torch_objects, (R(2, 3),), (R(4, dtype=torch.float64),))
@@ -1711,9 +1703,7 @@ case(num_bool_arith, (R(3),), (R(1),))
 case(num_augmented_assign, (R(2),))
 case(num_big_ints, (R(3),))
 case(num_int_float_equality, (R(2),))
-case(num_size_is_int, (R(3, 2),), (R(6, 2),),
-     xfail="kiln bug: after a recompile for a new shape, x.shape[0] is a torch.SymInt in the "
-           "function: isinstance(n, int) is False, type(n).__name__ == 'SymInt'")
+case(num_size_is_int, (R(3, 2),), (R(6, 2),))
 case(num_float_int_mix, (R(2, 4),), (R(3, 9),))
 
 
@@ -2097,8 +2087,7 @@ case(fn_generator_sum, (R(3),), (R(2),))
 case(fn_generator_function, (R(3),), (R(1),))
 # Unsupported under fullgraph: the bytecode instruction GET_YIELD_FROM_ITER
 case(fn_generator_yield_from, (R(3),), (R(2),), full=False)
-case(fn_generator_next, (R(3),), (R(4),),
-     xfail="kiln bug: list(it) does not advance the iterator it consumes")
+case(fn_generator_next, (R(3),), (R(4),))
 case(fn_generator_to_containers, (R(3),), (R(2),))
 case(fn_star_unpack_calls, (R(3, 2),), (R(2, 4),))
 case(fn_higher_order, (R(3),), (R(5),))
@@ -2391,9 +2380,7 @@ case(cls_vars_and_dict, (R(2),), full=False)
 case(cls_truthiness_len, (R(2),), full=False)
 # Unsupported under fullgraph: a dict key that is not a constant
 case(cls_hash_eq_dict_key, (R(3),), (R(2),), full=False)
-case(cls_slots, (R(3),), (R(1),),
-     xfail="kiln bug: hasattr(obj, '__dict__') is True for an object of a __slots__ class "
-           "made in the frame")
+case(cls_slots, (R(3),), (R(1),))
 case(cls_class_attribute_write, (R(3),), (R(5),), state=("Registry.entries",))
 # Unsupported under fullgraph: the bytecode instruction LOAD_BUILD_CLASS
 case(cls_local_class, (R(3),), (R(2),), full=False)

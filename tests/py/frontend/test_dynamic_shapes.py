@@ -305,3 +305,29 @@ def test_a_torch_call_that_cannot_take_symbolic_sizes_captures_statically(monkey
     log = capfd.readouterr().err
     assert log.count("no capture with dynamic shapes") == 1
     assert "static shapes from now on" in log
+
+
+def test_python_work_on_a_size_sees_an_int():
+    # Type checks see an int without pinning the size; text and dict keys
+    # take its value, guarded, so each size is captured on its own.
+    def typed(x):
+        n = x.shape[0]
+        return x * n, isinstance(n, int), type(n) is int, len(x.shape)
+
+    def named(x):
+        n = x.shape[0]
+        return x + 1, f"{n}", str(x.shape), "%s" % n, {n: "rows"}
+
+    f = kiln.compile(typed)
+    for rows in (3, 5, 8):
+        x = torch.randn(rows, 2)
+        out, *rest = f(x)
+        close(out, x * rows)
+        assert rest == [True, True, 2]
+    assert any(r.startswith("dynamic") for r in runners(f))
+    g = kiln.compile(named)
+    for rows in (3, 5, 8):
+        x = torch.randn(rows, 2)
+        out, *rest = g(x)
+        close(out, x + 1)
+        assert rest == [str(rows), str(x.shape), str(rows), {rows: "rows"}]

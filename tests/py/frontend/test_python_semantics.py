@@ -261,3 +261,38 @@ def test_an_object_whose_getattribute_is_python_code():
     config.scale = 2.0  # a guarded attribute changes: captured again
     x = torch.randn(3, 6)
     torch.testing.assert_close(compiled(x, config), fn(x, config))
+
+
+def test_builtins_consume_the_iterators_they_read():
+    def fn(x):
+        it = iter([x, x * 2, x * 3, x * 4])
+        pairs = list(zip(it, it))  # each item once: (x, 2x), (3x, 4x)
+        rest = list(it)
+        again = iter([x, x + 1, x + 2])
+        total = sum(again)
+        return pairs, rest, total, list(again)
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    x = torch.randn(3)
+    pairs, rest, total, empty = compiled(x)
+    expected = fn(x)
+    assert len(pairs) == 2 and rest == [] and empty == []
+    for (a, b), (c, d) in zip(pairs, expected[0]):
+        torch.testing.assert_close(a, c)
+        torch.testing.assert_close(b, d)
+    torch.testing.assert_close(total, expected[2])
+
+
+def test_an_iterator_read_by_an_unfinished_enumerate_runs_in_python():
+    def fn(x):
+        it = iter([x, x * 2, x * 3])
+        numbered = enumerate(it)  # Python's takes items as it goes
+        first = next(it)
+        return first, list(numbered)
+
+    compiled = kiln.compile(fn)
+    x = torch.randn(2)
+    out, expected = compiled(x), fn(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert len(out[1]) == len(expected[1]) == 2
+    assert "unfinished enumerate or zip" in kiln.cache_info(compiled)["fallback_reason"]
