@@ -132,6 +132,9 @@ std::string typeName(py::handle object);
 std::string kindNameOf(py::handle type);
 /// The module a callable was defined in ("torch.nn.functional", "math").
 std::string moduleOf(py::handle callable);
+/// What builds an object of the tuple class `cls` from a tuple of its items
+/// (`cls` itself, or a namedtuple's `_make`).
+py::object structBuilder(py::handle cls);
 /// "G[torch.nn.functional]": the globals of another module, by its name.
 std::string globalsName(py::handle globals);
 bool startsWith(const std::string &text, const std::string &prefix);
@@ -272,6 +275,16 @@ private:
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  /// A namedtuple class called in the frame: the tuple, or null when `cls`
+  /// is not one.
+  VariablePtr constructNamedTuple(
+      py::handle cls, const std::vector<VariablePtr> &args,
+      const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  /// A torch nn.Module class without parameters or buffers built in the
+  /// frame from constants: the module, made now; null for other classes.
+  VariablePtr constructStatelessModule(
+      py::handle cls, const std::vector<VariablePtr> &args,
+      const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   /// The items an iterator the frame made has left, which it no longer has.
   std::vector<VariablePtr> takeRest(const VariablePtr &iterator);
   bool truthy(const VariablePtr &value);

@@ -71,7 +71,7 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
                     ? RebuildStep::Kind::Struct
                     : RebuildStep::Kind::Tuple;
     if (step.kind == RebuildStep::Kind::Struct)
-      step.object = value->object;
+      step.object = structBuilder(value->object);
     break;
   case Kind::Module:
   case Kind::Callable:

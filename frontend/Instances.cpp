@@ -74,6 +74,10 @@ VariablePtr Evaluator::constructInstance(
   if (!(reinterpret_cast<PyTypeObject *>(cls.ptr())->tp_flags &
         Py_TPFLAGS_HEAPTYPE))
     return nullptr; // a builtin or extension class itself
+  if (VariablePtr tuple = constructNamedTuple(cls, args, kwargs))
+    return tuple;
+  if (VariablePtr module = constructStatelessModule(cls, args, kwargs))
+    return module;
   PyObject *base = modelledBase(cls);
   if (!base)
     return nullptr;
@@ -94,6 +98,98 @@ VariablePtr Evaluator::constructInstance(
     unsupported(kindNameOf(cls) + "() with arguments and no Python __init__");
   }
   return instance;
+}
+
+VariablePtr Evaluator::constructNamedTuple(
+    py::handle cls, const std::vector<VariablePtr> &args,
+    const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
+  // collections.namedtuple and typing.NamedTuple classes whose __new__ is
+  // the generated one: the fields bound as that __new__ binds them.
+  if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(cls.ptr()),
+                        &PyTuple_Type) ||
+      !py::hasattr(cls, "_fields") || !py::hasattr(cls, "_field_defaults"))
+    return nullptr;
+  // namedtuple compiles __new__ with eval() in a namespace it names
+  // "namedtuple_<typename>".
+  py::object generated = py::getattr(cls, "__new__");
+  if (!PyFunction_Check(generated.ptr()))
+    return nullptr;
+  PyObject *space = PyFunction_GET_GLOBALS(generated.ptr());
+  PyObject *spaceName = PyDict_GetItemString(space, "__name__");
+  if (!spaceName || !PyUnicode_Check(spaceName) ||
+      PyUnicode_Tailmatch(spaceName, py::str("namedtuple_").ptr(), 0, 11, -1) !=
+          1)
+    return nullptr;
+  py::tuple fields = cls.attr("_fields");
+  py::dict defaults = cls.attr("_field_defaults");
+  size_t count = fields.size();
+  if (args.size() > count)
+    unsupported(kindNameOf(cls) + "() with too many arguments");
+  std::vector<VariablePtr> items(count);
+  for (size_t i = 0; i < args.size(); ++i)
+    items[i] = args[i];
+  for (const auto &[name, value] : kwargs) {
+    size_t i = 0;
+    while (i < count && fields[i].cast<std::string>() != name)
+      ++i;
+    if (i == count || items[i])
+      unsupported(kindNameOf(cls) + "() with an unexpected argument " + name);
+    items[i] = value;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (items[i])
+      continue;
+    if (!defaults.contains(fields[i]))
+      unsupported(kindNameOf(cls) + "() missing an argument");
+    items[i] = Variable::constant(defaults[fields[i]]);
+  }
+  VariablePtr tuple = Variable::sequence(Kind::Tuple, std::move(items));
+  tuple->object = py::reinterpret_borrow<py::object>(cls);
+  return tuple;
+}
+
+VariablePtr Evaluator::constructStatelessModule(
+    py::handle cls, const std::vector<VariablePtr> &args,
+    const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
+  // nn.Softmax(dim=-1) built inside forward: made now from constant
+  // arguments, it is a constant module of the graph. One that owns
+  // parameters or buffers (initialised at random, or from a tensor) is
+  // not: it is refused.
+  const Handles &h = Handles::get();
+  if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(cls.ptr()),
+                        reinterpret_cast<PyTypeObject *>(h.moduleBase.ptr())))
+    return nullptr;
+  if (!isTorchModuleName(moduleOf(cls)))
+    unsupported("constructing " + kindNameOf(cls) +
+                " (an nn.Module of the user's) inside the frame");
+  py::list constantArgs;
+  py::dict constantKwargs;
+  for (const VariablePtr &arg : args) {
+    std::optional<py::object> constant = asConstant(arg);
+    if (!constant || arg->is(Kind::Module))
+      unsupported("constructing " + kindNameOf(cls) +
+                  " from values that are not constants");
+    constantArgs.append(specializeSizes(*constant));
+  }
+  for (const auto &[name, value] : kwargs) {
+    std::optional<py::object> constant = asConstant(value);
+    if (!constant || value->is(Kind::Module))
+      unsupported("constructing " + kindNameOf(cls) +
+                  " from values that are not constants");
+    constantKwargs[py::str(name)] = specializeSizes(*constant);
+  }
+  // Its __init__ is torch's Python code, which CPython runs (the hook is
+  // suspended during capture).
+  py::object module = cls(*py::tuple(constantArgs), **constantKwargs);
+  if (py::len(py::list(module.attr("parameters")())) ||
+      py::len(py::list(module.attr("buffers")())))
+    unsupported("constructing " + kindNameOf(cls) +
+                ", which owns parameters or buffers, inside the frame");
+  keepAlive_.push_back(module);
+  VariablePtr result = Variable::make(Kind::Module);
+  result->object = module;
+  result->ownedByFrame = true;
+  return result;
 }
 
 VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,

@@ -49,6 +49,17 @@ std::string typeName(py::handle object) {
 }
 
 // The module a callable was defined in ("torch.nn.functional", "math").
+py::object structBuilder(py::handle cls) {
+  // A namedtuple's constructor takes its fields one by one; _make takes the
+  // tuple, as torch.Size and torch.return_types' constructors do.
+  if (PyType_Check(cls.ptr()) &&
+      PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(cls.ptr()),
+                       &PyTuple_Type) &&
+      py::hasattr(cls, "_fields") && py::hasattr(cls, "_make"))
+    return cls.attr("_make");
+  return py::reinterpret_borrow<py::object>(cls);
+}
+
 std::string moduleOf(py::handle callable) {
   py::object module = py::getattr(callable, "__module__", py::none());
   if (module.is_none() || !PyUnicode_Check(module.ptr()))
@@ -253,7 +264,7 @@ std::optional<py::object> Evaluator::asConstant(const VariablePtr &value) {
     if (value->kind == Kind::List)
       return py::object(items);
     if (value->object && !value->object.is_none())
-      return value->object(py::tuple(items));
+      return structBuilder(value->object)(py::tuple(items));
     return py::object(py::tuple(items));
   }
   case Kind::Dict: {
@@ -602,7 +613,7 @@ py::object Evaluator::toTraceObject(const VariablePtr &value) {
     if (value->kind == Kind::List)
       return items;
     if (value->object && !value->object.is_none())
-      return value->object(py::tuple(items));
+      return structBuilder(value->object)(py::tuple(items));
     return py::tuple(items);
   }
   case Kind::Dict: {
@@ -922,10 +933,24 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
       py::list placeholders;
       for (size_t i = 0; i < base->items.size(); ++i)
         placeholders.append(py::int_(i));
-      py::object probe = base->object(py::tuple(placeholders));
+      py::object probe = structBuilder(base->object)(py::tuple(placeholders));
       py::object index = py::getattr(probe, name.c_str(), py::none());
       if (PyLong_Check(index.ptr()))
         return base->items.at(index.cast<size_t>());
+      // A namedtuple's methods (_asdict, _replace, a NamedTuple's own) are
+      // inlined; its class attributes (_fields) are constants.
+      if (PyObject *attribute = lookUpOnType(base->object, name)) {
+        if (PyFunction_Check(attribute)) {
+          auto method = Variable::make(Kind::Method);
+          method->object = py::reinterpret_borrow<py::object>(attribute);
+          method->items.push_back(base);
+          return method;
+        }
+        if (!lookUpOnType(py::type::of(py::tuple()), name) &&
+            isConstantObject(attribute))
+          return Variable::constant(
+              py::reinterpret_borrow<py::object>(attribute));
+      }
     }
     [[fallthrough]];
   case Kind::List:
@@ -1006,7 +1031,7 @@ OutputTemplate Evaluator::buildOutput(const VariablePtr &value,
                       ? OutputTemplate::Kind::Struct
                       : OutputTemplate::Kind::Tuple;
     if (result.kind == OutputTemplate::Kind::Struct)
-      result.constant = value->object;
+      result.constant = structBuilder(value->object);
     for (const VariablePtr &item : value->items)
       result.items.push_back(buildOutput(item, outputs));
     result.keys = value->keys;

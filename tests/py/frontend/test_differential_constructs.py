@@ -1030,21 +1030,15 @@ def nt_equality(x):
     return Pair(1, 2) == (1, 2), Pair(1, 2) == Pair(1, 2), Pair(1, 2) < Pair(1, 3), x
 
 
-# Unsupported under fullgraph: a call to <class 'Pair'>
-case(nt_build, (R(3),), (R(2, 2),), full=False)
-# Unsupported under fullgraph: a call to <class 'Stats'>
-case(nt_kwargs_defaults, (R(4),), (R(7),), full=False)
-# Unsupported under fullgraph: a call to <class 'Pair'>
-case(nt_access_unpack, (R(3),), (R(1),), full=False)
-# Unsupported under fullgraph: a call to <class 'Pair'>
+case(nt_build, (R(3),), (R(2, 2),))
+case(nt_kwargs_defaults, (R(4),), (R(7),))
+case(nt_access_unpack, (R(3),), (R(1),))
+# Unsupported under fullgraph: a call to <class 'map'> (in namedtuple's _replace)
 case(nt_replace_asdict_make, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'Pair'>
-case(nt_input, (Pair(R(3), R(3)),), (Pair(R(2, 1), R(2, 1)),), full=False)
+case(nt_input, (Pair(R(3), R(3)),), (Pair(R(2, 1), R(2, 1)),))
 case(nt_torch_return_types, (R(3, 4),), (R(2, 5),))
-# Unsupported under fullgraph: a call to <class 'Pair'>
-case(nt_in_list, (R(3, 2),), (R(2, 4),), full=False)
-# Unsupported under fullgraph: a call to <class 'Pair'>
-case(nt_equality, (R(2),), full=False)
+case(nt_in_list, (R(3, 2),), (R(2, 4),))
+case(nt_equality, (R(2),))
 
 
 # --- dataclasses --------------------------------------------------------------
@@ -2504,9 +2498,8 @@ def nn_module_call_in_comprehension(m, x):
     return torch.stack([layer(x) for layer in m.layers]).sum(0)
 
 
-# Unsupported under fullgraph: a call to <class 'torch.nn.modules.activation.Softmax'>
-case(nn_stateless_modules_inside, (R(2, 3),), (R(4, 5),), full=False)
-# Unsupported under fullgraph: a call to <class 'torch.nn.modules.activation.ReLU'>
+case(nn_stateless_modules_inside, (R(2, 3),), (R(4, 5),))
+# Unsupported under fullgraph: constructing Sequential from values that are not constants
 case(nn_sequential_built_inside, (R(2, 3),), (R(3, 2),), full=False)
 case(nn_modulelist_iteration, (BLOCKS, R(2, 4)), (BLOCKS, R(3, 1, 4)))
 case(nn_modulelist_enumerate_index, (BLOCKS, R(2, 4)), (BLOCKS, R(5, 4)))

@@ -211,3 +211,20 @@ def test_module_list_slices_keep_their_modules():
     net = Net()
     with torch.no_grad():
         check(net, lambda: (torch.randn(2, 4),), graphs=1)
+
+
+def test_a_module_with_parameters_built_in_the_frame_is_refused():
+    # Its parameters are initialised at random on every eager call: it is
+    # no constant of the graph. Its construction is a graph break.
+    def fn(x):
+        scale = torch.nn.Softmax(dim=-1)  # stateless: a constant module
+        layer = torch.nn.Linear(3, 3)
+        return scale(x), layer(x).shape
+
+    compiled = kiln.compile(fn)
+    x = torch.randn(2, 3)
+    out, shape = compiled(x)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+    assert shape == (2, 3)
+    reasons = kiln.cache_info(compiled)["break_reasons"]
+    assert len(reasons) == 1 and "owns parameters or buffers" in reasons[0]
