@@ -275,6 +275,11 @@ private:
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  /// `items` in the order sorted() and list.sort() give them, with their
+  /// `key` and `reverse` keyword arguments.
+  std::vector<VariablePtr>
+  sortedItems(const std::vector<VariablePtr> &items,
+              const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   /// A namedtuple class called in the frame: the tuple, or null when `cls`
   /// is not one.
   VariablePtr constructNamedTuple(

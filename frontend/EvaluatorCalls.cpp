@@ -5,6 +5,8 @@
 
 #include "bridge/PythonConversion.h"
 
+#include <algorithm>
+
 namespace kiln::frontend::evaluation {
 
 // dict's own read methods on a guarded object that is a dict (a registry
@@ -82,6 +84,45 @@ VariablePtr Evaluator::readGuardedDict(const VariablePtr &self,
   unsupported("KeyError " + py::repr(*key).cast<std::string>());
 }
 
+std::vector<VariablePtr> Evaluator::sortedItems(
+    const std::vector<VariablePtr> &items,
+    const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
+  VariablePtr key;
+  bool reverse = false;
+  for (const auto &[name, value] : kwargs) {
+    if (name == "key") {
+      if (!value->is(Kind::Constant) || !value->object.is_none())
+        key = value;
+    } else if (name == "reverse") {
+      std::optional<py::object> flag = asConstant(value);
+      if (!flag)
+        unsupported("sorting with a reverse flag that is not a constant");
+      reverse = PyObject_IsTrue(flag->ptr()) == 1;
+    } else {
+      unsupported("sorting with the keyword argument " + name);
+    }
+  }
+  // The keys (the items, or what the key function gives for each, called
+  // once per item in order as Python does) must be constants; Python's own
+  // sort orders them, stably.
+  py::list keys;
+  for (const VariablePtr &item : items) {
+    VariablePtr keyValue = key ? call(key, {item}, {}) : item;
+    std::optional<py::object> constant = asConstant(keyValue);
+    if (!constant || keyValue->is(Kind::Module))
+      unsupported("sorting by values that are not constants (tensors: "
+                  "data-dependent)");
+    keys.append(*constant);
+  }
+  py::object order = Handles::get().builtin("sorted")(
+      Handles::get().builtin("range")(items.size()),
+      py::arg("key") = keys.attr("__getitem__"), py::arg("reverse") = reverse);
+  std::vector<VariablePtr> sorted;
+  for (py::handle index : order)
+    sorted.push_back(items.at(index.cast<size_t>()));
+  return sorted;
+}
+
 VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
                                              const std::string &name,
                                              std::vector<VariablePtr> &args) {
@@ -120,6 +161,16 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
     }
     if (name == "copy" && args.empty())
       return Variable::sequence(Kind::List, self->items);
+    if (name == "reverse" && args.empty()) {
+      checkNotInput(self, "reversing");
+      std::reverse(self->items.begin(), self->items.end());
+      return none;
+    }
+    if (name == "clear" && args.empty()) {
+      checkNotInput(self, "clearing");
+      self->items.clear();
+      return none;
+    }
   }
   if (self->kind == Kind::Dict) {
     auto findKey = [&](const py::object &key) -> int {
@@ -380,6 +431,10 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       return args[1];
     unsupported("next() of an exhausted iterator (StopIteration)");
   }
+  if (is("sorted") && args.size() == 1) {
+    std::vector<VariablePtr> items = unpack(args[0]);
+    return Variable::sequence(Kind::List, sortedItems(items, kwargs));
+  }
   if (is("range") || is("enumerate") || is("zip") || is("reversed") ||
       is("sorted") || is("list") || is("tuple") || is("iter")) {
     std::vector<std::optional<py::object>> constants;
@@ -636,6 +691,12 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         return callTensorMethod(self, callable->name, args, kwargs);
       if (self->kind == Kind::Object && kwargs.empty())
         return readGuardedDict(self, callable->name, args);
+      if (self->is(Kind::List) && callable->name == "sort" && args.empty()) {
+        std::vector<VariablePtr> sorted = sortedItems(self->items, kwargs);
+        checkNotInput(self, "sorting");
+        self->items = std::move(sorted);
+        return Variable::constant(py::none());
+      }
       if (!kwargs.empty())
         unsupported("keyword arguments to a container method");
       return callMethodOfContainer(self, callable->name, args);

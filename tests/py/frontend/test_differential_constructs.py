@@ -508,10 +508,8 @@ case(dict_merge_or, (R(3),), (R(4),), full=False)
 case(dict_del_and_len, (R(2),), (R(3, 3),), full=False)
 case(dict_copy_is_shallow, (R(3),), (R(1),))
 case(dict_nested_config, (R(3),), (R(2, 2),))
-# Unsupported under fullgraph: a call to <built-in function sorted>
-case(dict_tuple_keys, (R(3, 3),), (R(4, 4),), full=False)
-# Unsupported under fullgraph: a call to <built-in function sorted>
-case(dict_int_keys_sorted, (R(3),), (R(5),), full=False)
+case(dict_tuple_keys, (R(3, 3),), (R(4, 4),))
+case(dict_int_keys_sorted, (R(3),), (R(5),))
 case(dict_reversed, (R(2),), (R(3),))
 case(dict_mutate_arg, ({"a": R(3), "b": R(3)}, R(3)), ({"a": R(2, 2), "b": 1}, R(2, 2)))
 # Unsupported under fullgraph: method clear of a dict
@@ -898,12 +896,9 @@ case(list_append_extend_insert, (R(3),), (R(2, 2),))
 # Unsupported under fullgraph: method remove of a list
 case(list_pop_remove, (R(3),), (R(1),), full=False)
 case(list_pop_tensors, (R(3),), (R(4, 2),))
-# Unsupported under fullgraph: method reverse of a list
-case(list_reverse_sort, (R(2),), full=False)
-# Unsupported under fullgraph: keyword arguments to a container method
-case(list_sort_key_tensors, (R(3), R(1), R(2)), (R(2), R(5), R(4)), full=False)
-# Unsupported under fullgraph: keyword arguments to a container method
-case(list_sort_key_reverse, (R(2),), full=False)
+case(list_reverse_sort, (R(2),))
+case(list_sort_key_tensors, (R(3), R(1), R(2)), (R(2), R(5), R(4)))
+case(list_sort_key_reverse, (R(2),))
 case(list_slice_assign, (R(3),), (R(1, 2),))
 # Unsupported under fullgraph: the bytecode instruction DELETE_SUBSCR
 case(list_del_slice, (R(3),), full=False)
@@ -915,8 +910,7 @@ case(list_nested_comprehension, (R(2),), (R(3),))
 case(list_flatten_comprehension, (R(2),), (R(4, 1),))
 # Unsupported under fullgraph: method index of a list
 case(list_index_count, (R(2),), full=False)
-# Unsupported under fullgraph: method clear of a list
-case(list_copy_clear, (R(3),), (R(1),), full=False)
+case(list_copy_clear, (R(3),), (R(1),))
 # Unsupported under fullgraph: `is` between symbolic values
 case(list_inplace_add_mul, (R(3),), (R(2),), full=False)
 case(list_mutate_arg, ([R(3), R(3), R(3)],), ([R(2, 2), R(2, 2)],))
@@ -1457,8 +1451,7 @@ case(bi_zip_uneven, (R(3),), (R(2),))
 case(bi_enumerate_zip, ([R(3), R(3)], [R(3), R(3)]), ([R(2), R(2), R(2)], [R(2), R(2), R(2)]))
 case(bi_reversed, (R(3),), (R(1),))
 case(bi_sorted, (R(2, 1, 3),), (R(4, 2),))
-# Unsupported under fullgraph: a call to <built-in function sorted>
-case(bi_sorted_items, (R(2),), full=False)
+case(bi_sorted_items, (R(2),))
 case(bi_sum, (R(3, 2),), (R(2, 4),))
 # Unsupported under fullgraph: a call to <built-in function sum>
 case(bi_sum_start_keyword, (R(3, 2),), (R(2, 4),), full=False)
