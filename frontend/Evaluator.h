@@ -275,6 +275,10 @@ private:
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  /// The hooks in `owner.<name>` (a module's or torch's global hook dict)
+  /// by id, their keys guarded through `ownerSource` where there is one.
+  std::vector<std::pair<py::object, VariablePtr>>
+  moduleHooks(py::handle owner, const SourcePtr &ownerSource, const char *name);
   /// `items` in the order sorted() and list.sort() give them, with their
   /// `key` and `reverse` keyword arguments.
   std::vector<VariablePtr>

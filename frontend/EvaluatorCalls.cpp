@@ -957,23 +957,104 @@ Evaluator::inlineModule(const VariablePtr &module,
     method->items.push_back(module);
     return this->call(method, std::move(args), std::move(kwargs));
   }
-  for (const char *hooks : {"_forward_hooks", "_forward_pre_hooks",
-                            "_backward_hooks", "_backward_pre_hooks"})
-    if (py::len(object.attr(hooks)) != 0)
-      unsupported("a module with hooks (" + typeName(object) + "." + hooks +
-                  ")");
-  for (const char *hooks :
-       {"_global_forward_hooks", "_global_forward_pre_hooks",
-        "_global_backward_hooks", "_global_backward_pre_hooks"})
-    if (py::hasattr(h.nnModules, hooks) &&
-        py::len(h.nnModules.attr(hooks)) != 0)
-      unsupported("global module hooks are registered");
+  // The hooks as nn.Module.__call__ runs them (forward pre-hooks, forward,
+  // forward hooks; global ones first), read through guarded dicts: a hook
+  // registered or removed later misses the guards.
+  SourcePtr globals = Source::fixed(h.nnModules, "torch.nn.modules.module");
+  auto hooks = [&](const char *name, bool global) {
+    return moduleHooks(global ? h.nnModules : object,
+                       global ? globals : module->source, name);
+  };
+  for (const char *name : {"_backward_hooks", "_backward_pre_hooks"})
+    if (!hooks(name, false).empty())
+      unsupported("a module with backward hooks (" + typeName(object) + ")");
+  for (const char *name :
+       {"_global_backward_hooks", "_global_backward_pre_hooks"})
+    if (py::hasattr(h.nnModules, name) && !hooks(name, true).empty())
+      unsupported("global backward hooks are registered");
+  auto withKwargs = [&](const char *set, const py::object &id) {
+    return py::hasattr(object, set) && object.attr(set).contains(id);
+  };
+  auto isNone = [](const VariablePtr &value) {
+    return value->is(Kind::Constant) && value->object.is_none();
+  };
+  auto kwargsDict = [&]() {
+    auto dict = Variable::make(Kind::Dict);
+    for (const auto &[name, value] : kwargs) {
+      dict->keys.push_back(py::str(name));
+      dict->items.push_back(value);
+    }
+    return dict;
+  };
+  auto preHooks = hooks("_global_forward_pre_hooks", true);
+  for (auto &hook : hooks("_forward_pre_hooks", false))
+    preHooks.push_back(hook);
+  for (const auto &[id, hook] : preHooks) {
+    VariablePtr argsTuple = Variable::sequence(Kind::Tuple, args);
+    if (withKwargs("_forward_pre_hooks_with_kwargs", id)) {
+      VariablePtr result = call(hook, {module, argsTuple, kwargsDict()}, {});
+      if (isNone(result))
+        continue;
+      if (!result->is(Kind::Tuple) || result->items.size() != 2 ||
+          !result->items[1]->is(Kind::Dict))
+        unsupported("a forward pre-hook with kwargs that returns neither None "
+                    "nor (args, kwargs)");
+      args = unpack(result->items[0]);
+      kwargs.clear();
+      const VariablePtr &dict = result->items[1];
+      for (size_t i = 0; i < dict->keys.size(); ++i)
+        kwargs.emplace_back(dict->keys[i].cast<std::string>(), dict->items[i]);
+    } else {
+      VariablePtr result = call(hook, {module, argsTuple}, {});
+      if (isNone(result))
+        continue;
+      args = result->is(Kind::Tuple) ? result->items
+                                     : std::vector<VariablePtr>{result};
+    }
+  }
   auto forward = Variable::make(Kind::Function);
   forward->object = type.attr("forward");
   if (!py::isinstance(forward->object, h.functionType))
     unsupported(typeName(object) + ".forward is not a Python function");
-  args.insert(args.begin(), module);
-  return inlineFunction(forward, std::move(args), std::move(kwargs));
+  std::vector<VariablePtr> forwardArgs = args;
+  forwardArgs.insert(forwardArgs.begin(), module);
+  std::vector<std::pair<std::string, VariablePtr>> forwardKwargs = kwargs;
+  VariablePtr result =
+      inlineFunction(forward, std::move(forwardArgs), std::move(forwardKwargs));
+  auto postHooks = hooks("_global_forward_hooks", true);
+  for (auto &hook : hooks("_forward_hooks", false))
+    postHooks.push_back(hook);
+  for (const auto &[id, hook] : postHooks) {
+    VariablePtr argsTuple = Variable::sequence(Kind::Tuple, args);
+    VariablePtr hookResult =
+        withKwargs("_forward_hooks_with_kwargs", id)
+            ? call(hook, {module, argsTuple, kwargsDict(), result}, {})
+            : call(hook, {module, argsTuple, result}, {});
+    if (!isNone(hookResult))
+      result = hookResult;
+  }
+  return result;
+}
+
+std::vector<std::pair<py::object, VariablePtr>>
+Evaluator::moduleHooks(py::handle owner, const SourcePtr &ownerSource,
+                       const char *name) {
+  std::vector<std::pair<py::object, VariablePtr>> hooks;
+  if (!py::hasattr(owner, name))
+    return hooks;
+  py::object dict = owner.attr(name);
+  SourcePtr source = ownerSource ? Source::attr(ownerSource, name) : nullptr;
+  if (source) {
+    GuardCheck keys{GuardCheck::Kind::DictKeys, {}, {}};
+    keys.expected = py::tuple(py::list(dict.attr("keys")()));
+    guards_.addCheck(source, keys);
+  }
+  for (py::handle id : py::list(dict.attr("keys")())) {
+    py::object key = py::reinterpret_borrow<py::object>(id);
+    hooks.emplace_back(
+        key, wrap(dict[key], source ? Source::item(source, key) : nullptr));
+  }
+  return hooks;
 }
 
 VariablePtr Evaluator::inlineFunction(

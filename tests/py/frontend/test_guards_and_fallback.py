@@ -329,3 +329,27 @@ def test_seeding_the_generator_inside_a_traced_call_falls_back():
         info = kiln.cache_info(compiled)
         reasons = [info["fallback_reason"]] + info["break_reasons"]
         assert any("random generator" in reason for reason in reasons)
+
+
+def test_a_hook_registered_on_a_submodule_after_the_capture_runs():
+    # Module hooks are inlined; their dicts are guarded, so a hook added or
+    # removed later captures again instead of being skipped.
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.inner(x) + 1
+
+    model = Outer()
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(compiled(x), model(x))
+    handle = model.inner.register_forward_hook(lambda module, args, out: out * 0)
+    torch.testing.assert_close(compiled(x), torch.ones(2, 3))
+    handle.remove()
+    model.inner.register_forward_pre_hook(lambda module, args: (args[0] * 2,))
+    torch.testing.assert_close(compiled(x), model(x))
+    info = kiln.cache_info(compiled)
+    assert info["entries"] == 3 and not info["runs_in_cpython"]
