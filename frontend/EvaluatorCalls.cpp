@@ -885,12 +885,23 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     if (module == "_operator" || module == "operator" ||
         function.is(h.builtin("abs")))
       return torchCall(function, args, kwargs);
+    // A callable object of a class that defines __call__ in Python.
+    if (!PyType_Check(function.ptr()))
+      if (PyObject *dunder = lookUpOnType(py::type::of(function), "__call__");
+          dunder && PyFunction_Check(dunder)) {
+        auto method = Variable::make(Kind::Method);
+        method->object = py::reinterpret_borrow<py::object>(dunder);
+        method->items.push_back(callable);
+        return call(method, std::move(args), std::move(kwargs));
+      }
     unsupported("a call to " + py::repr(function).cast<std::string>());
   }
+  case Kind::Instance:
   case Kind::Object:
-    if (callable->object && Py_TYPE(callable->object.ptr()) ==
-                                reinterpret_cast<PyTypeObject *>(
-                                    Handles::get().partialType.ptr())) {
+    if (callable->is(Kind::Object) && callable->object &&
+        Py_TYPE(callable->object.ptr()) ==
+            reinterpret_cast<PyTypeObject *>(
+                Handles::get().partialType.ptr())) {
       // partial(func, *args, **keywords)(*more, **kw): func(*args, *more,
       // **{**keywords, **kw}), each part read (and guarded) as it is used.
       std::vector<VariablePtr> all = unpack(loadAttr(callable, "args"));
@@ -914,6 +925,15 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       }
       return call(loadAttr(callable, "func"), std::move(all),
                   std::move(merged));
+    }
+    // An object whose class defines __call__ in Python: the method is
+    // inlined with the object as self.
+    if (PyObject *dunder = lookUpOnType(pythonTypeOf(callable), "__call__");
+        dunder && PyFunction_Check(dunder)) {
+      auto method = Variable::make(Kind::Method);
+      method->object = py::reinterpret_borrow<py::object>(dunder);
+      method->items.push_back(callable);
+      return call(method, std::move(args), std::move(kwargs));
     }
     unsupported("calling a " + kindNameOf(pythonTypeOf(callable)));
   default:

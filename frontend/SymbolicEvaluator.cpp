@@ -917,6 +917,14 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
     } catch (py::error_already_set &) {
       unsupported(typeName(base->object) + " has no attribute '" + name + "'");
     }
+    // A callable object of a user class (its __call__ inlined, say) is
+    // mutable state like any object: what is read of it is guarded.
+    py::handle type = py::type::of(base->object);
+    if (base->is(Kind::Callable) && base->source &&
+        (reinterpret_cast<PyTypeObject *>(type.ptr())->tp_flags &
+         Py_TPFLAGS_HEAPTYPE) &&
+        !isTorchModuleName(moduleOf(type)))
+      return wrap(attribute, attrSource());
     if (isConstantObject(attribute))
       return Variable::constant(attribute);
     if (base->kind == Kind::Constant && PyCallable_Check(attribute.ptr())) {

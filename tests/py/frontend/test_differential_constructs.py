@@ -2352,8 +2352,7 @@ case(cls_methods, (R(3),), (R(2, 2),))
 case(cls_property_setter_on_fresh, (R(3),), (R(1),))
 case(cls_inheritance_super, (R(3),), (R(2),))
 case(cls_mro_diamond, (R(2),))
-# Unsupported under fullgraph: calling a Affine
-case(cls_call, (R(3),), (R(1, 2),), full=False)
+case(cls_call, (R(3),), (R(1, 2),))
 # Unsupported under fullgraph: `is` between symbolic values
 case(cls_container_protocols, (R(3),), (R(2, 2),), full=False)
 case(cls_iter_generator_method, (R(3),), (R(2),))

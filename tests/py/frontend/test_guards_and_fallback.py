@@ -353,3 +353,30 @@ def test_a_hook_registered_on_a_submodule_after_the_capture_runs():
     torch.testing.assert_close(compiled(x), model(x))
     info = kiln.cache_info(compiled)
     assert info["entries"] == 3 and not info["runs_in_cpython"]
+
+
+class Affine:
+    """A callable object of the user's: __call__ is inlined, and what it
+    (or the function) reads of the object is guarded."""
+
+    def __init__(self, scale, shift):
+        self.scale, self.shift = scale, shift
+
+    def __call__(self, x):
+        return x * self.scale + self.shift
+
+
+def test_a_callable_objects_attributes_are_guarded():
+    def fn(x, affine):
+        return affine(x), x - affine.shift
+
+    affine = Affine(2.0, 1.0)
+    compiled = kiln.compile(fn, fullgraph=True)
+    x = torch.randn(3)
+    for scale, shift in ((2.0, 1.0), (5.0, 1.0), (5.0, -3.0)):
+        affine.scale, affine.shift = scale, shift
+        out = compiled(x, affine)
+        expected = fn(x, affine)
+        torch.testing.assert_close(out[0], expected[0])
+        torch.testing.assert_close(out[1], expected[1])
+    assert kiln.cache_info(compiled)["entries"] == 3
