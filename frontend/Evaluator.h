@@ -275,6 +275,9 @@ private:
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  /// `type(callable).__call__` bound to `callable` where it is a Python
+  /// function, else null.
+  VariablePtr pythonCallMethod(const VariablePtr &callable);
   /// The hooks in `owner.<name>` (a module's or torch's global hook dict)
   /// by id, their keys guarded through `ownerSource` where there is one.
   std::vector<std::pair<py::object, VariablePtr>>

@@ -634,6 +634,18 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
   return nullptr;
 }
 
+VariablePtr Evaluator::pythonCallMethod(const VariablePtr &callable) {
+  // An object whose class defines __call__ in Python: the method, bound to
+  // the object, is inlined.
+  PyObject *dunder = lookUpOnType(pythonTypeOf(callable), "__call__");
+  if (!dunder || !PyFunction_Check(dunder))
+    return nullptr;
+  auto method = Variable::make(Kind::Method);
+  method->object = py::reinterpret_borrow<py::object>(dunder);
+  method->items.push_back(callable);
+  return method;
+}
+
 VariablePtr
 Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
                 std::vector<std::pair<std::string, VariablePtr>> kwargs) {
@@ -885,15 +897,9 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     if (module == "_operator" || module == "operator" ||
         function.is(h.builtin("abs")))
       return torchCall(function, args, kwargs);
-    // A callable object of a class that defines __call__ in Python.
     if (!PyType_Check(function.ptr()))
-      if (PyObject *dunder = lookUpOnType(py::type::of(function), "__call__");
-          dunder && PyFunction_Check(dunder)) {
-        auto method = Variable::make(Kind::Method);
-        method->object = py::reinterpret_borrow<py::object>(dunder);
-        method->items.push_back(callable);
+      if (VariablePtr method = pythonCallMethod(callable))
         return call(method, std::move(args), std::move(kwargs));
-      }
     unsupported("a call to " + py::repr(function).cast<std::string>());
   }
   case Kind::Instance:
@@ -926,15 +932,8 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       return call(loadAttr(callable, "func"), std::move(all),
                   std::move(merged));
     }
-    // An object whose class defines __call__ in Python: the method is
-    // inlined with the object as self.
-    if (PyObject *dunder = lookUpOnType(pythonTypeOf(callable), "__call__");
-        dunder && PyFunction_Check(dunder)) {
-      auto method = Variable::make(Kind::Method);
-      method->object = py::reinterpret_borrow<py::object>(dunder);
-      method->items.push_back(callable);
+    if (VariablePtr method = pythonCallMethod(callable))
       return call(method, std::move(args), std::move(kwargs));
-    }
     unsupported("calling a " + kindNameOf(pythonTypeOf(callable)));
   default:
     unsupported("calling a " + kindNameOf(pythonTypeOf(callable)));
@@ -990,7 +989,7 @@ Evaluator::inlineModule(const VariablePtr &module,
       unsupported("a module with backward hooks (" + typeName(object) + ")");
   for (const char *name :
        {"_global_backward_hooks", "_global_backward_pre_hooks"})
-    if (py::hasattr(h.nnModules, name) && !hooks(name, true).empty())
+    if (!hooks(name, true).empty())
       unsupported("global backward hooks are registered");
   auto withKwargs = [&](const char *set, const py::object &id) {
     return py::hasattr(object, set) && object.attr(set).contains(id);
@@ -1063,13 +1062,14 @@ Evaluator::moduleHooks(py::handle owner, const SourcePtr &ownerSource,
   if (!py::hasattr(owner, name))
     return hooks;
   py::object dict = owner.attr(name);
+  py::tuple ids(py::list(dict.attr("keys")()));
   SourcePtr source = ownerSource ? Source::attr(ownerSource, name) : nullptr;
   if (source) {
     GuardCheck keys{GuardCheck::Kind::DictKeys, {}, {}};
-    keys.expected = py::tuple(py::list(dict.attr("keys")()));
+    keys.expected = ids;
     guards_.addCheck(source, keys);
   }
-  for (py::handle id : py::list(dict.attr("keys")())) {
+  for (py::handle id : ids) {
     py::object key = py::reinterpret_borrow<py::object>(id);
     hooks.emplace_back(
         key, wrap(dict[key], source ? Source::item(source, key) : nullptr));

@@ -398,14 +398,16 @@ void GuardTree::addCheck(const SourcePtr &source, GuardCheck check) {
     return;
   }
   std::vector<GuardCheck> &checks = nodes_[nodeFor(source)].checks;
-  // A check asked for twice (hasattr, identity of a written object) is
-  // kept once. Tensor checks are never repeated: their source is read once.
+  // A check asked for twice (hasattr, identity of a written object, the
+  // keys of torch's global hook dicts for every inlined module) is kept
+  // once. Tensor checks are never repeated: their source is read once.
   for (const GuardCheck &existing : checks)
     if (existing.kind == check.kind && existing.flag == check.flag &&
         existing.length == check.length &&
         (existing.expected.ptr() == check.expected.ptr() ||
          ((check.kind == GuardCheck::Kind::HasAttr ||
-           check.kind == GuardCheck::Kind::Contains) &&
+           check.kind == GuardCheck::Kind::Contains ||
+           check.kind == GuardCheck::Kind::DictKeys) &&
           existing.expected.equal(check.expected))) &&
         check.kind != GuardCheck::Kind::TensorMatch)
       return;

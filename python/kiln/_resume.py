@@ -292,25 +292,12 @@ def _resume_code(code, offset, next_offset, bound, after, line):
     varnames = code.co_varnames + temps
     prologue = bytearray()
     _emit_frame_start(prologue, code)
-    for slot in range(count):
-        if not bound[slot]:
-            _emit(prologue, "DELETE_FAST", slot)
-    temp = count
-    for null in after:
-        if null:
-            _emit(prologue, "PUSH_NULL")
-        else:
-            _emit(prologue, "LOAD_FAST", temp)
-            temp += 1
+    _emit_restore(prologue, bound, after)
     for slot in range(count, len(varnames)):
         _emit(prologue, "DELETE_FAST", slot)
-    # A fixed-width jump: its length must not depend on its own distance.
     # It lands on the body's `next_offset`, measured from after the jump,
     # where the body starts.
-    distance = next_offset // 2
-    for shift in (24, 16, 8):
-        prologue += bytes([_OP["EXTENDED_ARG"], (distance >> shift) & 0xFF])
-    prologue += bytes([_OP["JUMP_FORWARD"], distance & 0xFF])
+    prologue += _fixed_jump("JUMP_FORWARD", next_offset // 2)
     units = len(prologue) // 2
     resumed = code.replace(
         co_code=bytes(prologue) + _shift_cell_indices(code, len(temps)),
@@ -330,6 +317,21 @@ def _resume_code(code, offset, next_offset, bound, after, line):
     return resumed
 
 
+def _emit_restore(code_bytes, bound, nulls):
+    """Unbinds the locals `bound` marks unbound and pushes the stack: a NULL
+    where `nulls` says so, else the next temporary after the locals."""
+    for slot, is_bound in enumerate(bound):
+        if not is_bound:
+            _emit(code_bytes, "DELETE_FAST", slot)
+    temp = len(bound)
+    for null in nulls:
+        if null:
+            _emit(code_bytes, "PUSH_NULL")
+        else:
+            _emit(code_bytes, "LOAD_FAST", temp)
+            temp += 1
+
+
 def _fixed_jump(name, distance):
     """A jump whose length (four code units) does not depend on its
     distance."""
@@ -344,15 +346,11 @@ def _fixed_jump(name, distance):
 def _backward_jump(end, target):
     """The shortest JUMP_BACKWARD that, placed so that it ends at code unit
     `end` plus its own length, lands on code unit `target`."""
-    op = _OP["JUMP_BACKWARD"]
-    for prefixes in range(4):
-        units = prefixes + 1 + _CACHES[op]
-        distance = end + units - target
-        if distance < 256 ** (prefixes + 1):
-            out = bytearray()
-            for shift in range(prefixes, 0, -1):
-                out += bytes([_OP["EXTENDED_ARG"], (distance >> (8 * shift)) & 0xFF])
-            out += bytes([op, distance & 0xFF]) + bytes(2 * _CACHES[op])
+    caches = _CACHES[_OP["JUMP_BACKWARD"]]
+    for units in range(1 + caches, 5 + caches):  # 0 to 3 EXTENDED_ARGs
+        out = bytearray()
+        _emit(out, "JUMP_BACKWARD", end + units - target)
+        if len(out) // 2 == units:
             return out
     raise ValueError("a function too long to resume in")
 
@@ -436,22 +434,13 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     head += _fixed_jump("JUMP_FORWARD", len(trampoline) // 2)
 
     restore = bytearray()
-    for slot in range(count):
-        if not bound[slot]:
-            _emit(restore, "DELETE_FAST", slot)
     if grad_mode is not None:
         _emit(restore, "PUSH_NULL")
         _emit(restore, "LOAD_CONST", set_grad_index)
         _emit(restore, "LOAD_CONST", flag_index)
         _emit_call(restore, 1)
         _emit(restore, "POP_TOP")
-    slot = count
-    for null in stack_nulls:
-        if null:
-            _emit(restore, "PUSH_NULL")
-        else:
-            _emit(restore, "LOAD_FAST", slot)
-            slot += 1
+    _emit_restore(restore, bound, stack_nulls)
     # Into the body, at the instruction (at the KW_NAMES or PRECALL that
     # set its call up, which run with it).
     entry = prefix[0].offset if prefix else offset
