@@ -9,10 +9,13 @@
 # fresh process, on straight-line graphs up to 8000 ops and GPT-2 small; options in COMPILE_ARGS.
 # `make bench-export` times kiln's GEMM against torch's and the hand-written GPT exported and run
 # from C against eager, Inductor and kiln's JIT (options in EXPORT_ARGS, e.g. --threads 16).
+# `make bench-generation` generates with a growing sequence and sweeps a transformer block over
+# 32 sequence lengths (dynamic shapes); `make bench-dynamic` times the kernel workloads compiled
+# once for every size against the same compiled for their sizes (options in DYNAMIC_ARGS).
 PYTHON ?= python3
 BENCH_ARGS ?=
 
-.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend bench-compile bench-export bench-generation fuzz
+.PHONY: bench bench-cuda bench-quick bench-requirements bench-frontend bench-compile bench-export bench-generation bench-dynamic fuzz
 
 # Installs the pinned versions only where the packages are missing, so a machine that
 # has them (a GPU image without network) runs with its own; the report names the versions.
@@ -34,6 +37,9 @@ bench-export: bench-requirements
 
 bench-generation: bench-requirements
 	$(PYTHON) -m bench.generation $(GENERATION_ARGS)
+
+bench-dynamic: bench-requirements
+	$(PYTHON) -m bench.dynamic $(DYNAMIC_ARGS)
 
 bench-frontend:
 	$(PYTHON) -m bench.frontend $(FRONTEND_ARGS)

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 namespace kiln::backend {
 
@@ -11,6 +13,9 @@ namespace kiln::backend {
 /// current CUDA stream; null is the default stream). The CPU ignores it.
 struct LaunchContext {
   void *stream = nullptr;
+  /// The call's value of each size symbol, for a program whose sizes vary
+  /// between calls (null for a static one).
+  const std::vector<int64_t> *symbols = nullptr;
 };
 
 class KernelCode {

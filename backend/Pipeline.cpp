@@ -31,8 +31,8 @@ public:
   explicit CpuKernelCode(std::unique_ptr<CpuProgram> program)
       : program_(std::move(program)) {}
   void runKernel(size_t stepIndex, char *const *buffers,
-                 const LaunchContext &) const override {
-    program_->runKernel(stepIndex, buffers);
+                 const LaunchContext &context) const override {
+    program_->runKernel(stepIndex, buffers, context.symbols);
   }
 
 private:
@@ -80,8 +80,8 @@ loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   if (logVerbose("graph"))
     logArtifact("graph", "after clean-up\n" + graph->str());
 
-  loop::Program program = lowerGraph(std::move(graph), target.tensorDevice(),
-                                     target.standalone);
+  loop::Program program =
+      lowerGraph(std::move(graph), target.tensorDevice(), target.standalone);
   times.lap("lowering");
   logLoopIr(program, "lowering", true);
 

@@ -5,7 +5,10 @@
 # kiln.compile (dynamic=None: automatic dynamic shapes) and under
 # torch.compile(dynamic=True) (Inductor). Two passes each: the first includes
 # every compile, the second reuses what the first compiled. Reports tokens/s,
-# how many graphs each compiler captured, and whether the tokens match eager.
+# how many graphs each compiler captured and compiled, and whether the tokens
+# match eager. A second table sweeps one transformer block of that GPT over
+# SWEEP sequence lengths from 1 to 512: how many programs kiln compiles, and
+# whether every result matches eager.
 # One run, one machine; writes bench/results/<date>-generation-cpu-<threads>-threads.md.
 # Depends on torch, kiln.
 import datetime
@@ -21,6 +24,48 @@ from bench.models import TinyGpt, VOCABULARY, WIDTH, LAYERS, HEADS
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 PROMPT, NEW_TOKENS = 8, 64
+# 32 sequence lengths from 1 to 512, short ones dense (1, 2, 3, ...).
+SWEEP = sorted({1, 2, 3, 4, 5, 7, 9, 12, 16, 20, 25, 31, 40, 50, 63, 64, 65, 80, 100,
+                127, 128, 129, 160, 200, 255, 256, 257, 320, 400, 450, 511, 512})
+
+
+class Block(torch.nn.Module):
+    """Block 0 of a TinyGpt: attention and MLP with their residuals."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        block = self.model.blocks[0]
+        x = x + self.model.attention(block, block["norm1"](x))
+        return x + block["down"](torch.nn.functional.gelu(block["up"](block["norm2"](x))))
+
+
+def compiled_programs(info):
+    """(captures, programs compiled) from kiln.cache_info: a runner compiled
+    once for every size counts one program, a dynamic runner that compiles per
+    size counts each size."""
+    programs = 0
+    for runner in info["runners"]:
+        if runner.startswith("dynamic") and "compiled once for every size" not in runner:
+            programs += int(runner.split(", ")[1].split(" specialisation")[0])
+        else:
+            programs += 1
+    return info["entries"], programs
+
+
+def sweep(kiln, model):
+    """(programs compiled, captures, lengths whose result matched eager)."""
+    block = Block(model).eval()
+    compiled = kiln.compile(block)
+    matched = 0
+    with torch.no_grad():
+        for length in SWEEP:
+            x = torch.randn(1, length, WIDTH, generator=torch.Generator().manual_seed(length))
+            matched += torch.allclose(compiled(x), block(x), rtol=1e-4, atol=1e-4)
+    captures, programs = compiled_programs(kiln.cache_info(compiled))
+    return programs, captures, matched
 
 
 def generate(model, prompt, count):
@@ -60,12 +105,8 @@ def main():
 
     compiled = kiln.compile(model)
     tokens, first, second = timed_passes(compiled, prompt)
-    info = kiln.cache_info(compiled)
-    dynamic = [r for r in info["runners"] if r.startswith("dynamic")]
-    graphs = f"{info['entries']} capture(s)"
-    if dynamic:
-        made = dynamic[0].split(", ")[1].split(" specialisation")[0]
-        graphs += f", {made} programs compiled for their sizes"
+    captures, programs = compiled_programs(kiln.cache_info(compiled))
+    graphs = f"{captures} capture(s), {programs} program(s) compiled"
     rows.append(("kiln.compile (dynamic=None)", first, second, graphs,
                  "yes" if torch.equal(tokens, reference) else "NO"))
 
@@ -95,6 +136,12 @@ def main():
         else:
             lines.append(f"| {how} | {NEW_TOKENS / first:.1f} | {NEW_TOKENS / second:.1f} | "
                          f"{graphs} | {match} |")
+    programs, captures, matched = sweep(kiln, model)
+    lines += ["", f"Sweep: block 0 of the same GPT under kiln.compile (dynamic=None), batch 1, "
+              f"{len(SWEEP)} sequence lengths from {SWEEP[0]} to {SWEEP[-1]} "
+              f"({', '.join(map(str, SWEEP))}).", "",
+              "| captures | programs compiled | results matching eager |", "| ---: | ---: | ---: |",
+              f"| {captures} | {programs} | {matched} of {len(SWEEP)} |"]
     environment.write_table("\n".join(lines) + "\n", arguments.out,
                             f"{date}-generation-cpu-{arguments.threads}-threads.md")
 

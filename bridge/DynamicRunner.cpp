@@ -2,21 +2,43 @@
 // symbol values, most recently used kept. Depends on bridge/, ir/Graph.h.
 #include "bridge/DynamicRunner.h"
 
+#include "backend/Pipeline.h"
 #include "ir/Error.h"
 #include "ir/Logging.h"
 
 namespace kiln::python {
 
-DynamicRunner::DynamicRunner(std::shared_ptr<const Graph> graph,
+DynamicRunner::DynamicRunner(std::shared_ptr<Graph> graph,
                              OutputForm outputForm, std::string backend,
                              std::string eagerReason, std::string name,
                              std::string mode, bool checkInputs)
-    : graph_(std::move(graph)), outputForm_(outputForm),
-      backend_(std::move(backend)), eagerReason_(std::move(eagerReason)),
-      name_(std::move(name)), mode_(std::move(mode)),
-      checkInputs_(checkInputs) {
+    : graph_(graph), outputForm_(outputForm), backend_(std::move(backend)),
+      eagerReason_(std::move(eagerReason)), name_(std::move(name)),
+      mode_(std::move(mode)), checkInputs_(checkInputs) {
   if (graph_->symbols().empty())
     throw Error("a dynamic runner needs a graph with size symbols");
+  if (backend_ != "llvm" || !eagerReason_.empty())
+    return;
+  if (backend::Target::forGraph(*graph_).kind != backend::Target::Kind::Cpu) {
+    symbolicRefusal_ = "the GPU code generator compiles fixed sizes";
+  } else {
+    // One compile for every size; where it cannot be (an op kiln lowers
+    // only at fixed sizes is fine: torch runs it), each size gets its own.
+    try {
+      symbolic_ =
+          std::make_unique<NativeRunner>(graph, outputForm_, checkInputs_);
+    } catch (const std::exception &error) {
+      // A compiler bug must not break the user's program either.
+      symbolicRefusal_ = error.what();
+    }
+  }
+  if (logEnabled("recompiles"))
+    logArtifact(
+        "recompiles",
+        symbolic_
+            ? "compiled " + name_ + " once for every size (" +
+                  std::to_string(graph_->symbols().size()) + " size symbol(s))"
+            : "compiling " + name_ + " for each size: " + symbolicRefusal_);
 }
 
 py::object DynamicRunner::run(PyObject *const *inputs, size_t count) const {
@@ -24,6 +46,8 @@ py::object DynamicRunner::run(PyObject *const *inputs, size_t count) const {
     throw Error(name_ + ": expected " +
                 std::to_string(graph_->inputs().size()) + " inputs, got " +
                 std::to_string(count));
+  if (symbolic_)
+    return symbolic_->run(inputs, count);
   std::vector<int64_t> symbols;
   symbols.reserve(graph_->symbols().size());
   for (const SymbolBinding &binding : graph_->symbols()) {
@@ -74,6 +98,10 @@ size_t DynamicRunner::specializations() const {
 }
 
 std::string DynamicRunner::describe() const {
+  if (symbolic_)
+    return "dynamic (" + std::to_string(graph_->symbols().size()) +
+           " size symbol(s), compiled once for every size): " +
+           symbolic_->describe();
   std::lock_guard<std::mutex> lock(mutex_);
   std::string text = "dynamic (" + std::to_string(graph_->symbols().size()) +
                      " size symbol(s), " + std::to_string(made_) +

@@ -1,9 +1,11 @@
-// The runner of a graph whose sizes vary between calls (dynamic shapes): it
-// reads the size symbols' values from each call's inputs and runs a runner
-// made for those values, kept in a small cache of recent ones. Depends on
-// bridge/RunnerChoice.h, ir/Graph.h.
+// The runner of a graph whose sizes vary between calls (dynamic shapes):
+// native code compiled once for every size (kernels take the sizes as
+// arguments) where the graph compiles so, else a runner made for each
+// call's symbol values, kept in a small cache of recent ones. Depends on
+// bridge/RunnerChoice.h, bridge/NativeRunner.h, ir/Graph.h.
 #pragma once
 
+#include "bridge/NativeRunner.h"
 #include "bridge/RunnerChoice.h"
 #include "ir/Graph.h"
 
@@ -21,15 +23,21 @@ constexpr size_t kDynamicRunnerCacheSize = 128;
 class DynamicRunner : public GraphRunner {
 public:
   /// `graph` has symbols (Graph::symbols); the other arguments are those
-  /// of chooseGraphRunner, used for each set of symbol values.
-  DynamicRunner(std::shared_ptr<const Graph> graph, OutputForm outputForm,
+  /// of chooseGraphRunner. The graph is compiled once with its symbols
+  /// where it can be (backend 'llvm' on the CPU, no reason to run eagerly);
+  /// otherwise, or where that compile fails, each set of symbol values gets
+  /// a runner of its own.
+  DynamicRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
                 std::string backend, std::string eagerReason, std::string name,
                 std::string mode, bool checkInputs = false);
 
   py::object run(PyObject *const *inputs, size_t count) const override;
   std::string describe() const override;
-  /// How many runners it has made (one per distinct symbol values).
+  /// How many runners it has made (one per distinct symbol values; 0 where
+  /// one compile serves every size).
   size_t specializations() const;
+  /// Whether one compile serves every size.
+  bool symbolic() const { return symbolic_ != nullptr; }
 
 private:
   using Entry = std::pair<std::vector<int64_t>, std::shared_ptr<GraphRunner>>;
@@ -37,6 +45,8 @@ private:
   runnerFor(const std::vector<int64_t> &symbols) const;
 
   std::shared_ptr<const Graph> graph_;
+  std::unique_ptr<NativeRunner> symbolic_; // compiled for every size
+  std::string symbolicRefusal_;            // why not, for describe()
   OutputForm outputForm_;
   std::string backend_;
   std::string eagerReason_;

@@ -41,18 +41,27 @@ py::tuple tupleOf(const Shape &values) {
 /// empty_strided), extern results, views that leave the kernels.
 class NativeRunner::TorchHost : public runtime::ExecutionHost {
 public:
-  TorchHost(const NativeRunner &runner, std::vector<py::object> &slots)
-      : ExecutionHost(*runner.compiled_), runner_(runner), slots_(slots) {}
+  TorchHost(const NativeRunner &runner, std::vector<py::object> &slots,
+            const CallState *state)
+      : ExecutionHost(*runner.compiled_), runner_(runner), slots_(slots),
+        state_(state) {}
+
+  /// Buffer `buffer`'s layout in this call.
+  const TensorMeta &metaOf(int64_t buffer) const {
+    return state_ ? state_->layout.metas[buffer]
+                  : runner_.program().buffers[buffer].meta;
+  }
 
   char *allocate(int64_t buffer) override {
     // The device keyword only for GPU programs: the CPU's is the default.
     static PyObject *dtypeKeyword = keywordNames({"dtype"});
     static PyObject *dtypeAndDevice = keywordNames({"dtype", "device"});
-    const Allocation &allocation = runner_.allocations_[buffer];
+    const Allocation &allocation =
+        state_ ? state_->allocations[buffer] : runner_.allocations_[buffer];
     if (allocation.pooled) {
-      const Buffer &meta = runner_.program().buffers[buffer];
-      py::object tensor = pooledCpuTensor(meta.meta.sizes, meta.meta.strides,
-                                          meta.dtype(), allocation.bytes);
+      const TensorMeta &meta = metaOf(buffer);
+      py::object tensor = pooledCpuTensor(meta.sizes, meta.strides, meta.dtype,
+                                          allocation.bytes);
       if (tensor) {
         slots_[buffer] = std::move(tensor);
         return dataPointer(slots_[buffer].ptr());
@@ -108,7 +117,8 @@ public:
 
   void runExtern(size_t step, std::vector<char *> &addresses) override {
     const std::vector<int32_t> &resultSlots = runner_.resultSlots_[step];
-    runner_.externs_[step]->run(slots_, resultSlots);
+    runner_.externs_[step]->run(slots_, resultSlots,
+                                state_ ? &state_->layout.symbols : nullptr);
     for (int32_t result : resultSlots)
       if (slots_[result])
         addresses[result] = dataPointer(slots_[result].ptr());
@@ -120,27 +130,28 @@ public:
     if (!runner_.compiled_->viewLeavesKernels(view))
       return;
     const Buffer &buffer = runner_.program().buffers[view];
+    const TensorMeta &meta = metaOf(view);
     py::object base = slots_[buffer.base];
     int64_t baseOffset = base.attr("storage_offset")().cast<int64_t>();
-    slots_[view] = base.attr("as_strided")(
-        tupleOf(buffer.meta.sizes), tupleOf(buffer.meta.strides),
-        baseOffset + buffer.meta.storageOffset);
+    slots_[view] =
+        base.attr("as_strided")(tupleOf(meta.sizes), tupleOf(meta.strides),
+                                baseOffset + meta.storageOffset);
   }
 
 private:
   // Torch may choose other strides than its meta function: copy into the
   // layout the kernels were compiled for.
   void conformLayout(int64_t bufferIndex, std::vector<char *> &addresses) {
-    const Buffer &buffer = runner_.program().buffers[bufferIndex];
+    const TensorMeta &expected = metaOf(bufferIndex);
     TensorMeta actual = tensorMetaOf(slots_[bufferIndex]);
-    if (runtime::sameLayout(actual, buffer.meta))
+    if (runtime::sameLayout(actual, expected))
       return;
-    if (actual.sizes != buffer.meta.sizes || actual.dtype != buffer.dtype())
+    if (actual.sizes != expected.sizes || actual.dtype != expected.dtype)
       throw Error("kiln: an extern call returned " + actual.str() +
-                  " where the graph expects " + buffer.meta.str());
+                  " where the graph expects " + expected.str());
     using namespace pybind11::literals;
     py::object copy = runner_.emptyStrided_(
-        tupleOf(buffer.meta.sizes), tupleOf(buffer.meta.strides),
+        tupleOf(expected.sizes), tupleOf(expected.strides),
         "dtype"_a = runner_.dtypes_[bufferIndex],
         "device"_a = runner_.torchDevice_);
     copy.attr("copy_")(slots_[bufferIndex]);
@@ -150,6 +161,7 @@ private:
 
   const NativeRunner &runner_;
   std::vector<py::object> &slots_;
+  const CallState *state_; // null for a static program
   py::object workspace_;
 };
 
@@ -172,6 +184,7 @@ NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
   if (onGpu_)
     currentStream_ =
         TorchHandles::get().torch.attr("cuda").attr("current_stream");
+  symbols_ = graph->symbols();
   compiled_ = std::make_unique<runtime::CompiledProgram>(
       backend::compileGraph(std::move(graph), target), device);
   const loop::Program &program = compiled_->program();
@@ -186,15 +199,11 @@ NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
     if (buffer.kind == BufferKind::Constant)
       constants_[b] = constantTensor(*buffer.constant);
   }
-  for (int64_t b : compiled_->allocatedBuffers()) {
-    int64_t bytes = bufferBytes(program.buffers[b]);
-    // Large CPU outputs come from kiln's pool: a plain process's allocator
-    // would give their pages back to the system on free, and every call
-    // would fault them in again.
-    bool pooled = !onGpu_ && bytes >= runtime::HostMemoryPool::kMinimumBytes &&
-                  program.buffers[b].meta.storageOffset == 0;
-    allocations_[b] = {tupleOf(program.buffers[b].meta.sizes),
-                       tupleOf(program.buffers[b].meta.strides), bytes, pooled};
+  if (!program.isSymbolic()) {
+    std::vector<TensorMeta> metas;
+    for (const Buffer &buffer : program.buffers)
+      metas.push_back(buffer.meta);
+    allocations_ = allocationsFor(metas);
   }
 
   // Extern steps: operands read from buffer slots.
@@ -225,19 +234,65 @@ NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
   }
 }
 
-void NativeRunner::checkInput(size_t index, PyObject *tensor) const {
+std::vector<NativeRunner::Allocation>
+NativeRunner::allocationsFor(const std::vector<TensorMeta> &metas) const {
+  std::vector<Allocation> allocations(metas.size());
+  for (int64_t b : compiled_->allocatedBuffers()) {
+    const TensorMeta &meta = metas[b];
+    int64_t bytes = bufferBytes(meta);
+    // Large CPU outputs come from kiln's pool: a plain process's allocator
+    // would give their pages back to the system on free, and every call
+    // would fault them in again.
+    bool pooled = !onGpu_ && bytes >= runtime::HostMemoryPool::kMinimumBytes &&
+                  meta.storageOffset == 0;
+    allocations[b] = {tupleOf(meta.sizes), tupleOf(meta.strides), bytes,
+                      pooled};
+  }
+  return allocations;
+}
+
+std::shared_ptr<const NativeRunner::CallState>
+NativeRunner::stateFor(PyObject *const *inputs) const {
+  std::vector<int64_t> values;
+  values.reserve(symbols_.size());
+  for (const SymbolBinding &binding : symbols_) {
+    PyObject *size = PyObject_CallMethod(inputs[binding.input], "size", "L",
+                                         static_cast<long long>(binding.dim));
+    if (!size)
+      throw py::error_already_set();
+    values.push_back(py::reinterpret_steal<py::object>(size).cast<int64_t>());
+  }
+  {
+    std::lock_guard<std::mutex> lock(statesMutex_);
+    for (auto it = states_.begin(); it != states_.end(); ++it)
+      if ((*it)->layout.symbols == values) {
+        states_.splice(states_.begin(), states_, it);
+        return states_.front();
+      }
+  }
+  auto state = std::make_shared<CallState>();
+  state->layout = runtime::CallLayout::of(program(), std::move(values));
+  state->allocations = allocationsFor(state->layout.metas);
+  std::lock_guard<std::mutex> lock(statesMutex_);
+  states_.push_front(state);
+  constexpr size_t kRecentStates = 64;
+  if (states_.size() > kRecentStates)
+    states_.pop_back();
+  return state;
+}
+
+void NativeRunner::checkInput(size_t index, PyObject *tensor,
+                              const TensorMeta &expected) const {
   if (!isTensor(tensor))
     throw py::type_error("kiln: input " + std::to_string(index) +
                          " of the compiled graph must be a tensor");
-  int64_t bufferIndex = compiled_->inputBuffer(index);
-  const Buffer &buffer = program().buffers[bufferIndex];
   TensorMeta actual = tensorMetaOf(tensor);
-  if (actual.device != buffer.meta.device ||
-      !runtime::sameLayout(actual, buffer.meta))
-    throw py::value_error(
-        "kiln: input " + std::to_string(index) + " is " + actual.str() +
-        " on " + actual.device.str() + ", but the graph was compiled for " +
-        buffer.meta.str() + "; compile again for these inputs");
+  if (actual.device != expected.device ||
+      !runtime::sameLayout(actual, expected))
+    throw py::value_error("kiln: input " + std::to_string(index) + " is " +
+                          actual.str() + " on " + actual.device.str() +
+                          ", but the graph was compiled for " + expected.str() +
+                          "; compile again for these inputs");
 }
 
 py::object NativeRunner::run(PyObject *const *inputs, size_t count) const {
@@ -245,6 +300,14 @@ py::object NativeRunner::run(PyObject *const *inputs, size_t count) const {
     throw py::type_error("kiln: the compiled graph takes " +
                          std::to_string(compiled_->inputCount()) +
                          " inputs, got " + std::to_string(count));
+  std::shared_ptr<const CallState> state;
+  if (!symbols_.empty()) {
+    for (const SymbolBinding &binding : symbols_)
+      if (!isTensor(inputs[binding.input]))
+        throw py::type_error("kiln: input " + std::to_string(binding.input) +
+                             " of the compiled graph must be a tensor");
+    state = stateFor(inputs);
+  }
   std::vector<py::object> slots(constants_);
   std::vector<char *> inputAddresses(count, nullptr);
   for (size_t i = 0; i < count; ++i) {
@@ -252,14 +315,15 @@ py::object NativeRunner::run(PyObject *const *inputs, size_t count) const {
     if (b < 0)
       continue;
     if (checkInputs_)
-      checkInput(i, inputs[i]);
+      checkInput(i, inputs[i],
+                 state ? state->layout.metas[b] : program().buffers[b].meta);
     slots[b] = py::reinterpret_borrow<py::object>(inputs[i]);
     inputAddresses[i] = dataPointer(inputs[i]);
   }
-  TorchHost host(*this, slots);
+  TorchHost host(*this, slots, state.get());
   std::vector<char *> addresses;
-  runtime::runProgram(*compiled_, inputAddresses.data(), count, host,
-                      addresses);
+  runtime::runProgram(*compiled_, inputAddresses.data(), count, host, addresses,
+                      state ? &state->layout : nullptr);
   return packOutputs(outputForm_, outputs_, slots);
 }
 

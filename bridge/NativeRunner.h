@@ -9,8 +9,11 @@
 #include "bridge/GraphRunner.h"
 #include "bridge/TorchCall.h"
 #include "runtime/CompiledProgram.h"
+#include "runtime/ProgramExecutor.h"
 
+#include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -21,7 +24,9 @@ public:
   /// Compiles `graph` (cleaned up in place) for the CPU; throws
   /// kiln::Unsupported when it cannot run natively. With `checkInputs`,
   /// every call checks its inputs' dtypes, sizes and strides against the
-  /// graph's (kiln's frontend guards them already).
+  /// graph's (kiln's frontend guards them already). A graph with size
+  /// symbols compiles once for every size: each call reads the symbols'
+  /// values from its inputs and lays its buffers out for them.
   NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
                bool checkInputs);
 
@@ -41,7 +46,19 @@ private:
     bool pooled = false; // from kiln's host memory pool (large CPU buffers)
   };
 
-  void checkInput(size_t index, PyObject *tensor) const;
+  /// A program whose sizes vary: one call's layout and allocations.
+  struct CallState {
+    runtime::CallLayout layout;
+    std::vector<Allocation> allocations; // per buffer a call allocates
+  };
+
+  void checkInput(size_t index, PyObject *tensor,
+                  const TensorMeta &expected) const;
+  std::vector<Allocation>
+  allocationsFor(const std::vector<TensorMeta> &metas) const;
+  /// The call state for the symbol values of `inputs` (made once per
+  /// values, the most recent kept).
+  std::shared_ptr<const CallState> stateFor(PyObject *const *inputs) const;
 
   std::unique_ptr<runtime::CompiledProgram> compiled_;
   OutputForm outputForm_;
@@ -53,6 +70,11 @@ private:
   std::vector<std::vector<int32_t>> resultSlots_; // per extern step
   std::vector<CallOperand> outputs_;
   std::vector<py::object> dtypes_; // per buffer: torch dtype
+  /// Where each size symbol is read from (graph input, dim); empty for a
+  /// static program. Recent call states, most recent first.
+  std::vector<SymbolBinding> symbols_;
+  mutable std::mutex statesMutex_;
+  mutable std::list<std::shared_ptr<const CallState>> states_;
   /// GPU programs: the torch device and the function giving its current
   /// stream (kernels queue on it, in order with torch's own work).
   bool onGpu_ = false;

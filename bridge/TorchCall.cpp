@@ -71,6 +71,11 @@ operandForArgument(const Argument &argument,
   if (argument.isTensor())
     return valueOperand(argument.toTensor());
   CallOperand operand;
+  if (argument.isSymbolic()) {
+    operand.symbolic = argument.symbolicInts();
+    operand.symbolicList = argument.kind() != Argument::Kind::Int;
+    return operand;
+  }
   if (argument.isTensorList()) {
     operand.isList = true;
     for (Value *value : argument.toTensorList())
@@ -190,17 +195,33 @@ void TorchCall::raiseWithOrigin() const {
 
 PyObject *resolveOperand(const CallOperand &operand,
                          const std::vector<py::object> &slots,
-                         std::vector<py::object> &lists) {
+                         std::vector<py::object> &lists,
+                         const std::vector<int64_t> *symbols) {
   if (operand.slot >= 0)
     return slots[operand.slot].ptr();
+  if (!operand.symbolic.empty()) {
+    if (!symbols)
+      throw Error("torch call: an argument is a size that varies between "
+                  "calls, and the call gives no sizes");
+    if (!operand.symbolicList) {
+      lists.push_back(py::int_(size::evaluate(operand.symbolic[0], *symbols)));
+      return lists.back().ptr();
+    }
+    py::list values(operand.symbolic.size());
+    for (size_t i = 0; i < operand.symbolic.size(); ++i)
+      values[i] = py::int_(size::evaluate(operand.symbolic[i], *symbols));
+    lists.push_back(std::move(values));
+    return lists.back().ptr();
+  }
   if (!operand.isList)
     return operand.fixed.ptr();
   py::list list(operand.items.size());
   for (size_t i = 0; i < operand.items.size(); ++i)
-    PyList_SET_ITEM(list.ptr(), i,
-                    py::handle(resolveOperand(operand.items[i], slots, lists))
-                        .inc_ref()
-                        .ptr());
+    PyList_SET_ITEM(
+        list.ptr(), i,
+        py::handle(resolveOperand(operand.items[i], slots, lists, symbols))
+            .inc_ref()
+            .ptr());
   lists.push_back(std::move(list));
   return lists.back().ptr();
 }
@@ -226,7 +247,8 @@ void flattenResult(PyObject *object, std::vector<PyObject *> &items) {
 } // namespace
 
 void TorchCall::run(std::vector<py::object> &slots,
-                    const std::vector<int32_t> &resultSlots) const {
+                    const std::vector<int32_t> &resultSlots,
+                    const std::vector<int64_t> *symbols) const {
   std::vector<py::object> lists;
   // One spare entry in front lets torch prepend `self` without copying.
   constexpr size_t kInline = 16;
@@ -238,7 +260,7 @@ void TorchCall::run(std::vector<py::object> &slots,
     arguments = heapArguments.data();
   }
   for (size_t i = 0; i < arguments_.size(); ++i)
-    arguments[i + 1] = resolveOperand(arguments_[i], slots, lists);
+    arguments[i + 1] = resolveOperand(arguments_[i], slots, lists, symbols);
   auto call = [&](const py::object &callable) {
     return PyObject_Vectorcall(callable.ptr(), arguments + 1,
                                positionalCount_ |

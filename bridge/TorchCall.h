@@ -20,6 +20,10 @@ struct CallOperand {
   py::object fixed;
   std::vector<CallOperand> items;
   bool isList = false;
+  /// An int (or, with symbolicList, an int list) computed from the call's
+  /// size-symbol values: a size that varies between calls.
+  std::vector<SymSize> symbolic;
+  bool symbolicList = false;
 };
 
 class TorchCall {
@@ -33,8 +37,11 @@ public:
   /// node's results in `resultSlots` (in result order). A torch error is
   /// raised again as the same exception type naming the node and its
   /// origin. Needs the GIL.
+  /// `symbols`: the call's size-symbol values, for arguments that are
+  /// sizes varying between calls.
   void run(std::vector<py::object> &slots,
-           const std::vector<int32_t> &resultSlots) const;
+           const std::vector<int32_t> &resultSlots,
+           const std::vector<int64_t> *symbols = nullptr) const;
 
   /// The operands, positional first (for liveness bookkeeping).
   const std::vector<CallOperand> &arguments() const { return arguments_; }
@@ -61,7 +68,8 @@ private:
 /// `lists` until the caller clears it.
 PyObject *resolveOperand(const CallOperand &operand,
                          const std::vector<py::object> &slots,
-                         std::vector<py::object> &lists);
+                         std::vector<py::object> &lists,
+                         const std::vector<int64_t> *symbols = nullptr);
 
 /// The operand for a non-tensor argument, or one whose tensors `tensorOperand`
 /// maps.

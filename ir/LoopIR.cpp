@@ -156,6 +156,46 @@ const Expr *ExprContext::var(int64_t number) {
   return intern(std::move(node));
 }
 
+const Expr *ExprContext::symbol(int64_t number) {
+  Expr node;
+  node.kind_ = ExprKind::Symbol;
+  node.dtype_ = DType::Int64;
+  node.integer_ = number;
+  return intern(std::move(node));
+}
+
+const Expr *ExprContext::size(SymSize size) {
+  const std::vector<SymSize> &operands = size->operands();
+  switch (size->kind()) {
+  case SizeKind::Constant:
+    return integer(size->value());
+  case SizeKind::Symbol:
+    return symbol(size->value());
+  case SizeKind::Add: {
+    const Expr *sum = integer(0);
+    for (SymSize term : operands)
+      sum = add(sum, this->size(term));
+    return sum;
+  }
+  case SizeKind::Mul: {
+    const Expr *product = integer(1);
+    for (SymSize factor : operands)
+      product = mul(product, this->size(factor));
+    return product;
+  }
+  case SizeKind::FloorDiv:
+    return binary(BinaryOp::FloorDiv, this->size(operands[0]),
+                  this->size(operands[1]));
+  case SizeKind::Mod:
+    return binary(BinaryOp::Mod, this->size(operands[0]),
+                  this->size(operands[1]));
+  case SizeKind::Max:
+    return binary(BinaryOp::Max, this->size(operands[0]),
+                  this->size(operands[1]));
+  }
+  throw Error("loop IR: unknown size expression " + size->str());
+}
+
 const Expr *ExprContext::load(int64_t buffer, DType dtype, const Expr *index) {
   if (index->dtype() != DType::Int64)
     throw Error("loop IR: a load's index must be int64");
@@ -425,6 +465,84 @@ std::optional<int64_t> affineCoefficientOf(
 
 } // namespace
 
+SymSize sizeOfExpr(const Expr *expr) {
+  if (expr->dtype() != DType::Int64)
+    return nullptr;
+  switch (expr->kind()) {
+  case ExprKind::Constant:
+    return size::constant(expr->integer());
+  case ExprKind::Symbol:
+    return size::symbol(expr->id());
+  case ExprKind::Binary: {
+    SymSize a = sizeOfExpr(expr->operand(0));
+    SymSize b = a ? sizeOfExpr(expr->operand(1)) : nullptr;
+    if (!b)
+      return nullptr;
+    switch (expr->binaryOp()) {
+    case BinaryOp::Add:
+      return size::add(a, b);
+    case BinaryOp::Sub:
+      return size::sub(a, b);
+    case BinaryOp::Mul:
+      return size::mul(a, b);
+    case BinaryOp::FloorDiv:
+      return b->isConstant() && b->value() == 0 ? nullptr
+                                                : size::floorDiv(a, b);
+    case BinaryOp::Mod:
+      return b->isConstant() && b->value() == 0 ? nullptr : size::mod(a, b);
+    case BinaryOp::Max:
+      return size::max(a, b);
+    default:
+      return nullptr;
+    }
+  }
+  default:
+    return nullptr;
+  }
+}
+
+namespace {
+
+std::optional<SymSize> symbolicCoefficientOf(
+    const Expr *index, int64_t var,
+    std::unordered_map<const Expr *, std::optional<SymSize>> &memo) {
+  if (auto done = memo.find(index); done != memo.end())
+    return done->second;
+  std::optional<SymSize> result;
+  if (!dependsOnVar(index, var)) {
+    result = size::constant(0);
+  } else if (index->kind() == ExprKind::Var) {
+    result = size::constant(1);
+  } else if (index->kind() == ExprKind::Binary) {
+    BinaryOp op = index->binaryOp();
+    if (op == BinaryOp::Add || op == BinaryOp::Sub) {
+      auto a = symbolicCoefficientOf(index->operand(0), var, memo);
+      auto b = a ? symbolicCoefficientOf(index->operand(1), var, memo)
+                 : std::nullopt;
+      if (a && b)
+        result = op == BinaryOp::Add ? size::add(*a, *b) : size::sub(*a, *b);
+    } else if (op == BinaryOp::Mul) {
+      for (int side = 0; side < 2 && !result; ++side) {
+        SymSize factor = sizeOfExpr(index->operand(side));
+        if (!factor)
+          continue;
+        if (auto other =
+                symbolicCoefficientOf(index->operand(1 - side), var, memo))
+          result = size::mul(*other, factor);
+      }
+    }
+  }
+  memo[index] = result;
+  return result;
+}
+
+} // namespace
+
+std::optional<SymSize> symbolicCoefficient(const Expr *index, int64_t var) {
+  std::unordered_map<const Expr *, std::optional<SymSize>> memo;
+  return symbolicCoefficientOf(index, var, memo);
+}
+
 std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var) {
   std::unordered_map<const Expr *, std::optional<int64_t>> memo;
   return affineCoefficientOf(index, var, memo);
@@ -452,6 +570,11 @@ bool dependsOnVar(const Expr *expr, int64_t var) {
   return anyNode(expr, [&](const Expr *node) {
     return node->kind() == ExprKind::Var && node->id() == var;
   });
+}
+
+bool dependsOnSymbol(const Expr *expr) {
+  return anyNode(
+      expr, [](const Expr *node) { return node->kind() == ExprKind::Symbol; });
 }
 
 int64_t operationCount(const Expr *expr,
@@ -498,6 +621,9 @@ std::string exprToString(const Expr *expr) {
     break;
   case ExprKind::Var:
     out << "v" << expr->id();
+    break;
+  case ExprKind::Symbol:
+    out << "s" << expr->id();
     break;
   case ExprKind::Load:
     out << "load(buf" << expr->id() << ", " << exprToString(expr->index())
@@ -599,18 +725,60 @@ int64_t Program::addBuffer(Buffer buffer) {
   return static_cast<int64_t>(buffers.size()) - 1;
 }
 
-namespace {
+Ranges::Ranges(std::initializer_list<int64_t> values) {
+  for (int64_t value : values)
+    push_back(size::constant(value));
+}
 
-std::string rangesToString(const std::vector<int64_t> &ranges,
-                           int64_t firstVar) {
+Ranges::Ranges(const std::vector<int64_t> &values) {
+  for (int64_t value : values)
+    push_back(size::constant(value));
+}
+
+bool Ranges::isStatic() const {
+  for (SymSize range : *this)
+    if (!range->isConstant())
+      return false;
+  return true;
+}
+
+Shape Ranges::constants() const {
+  Shape values;
+  for (SymSize range : *this) {
+    if (!range->isConstant())
+      throw Error("loop IR: range " + range->str() +
+                  " varies between calls where a constant is needed");
+    values.push_back(range->value());
+  }
+  return values;
+}
+
+SymSize Ranges::numel() const { return size::product(*this); }
+
+std::string rangesToString(const Ranges &ranges, int64_t firstVar) {
   std::ostringstream out;
   out << "[";
   for (size_t i = 0; i < ranges.size(); ++i)
     out << (i ? ", " : "") << "v" << firstVar + static_cast<int64_t>(i) << " < "
-        << ranges[i];
+        << ranges[i]->str();
   out << "]";
   return out.str();
 }
+
+int64_t Program::hint(SymSize size) const {
+  if (auto value = size->constant())
+    return *value;
+  return size::evaluate(size, symbolHints);
+}
+
+Shape Program::hints(const Ranges &ranges) const {
+  Shape values;
+  for (SymSize range : ranges)
+    values.push_back(hint(range));
+  return values;
+}
+
+namespace {
 
 std::string_view bufferKindName(BufferKind kind) {
   switch (kind) {

@@ -21,6 +21,7 @@ namespace kiln::loop {
 enum class ExprKind : uint8_t {
   Constant,       // a number of the expression's dtype
   Var,            // a loop variable of the enclosing kernel (Int64)
+  Symbol,         // the value of size symbol s<id> in this call (Int64)
   Load,           // buffer[index]
   ReductionValue, // the result of an earlier reduction of the same kernel
   Unary,
@@ -119,7 +120,8 @@ public:
   /// Constant: the value (integers and bools are exact in `integer()`).
   double real() const { return real_; }
   int64_t integer() const { return integer_; }
-  /// Var: the variable's number; Load: the buffer's number;
+  /// Var: the variable's number; Symbol: the size symbol's number;
+  /// Load: the buffer's number;
   /// ReductionValue: the reduction's number within its kernel.
   int64_t id() const { return integer_; }
   UnaryOp unaryOp() const { return static_cast<UnaryOp>(op_); }
@@ -153,6 +155,10 @@ public:
   const Expr *constant(double value, DType dtype);
   const Expr *integer(int64_t value) { return constant(value, DType::Int64); }
   const Expr *var(int64_t number);
+  /// The value of size symbol s<number> in the running call.
+  const Expr *symbol(int64_t number);
+  /// A size expression as index arithmetic over Symbol nodes.
+  const Expr *size(SymSize size);
   const Expr *load(int64_t buffer, DType dtype, const Expr *index);
   const Expr *reductionValue(int64_t reduction, DType dtype);
   const Expr *unary(UnaryOp op, const Expr *operand);
@@ -193,8 +199,16 @@ int64_t floorDivide(int64_t value, int64_t divisor);
 /// the variable does not occur, and nullopt otherwise (under division,
 /// modulo, a load, ...).
 std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var);
+/// `affineCoefficient` where the coefficient may be a size expression (an
+/// index over a tensor whose strides vary between calls).
+std::optional<SymSize> symbolicCoefficient(const Expr *index, int64_t var);
+/// `expr`, integer arithmetic over constants and Symbol nodes, as a size
+/// expression; null where it reads anything else (a variable, a load).
+SymSize sizeOfExpr(const Expr *expr);
 /// Whether Var(`var`) occurs in `expr`.
 bool dependsOnVar(const Expr *expr, int64_t var);
+/// Whether a Symbol node occurs in `expr`.
+bool dependsOnSymbol(const Expr *expr);
 /// Whether some node of `root` (searched below the nodes `descend` accepts,
 /// every node when it is empty) satisfies `match`. Each shared node is
 /// visited once: expressions are DAGs, and a walk of their paths can take
@@ -219,6 +233,37 @@ std::string exprToString(const Expr *expr);
 enum class ReduceOp : uint8_t { Sum, Prod, Max, Min, ArgMax, ArgMin, Any, All };
 std::string_view reduceOpName(ReduceOp op);
 
+/// The extent of a loop: a constant in a static program, an expression over
+/// size symbols where sizes vary between calls.
+using Range = SymSize;
+
+/// The extents of a loop nest, outermost first. Built from numbers (a static
+/// kernel) or from size expressions; code that needs a number asks for a
+/// constant (`constants()`, `Range::constant()`) or for the example call's
+/// value (`Program::hint`), and must not rely on the latter.
+class Ranges : public std::vector<SymSize> {
+public:
+  Ranges() = default;
+  Ranges(std::initializer_list<int64_t> values);
+  Ranges(const std::vector<int64_t> &values);
+  Ranges(std::vector<SymSize> values)
+      : std::vector<SymSize>(std::move(values)) {}
+  Ranges(std::initializer_list<SymSize> values)
+      : std::vector<SymSize>(values) {}
+  template <typename It>
+  Ranges(It first, It last) : std::vector<SymSize>(first, last) {}
+
+  /// Whether every range is a constant.
+  bool isStatic() const;
+  /// The ranges as numbers; throws kiln::Error where one is symbolic.
+  Shape constants() const;
+  /// The number of points: their product.
+  SymSize numel() const;
+};
+
+/// "[v0 < 4, v1 < s0]".
+std::string rangesToString(const Ranges &ranges, int64_t firstVar);
+
 /// `buffer[index] = value`.
 struct Store {
   int64_t buffer;
@@ -242,7 +287,7 @@ struct Reduction {
 /// Its reductions are numbered after those of the earlier loops of the same
 /// kernel; every later loop may read their results as ReductionValue.
 struct Loop {
-  std::vector<int64_t> ranges;
+  Ranges ranges;
   std::vector<Reduction> reductions;
   /// Performed at every point, after the reductions' values are final: a
   /// loop with both stores and reductions stores only what does not read
@@ -264,7 +309,7 @@ void rewriteExprs(Loop &loop,
 /// with no ranges.
 struct Kernel {
   std::string name;
-  std::vector<int64_t> outerRanges;
+  Ranges outerRanges;
   std::vector<Loop> loops;
   /// What the scheduler fused into it, for logs ("add+mul+exp").
   std::string origin;
@@ -329,6 +374,17 @@ struct Program {
   std::unordered_map<const Value *, int64_t> bufferOf;
   /// Bytes of workspace a call needs for Temporary buffers.
   int64_t workspaceBytes = 0;
+  /// A program whose sizes vary between calls: the example call's value of
+  /// each size symbol (buffer layouts and ranges mention the symbols, and a
+  /// call passes their values). Empty for a static program.
+  std::vector<int64_t> symbolHints;
+
+  bool isSymbolic() const { return !symbolHints.empty(); }
+  /// `size`'s value in the example call: for choices that only affect
+  /// speed, never for what the code computes.
+  int64_t hint(SymSize size) const;
+  /// The example call's values of `ranges`.
+  Shape hints(const Ranges &ranges) const;
 
   int64_t addBuffer(Buffer buffer);
   /// The readable text form (KILN_LOGS=loop_ir).

@@ -22,15 +22,13 @@ bool isPointwise(const Kernel &kernel) {
          kernel.loops[0].reductions.empty();
 }
 
-int64_t product(const std::vector<int64_t> &ranges) {
-  int64_t result = 1;
-  for (int64_t range : ranges)
-    result *= range;
-  return result;
+// The number of points of `ranges` in the example call (for choices of
+// speed only).
+int64_t product(const Program &program, const Ranges &ranges) {
+  return program.hint(ranges.numel());
 }
 
-bool startsWith(const std::vector<int64_t> &ranges,
-                const std::vector<int64_t> &prefix) {
+bool startsWith(const Ranges &ranges, const Ranges &prefix) {
   return prefix.size() <= ranges.size() &&
          std::equal(prefix.begin(), prefix.end(), ranges.begin());
 }
@@ -38,7 +36,7 @@ bool startsWith(const std::vector<int64_t> &ranges,
 // A pointwise kernel over `outer ++ rest` as a kernel over `outer` whose one
 // loop walks `rest`. Variable numbers stay: a loop's variables follow the
 // outer ones.
-Kernel asInnerLoop(const Kernel &pointwise, const std::vector<int64_t> &outer) {
+Kernel asInnerLoop(const Kernel &pointwise, const Ranges &outer) {
   Kernel result = pointwise;
   result.outerRanges = outer;
   result.loops[0].ranges.assign(pointwise.outerRanges.begin() + outer.size(),
@@ -48,8 +46,9 @@ Kernel asInnerLoop(const Kernel &pointwise, const std::vector<int64_t> &outer) {
 
 // Splitting a kernel's parallel domain into an inner loop costs its
 // parallelism; worth it only when enough outer points remain.
-bool keepsParallelism(const std::vector<int64_t> &outer, int64_t totalWork) {
-  return product(outer) >= 64 || totalWork <= 32768;
+bool keepsParallelism(const Program &program, const Ranges &outer,
+                      int64_t totalWork) {
+  return product(program, outer) >= 64 || totalWork <= 32768;
 }
 
 struct Access {
@@ -149,22 +148,24 @@ Kernel concatenate(ExprContext &exprs, const Kernel &first,
 }
 
 // Tries to put `second` into `first`'s loop nest, aligning their domains.
-std::optional<Kernel> tryMerge(ExprContext &exprs, const Kernel &first,
+std::optional<Kernel> tryMerge(const Program &program, const Kernel &first,
                                const Kernel &second) {
   Kernel a = first, b = second;
   if (a.outerRanges != b.outerRanges) {
     if (isPointwise(b) && startsWith(b.outerRanges, a.outerRanges) &&
-        keepsParallelism(a.outerRanges, product(b.outerRanges)))
+        keepsParallelism(program, a.outerRanges,
+                         product(program, b.outerRanges)))
       b = asInnerLoop(b, a.outerRanges);
     else if (isPointwise(a) && startsWith(a.outerRanges, b.outerRanges) &&
-             keepsParallelism(b.outerRanges, product(a.outerRanges)))
+             keepsParallelism(program, b.outerRanges,
+                              product(program, a.outerRanges)))
       a = asInnerLoop(a, b.outerRanges);
     else
       return std::nullopt;
   }
   if (!canMerge(a, b))
     return std::nullopt;
-  return concatenate(exprs, a, b);
+  return concatenate(*program.exprs, a, b);
 }
 
 int64_t nodeCount(const Expr *expr, int64_t limit) {
@@ -332,8 +333,7 @@ void fuseKernels(Program &program) {
         fused.back().kind == Step::Kind::Kernel && !step.kernel.contraction &&
         !fused.back().kernel.contraction &&
         lastCount + count <= kMaxKernelOperations) {
-      if (auto merged =
-              tryMerge(*program.exprs, fused.back().kernel, step.kernel)) {
+      if (auto merged = tryMerge(program, fused.back().kernel, step.kernel)) {
         fused.back().kernel = std::move(*merged);
         lastCount += count;
         continue;

@@ -30,8 +30,10 @@ struct Interval {
 
 class IndexSimplifier {
 public:
-  IndexSimplifier(loop::ExprContext &exprs, std::vector<int64_t> varRanges)
-      : exprs_(exprs), varRanges_(std::move(varRanges)) {}
+  IndexSimplifier(loop::ExprContext &exprs, std::vector<int64_t> varRanges,
+                  std::vector<SymSize> symbolicRanges)
+      : exprs_(exprs), varRanges_(std::move(varRanges)),
+        symbolicRanges_(std::move(symbolicRanges)) {}
 
   const Expr *simplify(const Expr *root) {
     // Post-order: inner divisions first, so outer ones see their results.
@@ -46,6 +48,10 @@ public:
     };
     visit(root);
     for (const Expr *node : order) {
+      if (const Expr *simplified = divideBySize(node)) {
+        replacements_[node] = simplified;
+        continue;
+      }
       if (node->dtype() != DType::Int64 ||
           !(isDivision(node, BinaryOp::FloorDiv) ||
             isDivision(node, BinaryOp::Mod)))
@@ -97,6 +103,25 @@ private:
       }
     }
     terms.push_back({expr, scale});
+  }
+
+  // A variable divided by its own range where that varies between calls
+  // (a delinearised view index over a dim of size s0): v // s0 is 0 and
+  // v mod s0 is v. nullptr for anything else.
+  const Expr *divideBySize(const Expr *node) {
+    if (node->kind() != ExprKind::Binary || node->dtype() != DType::Int64 ||
+        (node->binaryOp() != BinaryOp::FloorDiv &&
+         node->binaryOp() != BinaryOp::Mod) ||
+        node->operand(1)->isConstant())
+      return nullptr;
+    const Expr *dividend = exprs_.replace(node->operand(0), replacements_);
+    SymSize divisor = loop::sizeOfExpr(node->operand(1));
+    if (!divisor || dividend->kind() != ExprKind::Var)
+      return nullptr;
+    size_t var = static_cast<size_t>(dividend->id());
+    if (var >= symbolicRanges_.size() || symbolicRanges_[var] != divisor)
+      return nullptr;
+    return node->binaryOp() == BinaryOp::Mod ? dividend : exprs_.integer(0);
   }
 
   static bool isDivision(const Expr *expr, BinaryOp op) {
@@ -288,6 +313,7 @@ private:
 
   loop::ExprContext &exprs_;
   std::vector<int64_t> varRanges_;
+  std::vector<SymSize> symbolicRanges_; // every variable's, as expressions
   std::unordered_map<const Expr *, const Expr *> replacements_;
 };
 
@@ -299,9 +325,16 @@ void simplifyIndices(loop::Program &program) {
       continue;
     loop::Kernel &kernel = step.kernel;
     for (loop::Loop &loop : kernel.loops) {
-      std::vector<int64_t> ranges = kernel.outerRanges;
-      ranges.insert(ranges.end(), loop.ranges.begin(), loop.ranges.end());
-      IndexSimplifier simplifier(*program.exprs, std::move(ranges));
+      // A range that varies between calls bounds nothing here (0: unknown).
+      std::vector<int64_t> ranges;
+      std::vector<SymSize> symbolic;
+      for (const loop::Ranges *part : {&kernel.outerRanges, &loop.ranges})
+        for (SymSize range : *part) {
+          ranges.push_back(range->constant().value_or(0));
+          symbolic.push_back(range);
+        }
+      IndexSimplifier simplifier(*program.exprs, std::move(ranges),
+                                 std::move(symbolic));
       loop::rewriteExprs(
           loop, [&](const Expr *expr) { return simplifier.simplify(expr); });
     }

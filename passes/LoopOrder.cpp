@@ -41,17 +41,18 @@ std::vector<const Expr *> indicesOf(const std::vector<const Expr *> &values,
 
 // Whether variables `outer` and `inner` (inner's extent `innerRange`) can
 // become one: every index steps by `innerRange` times inner's stride when
-// outer advances, and neither is used as a value.
+// outer advances, and neither is used as a value. Strides and ranges may be
+// size expressions: their canonical forms must agree.
 bool coalescible(const std::vector<const Expr *> &values,
                  const std::vector<const Expr *> &storeIndices, int64_t outer,
-                 int64_t inner, int64_t innerRange) {
+                 int64_t inner, SymSize innerRange) {
   for (const Expr *value : values)
     if (usedAsValue(value, outer) || usedAsValue(value, inner))
       return false;
   for (const Expr *index : indicesOf(values, storeIndices)) {
-    auto a = affineCoefficient(index, outer);
-    auto b = affineCoefficient(index, inner);
-    if (!a || !b || *a != *b * innerRange)
+    auto a = symbolicCoefficient(index, outer);
+    auto b = symbolicCoefficient(index, inner);
+    if (!a || !b || *a != size::mul(*b, innerRange))
       return false;
   }
   return true;
@@ -99,7 +100,7 @@ bool coalesceOuterOnce(ExprContext &exprs, Kernel &kernel) {
   KernelExprs all = exprsOf(kernel, -1);
   int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
   for (int64_t v = 0; v + 1 < outerCount; ++v) {
-    int64_t innerRange = kernel.outerRanges[v + 1];
+    SymSize innerRange = kernel.outerRanges[v + 1];
     if (!coalescible(all.values, all.storeIndices, v, v + 1, innerRange))
       continue;
     // e = rest + c*range*v + c*w  ==>  rest + c*u with u = v*range + w.
@@ -110,7 +111,7 @@ bool coalesceOuterOnce(ExprContext &exprs, Kernel &kernel) {
                      : old == v + 1 ? exprs.var(v)
                                     : exprs.var(old - 1);
     renumberVars(exprs, kernel, mapping);
-    kernel.outerRanges[v] *= innerRange;
+    kernel.outerRanges[v] = size::mul(kernel.outerRanges[v], innerRange);
     kernel.outerRanges.erase(kernel.outerRanges.begin() + v + 1);
     return true;
   }
@@ -124,7 +125,7 @@ bool coalesceLoopOnce(ExprContext &exprs, Kernel &kernel, size_t loopIndex) {
   int64_t count = static_cast<int64_t>(loop.ranges.size());
   for (int64_t j = 0; j + 1 < count; ++j) {
     int64_t v = first + j;
-    int64_t innerRange = loop.ranges[j + 1];
+    SymSize innerRange = loop.ranges[j + 1];
     if (!coalescible(mine.values, mine.storeIndices, v, v + 1, innerRange))
       continue;
     std::vector<const Expr *> mapping(first + count);
@@ -136,7 +137,7 @@ bool coalesceLoopOnce(ExprContext &exprs, Kernel &kernel, size_t loopIndex) {
     rewriteExprs(loop, [&](const Expr *expr) {
       return exprs.substituteVars(expr, mapping);
     });
-    loop.ranges[j] *= innerRange;
+    loop.ranges[j] = size::mul(loop.ranges[j], innerRange);
     loop.ranges.erase(loop.ranges.begin() + j + 1);
     return true;
   }
@@ -144,8 +145,10 @@ bool coalesceLoopOnce(ExprContext &exprs, Kernel &kernel, size_t loopIndex) {
 }
 
 // Pointwise kernels: outer loops sorted by decreasing stride of the first
-// store, so the innermost loop writes contiguously.
-void reorderPointwise(ExprContext &exprs, Kernel &kernel) {
+// store (in the example call, where strides vary), so the innermost loop
+// writes contiguously.
+void reorderPointwise(const Program &program, Kernel &kernel) {
+  ExprContext &exprs = *program.exprs;
   if (kernel.loops.size() != 1 || !kernel.loops[0].ranges.empty() ||
       kernel.loops[0].stores.empty())
     return;
@@ -153,16 +156,17 @@ void reorderPointwise(ExprContext &exprs, Kernel &kernel) {
   int64_t count = static_cast<int64_t>(kernel.outerRanges.size());
   std::vector<int64_t> stride(count);
   for (int64_t v = 0; v < count; ++v) {
-    auto coefficient = affineCoefficient(index, v);
+    auto coefficient = symbolicCoefficient(index, v);
     if (!coefficient)
       return;
-    stride[v] = std::abs(*coefficient);
+    stride[v] = std::abs(program.hint(*coefficient));
   }
   std::vector<int64_t> order(count);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     // Size-1 loops do not matter; keep them where they are.
-    if (kernel.outerRanges[a] == 1 || kernel.outerRanges[b] == 1)
+    if (kernel.outerRanges[a]->constant() == 1 ||
+        kernel.outerRanges[b]->constant() == 1)
       return false;
     return stride[a] > stride[b];
   });
@@ -173,7 +177,8 @@ void reorderPointwise(ExprContext &exprs, Kernel &kernel) {
     return;
   // New position i walks old variable order[i].
   std::vector<const Expr *> mapping(count);
-  std::vector<int64_t> ranges(count);
+  Ranges ranges;
+  ranges.resize(count);
   for (int64_t i = 0; i < count; ++i) {
     mapping[order[i]] = exprs.var(i);
     ranges[i] = kernel.outerRanges[order[i]];
@@ -186,10 +191,10 @@ void reorderPointwise(ExprContext &exprs, Kernel &kernel) {
 void dropUnitLoops(ExprContext &exprs, Kernel &kernel) {
   int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
   std::vector<const Expr *> mapping(maxVarCount(kernel));
-  std::vector<int64_t> outer;
+  Ranges outer;
   int64_t next = 0;
   for (int64_t v = 0; v < outerCount; ++v) {
-    if (kernel.outerRanges[v] == 1) {
+    if (kernel.outerRanges[v]->constant() == 1) {
       mapping[v] = exprs.integer(0);
       continue;
     }
@@ -214,7 +219,7 @@ void chooseLoopOrder(Program &program) {
       continue;
     Kernel &kernel = step.kernel;
     dropUnitLoops(exprs, kernel);
-    reorderPointwise(exprs, kernel);
+    reorderPointwise(program, kernel);
     while (coalesceOuterOnce(exprs, kernel)) {
     }
     for (size_t l = 0; l < kernel.loops.size(); ++l)

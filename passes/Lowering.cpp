@@ -40,6 +40,68 @@ const LoweringTable &loweringTable() {
 
 namespace {
 
+// The lowerings that handle sizes that vary between calls (size
+// expressions in their shapes, strides and counts). Every other op of a
+// graph with size symbols whose tensors or arguments mention a symbol is
+// left to torch, which takes any size.
+const std::unordered_set<std::string> &symbolicLowerings() {
+  static const std::unordered_set<std::string> names = [] {
+    std::unordered_set<std::string> built;
+    LoweringTable families;
+    registerPointwiseLowerings(families);
+    registerReductionLowerings(families);
+    registerViewLowerings(families);
+    for (const auto &[name, lowering] : families)
+      built.insert(name);
+    for (const char *name : {"aten::_softmax",
+                             "aten::softmax.int",
+                             "aten::_log_softmax",
+                             "aten::log_softmax.int",
+                             "aten::native_layer_norm",
+                             "aten::layer_norm",
+                             "aten::full",
+                             "aten::zeros",
+                             "aten::ones",
+                             "aten::empty.memory_format",
+                             "aten::empty_strided",
+                             "aten::scalar_tensor",
+                             "aten::full_like",
+                             "aten::zeros_like",
+                             "aten::ones_like",
+                             "aten::empty_like",
+                             "aten::new_zeros",
+                             "aten::new_ones",
+                             "aten::new_empty",
+                             "aten::new_full",
+                             "aten::fill.Scalar",
+                             "aten::fill.Tensor",
+                             "aten::arange",
+                             "aten::arange.start",
+                             "aten::arange.start_step",
+                             "aten::cat",
+                             "aten::stack",
+                             "aten::tril",
+                             "aten::triu"})
+      built.insert(name);
+    return built;
+  }();
+  return names;
+}
+
+// Whether a node's tensors or arguments mention a size symbol.
+bool mentionsSymbols(const Node &node) {
+  for (const Value *value : node.operands())
+    if (value && value->meta().isSymbolic())
+      return true;
+  for (const auto &result : node.results())
+    if (result->meta().isSymbolic())
+      return true;
+  for (const Argument &argument : node.arguments())
+    if (argument.isSymbolic())
+      return true;
+  return false;
+}
+
 // Each value a node reads, once.
 std::vector<const Value *> distinctOperands(const Node &node) {
   std::vector<const Value *> values;
@@ -106,6 +168,8 @@ Lowerer::Lowerer(std::shared_ptr<const Graph> graph, Device device,
                  bool standalone)
     : graph_(std::move(graph)), device_(device), standalone_(standalone) {
   program_.graph = graph_;
+  for (const SymbolBinding &binding : graph_->symbols())
+    symbolHints_.push_back(binding.hint);
   for (const auto &node : graph_->nodes())
     for (const Value *value : distinctOperands(*node)) {
       ++users_[value];
@@ -144,10 +208,12 @@ loop::Program Lowerer::run() {
         continue;
       const Placement &placement = *found->second.placement;
       const TensorMeta &meta = program_.buffers[placement.buffer].meta;
-      if (placement.offset == 0 && placement.strides == meta.strides &&
-          found->second.sizes == meta.sizes)
+      if (placement.offset->constant() == 0 &&
+          placement.strides == symbolicStrides(meta) &&
+          found->second.symSizes == symbolicSizes(meta))
         program_.bufferOf[result.get()] = placement.buffer;
     }
+  program_.symbolHints = symbolHints_;
   return std::move(program_);
 }
 
@@ -168,8 +234,9 @@ void Lowerer::lowerNode(const Node &node) {
     buffer.graphInput =
         std::find(inputs.begin(), inputs.end(), value) - inputs.begin();
     int64_t index = program_.addBuffer(std::move(buffer));
-    tensors_[value] = placed({index, value->meta().strides, 0},
-                             value->meta().dtype, value->meta().sizes);
+    tensors_[value] =
+        placed({index, symbolicStrides(value->meta()), size::constant(0)},
+               value->meta().dtype, symbolicSizes(value->meta()));
     program_.bufferOf[value] = index;
     return;
   }
@@ -181,8 +248,10 @@ void Lowerer::lowerNode(const Node &node) {
     buffer.meta = node.constant()->meta;
     buffer.constant = node.constant();
     int64_t index = program_.addBuffer(std::move(buffer));
-    tensors_[value] = placed({index, node.constant()->meta.strides, 0},
-                             value->meta().dtype, value->meta().sizes);
+    tensors_[value] =
+        placed({index, constantShape(node.constant()->meta.strides),
+                size::constant(0)},
+               value->meta().dtype, value->meta().sizes);
     program_.bufferOf[value] = index;
     return;
   }
@@ -191,8 +260,11 @@ void Lowerer::lowerNode(const Node &node) {
     return;
   }
   const LoweringTable &table = loweringTable();
-  auto found = table.find(node.schema()->qualifiedName());
-  if (found == table.end() || takesDimOfScalar(node)) {
+  const std::string &name = node.schema()->qualifiedName();
+  auto found = table.find(name);
+  if (found == table.end() || takesDimOfScalar(node) ||
+      (symbolic() && mentionsSymbols(node) &&
+       !symbolicLowerings().count(name))) {
     lowerExtern(node);
     return;
   }
@@ -218,9 +290,14 @@ void Lowerer::lowerNode(const Node &node) {
       return false;
     for (size_t i = 0; i < results->size(); ++i) {
       const TensorMeta &meta = node.result(static_cast<unsigned>(i))->meta();
-      if ((*results)[i].sizes != meta.sizes ||
-          (*results)[i].dtype != meta.dtype)
+      LoweredTensor &tensor = (*results)[i];
+      if (tensor.sizes != meta.sizes || tensor.dtype != meta.dtype)
         return false;
+      // Where sizes vary, the lowering's expressions and the graph's may
+      // differ where the capture's guards make them equal (a symbol torch
+      // specialised to a number, two symbols it unified): the graph's are
+      // the ones later nodes are written in.
+      tensor.symSizes = symbolicSizes(meta);
     }
     return true;
   };
@@ -296,8 +373,9 @@ void Lowerer::lowerExtern(const Node &node) {
     int64_t buffer =
         addBuffer(result->meta(), BufferKind::Tensor, result->name());
     program_.buffers[buffer].name = result->name();
-    tensors_[result.get()] = placed({buffer, result->meta().strides, 0},
-                                    result->meta().dtype, result->meta().sizes);
+    tensors_[result.get()] =
+        placed({buffer, symbolicStrides(result->meta()), size::constant(0)},
+               result->meta().dtype, symbolicSizes(result->meta()));
     program_.bufferOf[result.get()] = buffer;
     step.results.push_back(buffer);
   }
@@ -318,16 +396,25 @@ int64_t Lowerer::bufferOfValue(const Value *value, bool mustBeTensor) {
           value->producer() ? shortOpName(*value->producer()) : "value");
     const Placement &placement = *tensor.placement;
     const TensorMeta &meta = program_.buffers[placement.buffer].meta;
-    if (placement.offset == 0 && placement.strides == meta.strides &&
-        tensor.sizes == meta.sizes) {
+    if (placement.offset->constant() == 0 &&
+        placement.strides == symbolicStrides(meta) &&
+        tensor.symSizes == symbolicSizes(meta)) {
       buffer = placement.buffer;
     } else {
       loop::Buffer view;
       view.name = value->name();
       view.kind = BufferKind::View;
       view.base = placement.buffer;
-      view.meta = TensorMeta(tensor.dtype, tensor.sizes, placement.strides,
-                             placement.offset);
+      view.meta = TensorMeta(tensor.dtype, tensor.sizes,
+                             hints(placement.strides), hint(placement.offset));
+      if (tensor.isSymbolic() || !loop::Ranges(placement.strides).isStatic() ||
+          !placement.offset->isConstant()) {
+        auto layout = std::make_shared<SymbolicLayout>();
+        layout->sizes = tensor.symSizes;
+        layout->strides = placement.strides;
+        layout->storageOffset = placement.offset;
+        view.meta.symbolic = std::move(layout);
+      }
       buffer = program_.addBuffer(std::move(view));
     }
     program_.bufferOf[value] = buffer;
@@ -375,10 +462,17 @@ LoweredTensor Lowerer::input(const Node &node, size_t argument) {
   const Argument &arg = node.arguments().at(argument);
   if (arg.isTensor())
     return lowered(arg.toTensor());
+  if (arg.isSymbolic() && arg.kind() == Argument::Kind::Int) {
+    // A number computed from sizes (`x * x.shape[1]`): read in the call.
+    LoweredTensor tensor = full(0, DType::Int64, Shape{});
+    const Expr *value = size(arg.symbolicInts().at(0));
+    tensor.loader = [value](const Index &) { return value; };
+    return tensor;
+  }
   DType dtype = arg.kind() == Argument::Kind::Bool  ? DType::Bool
                 : arg.kind() == Argument::Kind::Int ? DType::Int64
                                                     : DType::Float64;
-  return full(arg.toDouble(), dtype, {});
+  return full(arg.toDouble(), dtype, Shape{});
 }
 
 LoweredTensor Lowerer::lowered(const Value *value) const {
@@ -386,9 +480,14 @@ LoweredTensor Lowerer::lowered(const Value *value) const {
 }
 
 LoweredTensor Lowerer::full(double value, DType dtype, Shape sizes) {
+  return full(value, dtype, constantShape(sizes));
+}
+
+LoweredTensor Lowerer::full(double value, DType dtype, SymShape sizes) {
   LoweredTensor tensor;
   tensor.dtype = dtype;
-  tensor.sizes = std::move(sizes);
+  tensor.sizes = hints(sizes);
+  tensor.symSizes = std::move(sizes);
   const Expr *element = constant(value, dtype);
   tensor.loader = [element](const Index &) { return element; };
   tensor.cheap = true;
@@ -397,24 +496,42 @@ LoweredTensor Lowerer::full(double value, DType dtype, Shape sizes) {
 
 LoweredTensor Lowerer::placed(const Placement &placement, DType dtype,
                               Shape sizes) {
+  return placed(placement, dtype, constantShape(sizes));
+}
+
+LoweredTensor Lowerer::placed(const Placement &placement, DType dtype,
+                              SymShape sizes) {
   LoweredTensor tensor;
   tensor.dtype = dtype;
-  tensor.sizes = std::move(sizes);
+  tensor.sizes = hints(sizes);
+  tensor.symSizes = std::move(sizes);
   tensor.placement = placement;
   tensor.cheap = true;
   loop::ExprContext *context = &exprs();
-  tensor.loader = [context, placement, dtype](const Index &index) {
-    const Expr *offset = context->integer(placement.offset);
+  const Expr *start = context->size(placement.offset);
+  std::vector<const Expr *> strides;
+  for (SymSize stride : placement.strides)
+    strides.push_back(context->size(stride));
+  tensor.loader = [context, buffer = placement.buffer, start, strides,
+                   dtype](const Index &index) {
+    const Expr *offset = start;
     for (size_t d = 0; d < index.size(); ++d)
-      offset = context->add(
-          offset,
-          context->mul(index[d], context->integer(placement.strides[d])));
-    return context->load(placement.buffer, dtype, offset);
+      offset = context->add(offset, context->mul(index[d], strides[d]));
+    return context->load(buffer, dtype, offset);
   };
   return tensor;
 }
 
 LoweredTensor Lowerer::pointwise(Shape sizes, DType computation, DType result,
+                                 const std::vector<LoweredTensor> &inputs,
+                                 const PointwiseBody &body) {
+  return pointwise(constantShape(sizes),
+                   std::vector<DType>(inputs.size(), computation), result,
+                   inputs, body);
+}
+
+LoweredTensor Lowerer::pointwise(SymShape sizes, DType computation,
+                                 DType result,
                                  const std::vector<LoweredTensor> &inputs,
                                  const PointwiseBody &body) {
   return pointwise(std::move(sizes),
@@ -427,9 +544,20 @@ LoweredTensor Lowerer::pointwise(Shape sizes,
                                  DType result,
                                  const std::vector<LoweredTensor> &inputs,
                                  const PointwiseBody &body) {
+  return pointwise(constantShape(sizes), computations, result, inputs, body);
+}
+
+LoweredTensor Lowerer::pointwise(SymShape symSizes,
+                                 const std::vector<DType> &computations,
+                                 DType result,
+                                 const std::vector<LoweredTensor> &inputs,
+                                 const PointwiseBody &body) {
   // Inputs broadcast to `sizes` (a lowering given metadata that does not
   // fit its inputs, as torch's for an op whose result was resized in place,
-  // must fail here rather than index past them).
+  // must fail here rather than index past them). Where sizes vary, two
+  // symbols that broadcast against each other are equal in every call: the
+  // capture's guards say so (torch's meta functions required it).
+  Shape sizes = hints(symSizes);
   for (const LoweredTensor &input : inputs)
     if (meta::broadcastShapes(input.sizes, sizes) != sizes)
       throw Error("lowering: an input of " + shapeToString(input.sizes) +
@@ -437,6 +565,7 @@ LoweredTensor Lowerer::pointwise(Shape sizes,
   LoweredTensor tensor;
   tensor.dtype = result;
   tensor.sizes = sizes;
+  tensor.symSizes = std::move(symSizes);
   loop::ExprContext *context = &exprs();
   tensor.loader = [context, inputs, computations, result,
                    body](const Index &index) {
@@ -458,9 +587,15 @@ LoweredTensor Lowerer::pointwise(Shape sizes,
 
 LoweredTensor Lowerer::remap(const LoweredTensor &source, Shape sizes,
                              std::function<Index(const Index &)> map) {
+  return remap(source, constantShape(sizes), std::move(map));
+}
+
+LoweredTensor Lowerer::remap(const LoweredTensor &source, SymShape sizes,
+                             std::function<Index(const Index &)> map) {
   LoweredTensor tensor;
   tensor.dtype = source.dtype;
-  tensor.sizes = std::move(sizes);
+  tensor.sizes = hints(sizes);
+  tensor.symSizes = std::move(sizes);
   tensor.cheap = source.cheap;
   Loader inner = source.loader;
   tensor.loader = [inner, map](const Index &index) {
@@ -477,6 +612,38 @@ int64_t Lowerer::addBuffer(const TensorMeta &meta, BufferKind kind,
   buffer.meta.storageOffset = 0;
   buffer.name = what + std::to_string(program_.buffers.size());
   return program_.addBuffer(std::move(buffer));
+}
+
+int64_t Lowerer::hint(SymSize value) const {
+  if (auto constant = value->constant())
+    return *constant;
+  return size::evaluate(value, symbolHints_);
+}
+
+Shape Lowerer::hints(const SymShape &values) const {
+  Shape result;
+  for (SymSize value : values)
+    result.push_back(hint(value));
+  return result;
+}
+
+TensorMeta Lowerer::contiguous(DType dtype, const SymShape &sizes) const {
+  TensorMeta meta(dtype, hints(sizes));
+  if (!loop::Ranges(sizes).isStatic()) {
+    auto layout = std::make_shared<SymbolicLayout>();
+    layout->sizes = sizes;
+    layout->strides.assign(sizes.size(), size::constant(1));
+    for (size_t d = sizes.size(); d-- > 1;)
+      layout->strides[d - 1] = size::mul(layout->strides[d], sizes[d]);
+    meta.symbolic = std::move(layout);
+  }
+  return meta;
+}
+
+const Expr *Lowerer::count(SymSize value, DType dtype) {
+  if (auto constant = value->constant())
+    return this->constant(static_cast<double>(*constant), dtype);
+  return cast(size(value), dtype);
 }
 
 std::string Lowerer::origin() const {
@@ -502,25 +669,30 @@ LoweredTensor Lowerer::realize(const LoweredTensor &tensor,
                                const std::string &what) {
   int64_t buffer = addBuffer(meta, kind, what);
   loop::Kernel kernel;
-  kernel.outerRanges = meta.sizes;
+  kernel.outerRanges = symbolicSizes(meta);
+  SymShape strides = symbolicStrides(meta);
   Index index;
   const Expr *offset = exprs().integer(0);
   for (int64_t d = 0; d < meta.dim(); ++d) {
     index.push_back(exprs().var(d));
-    offset = exprs().add(
-        offset, exprs().mul(index.back(), exprs().integer(meta.strides[d])));
+    offset = exprs().add(offset, exprs().mul(index.back(), size(strides[d])));
   }
   loop::Loop body;
   body.stores.push_back(
       {buffer, offset, cast(tensor.loader(index), meta.dtype)});
   kernel.loops.push_back(std::move(body));
   addKernel(std::move(kernel), what);
-  return placed({buffer, meta.strides, 0}, meta.dtype, meta.sizes);
+  return placed({buffer, strides, size::constant(0)}, meta.dtype,
+                symbolicSizes(meta));
 }
 
 // --- Reduction kernels ---
 
 ReductionKernel::ReductionKernel(Lowerer &lowerer, const Shape &inputSizes,
+                                 std::vector<int64_t> dims)
+    : ReductionKernel(lowerer, constantShape(inputSizes), std::move(dims)) {}
+
+ReductionKernel::ReductionKernel(Lowerer &lowerer, const SymShape &inputSizes,
                                  std::vector<int64_t> dims)
     : lowerer_(lowerer), inputSizes_(inputSizes), dims_(std::move(dims)),
       reduced_(inputSizes.size(), false) {
@@ -536,7 +708,7 @@ ReductionKernel::ReductionKernel(Lowerer &lowerer, const Shape &inputSizes,
   for (size_t d = 0; d < inputSizes.size(); ++d) {
     if (reduced_[d]) {
       pass.ranges.push_back(inputSizes[d]);
-      reducedNumel_ *= inputSizes[d];
+      reducedNumel_ = size::mul(reducedNumel_, inputSizes[d]);
       index_.push_back(exprs.var(reducedVar++));
     } else {
       index_.push_back(exprs.var(keptVar++));
@@ -564,15 +736,17 @@ LoweredTensor ReductionKernel::store(const Expr *value,
   loop::ExprContext &exprs = lowerer_.exprs();
   const Expr *offset = exprs.integer(0);
   bool keepdim = meta.dim() == static_cast<int64_t>(inputSizes_.size());
+  SymShape strides = symbolicStrides(meta);
   int64_t keptVar = 0;
   for (int64_t d = 0; d < meta.dim(); ++d) {
     if (keepdim && reduced_[d])
       continue;
-    offset = exprs.add(offset, exprs.mul(exprs.var(keptVar++),
-                                         exprs.integer(meta.strides[d])));
+    offset = exprs.add(
+        offset, exprs.mul(exprs.var(keptVar++), lowerer_.size(strides[d])));
   }
   final_.stores.push_back({buffer, offset, exprs.cast(value, meta.dtype)});
-  return lowerer_.placed({buffer, meta.strides, 0}, meta.dtype, meta.sizes);
+  return lowerer_.placed({buffer, strides, size::constant(0)}, meta.dtype,
+                         symbolicSizes(meta));
 }
 
 void ReductionKernel::emit(const std::string &what) {
@@ -622,13 +796,13 @@ Deviations meanAndSquaredDeviations(Lowerer &lowerer, ReductionKernel &kernel,
   // elements are all equal has exactly that value as its mean (max == min),
   // as eager's Welford moments give: sum / n can be an ulp off, which
   // layer_norm's 1/sqrt(eps) scales to 1e-3 where eager gives 0.
-  double count = static_cast<double>(kernel.reducedNumel());
   const Expr *sum = kernel.reduce(ReduceOp::Sum, element);
   const Expr *largest = kernel.reduce(ReduceOp::Max, element);
   const Expr *smallest = kernel.reduce(ReduceOp::Min, element);
   const Expr *mean = lowerer.where(
       lowerer.binary(BinaryOp::Eq, largest, smallest), largest,
-      lowerer.binary(BinaryOp::Div, sum, lowerer.constant(count, dtype)));
+      lowerer.binary(BinaryOp::Div, sum,
+                     lowerer.count(kernel.symbolicReducedNumel(), dtype)));
   kernel.newPass();
   const Expr *deviation = lowerer.binary(BinaryOp::Sub, element, mean);
   const Expr *squares = kernel.reduce(
@@ -641,7 +815,7 @@ reduceTensor(Lowerer &lowerer, const LoweredTensor &input,
              const std::vector<int64_t> &dims, ReduceOp op, DType accumulate,
              const TensorMeta &meta, const std::string &what,
              const std::function<const Expr *(const Expr *)> &epilogue) {
-  ReductionKernel kernel(lowerer, input.sizes, dims);
+  ReductionKernel kernel(lowerer, input.symSizes, dims);
   const Expr *value = lowerer.cast(input.loader(kernel.index()), accumulate);
   const Expr *result = kernel.reduce(op, value);
   if (epilogue)
@@ -665,8 +839,56 @@ Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
   return result;
 }
 
+SymShape reducedShape(const SymShape &sizes, const std::vector<int64_t> &dims,
+                      bool keepdim) {
+  SymShape result;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    bool reduced = std::find(dims.begin(), dims.end(),
+                             static_cast<int64_t>(d)) != dims.end();
+    if (!reduced)
+      result.push_back(sizes[d]);
+    else if (keepdim)
+      result.push_back(size::constant(1));
+  }
+  return result;
+}
+
 TensorMeta contiguousMeta(DType dtype, const Shape &sizes) {
   return TensorMeta(dtype, sizes);
+}
+
+SymShape constantShape(const Shape &values) {
+  SymShape result;
+  for (int64_t value : values)
+    result.push_back(size::constant(value));
+  return result;
+}
+
+SymShape symbolicSizes(const TensorMeta &meta) {
+  SymShape result;
+  for (int64_t d = 0; d < meta.dim(); ++d)
+    result.push_back(meta.symSize(d));
+  return result;
+}
+
+SymShape symbolicStrides(const TensorMeta &meta) {
+  SymShape result;
+  for (int64_t d = 0; d < meta.dim(); ++d)
+    result.push_back(meta.symStride(d));
+  return result;
+}
+
+SymSize symbolicOffset(const TensorMeta &meta) {
+  if (meta.symbolic)
+    return meta.symbolic->storageOffset;
+  return size::constant(meta.storageOffset);
+}
+
+bool LoweredTensor::isSymbolic() const {
+  for (SymSize size : symSizes)
+    if (!size->isConstant())
+      return true;
+  return false;
 }
 
 } // namespace lowering

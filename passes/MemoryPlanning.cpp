@@ -10,8 +10,9 @@ namespace kiln {
 
 using namespace loop;
 
-int64_t bufferBytes(const Buffer &buffer) {
-  const TensorMeta &meta = buffer.meta;
+int64_t bufferBytes(const Buffer &buffer) { return bufferBytes(buffer.meta); }
+
+int64_t bufferBytes(const TensorMeta &meta) {
   if (meta.numel() == 0)
     return 0;
   int64_t last = 0;
@@ -30,8 +31,11 @@ int64_t alignUp(int64_t bytes) {
 
 } // namespace
 
-void planMemory(Program &program) {
+std::vector<int64_t> planWorkspace(const Program &program,
+                                   const std::vector<int64_t> &bytesOf,
+                                   int64_t &total) {
   size_t count = program.buffers.size();
+  std::vector<int64_t> offsets(count, -1);
   std::vector<int64_t> firstWrite(count, -1), lastRead(count, -1);
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const Step &step = program.steps[s];
@@ -50,14 +54,14 @@ void planMemory(Program &program) {
     int64_t offset, bytes, freeAfter;
   };
   std::vector<Block> blocks;
-  int64_t total = 0;
+  total = 0;
   for (size_t b = 0; b < count; ++b) {
-    Buffer &buffer = program.buffers[b];
+    const Buffer &buffer = program.buffers[b];
     // Temporaries fusion forwarded away are never written: no memory.
     if (buffer.kind != BufferKind::Temporary || firstWrite[b] < 0) {
       continue;
     }
-    int64_t bytes = alignUp(std::max<int64_t>(bufferBytes(buffer), 1));
+    int64_t bytes = alignUp(std::max<int64_t>(bytesOf[b], 1));
     int64_t born = firstWrite[b];
     int64_t dies = std::max(lastRead[b], born);
     // First fit among blocks whose last reader ran before this is written.
@@ -67,14 +71,26 @@ void planMemory(Program &program) {
           (!reuse || block.bytes < reuse->bytes))
         reuse = &block;
     if (reuse) {
-      buffer.workspaceOffset = reuse->offset;
+      offsets[b] = reuse->offset;
       reuse->freeAfter = dies;
       continue;
     }
-    buffer.workspaceOffset = total;
+    offsets[b] = total;
     blocks.push_back({total, bytes, dies});
     total += bytes;
   }
+  return offsets;
+}
+
+void planMemory(Program &program) {
+  std::vector<int64_t> bytes;
+  for (const Buffer &buffer : program.buffers)
+    bytes.push_back(bufferBytes(buffer));
+  int64_t total = 0;
+  std::vector<int64_t> offsets = planWorkspace(program, bytes, total);
+  for (size_t b = 0; b < program.buffers.size(); ++b)
+    if (offsets[b] >= 0)
+      program.buffers[b].workspaceOffset = offsets[b];
   program.workspaceBytes = total;
 }
 
@@ -97,7 +113,7 @@ std::string scheduleSummary(const Program &program) {
     out << kernel.name << ": " << kernel.loops.size() << " loop(s), "
         << reductions << " reduction(s), " << stores << " store(s) over [";
     for (size_t i = 0; i < kernel.outerRanges.size(); ++i)
-      out << (i ? ", " : "") << kernel.outerRanges[i];
+      out << (i ? ", " : "") << kernel.outerRanges[i]->str();
     out << "]; fused: " << kernel.origin << "\n";
   }
   out << kernels << " kernel(s), " << externs << " extern(s), workspace "

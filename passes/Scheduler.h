@@ -31,10 +31,20 @@ void chooseLoopOrder(loop::Program &program);
 
 /// Gives every Temporary buffer an offset in one workspace, reusing the
 /// memory of temporaries whose last reader has run; sets workspaceBytes.
+/// (A program whose sizes vary is planned for the example call; each call
+/// plans its own with planWorkspace.)
 void planMemory(loop::Program &program);
+
+/// The workspace offset of every Temporary buffer of `program` whose
+/// buffers take `bytes` (by buffer; -1 for the others), as planMemory
+/// places them; `total` gets the workspace's size.
+std::vector<int64_t> planWorkspace(const loop::Program &program,
+                                   const std::vector<int64_t> &bytes,
+                                   int64_t &total);
 
 /// The bytes a buffer's elements span from its data pointer (0 when empty).
 int64_t bufferBytes(const loop::Buffer &buffer);
+int64_t bufferBytes(const TensorMeta &meta);
 
 /// "kernel_add_1: add+mul+exp (3 values, 2 loops)" lines for
 /// KILN_LOGS=schedule.

@@ -5,6 +5,8 @@
 #include "ir/Error.h"
 #include "passes/Scheduler.h"
 
+#include <optional>
+
 namespace kiln::runtime {
 
 using loop::Buffer;
@@ -24,7 +26,7 @@ bool sameLayout(const TensorMeta &actual, const TensorMeta &expected) {
 }
 
 void checkInput(const CompiledProgram &program, size_t index,
-                const TensorBuffer &tensor) {
+                const TensorBuffer &tensor, const CallLayout *layout) {
   if (index >= program.inputCount())
     throw Error("the compiled program takes " +
                 std::to_string(program.inputCount()) +
@@ -34,7 +36,9 @@ void checkInput(const CompiledProgram &program, size_t index,
   int64_t bufferIndex = program.inputBuffer(index);
   if (bufferIndex < 0)
     return;
-  const TensorMeta &expected = program.program().buffers[bufferIndex].meta;
+  const TensorMeta &expected =
+      layout ? layout->metas[bufferIndex]
+             : program.program().buffers[bufferIndex].meta;
   TensorMeta actual;
   actual.dtype = tensor.dtype;
   actual.sizes = tensor.sizes;
@@ -45,6 +49,27 @@ void checkInput(const CompiledProgram &program, size_t index,
   if (!same)
     throw Error("input " + std::to_string(index) + " is " + actual.str() +
                 ", but the program was compiled for " + expected.str());
+}
+
+CallLayout CallLayout::of(const loop::Program &program,
+                          std::vector<int64_t> symbols) {
+  if (symbols.size() != program.symbolHints.size())
+    throw Error("the compiled program has " +
+                std::to_string(program.symbolHints.size()) +
+                " size symbols; the call gives " +
+                std::to_string(symbols.size()) + " values");
+  CallLayout layout;
+  std::vector<int64_t> bytes;
+  for (const Buffer &buffer : program.buffers) {
+    layout.metas.push_back(buffer.meta.isSymbolic()
+                               ? buffer.meta.specialized(symbols)
+                               : buffer.meta);
+    bytes.push_back(bufferBytes(layout.metas.back()));
+  }
+  layout.workspaceOffsets =
+      planWorkspace(program, bytes, layout.workspaceBytes);
+  layout.symbols = std::move(symbols);
+  return layout;
 }
 
 char *ExecutionHost::constantAddress(int64_t buffer) {
@@ -59,8 +84,11 @@ Workspace ExecutionHost::workspace(int64_t bytes) {
 
 void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
                 size_t inputCount, ExecutionHost &host,
-                std::vector<char *> &addresses) {
+                std::vector<char *> &addresses, const CallLayout *layout) {
   const loop::Program &program = compiled.program();
+  if (program.isSymbolic() && !layout)
+    throw Error("the compiled program's sizes vary between calls; a call "
+                "must give its sizes");
   if (inputCount != compiled.inputCount())
     throw Error("the compiled program takes " +
                 std::to_string(compiled.inputCount()) + " inputs, got " +
@@ -75,17 +103,24 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
       addresses[b] = host.constantAddress(static_cast<int64_t>(b));
   for (int64_t b : compiled.allocatedBuffers())
     addresses[b] = host.allocate(b);
-  Workspace workspace = host.workspace(program.workspaceBytes);
+  Workspace workspace =
+      host.workspace(layout ? layout->workspaceBytes : program.workspaceBytes);
   backend::LaunchContext context = host.launchContext();
+  if (layout)
+    context.symbols = &layout->symbols;
   for (size_t b = 0; b < bufferCount; ++b)
     if (program.buffers[b].kind == BufferKind::Temporary)
-      addresses[b] = workspace.data() + program.buffers[b].workspaceOffset;
+      addresses[b] =
+          workspace.data() + (layout ? layout->workspaceOffsets[b]
+                                     : program.buffers[b].workspaceOffset);
 
   auto readyViews = [&](int64_t afterStep) {
     for (int64_t view : compiled.viewsReadyAfter(afterStep)) {
       const Buffer &buffer = program.buffers[view];
-      addresses[view] = addresses[buffer.base] +
-                        buffer.meta.storageOffset * itemSize(buffer.dtype());
+      int64_t offset = layout ? layout->metas[view].storageOffset
+                              : buffer.meta.storageOffset;
+      addresses[view] =
+          addresses[buffer.base] + offset * itemSize(buffer.dtype());
       host.viewReady(view, addresses);
     }
   };
@@ -105,13 +140,14 @@ namespace {
 /// Outputs on the program's device, and no extern calls.
 class StandaloneHost : public ExecutionHost {
 public:
-  explicit StandaloneHost(const CompiledProgram &program)
-      : ExecutionHost(program) {}
+  StandaloneHost(const CompiledProgram &program, const CallLayout *layout)
+      : ExecutionHost(program), layout_(layout) {}
 
   char *allocate(int64_t buffer) override {
     Device &device = program_.device();
-    char *memory =
-        device.allocate(bufferBytes(program_.program().buffers[buffer]));
+    char *memory = device.allocate(
+        layout_ ? bufferBytes(layout_->metas[buffer])
+                : bufferBytes(program_.program().buffers[buffer]));
     memory_.emplace_back(memory, [&device](char *m) { device.deallocate(m); });
     return memory;
   }
@@ -124,6 +160,7 @@ public:
   }
 
   std::vector<std::shared_ptr<char>> memory_;
+  const CallLayout *layout_;
 };
 
 } // namespace
@@ -145,20 +182,37 @@ ProgramOutputs runProgram(const CompiledProgram &compiled,
     throw Error("the compiled program takes " +
                 std::to_string(compiled.inputCount()) + " inputs, got " +
                 std::to_string(inputs.size()));
+  // A program whose sizes vary reads its symbols from the inputs' sizes.
+  std::optional<CallLayout> layout;
+  if (program.isSymbolic()) {
+    std::vector<int64_t> symbols;
+    for (const SymbolBinding &binding : program.graph->symbols()) {
+      const TensorBuffer &input = inputs.at(binding.input);
+      if (binding.dim >= static_cast<int64_t>(input.sizes.size()))
+        throw Error("input " + std::to_string(binding.input) + " has " +
+                    std::to_string(input.sizes.size()) +
+                    " dims; the program reads the size of dim " +
+                    std::to_string(binding.dim));
+      symbols.push_back(input.sizes[binding.dim]);
+    }
+    layout = CallLayout::of(program, std::move(symbols));
+  }
   std::vector<char *> inputAddresses;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    checkInput(compiled, i, inputs[i]);
+    checkInput(compiled, i, inputs[i], layout ? &*layout : nullptr);
     inputAddresses.push_back(inputs[i].data);
   }
-  StandaloneHost host(compiled);
+  StandaloneHost host(compiled, layout ? &*layout : nullptr);
   std::vector<char *> addresses;
   runProgram(compiled, inputAddresses.data(), inputAddresses.size(), host,
-             addresses);
+             addresses, layout ? &*layout : nullptr);
   ProgramOutputs outputs;
   for (const loop::ProgramOutput &output : program.outputs) {
     const Buffer &buffer = program.buffers[output.buffer];
-    outputs.tensors.push_back({addresses[output.buffer], buffer.dtype(),
-                               buffer.meta.sizes, buffer.meta.strides});
+    const TensorMeta &meta =
+        layout ? layout->metas[output.buffer] : buffer.meta;
+    outputs.tensors.push_back(
+        {addresses[output.buffer], buffer.dtype(), meta.sizes, meta.strides});
   }
   outputs.memory = std::move(host.memory_);
   return outputs;

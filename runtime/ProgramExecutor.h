@@ -22,6 +22,20 @@ struct TensorBuffer {
   Shape strides;
 };
 
+/// One call's sizes of a program whose sizes vary between calls: the size
+/// symbols' values, every buffer's layout at them, and the workspace
+/// planned for them. A static program's calls need none.
+struct CallLayout {
+  std::vector<int64_t> symbols;
+  std::vector<TensorMeta> metas;         // by buffer
+  std::vector<int64_t> workspaceOffsets; // by buffer (Temporary; else -1)
+  int64_t workspaceBytes = 0;
+
+  /// Lays `program` out for `symbols` (one value per size symbol).
+  static CallLayout of(const loop::Program &program,
+                       std::vector<int64_t> symbols);
+};
+
 /// What a run needs from its caller besides the inputs.
 class ExecutionHost {
 public:
@@ -57,15 +71,17 @@ bool sameLayout(const TensorMeta &actual, const TensorMeta &expected);
 
 /// Throws kiln::Error when `tensor` is not what graph input `index` of
 /// `program` was compiled for (dtype, sizes, strides where a dimension has
-/// more than one element).
+/// more than one element; at `layout`'s sizes where they vary).
 void checkInput(const CompiledProgram &program, size_t index,
-                const TensorBuffer &tensor);
+                const TensorBuffer &tensor, const CallLayout *layout = nullptr);
 
 /// Runs `program` with `inputAddresses[i]` the address of graph input i.
 /// Every buffer's address ends in `addresses` (indexed by buffer number).
+/// `layout`: the call's sizes, for a program whose sizes vary.
 void runProgram(const CompiledProgram &program, char *const *inputAddresses,
                 size_t inputCount, ExecutionHost &host,
-                std::vector<char *> &addresses);
+                std::vector<char *> &addresses,
+                const CallLayout *layout = nullptr);
 
 /// The outputs of a run without a host: tensors on the program's device,
 /// allocated by the run (freed with this object) or views of the inputs.
@@ -75,7 +91,8 @@ struct ProgramOutputs {
 };
 
 /// Runs `program` on `inputs` (checked) with outputs allocated on its
-/// device. Throws kiln::Unsupported for a program with extern steps or a
+/// device; a program whose sizes vary takes its symbols' values from the
+/// inputs' sizes. Throws kiln::Unsupported for a program with extern steps or a
 /// non-tensor output, which need a host.
 ProgramOutputs runProgram(const CompiledProgram &program,
                           const std::vector<TensorBuffer> &inputs);

@@ -64,6 +64,14 @@ uint64_t weightsChecksum(const uint8_t *bytes, uint64_t count) {
 
 namespace {
 
+// An export is compiled for fixed sizes.
+int64_t constantSize(SymSize size, const char *what) {
+  if (!size || !size->isConstant())
+    throw Unsupported(std::string("kiln export: ") + what +
+                      " varies between calls; exports have fixed sizes");
+  return size->value();
+}
+
 // Mirrors the C runtime's buffer kinds.
 enum RuntimeBufferKind { kInput, kWeight, kWorkspace, kOwned, kView };
 
@@ -745,8 +753,10 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
     declarations << "void " << function
                  << "(char *const *, int64_t, int64_t);\n";
     steps << "  {" << function << ", " << slotCount << ", "
-          << emitted.buffers.size() << ", " << emitted.parallelRange << "LL, "
-          << emitted.alignment << "LL, " << emitted.work << "LL}, /* "
+          << emitted.buffers.size() << ", "
+          << constantSize(emitted.parallelRange, "a parallel range") << "LL, "
+          << emitted.alignment << "LL, "
+          << constantSize(emitted.work, "a kernel's work") << "LL}, /* "
           << kernel.name << " */\n";
     for (int64_t buffer : emitted.buffers)
       slots << buffer << ", ";

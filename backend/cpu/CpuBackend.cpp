@@ -201,8 +201,10 @@ KernelCache &kernelCache() {
 
 struct CompiledKernel {
   KernelFunction function = nullptr;
-  int64_t parallelRange = 1;    // the [begin, end) the function takes
-  int64_t work = 0;             // elements the kernel touches, roughly
+  // The [begin, end) the function takes, and the elements the kernel
+  // touches (roughly): expressions over the size symbols where sizes vary.
+  SymSize parallelRange = size::constant(1);
+  SymSize work = size::constant(0);
   int64_t alignment = 1;        // chunk boundaries on the first outer range
   std::vector<int64_t> buffers; // the program buffer of each argument slot
 };
@@ -402,21 +404,39 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
   return result;
 }
 
-void CpuProgram::runKernel(size_t stepIndex,
-                           char *const *programBuffers) const {
+void CpuProgram::runKernel(size_t stepIndex, char *const *programBuffers,
+                           const std::vector<int64_t> *symbols) const {
   if (stepIndex >= impl_->kernels.size() || !impl_->kernels[stepIndex])
     throw Error("CpuProgram::runKernel: step " + std::to_string(stepIndex) +
                 " is not a kernel");
   const CompiledKernel &kernel = *impl_->kernels[stepIndex];
+  auto valueOf = [&](SymSize size) {
+    if (auto constant = size->constant())
+      return *constant;
+    if (!symbols)
+      throw Error("CpuProgram::runKernel: step " + std::to_string(stepIndex) +
+                  " has sizes that vary between calls, and the call gives "
+                  "no symbol values");
+    return size::evaluate(size, *symbols);
+  };
   llvm::SmallVector<char *, 16> arguments;
-  for (int64_t buffer : kernel.buffers)
-    arguments.push_back(programBuffers[buffer]);
+  for (int64_t buffer : kernel.buffers) {
+    if (buffer != kSymbolSlot) {
+      arguments.push_back(programBuffers[buffer]);
+      continue;
+    }
+    if (!symbols)
+      throw Error("CpuProgram::runKernel: step " + std::to_string(stepIndex) +
+                  " reads symbol values the call does not give");
+    arguments.push_back(
+        reinterpret_cast<char *>(const_cast<int64_t *>(symbols->data())));
+  }
   char *const *buffers = arguments.data();
-  int64_t outer = kernel.parallelRange;
+  int64_t outer = valueOf(kernel.parallelRange);
   ThreadPool &pool = ThreadPool::instance();
   int threads = pool.threadCount();
   constexpr int64_t kInlineWork = 32768;
-  if (threads == 1 || kernel.work < kInlineWork || outer < 2) {
+  if (threads == 1 || valueOf(kernel.work) < kInlineWork || outer < 2) {
     kernel.function(buffers, 0, outer);
     return;
   }

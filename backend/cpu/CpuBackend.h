@@ -7,6 +7,7 @@
 #include "ir/LoopIR.h"
 
 #include <memory>
+#include <vector>
 
 namespace llvm {
 class Module;
@@ -32,7 +33,10 @@ public:
   /// Runs the kernel of step `stepIndex` (must be a Kernel step) on
   /// `buffers` (the data pointer of every program buffer, indexed by buffer
   /// number), splitting its first outer range across the thread pool.
-  void runKernel(size_t stepIndex, char *const *buffers) const;
+  /// `symbols`: the call's size-symbol values, for a program whose sizes
+  /// vary between calls.
+  void runKernel(size_t stepIndex, char *const *buffers,
+                 const std::vector<int64_t> *symbols = nullptr) const;
   /// Milliseconds the compile took (IR build, optimisation, JIT), for
   /// benchmarks.
   double compileMilliseconds() const;

@@ -48,6 +48,10 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
   if (!kernel.contraction || (outer != 2 && outer != 3) ||
       kernel.loops.size() != 2)
     return std::nullopt;
+  // The GEMM's blocking is chosen for its sizes: a product whose sizes vary
+  // between calls runs as the loops it is.
+  if (!kernel.outerRanges.isStatic() || !kernel.loops[0].ranges.isStatic())
+    return std::nullopt;
   const loop::Loop &sum = kernel.loops[0], &last = kernel.loops[1];
   if (sum.ranges.size() != 1 || sum.reductions.size() != 1 ||
       !sum.stores.empty() || !last.ranges.empty() || !last.reductions.empty() ||
@@ -92,10 +96,11 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
   MatchedContraction match;
   GemmSpec &spec = match.spec;
   bool batched = outer == 3;
-  spec.batch = batched ? kernel.outerRanges[0] : 1;
-  spec.m = kernel.outerRanges[rowVar];
-  spec.n = kernel.outerRanges[columnVar];
-  spec.k = sum.ranges[0];
+  Shape outerRanges = kernel.outerRanges.constants();
+  spec.batch = batched ? outerRanges[0] : 1;
+  spec.m = outerRanges[rowVar];
+  spec.n = outerRanges[columnVar];
+  spec.k = sum.ranges.constants()[0];
   spec.aBatch = batched ? a.coefficients[batchVar] : 0;
   spec.aRow = a.coefficients[rowVar];
   spec.aCol = a.coefficients[depthVar];
@@ -158,9 +163,10 @@ emitContraction(llvm::Module &module, const loop::Program &program,
   EmittedKernel emitted;
   emitted.function = function;
   emitted.buffers = {match->a, match->b, match->c};
-  emitted.parallelRange = gemm.parallelRange;
+  emitted.parallelRange = size::constant(gemm.parallelRange);
   const GemmSpec &spec = match->spec;
-  emitted.work = spec.batch * spec.m * spec.n * std::max<int64_t>(spec.k, 1);
+  emitted.work = size::constant(spec.batch * spec.m * spec.n *
+                                std::max<int64_t>(spec.k, 1));
   // The code follows from the spec, the offsets and the CPU.
   std::ostringstream key;
   key << "gemm " << spec.batch << ' ' << spec.m << ' ' << spec.n << ' '
@@ -185,19 +191,15 @@ EmittedKernel emitCpuStep(llvm::Module &module, const loop::Program &program,
       return std::move(*gemm); // its tiles are its own
   EmittedKernel emitted =
       emitCpuKernel(module, program, kernel, schedule, name, host, math);
-  emitted.parallelRange = 1;
-  for (size_t level = 0; level < schedule.parallelDepth; ++level)
-    emitted.parallelRange *= kernel.outerRanges[level];
-  int64_t outerPoints = 1, inner = 0;
-  for (int64_t range : kernel.outerRanges)
-    outerPoints *= std::max<int64_t>(range, 0);
-  for (const loop::Loop &loop : kernel.loops) {
-    int64_t points = 1;
-    for (int64_t range : loop.ranges)
-      points *= std::max<int64_t>(range, 0);
-    inner += points;
-  }
-  emitted.work = outerPoints * std::max<int64_t>(inner, 1);
+  emitted.parallelRange =
+      size::product({kernel.outerRanges.begin(),
+                     kernel.outerRanges.begin() + schedule.parallelDepth});
+  // Ranges are never negative (sizes are at least 0).
+  SymSize inner = size::constant(0);
+  for (const loop::Loop &loop : kernel.loops)
+    inner = size::add(inner, loop.ranges.numel());
+  emitted.work = size::mul(kernel.outerRanges.numel(),
+                           size::max(inner, size::constant(1)));
   // Chunks of whole vectors leave every chunk but the last without a tail.
   if (schedule.strategy == VectorStrategy::Outer &&
       kernel.outerRanges.size() == 1)

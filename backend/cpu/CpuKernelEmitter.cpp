@@ -53,6 +53,7 @@ public:
 
 protected:
   llvm::Value *bufferPointer(int64_t buffer) override;
+  llvm::Value *symbolValue(int64_t number) override;
   llvm::Value *loadElements(const Expr *expr, DType dtype,
                             bool vector) override;
   llvm::Value *callMath(const char *name,
@@ -100,6 +101,10 @@ private:
   llvm::Value *endArgument_ = nullptr;
   std::unordered_map<int64_t, llvm::Value *> bufferPointers_;
   std::vector<int64_t> slots_; // the program buffer of each argument slot
+  /// The values of the size symbols the kernel reads, loaded on entry from
+  /// the array whose address is the slot of kSymbolSlot.
+  std::unordered_map<int64_t, llvm::Value *> symbolValues_;
+  void loadSymbols();
 };
 
 llvm::Value *CpuKernelEmitter::bufferPointer(int64_t buffer) {
@@ -282,6 +287,46 @@ llvm::Value *CpuKernelEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
                                  callMath("log1p", {x}));
   }
   return ExprEmitter::emitMathFunction(op, x);
+}
+
+llvm::Value *CpuKernelEmitter::symbolValue(int64_t number) {
+  auto found = symbolValues_.find(number);
+  if (found == symbolValues_.end())
+    throw Error("the CPU code generator: symbol s" + std::to_string(number) +
+                " was not loaded on entry");
+  return found->second;
+}
+
+void CpuKernelEmitter::loadSymbols() {
+  std::vector<int64_t> numbers;
+  auto note = [&](int64_t number) {
+    if (std::find(numbers.begin(), numbers.end(), number) == numbers.end())
+      numbers.push_back(number);
+  };
+  auto noteRanges = [&](const loop::Ranges &ranges) {
+    for (SymSize range : ranges)
+      for (int64_t number : size::symbolsOf(range))
+        note(number);
+  };
+  noteRanges(kernel_.outerRanges);
+  for (const loop::Loop &loop : kernel_.loops)
+    noteRanges(loop.ranges);
+  loop::forEachExpr(kernel_, [&](const Expr *expr) {
+    loop::anyNode(expr, [&](const Expr *node) {
+      if (node->kind() == loop::ExprKind::Symbol)
+        note(node->id());
+      return false;
+    });
+  });
+  if (numbers.empty())
+    return;
+  std::sort(numbers.begin(), numbers.end());
+  llvm::Value *array = bufferPointer(kSymbolSlot);
+  for (int64_t number : numbers)
+    symbolValues_[number] = builder_.CreateAlignedLoad(
+        builder_.getInt64Ty(),
+        builder_.CreateConstGEP1_64(builder_.getInt64Ty(), array, number),
+        llvm::Align(8), "s" + std::to_string(number));
 }
 
 // ------------------------------------------------------ loops and reductions
@@ -519,7 +564,10 @@ void CpuKernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
     blocked = blocked || isFloatSum(reduction);
   int64_t firstVar = outerCount_;
   int64_t lastVar = outerCount_ + static_cast<int64_t>(depth) - 1;
-  int64_t innermostRange = loop.ranges.back();
+  SymSize innermostRange = loop.ranges.back();
+  // A range that varies between calls is not known here: every width and
+  // the scalar tail are emitted.
+  std::optional<int64_t> innermostConstant = innermostRange->constant();
   int64_t block =
       kSumBlockPerLane * (innerVector ? schedule_.lanes * schedule_.unroll : 1);
   // Where every span is the whole innermost range, only the vector widths
@@ -527,8 +575,9 @@ void CpuKernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
   // 64 is two wide steps and nothing else).
   bool streaming = innerVector && schedule_.streamedStore &&
                    schedule_.streamedLoop == loopIndex;
-  bool wholeSpans = (!blocked || innermostRange <= block) && !streaming;
-  int64_t leftOver = innermostRange;
+  bool wholeSpans = innermostConstant &&
+                    (!blocked || *innermostConstant <= block) && !streaming;
+  int64_t leftOver = innermostConstant.value_or(0);
   // One set of accumulators per vector width, widest first.
   std::vector<int> widths;
   if (innerVector) {
@@ -710,7 +759,8 @@ void CpuKernelEmitter::computed(const Expr *expr, llvm::Value *value) {
 void CpuKernelEmitter::makeCarriedArrays() {
   llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
   for (const CarriedValue &value : schedule_.carried) {
-    int64_t points = numelOf(kernel_.loops[value.producer].ranges);
+    // The schedule carries values only over loops of constant ranges.
+    int64_t points = numelOf(kernel_.loops[value.producer].ranges.constants());
     llvm::AllocaInst *scratch = entryBuilder.CreateAlloca(
         computeType(value.expr->dtype()), sizeValue(points), "carried");
     scratch->setAlignment(llvm::Align(64));
@@ -741,6 +791,7 @@ EmittedKernel CpuKernelEmitter::emitFunction(const std::string &name) {
     maxRanges = std::max(maxRanges, loop.ranges.size());
   vars_.assign(kernel_.outerRanges.size() + maxRanges, nullptr);
   scopes_.assign(1, Scope());
+  loadSymbols();
   makeCarriedArrays();
   emitOuter(0);
   // Non-temporal stores are weakly ordered: fence them before the thread

@@ -20,17 +20,23 @@ namespace kiln::backend {
 
 class MathLibrary;
 
+/// The slot in a kernel's `buffers` argument that holds the address of the
+/// call's size-symbol values (int64_t[]) instead of a buffer's, where the
+/// kernel reads sizes that vary between calls.
+constexpr int64_t kSymbolSlot = -1;
+
 struct EmittedKernel {
   llvm::Function *function = nullptr;
   /// The program buffer whose data pointer each element of the function's
-  /// `buffers` argument is.
+  /// `buffers` argument is (kSymbolSlot: the symbol values).
   std::vector<int64_t> buffers;
   /// The range [0, parallelRange) the function takes as [begin, end) and
   /// splits across threads, the elements it touches (roughly), and the
-  /// multiple chunk boundaries keep. emitCpuStep fills them in; -1 where a
-  /// kernel's schedule says (emitCpuKernel leaves them so).
-  int64_t parallelRange = -1;
-  int64_t work = -1;
+  /// multiple chunk boundaries keep. emitCpuStep fills them in; null where a
+  /// kernel's schedule says (emitCpuKernel leaves them so). Expressions over
+  /// the size symbols where sizes vary.
+  SymSize parallelRange = nullptr;
+  SymSize work = nullptr;
   int64_t alignment = 1;
   /// The kernel cache's key where the function's own IR is not all of its
   /// code (it calls functions emitted with it); empty: its IR.

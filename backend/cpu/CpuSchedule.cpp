@@ -82,7 +82,7 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
     const loop::Loop &loop = kernel.loops[loopIndex];
     LoopCounts &count = counts[loopIndex];
     int64_t lastVar = outerCount + static_cast<int64_t>(loop.ranges.size()) - 1;
-    for (int64_t range : loop.ranges)
+    for (int64_t range : program.hints(loop.ranges))
       count.trip *= static_cast<double>(std::max<int64_t>(range, 1));
     int64_t contiguous = 0, other = 0;
     // A gather when the index walks `var` neither contiguously nor not at
@@ -174,7 +174,7 @@ void planStreaming(KernelSchedule &schedule, const loop::Program &program,
   int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
   if (host.streamingBytes <= 0)
     return;
-  int64_t outerPoints = numelOf(kernel.outerRanges);
+  int64_t outerPoints = numelOf(program.hints(kernel.outerRanges));
   for (size_t loopIndex = 0; loopIndex < kernel.loops.size(); ++loopIndex) {
     const loop::Loop &loop = kernel.loops[loopIndex];
     int64_t var;
@@ -188,7 +188,7 @@ void planStreaming(KernelSchedule &schedule, const loop::Program &program,
       var = outerCount + static_cast<int64_t>(loop.ranges.size()) - 1;
     else
       continue;
-    int64_t points = outerPoints * numelOf(loop.ranges);
+    int64_t points = outerPoints * numelOf(program.hints(loop.ranges));
     for (const loop::Store &store : loop.stores) {
       std::optional<int64_t> coefficient =
           loop::affineCoefficient(store.index, var);
@@ -208,9 +208,10 @@ void planStreaming(KernelSchedule &schedule, const loop::Program &program,
 // one flat loop: enough that the thread pool has chunks to share out even
 // where the first loop is short (attention's batch of 2). The vectorised
 // outer loop stays a loop of its own.
-void planParallel(KernelSchedule &schedule, const loop::Kernel &kernel) {
+void planParallel(KernelSchedule &schedule, const loop::Program &program,
+                  const loop::Kernel &kernel) {
   constexpr int64_t kParallelPoints = 256;
-  const std::vector<int64_t> &ranges = kernel.outerRanges;
+  Shape ranges = program.hints(kernel.outerRanges);
   size_t limit = ranges.size();
   if (schedule.strategy == VectorStrategy::Outer && limit > 0)
     --limit;
@@ -277,8 +278,12 @@ void planCarried(KernelSchedule &schedule, const loop::Kernel &kernel) {
   };
   for (size_t producer = 0; producer < kernel.loops.size(); ++producer) {
     const loop::Loop &loop = kernel.loops[producer];
-    int64_t points = numelOf(loop.ranges);
-    if (loop.ranges.empty() || points > kMaxCarried || points < 1)
+    // Carried values live in stack arrays of the loop's points: only over
+    // ranges that do not vary between calls.
+    if (loop.ranges.empty() || !loop.ranges.isStatic())
+      continue;
+    int64_t points = numelOf(loop.ranges.constants());
+    if (points > kMaxCarried || points < 1)
       continue;
     int64_t lastVar = outerCount + static_cast<int64_t>(loop.ranges.size()) - 1;
     // The largest expensive subexpressions of the producer's reductions.
@@ -399,7 +404,7 @@ CpuSchedule scheduleForCpu(const loop::Program &program,
     chooseStrategy(record, program, kernel, host);
     planCarried(record, kernel);
     planStreaming(record, program, kernel, host);
-    planParallel(record, kernel);
+    planParallel(record, program, kernel);
     if (record.streamedStore) {
       const loop::Buffer &buffer =
           program.buffers.at(record.streamedStore->buffer);

@@ -30,6 +30,42 @@ llvm::Value *ExprEmitter::sizeValue(int64_t size) {
   return builder_.getInt64(size);
 }
 
+llvm::Value *ExprEmitter::sizeValue(SymSize size) {
+  const std::vector<SymSize> &operands = size->operands();
+  switch (size->kind()) {
+  case SizeKind::Constant:
+    return sizeValue(size->value());
+  case SizeKind::Symbol:
+    return symbolValue(size->value());
+  case SizeKind::Add:
+  case SizeKind::Mul: {
+    llvm::Value *value = sizeValue(operands[0]);
+    for (size_t i = 1; i < operands.size(); ++i)
+      value = size->kind() == SizeKind::Add
+                  ? builder_.CreateAdd(value, sizeValue(operands[i]))
+                  : builder_.CreateMul(value, sizeValue(operands[i]));
+    return value;
+  }
+  case SizeKind::FloorDiv:
+  case SizeKind::Mod:
+  case SizeKind::Max: {
+    BinaryOp op = size->kind() == SizeKind::FloorDiv ? BinaryOp::FloorDiv
+                  : size->kind() == SizeKind::Mod    ? BinaryOp::Mod
+                                                     : BinaryOp::Max;
+    return emitBinary(op, sizeValue(operands[0]), sizeValue(operands[1]),
+                      DType::Int64);
+  }
+  }
+  throw Error("loop IR: unknown size expression " + size->str());
+}
+
+llvm::Value *ExprEmitter::symbolValue(int64_t number) {
+  throw Unsupported(generator() +
+                    " does not compile sizes that vary "
+                    "between calls (symbol s" +
+                    std::to_string(number) + ")");
+}
+
 void ExprEmitter::countedLoop(llvm::Value *start, llvm::Value *end,
                               int64_t step, LoopBody body) {
   emitCountedLoop(builder_, start, end, step, [&](llvm::Value *index) {
@@ -130,6 +166,8 @@ llvm::Value *ExprEmitter::emitNode(const Expr *expr, bool vector) {
     if (expr->dtype() == DType::Int64)
       return sizeValue(expr->integer());
     return constantOf(expr);
+  case ExprKind::Symbol:
+    return symbolValue(expr->id());
   case ExprKind::Var: {
     llvm::Value *value = vars_.at(expr->id());
     if (!value)

@@ -36,16 +36,19 @@ public:
                           DType dtype);
   llvm::Value *emitCast(llvm::Value *value, DType from, DType to);
 
-  /// The one place where a loop range, a size, a stride or an offset of the
-  /// loop IR (every int64 constant: index arithmetic is int64) becomes a
-  /// value in the emitted code: a constant today; symbolic sizes will read
-  /// it from the kernel's arguments here.
+  /// Where a loop range, a size, a stride or an offset of the loop IR
+  /// becomes a value in the emitted code: a constant, or (sizes that vary
+  /// between calls) arithmetic over the call's symbol values.
   llvm::Value *sizeValue(int64_t size);
+  llvm::Value *sizeValue(SymSize size);
 
 protected:
   // ------------------------------------------------------------ the hooks
   /// The data pointer of program buffer `buffer`.
   virtual llvm::Value *bufferPointer(int64_t buffer) = 0;
+  /// The value of size symbol s<number> in this call; targets without
+  /// symbolic sizes refuse (kiln::Unsupported).
+  virtual llvm::Value *symbolValue(int64_t number);
   /// The elements `load` reads, in the storage type of `dtype` (its
   /// buffer's dtype): scalar by default, vectors are the target's.
   virtual llvm::Value *loadElements(const loop::Expr *load, DType dtype,

@@ -55,9 +55,9 @@ bool isArg(loop::ReduceOp op) {
 
 // The last variable among `first`..`first + ranges.size() - 1` whose range
 // is more than 1 (a variable of range 1 walks nothing), or -1.
-int64_t lastWalkingVar(int64_t first, const std::vector<int64_t> &ranges) {
+int64_t lastWalkingVar(int64_t first, const loop::Ranges &ranges) {
   for (size_t d = ranges.size(); d-- > 0;)
-    if (ranges[d] > 1)
+    if (ranges[d]->constant().value_or(2) > 1)
       return first + static_cast<int64_t>(d);
   return -1;
 }
@@ -150,7 +150,7 @@ void shapeRows(GpuKernelSchedule &record, const loop::Kernel &kernel,
                int64_t work) {
   int64_t longest = 0;
   for (const loop::Loop &loop : kernel.loops)
-    longest = std::max(longest, numelOf(loop.ranges));
+    longest = std::max(longest, numelOf(loop.ranges.constants()));
   int64_t share = record.points >= kMinWarpPoints ? longest / kRowLaneWork
                                                   : work / kMinLaneWork;
   unsigned lanes =
@@ -245,14 +245,21 @@ GpuSchedule scheduleForGpu(const loop::Program &program) {
     if (step.kind != loop::Step::Kind::Kernel)
       continue;
     const loop::Kernel &kernel = step.kernel;
+    bool fixed = kernel.outerRanges.isStatic();
+    for (const loop::Loop &loop : kernel.loops)
+      fixed = fixed && loop.ranges.isStatic();
+    if (!fixed)
+      throw Unsupported("the GPU code generator compiles kernels of fixed "
+                        "sizes; " +
+                        kernel.name + " has sizes that vary between calls");
     GpuKernelSchedule record;
     record.name = kernel.name;
-    record.points = numelOf(kernel.outerRanges);
+    record.points = numelOf(kernel.outerRanges.constants());
     // A point's serial work: every loop's points.
     int64_t work = 0;
     bool reduces = false;
     for (const loop::Loop &loop : kernel.loops) {
-      work += numelOf(loop.ranges);
+      work += numelOf(loop.ranges.constants());
       reduces = reduces || !loop.reductions.empty();
     }
     if (!reduces || record.points == 0 ||

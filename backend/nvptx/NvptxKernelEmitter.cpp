@@ -340,12 +340,12 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
   };
 
   std::vector<llvm::Value *> extents;
-  for (int64_t range : loop.ranges)
+  for (SymSize range : loop.ranges)
     extents.push_back(sizeValue(range));
   if (lane_) {
     // The point's lanes take the loop's points in turn (consecutive lanes,
     // consecutive points: contiguous rows load coalesced).
-    llvm::Value *total = sizeValue(numelOf(loop.ranges));
+    llvm::Value *total = sizeValue(numelOf(loop.ranges.constants()));
     if (valid_)
       total = builder_.CreateSelect(valid_, total, builder_.getInt64(0));
     countedLoop(lane_, total, schedule_.lanesPerPoint,

@@ -20,6 +20,16 @@ using loop::Expr;
 using loop::ReduceOp;
 using loop::UnaryOp;
 using Index = std::vector<const Expr *>;
+/// Sizes or strides as size expressions: constants where they do not vary
+/// between calls, expressions over size symbols where they do.
+using SymShape = std::vector<SymSize>;
+
+/// `values` as constant size expressions.
+SymShape constantShape(const Shape &values);
+/// A tensor's sizes, strides and storage offset as size expressions.
+SymShape symbolicSizes(const TensorMeta &meta);
+SymShape symbolicStrides(const TensorMeta &meta);
+SymSize symbolicOffset(const TensorMeta &meta);
 /// Inductor's `inner_fn`: one Int64 index per dimension to an element.
 using Loader = std::function<const Expr *(const Index &)>;
 
@@ -27,15 +37,18 @@ using Loader = std::function<const Expr *(const Index &)>;
 /// the strides and element offset of the tensor relative to its data.
 struct Placement {
   int64_t buffer = -1;
-  Shape strides;
-  int64_t offset = 0;
+  SymShape strides;
+  SymSize offset = size::constant(0);
 };
 
 /// A tensor during lowering: realized (placed in a buffer, possibly as a
 /// view of it) or virtual (only a loader).
 struct LoweredTensor {
   DType dtype = DType::Float32;
+  /// The sizes in the example call (hints where they vary), and as size
+  /// expressions (the Lowerer's helpers keep both).
   Shape sizes;
+  SymShape symSizes;
   Loader loader;
   std::optional<Placement> placement;
   /// A load, or a cast or index rewrite of one: recomputed, not realized.
@@ -43,6 +56,8 @@ struct LoweredTensor {
 
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   bool realized() const { return placement.has_value(); }
+  /// Whether some size varies between calls.
+  bool isSymbolic() const;
 };
 
 /// The element of a pointwise tensor from its inputs' elements.
@@ -115,15 +130,33 @@ public:
     return exprs().mulAdd(a, b, c);
   }
 
+  /// A size expression as index arithmetic (symbols read from the call).
+  const Expr *size(SymSize value) { return exprs().size(value); }
+  /// The example call's value of a size expression, for choices that only
+  /// affect speed.
+  int64_t hint(SymSize value) const;
+  Shape hints(const SymShape &values) const;
+  /// A contiguous meta of `sizes` (a symbolic layout where they vary).
+  TensorMeta contiguous(DType dtype, const SymShape &sizes) const;
+  /// A count of elements (a mean's divisor) as a value of `dtype`.
+  const Expr *count(SymSize value, DType dtype);
+  /// Whether the graph's sizes vary between calls.
+  bool symbolic() const { return !graph_->symbols().empty(); }
+
   // --- Tensors ---
   /// A constant of `dtype` broadcast to `sizes`.
   LoweredTensor full(double value, DType dtype, Shape sizes);
+  LoweredTensor full(double value, DType dtype, SymShape sizes);
   /// The tensor at `placement`: strided loads.
   LoweredTensor placed(const Placement &placement, DType dtype, Shape sizes);
+  LoweredTensor placed(const Placement &placement, DType dtype, SymShape sizes);
   /// A virtual tensor of `sizes` computed from `inputs` (broadcast to
   /// `sizes`, each cast to `computation`); the body's result is cast to
   /// `result`.
   LoweredTensor pointwise(Shape sizes, DType computation, DType result,
+                          const std::vector<LoweredTensor> &inputs,
+                          const PointwiseBody &body);
+  LoweredTensor pointwise(SymShape sizes, DType computation, DType result,
                           const std::vector<LoweredTensor> &inputs,
                           const PointwiseBody &body);
   /// The same, with a computation dtype per input.
@@ -131,8 +164,14 @@ public:
                           DType result,
                           const std::vector<LoweredTensor> &inputs,
                           const PointwiseBody &body);
+  LoweredTensor pointwise(SymShape sizes,
+                          const std::vector<DType> &computations, DType result,
+                          const std::vector<LoweredTensor> &inputs,
+                          const PointwiseBody &body);
   /// A virtual tensor whose element at index i is `source` at `map(i)`.
   LoweredTensor remap(const LoweredTensor &source, Shape sizes,
+                      std::function<Index(const Index &)> map);
+  LoweredTensor remap(const LoweredTensor &source, SymShape sizes,
                       std::function<Index(const Index &)> map);
   /// Realizes `tensor` in a new buffer laid out as `meta` says (offset 0),
   /// storing it with a pointwise kernel; returns the placed tensor.
@@ -162,6 +201,7 @@ private:
   void realizeBeforeMutation();
 
   std::shared_ptr<const Graph> graph_;
+  std::vector<int64_t> symbolHints_; // the example call's symbol values
   Device device_;
   bool standalone_ = false;
   loop::Program program_;
@@ -179,9 +219,14 @@ class ReductionKernel {
 public:
   ReductionKernel(Lowerer &lowerer, const Shape &inputSizes,
                   std::vector<int64_t> dims);
+  ReductionKernel(Lowerer &lowerer, const SymShape &inputSizes,
+                  std::vector<int64_t> dims);
   /// The input's index inside a pass: outer and reduction variables.
   const Index &index() const { return index_; }
-  int64_t reducedNumel() const { return reducedNumel_; }
+  /// The number of reduced elements; its example-call value where it
+  /// varies (symbolicReducedNumel is the expression).
+  int64_t reducedNumel() const { return lowerer_.hint(reducedNumel_); }
+  SymSize symbolicReducedNumel() const { return reducedNumel_; }
   /// Adds a reduction to the current pass; its value for later passes and
   /// the final stores.
   const Expr *reduce(ReduceOp op, const Expr *value);
@@ -196,11 +241,11 @@ public:
 
 private:
   Lowerer &lowerer_;
-  Shape inputSizes_;
+  SymShape inputSizes_;
   std::vector<int64_t> dims_;
   std::vector<bool> reduced_;
   Index index_;
-  int64_t reducedNumel_ = 1;
+  SymSize reducedNumel_ = size::constant(1);
   loop::Kernel kernel_;
   loop::Loop final_;
   int64_t reductions_ = 0;
@@ -241,6 +286,8 @@ Deviations meanAndSquaredDeviations(Lowerer &lowerer, ReductionKernel &kernel,
 /// `sizes` with `dims` kept as size 1 (keepdim) or removed.
 Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
                    bool keepdim);
+SymShape reducedShape(const SymShape &sizes, const std::vector<int64_t> &dims,
+                      bool keepdim);
 /// A contiguous meta.
 TensorMeta contiguousMeta(DType dtype, const Shape &sizes);
 

@@ -18,22 +18,24 @@ template <bool Log> LoweringResult softmax(Lowerer &lowerer, const Node &node) {
   std::vector<int64_t> dims;
   if (input.dim() > 0)
     dims.push_back(wrapDim(node.arguments().at(1).toInt(), input.dim()));
-  TensorMeta kept = contiguousMeta(math, reducedShape(input.sizes, dims, true));
+  TensorMeta kept =
+      lowerer.contiguous(math, reducedShape(input.symSizes, dims, true));
   std::string name = Log ? "log_softmax" : "softmax";
   LoweredTensor maximum = reduceTensor(lowerer, input, dims, ReduceOp::Max,
                                        math, kept, name + "_max");
-  LoweredTensor shifted = lowerer.pointwise(
-      input.sizes, math, math, {input, maximum}, [&lowerer](const Values &v) {
-        return lowerer.binary(BinaryOp::Sub, v[0], v[1]);
-      });
+  LoweredTensor shifted =
+      lowerer.pointwise(input.symSizes, math, math, {input, maximum},
+                        [&lowerer](const Values &v) {
+                          return lowerer.binary(BinaryOp::Sub, v[0], v[1]);
+                        });
   LoweredTensor exponentials = lowerer.pointwise(
-      input.sizes, math, math, {shifted}, [&lowerer](const Values &v) {
+      input.symSizes, math, math, {shifted}, [&lowerer](const Values &v) {
         return lowerer.unary(UnaryOp::Exp, v[0]);
       });
   LoweredTensor sum = reduceTensor(lowerer, exponentials, dims, ReduceOp::Sum,
                                    math, kept, name + "_sum");
   LoweredTensor combined = lowerer.pointwise(
-      input.sizes, math, meta.dtype, {Log ? shifted : exponentials, sum},
+      input.symSizes, math, meta.dtype, {Log ? shifted : exponentials, sum},
       [&lowerer](const Values &v) {
         return Log ? lowerer.binary(BinaryOp::Sub, v[0],
                                     lowerer.unary(UnaryOp::Log, v[1]))
@@ -57,7 +59,7 @@ LoweredTensor normalize(Lowerer &lowerer, const LoweredTensor &input,
     inputs.push_back(*bias);
   bool hasWeight = weight.has_value(), hasBias = bias.has_value();
   return lowerer.pointwise(
-      input.sizes, math, result, inputs,
+      input.symSizes, math, result, inputs,
       [&lowerer, hasWeight, hasBias](const Values &v) {
         const Expr *value = lowerer.binary(
             BinaryOp::Mul, lowerer.binary(BinaryOp::Sub, v[0], v[1]), v[2]);
@@ -90,13 +92,13 @@ statistics(Lowerer &lowerer, const LoweredTensor &input,
            const std::vector<int64_t> &dims, double eps, DType math,
            const TensorMeta &meanMeta, const TensorMeta &rstdMeta,
            const std::string &what) {
-  ReductionKernel kernel(lowerer, input.sizes, dims);
-  double count = static_cast<double>(kernel.reducedNumel());
+  ReductionKernel kernel(lowerer, input.symSizes, dims);
   const Expr *element = lowerer.cast(input.loader(kernel.index()), math);
   auto [mean, squares] =
       meanAndSquaredDeviations(lowerer, kernel, element, math);
   const Expr *variance =
-      lowerer.binary(BinaryOp::Div, squares, lowerer.constant(count, math));
+      lowerer.binary(BinaryOp::Div, squares,
+                     lowerer.count(kernel.symbolicReducedNumel(), math));
   const Expr *rstd = lowerer.unary(
       UnaryOp::Rsqrt,
       lowerer.binary(BinaryOp::Add, variance, lowerer.constant(eps, math)));
@@ -104,8 +106,9 @@ statistics(Lowerer &lowerer, const LoweredTensor &input,
     LoweredTensor result = kernel.store(value, meta);
     if (meta.dtype == math)
       return Statistic{result, result};
-    return Statistic{kernel.store(value, contiguousMeta(math, meta.sizes)),
-                     result};
+    return Statistic{
+        kernel.store(value, lowerer.contiguous(math, symbolicSizes(meta))),
+        result};
   };
   Statistic meanStatistic = keep(mean, meanMeta);
   Statistic rstdStatistic = keep(rstd, rstdMeta);
@@ -124,8 +127,9 @@ LoweringResult layerNorm(Lowerer &lowerer, const Node &node) {
     dims.push_back(d);
   DType math = accumulationType(input.dtype);
   TensorMeta statsMeta =
-      Native ? lowerer.resultMeta(node, 1)
-             : contiguousMeta(math, reducedShape(input.sizes, dims, true));
+      Native
+          ? lowerer.resultMeta(node, 1)
+          : lowerer.contiguous(math, reducedShape(input.symSizes, dims, true));
   TensorMeta rstdMeta = Native ? lowerer.resultMeta(node, 2) : statsMeta;
   auto [mean, rstd] =
       statistics(lowerer, input, dims, node.arguments().at(4).toDouble(), math,

@@ -35,8 +35,8 @@ LoweringResult map(Lowerer &lowerer, const Node &node,
     if (!node.arguments().at(index).isNone())
       inputs.push_back(lowerer.input(node, index));
   const TensorMeta &meta = lowerer.resultMeta(node);
-  return std::vector<LoweredTensor>{
-      lowerer.pointwise(meta.sizes, computation, meta.dtype, inputs, body)};
+  return std::vector<LoweredTensor>{lowerer.pointwise(
+      symbolicSizes(meta), computation, meta.dtype, inputs, body)};
 }
 
 DType resultType(Lowerer &lowerer, const Node &node) {
@@ -519,7 +519,7 @@ LoweringResult clamp(Lowerer &lowerer, const Node &node) {
     inputs.push_back(lowerer.input(node, High));
   const TensorMeta &meta = lowerer.resultMeta(node);
   return std::vector<LoweredTensor>{lowerer.pointwise(
-      meta.sizes, meta.dtype, meta.dtype, inputs,
+      symbolicSizes(meta), meta.dtype, meta.dtype, inputs,
       [&lowerer, hasLow, hasHigh](const Values &v) {
         return clampExpr(lowerer, v[0], hasLow ? v[1] : nullptr,
                          hasHigh ? v[hasLow ? 2 : 1] : nullptr);
@@ -562,7 +562,8 @@ LoweringResult select(Lowerer &lowerer, const Node &node) {
                                     lowerer.input(node, Then),
                                     lowerer.input(node, Otherwise)};
   return std::vector<LoweredTensor>{lowerer.pointwise(
-      meta.sizes, {DType::Bool, meta.dtype, meta.dtype}, meta.dtype, inputs,
+      symbolicSizes(meta), {DType::Bool, meta.dtype, meta.dtype}, meta.dtype,
+      inputs,
       [&lowerer](const Values &v) { return lowerer.where(v[0], v[1], v[2]); })};
 }
 
@@ -571,7 +572,7 @@ LoweringResult copy(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
   LoweredTensor input = lowerer.input(node, 0);
   LoweredTensor result =
-      lowerer.pointwise(meta.sizes, input.dtype, meta.dtype, {input},
+      lowerer.pointwise(symbolicSizes(meta), input.dtype, meta.dtype, {input},
                         [](const Values &v) { return v[0]; });
   result.cheap = input.cheap;
   return std::vector<LoweredTensor>{result};
@@ -582,7 +583,7 @@ LoweringResult copyFrom(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
   LoweredTensor source = lowerer.input(node, 1);
   LoweredTensor result =
-      lowerer.pointwise(meta.sizes, source.dtype, meta.dtype, {source},
+      lowerer.pointwise(symbolicSizes(meta), source.dtype, meta.dtype, {source},
                         [](const Values &v) { return v[0]; });
   result.cheap = source.cheap;
   return std::vector<LoweredTensor>{result};

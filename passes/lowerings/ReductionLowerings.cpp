@@ -45,7 +45,7 @@ LoweringResult accumulate(Lowerer &lowerer, const Node &node) {
   if (SkipNan && isFloatingPoint(input.dtype)) {
     DType inputType = input.dtype;
     input = lowerer.pointwise(
-        input.sizes, inputType, inputType, {input},
+        input.symSizes, inputType, inputType, {input},
         [&lowerer, inputType](const std::vector<const Expr *> &v) {
           return lowerer.where(lowerer.unary(UnaryOp::IsNan, v[0]),
                                lowerer.constant(0, inputType), v[0]);
@@ -61,15 +61,13 @@ LoweringResult mean(Lowerer &lowerer, const Node &node) {
   std::vector<int64_t> dims = dimsOf(node, DimArgument);
   LoweredTensor input = self(lowerer, node);
   DType dtype = sumType(lowerer, node);
-  int64_t count = 1;
+  SymSize count = size::constant(1);
   for (int64_t dim : dims)
-    count *= input.sizes[dim];
+    count = size::mul(count, input.symSizes[dim]);
   return std::vector<LoweredTensor>{reduceTensor(
       lowerer, input, dims, ReduceOp::Sum, dtype, lowerer.resultMeta(node),
       "mean", [&lowerer, dtype, count](const Expr *sum) {
-        return lowerer.binary(
-            BinaryOp::Div, sum,
-            lowerer.constant(static_cast<double>(count), dtype));
+        return lowerer.binary(BinaryOp::Div, sum, lowerer.count(count, dtype));
       })};
 }
 
@@ -79,6 +77,9 @@ int64_t reducedNumel(const Shape &sizes, const std::vector<int64_t> &dims) {
     numel *= sizes[dim];
   return numel;
 }
+
+// (Sizes that vary are never 0 or 1: tests of reducedNumel against 0 and 1
+// hold for every call.)
 
 // amax, amin, max, min, any, all: `DimArgument` < 0 reduces everything.
 // Extremes of nothing raise in torch: those stay externs.
@@ -101,7 +102,7 @@ LoweringResult extremumWithIndex(Lowerer &lowerer, const Node &node) {
   std::vector<int64_t> dims = dimsOf(node, 1);
   if (reducedNumel(input.sizes, dims) == 0)
     return std::nullopt;
-  ReductionKernel kernel(lowerer, input.sizes, dims);
+  ReductionKernel kernel(lowerer, input.symSizes, dims);
   const Expr *element = input.loader(kernel.index());
   const Expr *value = kernel.reduce(Value, element);
   const Expr *position = kernel.reduce(Position, element);
@@ -148,15 +149,22 @@ LoweringResult moments(Lowerer &lowerer, const Node &node) {
   DType dtype = sumType(lowerer, node);
   if (isFloatingPoint(dtype))
     dtype = DType::Float64;
-  double count = static_cast<double>(reducedNumel(input.sizes, dims));
-
-  ReductionKernel kernel(lowerer, input.sizes, dims);
+  ReductionKernel kernel(lowerer, input.symSizes, dims);
   const Expr *element = lowerer.cast(input.loader(kernel.index()), dtype);
   auto [mean, squares] =
       meanAndSquaredDeviations(lowerer, kernel, element, dtype);
-  const Expr *result = lowerer.binary(
-      BinaryOp::Div, squares,
-      lowerer.constant(std::max(count - correction, 0.0), dtype));
+  SymSize count = kernel.symbolicReducedNumel();
+  const Expr *divisor =
+      count->isConstant()
+          ? lowerer.constant(
+                std::max(static_cast<double>(count->value()) - correction, 0.0),
+                dtype)
+          : lowerer.binary(BinaryOp::Max,
+                           lowerer.binary(BinaryOp::Sub,
+                                          lowerer.count(count, dtype),
+                                          lowerer.constant(correction, dtype)),
+                           lowerer.constant(0, dtype));
+  const Expr *result = lowerer.binary(BinaryOp::Div, squares, divisor);
   if (Kind == Moments::Std || Kind == Moments::StdMean)
     result = lowerer.unary(UnaryOp::Sqrt, result);
   // Half results round through float32, as c10::Half(double) does.
@@ -179,7 +187,7 @@ LoweringResult logsumexp(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = self(lowerer, node);
   std::vector<int64_t> dims = dimsOf(node, 1);
   DType dtype = sumType(lowerer, node);
-  ReductionKernel kernel(lowerer, input.sizes, dims);
+  ReductionKernel kernel(lowerer, input.symSizes, dims);
   const Expr *element = lowerer.cast(input.loader(kernel.index()), dtype);
   const Expr *maximum = kernel.reduce(ReduceOp::Max, element);
   const Expr *shift = lowerer.where(lowerer.unary(UnaryOp::IsInf, maximum),
@@ -218,7 +226,7 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
   if (infinite && reducedNumel(input.sizes, dims) == 0)
     return std::nullopt;
   LoweredTensor terms = lowerer.pointwise(
-      input.sizes, dtype, dtype, {input},
+      input.symSizes, dtype, dtype, {input},
       [&lowerer, order, dtype](const std::vector<const Expr *> &v) {
         if (order == 0)
           return lowerer.cast(

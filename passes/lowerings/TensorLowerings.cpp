@@ -20,16 +20,18 @@ LoweringResult one(LoweredTensor tensor) {
 template <int Value, int Fill>
 LoweringResult constant(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
+  if (Value >= 0 && node.arguments().at(Value).isSymbolic())
+    return std::nullopt;
   double value =
       Value >= 0 ? node.arguments().at(Value).toDouble() : double(Fill);
-  return one(lowerer.full(value, meta.dtype, meta.sizes));
+  return one(lowerer.full(value, meta.dtype, symbolicSizes(meta)));
 }
 
 LoweringResult fillTensor(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
   LoweredTensor value = lowerer.input(node, 1);
-  return one(lowerer.pointwise(meta.sizes, meta.dtype, meta.dtype, {value},
-                               [](const Values &v) { return v[0]; }));
+  return one(lowerer.pointwise(symbolicSizes(meta), meta.dtype, meta.dtype,
+                               {value}, [](const Values &v) { return v[0]; }));
 }
 
 // arange(end), arange.start(start, end), arange.start_step(...): start +
@@ -37,12 +39,16 @@ LoweringResult fillTensor(Lowerer &lowerer, const Node &node) {
 template <int Start, int Step>
 LoweringResult arange(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
+  for (int argument : {Start, Step})
+    if (argument >= 0 && node.arguments().at(argument).isSymbolic())
+      return std::nullopt;
   double start = Start >= 0 ? node.arguments().at(Start).toDouble() : 0;
   double step = Step >= 0 ? node.arguments().at(Step).toDouble() : 1;
   DType math = isFloatingPoint(meta.dtype) ? DType::Float64 : DType::Int64;
   LoweredTensor result;
   result.dtype = meta.dtype;
   result.sizes = meta.sizes;
+  result.symSizes = symbolicSizes(meta);
   DType dtype = meta.dtype;
   result.loader = [&lowerer, start, step, math, dtype](const Index &index) {
     const Expr *value = lowerer.binary(
@@ -57,13 +63,16 @@ LoweringResult arange(Lowerer &lowerer, const Node &node) {
 
 // An index clamped into [0, size): selects whose other branch is taken
 // may still be evaluated, and must not read out of bounds.
-const Expr *clampIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
+const Expr *clampIndex(Lowerer &lowerer, const Expr *index, SymSize size) {
   loop::ExprContext &exprs = lowerer.exprs();
-  return lowerer.binary(
-      BinaryOp::Max,
-      lowerer.binary(BinaryOp::Min, index,
-                     exprs.integer(std::max<int64_t>(size - 1, 0))),
-      exprs.integer(0));
+  // Sizes that vary are at least 2.
+  const Expr *last =
+      size->isConstant()
+          ? exprs.integer(std::max<int64_t>(size->value() - 1, 0))
+          : lowerer.size(size::sub(size, size::constant(1)));
+  return lowerer.binary(BinaryOp::Max,
+                        lowerer.binary(BinaryOp::Min, index, last),
+                        exprs.integer(0));
 }
 
 // cat: a where-chain over the position along `dim`.
@@ -71,37 +80,36 @@ LoweringResult cat(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
   int64_t dim = wrapDim(node.arguments().at(1).toInt(), meta.dim());
   std::vector<LoweredTensor> pieces;
-  std::vector<int64_t> starts;
-  int64_t start = 0;
+  std::vector<const Expr *> starts;
+  SymSize start = size::constant(0);
   for (const Value *value : node.arguments().at(0).toTensorList()) {
     const TensorMeta &piece = value->meta();
     // torch skips legacy empty 1-d tensors.
     if (piece.dim() != meta.dim() || piece.sizes[dim] == 0)
       continue;
     pieces.push_back(lowerer.lowered(value));
-    starts.push_back(start);
-    start += piece.sizes[dim];
+    starts.push_back(lowerer.size(start));
+    start = size::add(start, piece.symSize(dim));
   }
   if (pieces.empty())
-    return one(lowerer.full(0, meta.dtype, meta.sizes));
+    return one(lowerer.full(0, meta.dtype, symbolicSizes(meta)));
   LoweredTensor result;
   result.dtype = meta.dtype;
   result.sizes = meta.sizes;
+  result.symSizes = symbolicSizes(meta);
   DType dtype = meta.dtype;
   result.loader = [&lowerer, pieces, starts, dim, dtype](const Index &index) {
-    loop::ExprContext &exprs = lowerer.exprs();
     const Expr *value = nullptr;
     for (size_t k = pieces.size(); k-- > 0;) {
       Index inner = index;
-      inner[dim] =
-          clampIndex(lowerer, exprs.add(index[dim], exprs.integer(-starts[k])),
-                     pieces[k].sizes[dim]);
+      inner[dim] = clampIndex(
+          lowerer, lowerer.binary(BinaryOp::Sub, index[dim], starts[k]),
+          pieces[k].symSizes[dim]);
       const Expr *element = lowerer.cast(pieces[k].loader(inner), dtype);
-      value = !value
-                  ? element
-                  : lowerer.where(lowerer.binary(BinaryOp::Lt, index[dim],
-                                                 exprs.integer(starts[k + 1])),
-                                  element, value);
+      value = !value ? element
+                     : lowerer.where(lowerer.binary(BinaryOp::Lt, index[dim],
+                                                    starts[k + 1]),
+                                     element, value);
     }
     return value;
   };
@@ -118,6 +126,7 @@ LoweringResult stack(Lowerer &lowerer, const Node &node) {
   LoweredTensor result;
   result.dtype = meta.dtype;
   result.sizes = meta.sizes;
+  result.symSizes = symbolicSizes(meta);
   DType dtype = meta.dtype;
   result.loader = [&lowerer, pieces, dim, dtype](const Index &index) {
     Index inner = index;
@@ -141,7 +150,7 @@ LoweringResult stack(Lowerer &lowerer, const Node &node) {
 template <bool Lower>
 LoweringResult triangle(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = lowerer.input(node, 0);
-  if (input.dim() < 2)
+  if (input.dim() < 2 || node.arguments().at(1).isSymbolic())
     return std::nullopt;
   int64_t diagonal = node.arguments().at(1).toInt();
   LoweredTensor result = input;
@@ -237,6 +246,7 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
   LoweredTensor result;
   result.dtype = meta.dtype;
   result.sizes = meta.sizes;
+  result.symSizes = symbolicSizes(meta);
   Loader inner = input.loader;
   DType dtype = meta.dtype;
   Shape to = meta.sizes;
@@ -259,7 +269,7 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
           lowerer.binary(BinaryOp::Lt, position, exprs.integer(from[d])));
       inside =
           inside ? lowerer.binary(BinaryOp::LogicalAnd, inside, valid) : valid;
-      source.push_back(clampIndex(lowerer, position, from[d]));
+      source.push_back(clampIndex(lowerer, position, size::constant(from[d])));
     }
     const Expr *element = lowerer.cast(inner(source), dtype);
     if (!inside)

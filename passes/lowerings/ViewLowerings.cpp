@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 namespace kiln::lowering {
 namespace {
@@ -26,42 +27,110 @@ LoweredTensor viewResult(Lowerer &lowerer, const Node &node, unsigned result,
   const TensorMeta &meta = lowerer.resultMeta(node, result);
   if (source.realized()) {
     Placement placement = *source.placement;
-    placement.strides = meta.strides;
-    placement.offset += meta.storageOffset - sourceMeta(node).storageOffset;
-    return lowerer.placed(placement, meta.dtype, meta.sizes);
+    placement.strides = symbolicStrides(meta);
+    placement.offset = size::add(
+        placement.offset,
+        size::sub(symbolicOffset(meta), symbolicOffset(sourceMeta(node))));
+    return lowerer.placed(placement, meta.dtype, symbolicSizes(meta));
   }
-  return lowerer.remap(source, meta.sizes, map);
+  return lowerer.remap(source, symbolicSizes(meta), map);
 }
 
 LoweringResult one(LoweredTensor tensor) {
   return std::vector<LoweredTensor>{std::move(tensor)};
 }
 
+// Row-major strides of `sizes` (size expressions).
+SymShape rowMajorStrides(const SymShape &sizes) {
+  SymShape strides(sizes.size(), size::constant(1));
+  for (size_t d = sizes.size(); d-- > 1;)
+    strides[d - 1] = size::mul(strides[d], sizes[d]);
+  return strides;
+}
+
 // The row-major linear position of `index` in `sizes`.
 const Expr *linearize(loop::ExprContext &exprs, const Index &index,
-                      const Shape &sizes) {
+                      const SymShape &sizes) {
   const Expr *linear = exprs.integer(0);
-  Shape strides = contiguousStrides(sizes);
+  SymShape strides = rowMajorStrides(sizes);
   for (size_t d = 0; d < index.size(); ++d)
-    if (sizes[d] != 1)
-      linear =
-          exprs.add(linear, exprs.mul(index[d], exprs.integer(strides[d])));
+    if (sizes[d]->constant() != 1)
+      linear = exprs.add(linear, exprs.mul(index[d], exprs.size(strides[d])));
   return linear;
 }
 
 Index delinearize(loop::ExprContext &exprs, const Expr *linear,
-                  const Shape &sizes) {
+                  const SymShape &sizes) {
   Index index;
-  Shape strides = contiguousStrides(sizes);
+  SymShape strides = rowMajorStrides(sizes);
   for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 1) {
+    if (sizes[d]->constant() == 1) {
       index.push_back(exprs.integer(0));
       continue;
     }
-    const Expr *position = exprs.floorDiv(linear, strides[d]);
-    index.push_back(d == 0 ? position : exprs.mod(position, sizes[d]));
+    const Expr *position =
+        exprs.binary(loop::BinaryOp::FloorDiv, linear, exprs.size(strides[d]));
+    index.push_back(d == 0 ? position
+                           : exprs.binary(loop::BinaryOp::Mod, position,
+                                          exprs.size(sizes[d])));
   }
   return index;
+}
+
+// Dims [fromBegin, fromEnd) of a reshape's source hold the elements of
+// dims [toBegin, toEnd) of its result: their products are equal.
+struct ReshapeGroup {
+  size_t fromBegin, fromEnd, toBegin, toEnd;
+};
+
+// A reshape as groups of dims with equal products (size-1 dims of either
+// side in none: they are read at 0), so that each group's index maps on
+// its own: a dim of size s0 kept as it is stays v, where the position
+// through the whole tensor would be (v*s0 + w) // s0 mod s0, which no
+// index simplification sees through. nullopt where the products of the
+// two sides do not line up as expressions.
+std::optional<std::vector<ReshapeGroup>>
+reshapeGroups(const Lowerer &lowerer, const SymShape &from,
+              const SymShape &to) {
+  std::vector<ReshapeGroup> groups;
+  auto isOne = [](SymSize size) { return size->constant() == 1; };
+  size_t i = 0, j = 0;
+  while (true) {
+    while (i < from.size() && isOne(from[i]))
+      ++i;
+    while (j < to.size() && isOne(to[j]))
+      ++j;
+    if (i == from.size() || j == to.size())
+      break;
+    ReshapeGroup group{i, i + 1, j, j + 1};
+    SymSize fromProduct = from[i], toProduct = to[j];
+    // Grow the side whose product is smaller in the example call.
+    while (fromProduct != toProduct) {
+      int64_t a = lowerer.hint(fromProduct), b = lowerer.hint(toProduct);
+      if (a < b && group.fromEnd < from.size())
+        fromProduct = size::mul(fromProduct, from[group.fromEnd++]);
+      else if (b < a && group.toEnd < to.size())
+        toProduct = size::mul(toProduct, to[group.toEnd++]);
+      else
+        return std::nullopt;
+    }
+    groups.push_back(group);
+    i = group.fromEnd;
+    j = group.toEnd;
+  }
+  for (; i < from.size(); ++i)
+    if (!isOne(from[i]))
+      return std::nullopt;
+  for (; j < to.size(); ++j)
+    if (!isOne(to[j]))
+      return std::nullopt;
+  return groups;
+}
+
+// Whether `node` always returns a view of its source (never a copy).
+bool isView(const Node &node) {
+  const std::string &name = node.schema()->qualifiedName();
+  return name == "aten::view" || name == "aten::_unsafe_view";
 }
 
 // view, reshape, flatten, unflatten, _unsafe_view: the same elements in
@@ -71,15 +140,51 @@ Index delinearize(loop::ExprContext &exprs, const Expr *linear,
 LoweringResult reshape(Lowerer &lowerer, const Node &node) {
   LoweredTensor source = lowerer.input(node, 0);
   const TensorMeta &meta = lowerer.resultMeta(node);
-  if (source.realized())
-    if (auto strides = meta::viewStrides(
-            source.sizes, source.placement->strides, meta.sizes)) {
-      Placement placement = *source.placement;
-      placement.strides = *strides;
-      return one(lowerer.placed(placement, meta.dtype, meta.sizes));
+  if (source.realized()) {
+    const Placement &at = *source.placement;
+    bool fixed = !source.isSymbolic() && !meta.isSymbolic() &&
+                 loop::Ranges(at.strides).isStatic();
+    if (fixed) {
+      if (auto strides = meta::viewStrides(
+              source.sizes, loop::Ranges(at.strides).constants(), meta.sizes)) {
+        Placement placement = at;
+        placement.strides = constantShape(*strides);
+        return one(lowerer.placed(placement, meta.dtype, meta.sizes));
+      }
+    } else if (isView(node) &&
+               at.strides == symbolicStrides(sourceMeta(node))) {
+      // Where sizes vary, a view op's result (its strides in the graph, a
+      // view of the source as the graph lays it out) is kept as a view
+      // where the source sits as the graph says it does. A reshape that
+      // copied has other strides: it goes through the linear position.
+      return one(viewResult(lowerer, node, 0,
+                            [](const Index &index) { return index; }));
     }
+  }
   loop::ExprContext *exprs = &lowerer.exprs();
-  Shape from = source.sizes, to = meta.sizes;
+  SymShape from = source.symSizes, to = symbolicSizes(meta);
+  if (source.isSymbolic() || meta.isSymbolic())
+    if (auto groups = reshapeGroups(lowerer, from, to))
+      return one(lowerer.remap(
+          source, to, [exprs, from, to, groups = *groups](const Index &index) {
+            Index result(from.size(), exprs->integer(0));
+            for (const ReshapeGroup &group : groups) {
+              Index inner(index.begin() + group.toBegin,
+                          index.begin() + group.toEnd);
+              SymShape toSizes(to.begin() + group.toBegin,
+                               to.begin() + group.toEnd);
+              SymShape fromSizes(from.begin() + group.fromBegin,
+                                 from.begin() + group.fromEnd);
+              Index mapped =
+                  inner.size() == 1 && fromSizes.size() == 1
+                      ? inner
+                      : delinearize(*exprs, linearize(*exprs, inner, toSizes),
+                                    fromSizes);
+              std::copy(mapped.begin(), mapped.end(),
+                        result.begin() + group.fromBegin);
+            }
+            return result;
+          }));
   return one(lowerer.remap(source, to, [exprs, from, to](const Index &index) {
     return delinearize(*exprs, linearize(*exprs, index, to), from);
   }));
@@ -194,13 +299,14 @@ LoweringResult unsqueeze(Lowerer &lowerer, const Node &node) {
 
 // A view that reads dim `dim` at start + step * i.
 LoweredTensor strided(Lowerer &lowerer, const Node &node, unsigned result,
-                      int64_t dim, int64_t start, int64_t step) {
+                      int64_t dim, SymSize start, int64_t step) {
   loop::ExprContext *exprs = &lowerer.exprs();
+  const Expr *first = lowerer.size(start);
   return viewResult(
-      lowerer, node, result, [exprs, dim, start, step](const Index &index) {
+      lowerer, node, result, [exprs, dim, first, step](const Index &index) {
         Index source = index;
-        source[dim] = exprs->add(exprs->mul(index[dim], exprs->integer(step)),
-                                 exprs->integer(start));
+        source[dim] =
+            exprs->add(exprs->mul(index[dim], exprs->integer(step)), first);
         return source;
       });
 }
@@ -215,30 +321,49 @@ int64_t clampedStart(const Argument &argument, int64_t size,
   return std::clamp<int64_t>(value, 0, size);
 }
 
+// A position along a dim whose size varies between calls is known only
+// where it is a number from the front that no size can clamp (0 or 1:
+// symbols stand for sizes of at least 2); elsewhere torch runs the view.
+bool positionKnown(const Argument &argument, const TensorMeta &from,
+                   int64_t dim) {
+  if (argument.isNone())
+    return true;
+  if (argument.isSymbolic())
+    return false;
+  if (from.symSize(dim)->isConstant())
+    return true;
+  int64_t value = argument.toInt();
+  return value >= 0 && value <= 1;
+}
+
 LoweringResult slice(Lowerer &lowerer, const Node &node) {
   const TensorMeta &from = sourceMeta(node);
   int64_t dim = wrapDim(node.arguments().at(1).toInt(), from.dim());
+  if (!positionKnown(node.arguments().at(2), from, dim))
+    return std::nullopt;
   int64_t start = clampedStart(node.arguments().at(2), from.sizes[dim], 0);
-  return one(
-      strided(lowerer, node, 0, dim, start, node.arguments().at(4).toInt()));
+  return one(strided(lowerer, node, 0, dim, size::constant(start),
+                     node.arguments().at(4).toInt()));
 }
 
 LoweringResult narrow(Lowerer &lowerer, const Node &node) {
   const TensorMeta &from = sourceMeta(node);
   int64_t dim = wrapDim(node.arguments().at(1).toInt(), from.dim());
+  if (!positionKnown(node.arguments().at(2), from, dim))
+    return std::nullopt;
   int64_t start = node.arguments().at(2).toInt();
   if (start < 0)
     start += from.sizes[dim];
-  return one(strided(lowerer, node, 0, dim, start, 1));
+  return one(strided(lowerer, node, 0, dim, size::constant(start), 1));
 }
 
 // Each result is a stretch of dim `dim`, in order.
 LoweringResult pieces(Lowerer &lowerer, const Node &node, int64_t dim) {
   std::vector<LoweredTensor> results;
-  int64_t start = 0;
+  SymSize start = size::constant(0);
   for (unsigned r = 0; r < node.results().size(); ++r) {
     results.push_back(strided(lowerer, node, r, dim, start, 1));
-    start += lowerer.resultMeta(node, r).sizes[dim];
+    start = size::add(start, lowerer.resultMeta(node, r).symSize(dim));
   }
   return results;
 }
@@ -263,6 +388,8 @@ LoweredTensor selectAt(Lowerer &lowerer, const Node &node, unsigned result,
 LoweringResult select(Lowerer &lowerer, const Node &node) {
   const TensorMeta &from = sourceMeta(node);
   int64_t dim = wrapDim(node.arguments().at(1).toInt(), from.dim());
+  if (!positionKnown(node.arguments().at(2), from, dim))
+    return std::nullopt;
   int64_t position = node.arguments().at(2).toInt();
   if (position < 0)
     position += from.sizes[dim];
@@ -308,9 +435,10 @@ LoweringResult asStrided(Lowerer &lowerer, const Node &node) {
                              "as_strided_source");
   const TensorMeta &meta = lowerer.resultMeta(node);
   Placement placement = *source.placement;
-  placement.strides = meta.strides;
-  placement.offset += meta.storageOffset - from.storageOffset;
-  return one(lowerer.placed(placement, meta.dtype, meta.sizes));
+  placement.strides = symbolicStrides(meta);
+  placement.offset = size::add(
+      placement.offset, size::sub(symbolicOffset(meta), symbolicOffset(from)));
+  return one(lowerer.placed(placement, meta.dtype, symbolicSizes(meta)));
 }
 
 // contiguous: the tensor itself where it already is contiguous, else a
@@ -319,7 +447,7 @@ LoweringResult contiguous(Lowerer &lowerer, const Node &node) {
   LoweredTensor source = lowerer.input(node, 0);
   if (source.realized() && sourceMeta(node).isContiguous())
     return identity(lowerer, node);
-  LoweredTensor copy = lowerer.remap(source, source.sizes,
+  LoweredTensor copy = lowerer.remap(source, source.symSizes,
                                      [](const Index &index) { return index; });
   copy.placement.reset();
   return one(copy);

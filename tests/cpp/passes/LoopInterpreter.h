@@ -28,11 +28,20 @@ inline double roundTo(DType dtype, double value) {
 
 class Interpreter {
 public:
-  explicit Interpreter(const loop::Program &program) : program_(program) {
-    for (const loop::Buffer &buffer : program.buffers) {
-      int64_t extent = buffer.meta.storageOffset + 1;
-      for (int64_t d = 0; d < buffer.meta.dim(); ++d)
-        extent += (buffer.meta.sizes[d] - 1) * buffer.meta.strides[d];
+  /// `symbols`: the size symbols' values of a program whose sizes vary
+  /// (its example call's where none are given).
+  explicit Interpreter(const loop::Program &program,
+                       std::vector<int64_t> symbols = {})
+      : program_(program),
+        symbols_(symbols.empty() ? program.symbolHints : std::move(symbols)) {
+    for (const loop::Buffer &buffer : program.buffers)
+      metas_.push_back(buffer.meta.isSymbolic()
+                           ? buffer.meta.specialized(symbols_)
+                           : buffer.meta);
+    for (const TensorMeta &meta : metas_) {
+      int64_t extent = meta.storageOffset + 1;
+      for (int64_t d = 0; d < meta.dim(); ++d)
+        extent += (meta.sizes[d] - 1) * meta.strides[d];
       storage_.emplace_back(std::max<int64_t>(extent, 1), 0.0);
     }
     for (size_t i = 0; i < program.buffers.size(); ++i)
@@ -87,13 +96,20 @@ public:
   }
 
 private:
+  Shape values(const loop::Ranges &ranges) const {
+    Shape result;
+    for (SymSize range : ranges)
+      result.push_back(size::evaluate(range, symbols_));
+    return result;
+  }
   int64_t rootOf(int64_t buffer) const {
     const loop::Buffer &b = program_.buffers[buffer];
     return b.kind == BufferKind::View ? b.base : buffer;
   }
   double &element(int64_t buffer, int64_t offset) {
     const loop::Buffer &b = program_.buffers[buffer];
-    int64_t base = b.kind == BufferKind::View ? b.meta.storageOffset : 0;
+    int64_t base =
+        b.kind == BufferKind::View ? metas_[buffer].storageOffset : 0;
     std::vector<double> &memory = storage_.at(rootOf(buffer));
     int64_t at = base + offset;
     if (at < 0 || at >= static_cast<int64_t>(memory.size()))
@@ -103,7 +119,7 @@ private:
   }
   void forEachElement(int64_t buffer,
                       const std::function<void(int64_t)> &visit) {
-    const TensorMeta &meta = program_.buffers[buffer].meta;
+    const TensorMeta &meta = metas_[buffer];
     forEachPoint(meta.sizes, [&](const std::vector<int64_t> &point) {
       int64_t offset = 0;
       for (size_t d = 0; d < point.size(); ++d)
@@ -137,6 +153,8 @@ private:
                                             : double(expr->integer());
     case ExprKind::Var:
       return double(vars_.at(expr->id()));
+    case ExprKind::Symbol:
+      return double(symbols_.at(expr->id()));
     case ExprKind::Load:
       return element(expr->id(), int64_t(eval(expr->index())));
     case ExprKind::ReductionValue:
@@ -286,90 +304,93 @@ private:
 
   void runKernel(const loop::Kernel &kernel) {
     int64_t outer = static_cast<int64_t>(kernel.outerRanges.size());
-    forEachPoint(kernel.outerRanges, [&](const std::vector<int64_t> &point) {
-      reductionValues_.clear();
-      for (const loop::Loop &loop : kernel.loops) {
-        std::vector<double> accumulators, best;
-        std::vector<int64_t> positions;
-        for (const loop::Reduction &reduction : loop.reductions) {
-          double initial = 0;
-          switch (reduction.op) {
-          case loop::ReduceOp::Prod:
-          case loop::ReduceOp::All:
-            initial = 1;
-            break;
-          case loop::ReduceOp::Max:
-          case loop::ReduceOp::ArgMax:
-            initial = -INFINITY;
-            break;
-          case loop::ReduceOp::Min:
-          case loop::ReduceOp::ArgMin:
-            initial = INFINITY;
-            break;
-          default:
-            break;
-          }
-          accumulators.push_back(initial);
-          positions.push_back(-1);
-        }
-        auto setVars = [&](const std::vector<int64_t> &inner) {
-          vars_.assign(point.begin(), point.end());
-          vars_.insert(vars_.end(), inner.begin(), inner.end());
-        };
-        int64_t position = 0;
-        forEachPoint(loop.ranges, [&](const std::vector<int64_t> &inner) {
-          setVars(inner);
-          for (size_t r = 0; r < loop.reductions.size(); ++r) {
-            double x = eval(loop.reductions[r].value);
-            double &acc = accumulators[r];
-            switch (loop.reductions[r].op) {
-            case loop::ReduceOp::Sum:
-              acc += x;
-              break;
-            case loop::ReduceOp::Prod:
-              acc *= x;
-              break;
-            case loop::ReduceOp::Max:
-              acc = std::isnan(acc) || acc >= x ? acc : x;
-              break;
-            case loop::ReduceOp::Min:
-              acc = std::isnan(acc) || acc <= x ? acc : x;
-              break;
-            case loop::ReduceOp::Any:
-              acc = acc != 0 || x != 0;
-              break;
-            case loop::ReduceOp::All:
-              acc = acc != 0 && x != 0;
-              break;
-            case loop::ReduceOp::ArgMax:
-              if (positions[r] < 0 ||
-                  (!std::isnan(acc) && (x > acc || std::isnan(x))))
-                acc = x, positions[r] = position;
-              break;
-            case loop::ReduceOp::ArgMin:
-              if (positions[r] < 0 ||
-                  (!std::isnan(acc) && (x < acc || std::isnan(x))))
-                acc = x, positions[r] = position;
-              break;
+    forEachPoint(
+        values(kernel.outerRanges), [&](const std::vector<int64_t> &point) {
+          reductionValues_.clear();
+          for (const loop::Loop &loop : kernel.loops) {
+            std::vector<double> accumulators, best;
+            std::vector<int64_t> positions;
+            for (const loop::Reduction &reduction : loop.reductions) {
+              double initial = 0;
+              switch (reduction.op) {
+              case loop::ReduceOp::Prod:
+              case loop::ReduceOp::All:
+                initial = 1;
+                break;
+              case loop::ReduceOp::Max:
+              case loop::ReduceOp::ArgMax:
+                initial = -INFINITY;
+                break;
+              case loop::ReduceOp::Min:
+              case loop::ReduceOp::ArgMin:
+                initial = INFINITY;
+                break;
+              default:
+                break;
+              }
+              accumulators.push_back(initial);
+              positions.push_back(-1);
             }
+            auto setVars = [&](const std::vector<int64_t> &inner) {
+              vars_.assign(point.begin(), point.end());
+              vars_.insert(vars_.end(), inner.begin(), inner.end());
+            };
+            int64_t position = 0;
+            forEachPoint(
+                values(loop.ranges), [&](const std::vector<int64_t> &inner) {
+                  setVars(inner);
+                  for (size_t r = 0; r < loop.reductions.size(); ++r) {
+                    double x = eval(loop.reductions[r].value);
+                    double &acc = accumulators[r];
+                    switch (loop.reductions[r].op) {
+                    case loop::ReduceOp::Sum:
+                      acc += x;
+                      break;
+                    case loop::ReduceOp::Prod:
+                      acc *= x;
+                      break;
+                    case loop::ReduceOp::Max:
+                      acc = std::isnan(acc) || acc >= x ? acc : x;
+                      break;
+                    case loop::ReduceOp::Min:
+                      acc = std::isnan(acc) || acc <= x ? acc : x;
+                      break;
+                    case loop::ReduceOp::Any:
+                      acc = acc != 0 || x != 0;
+                      break;
+                    case loop::ReduceOp::All:
+                      acc = acc != 0 && x != 0;
+                      break;
+                    case loop::ReduceOp::ArgMax:
+                      if (positions[r] < 0 ||
+                          (!std::isnan(acc) && (x > acc || std::isnan(x))))
+                        acc = x, positions[r] = position;
+                      break;
+                    case loop::ReduceOp::ArgMin:
+                      if (positions[r] < 0 ||
+                          (!std::isnan(acc) && (x < acc || std::isnan(x))))
+                        acc = x, positions[r] = position;
+                      break;
+                    }
+                  }
+                  ++position;
+                });
+            for (size_t r = 0; r < loop.reductions.size(); ++r) {
+              bool isArg = loop.reductions[r].op == loop::ReduceOp::ArgMax ||
+                           loop.reductions[r].op == loop::ReduceOp::ArgMin;
+              reductionValues_.push_back(isArg ? double(positions[r])
+                                               : accumulators[r]);
+            }
+            forEachPoint(values(loop.ranges),
+                         [&](const std::vector<int64_t> &inner) {
+                           setVars(inner);
+                           for (const loop::Store &store : loop.stores)
+                             element(store.buffer, int64_t(eval(store.index))) =
+                                 eval(store.value);
+                         });
           }
-          ++position;
+          (void)outer;
         });
-        for (size_t r = 0; r < loop.reductions.size(); ++r) {
-          bool isArg = loop.reductions[r].op == loop::ReduceOp::ArgMax ||
-                       loop.reductions[r].op == loop::ReduceOp::ArgMin;
-          reductionValues_.push_back(isArg ? double(positions[r])
-                                           : accumulators[r]);
-        }
-        forEachPoint(loop.ranges, [&](const std::vector<int64_t> &inner) {
-          setVars(inner);
-          for (const loop::Store &store : loop.stores)
-            element(store.buffer, int64_t(eval(store.index))) =
-                eval(store.value);
-        });
-      }
-      (void)outer;
-    });
   }
 
   // The externs the tests use: mm and add_.
@@ -402,6 +423,8 @@ private:
   }
 
   const loop::Program &program_;
+  std::vector<int64_t> symbols_;
+  std::vector<TensorMeta> metas_; // every buffer's layout at symbols_
   std::vector<std::vector<double>> storage_;
   std::vector<int64_t> vars_;
   std::vector<double> reductionValues_;

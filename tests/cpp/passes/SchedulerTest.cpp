@@ -4,6 +4,7 @@
 // Depends on passes/Lowering.h, passes/Scheduler.h and gtest.
 #include "passes/Scheduler.h"
 
+#include "ir/Error.h"
 #include "ir/Graph.h"
 #include "passes/Lowering.h"
 
@@ -70,7 +71,8 @@ TEST(Scheduler, PointwiseChainIsOneContiguousLoop) {
   ASSERT_EQ(kernels.size(), 1u);
   EXPECT_EQ(kernels[0]->loops.size(), 1u);
   // Both dims walk memory in order: one loop of 64*32 points.
-  EXPECT_EQ(kernels[0]->outerRanges, std::vector<int64_t>({64 * 32}));
+  EXPECT_EQ(kernels[0]->outerRanges.constants(),
+            std::vector<int64_t>({64 * 32}));
   // The temporary is gone: only the output is stored.
   EXPECT_EQ(kernels[0]->loops[0].stores.size(), 1u);
   EXPECT_EQ(program.workspaceBytes, 0);
@@ -84,7 +86,7 @@ TEST(Scheduler, SoftmaxIsOneKernelWithThreeLoops) {
   loop::Program program = schedule(graph);
   auto kernels = kernelsOf(program);
   ASSERT_EQ(kernels.size(), 1u) << program.str();
-  EXPECT_EQ(kernels[0]->outerRanges, std::vector<int64_t>({16}));
+  EXPECT_EQ(kernels[0]->outerRanges.constants(), std::vector<int64_t>({16}));
   // max, sum of exp, then the normalised store: per row, no temporaries.
   ASSERT_EQ(kernels[0]->loops.size(), 3u) << program.str();
   EXPECT_EQ(kernels[0]->reductionCount(), 2);
@@ -299,4 +301,49 @@ TEST(Scheduler, LongChainsSplitIntoBoundedKernels) {
     ASSERT_EQ(kernel->loops.size(), 1u);
     EXPECT_EQ(kernel->loops[0].stores.size(), 1u);
   }
+}
+
+TEST(Scheduler, RangesThatVaryStaySymbolicThroughTheScheduler) {
+  // A kernel over [s0, 4] storing x[v0, v1] contiguously, and v0 mod s0,
+  // v0 // s0 (a view's delinearised index over a dim of size s0).
+  loop::Program program;
+  program.symbolHints = {6};
+  loop::ExprContext &e = *program.exprs;
+  SymSize rows = size::symbol(0);
+  loop::Buffer in, out;
+  in.kind = BufferKind::Input;
+  in.graphInput = 0;
+  in.meta = TensorMeta(DType::Float32, {6, 4});
+  out.kind = BufferKind::Tensor;
+  out.meta = in.meta;
+  int64_t a = program.addBuffer(in), b = program.addBuffer(out);
+  const loop::Expr *v0 = e.var(0), *v1 = e.var(1), *s0 = e.symbol(0);
+  const loop::Expr *wrapped =
+      e.binary(loop::BinaryOp::Mod, v0, s0); // v0 < s0: v0 itself
+  const loop::Expr *quotient = e.binary(loop::BinaryOp::FloorDiv, v0, s0);
+  Step step;
+  step.kernel.name = "rows";
+  step.kernel.outerRanges = loop::Ranges{rows, size::constant(4)};
+  loop::Loop loop;
+  const loop::Expr *index =
+      e.add(e.add(e.mul(wrapped, e.integer(4)), v1), quotient);
+  loop.stores.push_back({b, e.add(e.mul(v0, e.integer(4)), v1),
+                         e.load(a, DType::Float32, index)});
+  step.kernel.loops.push_back(loop);
+  program.steps.push_back(step);
+  simplifyIndices(program);
+  const loop::Store &store = program.steps[0].kernel.loops[0].stores[0];
+  EXPECT_EQ(loop::exprToString(store.value->index()),
+            loop::exprToString(store.index));
+  EXPECT_FALSE(loop::dependsOnSymbol(store.value->index()));
+  // Contiguous over [s0, 4]: one loop of s0*4 points.
+  chooseLoopOrder(program);
+  const loop::Kernel &kernel = program.steps[0].kernel;
+  ASSERT_EQ(kernel.outerRanges.size(), 1u);
+  EXPECT_EQ(kernel.outerRanges[0], size::mul(rows, size::constant(4)));
+  EXPECT_EQ(program.hint(kernel.outerRanges[0]), 24);
+  EXPECT_FALSE(kernel.outerRanges.isStatic());
+  EXPECT_THROW(kernel.outerRanges.constants(), Error);
+  EXPECT_EQ(loop::rangesToString(kernel.outerRanges, 0),
+            "[v0 < " + kernel.outerRanges[0]->str() + "]");
 }

@@ -268,3 +268,101 @@ TEST(Pipeline, CleansUpDeadCodeBeforeLowering) {
   EXPECT_EQ(kernels, 1);
   EXPECT_EQ(compiled->target.name(), "cpu");
 }
+
+namespace {
+
+/// A contiguous layout of `sizes` whose dims `symbolicDims` are symbols
+/// (dim d of those is symbol symbols[d]); `hints` are the example's sizes.
+TensorMeta symbolicMeta(Shape hints,
+                        const std::vector<std::pair<int64_t, int64_t>> &dims,
+                        bool transposed = false) {
+  auto layout = std::make_shared<SymbolicLayout>();
+  for (int64_t size : hints)
+    layout->sizes.push_back(size::constant(size));
+  for (auto [dim, symbol] : dims)
+    layout->sizes[dim] = size::symbol(symbol);
+  layout->strides.resize(hints.size());
+  SymSize running = size::constant(1);
+  // Row-major, or (transposed 2-d) column-major.
+  for (size_t k = 0; k < hints.size(); ++k) {
+    size_t d = transposed ? k : hints.size() - 1 - k;
+    layout->strides[d] = running;
+    running = size::mul(running, layout->sizes[d]);
+  }
+  std::vector<int64_t> values;
+  for (auto [dim, symbol] : dims) {
+    if (values.size() <= static_cast<size_t>(symbol))
+      values.resize(symbol + 1);
+    values[symbol] = hints[dim];
+  }
+  TensorMeta meta(DType::Float32, hints);
+  meta.symbolic = std::move(layout);
+  meta.strides = meta.specialized(values).strides;
+  return meta;
+}
+
+} // namespace
+
+TEST(ProgramExecutor, CompilesOnceForSizesThatVaryAndRunsAtEach) {
+  // y = x * 2 and out[j] = sum_i softmax(x, -1)[i, j] * x[i, j], for x of
+  // [s0, 4]: one compile; the kernels read s0 from the call.
+  for (bool transposed : {false, true}) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(symbolicMeta({5, 4}, {{0, 0}}, transposed), "x");
+    graph->addSymbol({0, 0, 5});
+    Node *scaled = graph->addOp("aten::mul.Scalar", {x, Argument(2.0)});
+    scaled->result()->setSymbolicLayout(
+        symbolicMeta({5, 4}, {{0, 0}}).symbolic);
+    Node *softmax = graph->addOp("aten::_softmax",
+                                 {x, Argument(int64_t{-1}), Argument(false)});
+    softmax->result()->setSymbolicLayout(
+        symbolicMeta({5, 4}, {{0, 0}}).symbolic);
+    Node *weighted = graph->addOp("aten::mul.Tensor", {softmax->result(), x});
+    weighted->result()->setSymbolicLayout(
+        symbolicMeta({5, 4}, {{0, 0}}).symbolic);
+    Value *sum = op(*graph, "aten::sum.dim_IntList",
+                    {weighted->result(), std::vector<int64_t>{0}, false});
+    graph->setOutputs({sum, scaled->result()});
+    auto program = compile(graph);
+    ASSERT_TRUE(program->program().isSymbolic());
+    for (const loop::Step &step : program->program().steps)
+      EXPECT_EQ(step.kind, loop::Step::Kind::Kernel);
+    for (int64_t rows : {3, 7, 40, 2}) {
+      std::vector<float> values(rows * 4);
+      for (size_t i = 0; i < values.size(); ++i)
+        values[i] = std::sin(0.37f * static_cast<float>(i)) * 3;
+      Shape strides = transposed ? Shape{1, rows} : Shape{4, 1};
+      auto outputs = runtime::runProgram(
+          *program, {tensor(values, DType::Float32, {rows, 4}, strides)});
+      ASSERT_EQ(outputs.tensors.size(), 2u);
+      EXPECT_EQ(outputs.tensors[1].sizes, (Shape{rows, 4}));
+      auto element = [&](int64_t i, int64_t j) {
+        return values[i * strides[0] + j * strides[1]];
+      };
+      const float *out =
+          reinterpret_cast<const float *>(outputs.tensors[0].data);
+      for (int64_t j = 0; j < 4; ++j) {
+        double expected = 0;
+        for (int64_t i = 0; i < rows; ++i) {
+          double largest = -INFINITY, total = 0;
+          for (int64_t k = 0; k < 4; ++k)
+            largest = std::max<double>(largest, element(i, k));
+          for (int64_t k = 0; k < 4; ++k)
+            total += std::exp(element(i, k) - largest);
+          expected += std::exp(element(i, j) - largest) / total * element(i, j);
+        }
+        EXPECT_NEAR(out[j], expected, 1e-4) << "rows " << rows << " j " << j;
+      }
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < 4; ++j)
+          EXPECT_EQ(at(outputs.tensors[1], i, j), 2 * element(i, j));
+    }
+    // A call whose input disagrees with the program's layout is refused.
+    std::vector<float> wrong(12);
+    EXPECT_THROW(
+        runtime::runProgram(*program,
+                            {tensor(wrong, DType::Float32, {3, 4},
+                                    transposed ? Shape{4, 1} : Shape{1, 3})}),
+        Error);
+  }
+}

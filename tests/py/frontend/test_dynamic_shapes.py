@@ -37,9 +37,11 @@ def test_automatic_dynamic_reuses_one_capture_after_a_size_changes():
     for rows in (4, 6, 9, 13, 21, 30):
         x = torch.randn(rows, 16)
         close(f(x, w), rows_softmax(x, w))
-    # The first call specialised; the second learned that dim 0 varies.
+    # The first call specialised; the second learned that dim 0 varies and
+    # compiled kernels that read it from each call: one program for 6..30.
     assert entries(f) == 2
     assert "dynamic" in runners(f)[1]
+    assert "compiled once for every size" in runners(f)[1]
 
 
 def test_dynamic_true_is_symbolic_from_the_first_call():
@@ -207,6 +209,33 @@ def test_a_transformer_block_over_many_sequence_lengths_compiles_few_graphs():
         return
     assert info["entries"] <= 3, info["runners"]
     assert "dynamic" in info["runners"][-1]
+    # One program for every length after the second: none per length.
+    assert "compiled once for every size" in info["runners"][-1]
+
+
+def test_one_program_serves_every_size_and_its_kernels_read_the_sizes(capfd):
+    # A pointwise chain, a reduction over the symbolic dim and one over the
+    # static dim, a softmax, a view splitting the static dim: one compile,
+    # then calls at sizes the example never had (odd, prime, large) run the
+    # same machine code.
+    def fn(x, b):
+        y = torch.tanh(x * 1.5 + b).softmax(-1)
+        return y.sum(0), y.view(x.shape[0], 2, -1).amax(1), x.mean(1)
+
+    f = kiln.compile(fn, dynamic=True)
+    b = torch.randn(8)
+    for rows in (5, 2, 3, 97, 1000, 17):
+        x = torch.randn(rows, 8)
+        close(f(x, b), fn(x, b))
+    assert entries(f) == 1
+    assert "compiled once for every size" in runners(f)[0], runners(f)
+    # A transposed input is another layout (its strides are guarded): a
+    # capture of its own, again one program for its sizes.
+    for rows in (6, 11):
+        x = torch.randn(8, rows).t()
+        close(f(x, b), fn(x, b))
+    assert entries(f) == 2
+    assert all("compiled once for every size" in r for r in runners(f)), runners(f)
 
 
 def test_torch_compile_dynamic_graphs_are_taken_with_their_size_symbols():

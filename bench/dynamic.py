@@ -1,0 +1,119 @@
+# `make bench-dynamic`: the bench's kernel workloads compiled once for every
+# size (kiln.compile(dynamic=True): every dim a size symbol, kernels that
+# read the sizes from the call) against the same workloads compiled for
+# their sizes (dynamic=False), at the workloads' own sizes, side by side in
+# one run. Each symbolic program is also called at a second size (every
+# dim of every input one larger, where the workload allows it) and checked
+# against eager there, without compiling again.
+# One run, one machine; writes bench/results/<date>-dynamic-cpu-<threads>-threads.md.
+# Depends on torch, kiln, bench.workloads.
+import datetime
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from bench import environment
+from bench.workloads import KERNELS
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+SAMPLES, SAMPLE_S = 9, 0.05
+
+
+def seconds_per_call(fn, inputs):
+    """Median over SAMPLES samples of back-to-back calls (at least SAMPLE_S each)."""
+    fn(*inputs)
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < SAMPLE_S / 5 or calls < 2:
+        fn(*inputs)
+        calls += 1
+    per_call = (time.perf_counter() - start) / calls
+    count = max(1, int(SAMPLE_S / max(per_call, 1e-9)))
+    samples = []
+    for _ in range(SAMPLES):
+        start = time.perf_counter()
+        for _ in range(count):
+            fn(*inputs)
+        samples.append((time.perf_counter() - start) / count)
+    return statistics.median(samples)
+
+
+def tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in tensors(item)]
+    return []
+
+
+def matches(output, reference):
+    got, expected = tensors(output), tensors(reference)
+    return len(got) == len(expected) and all(
+        a.shape == b.shape and torch.allclose(a, b, rtol=1e-3, atol=1e-3)
+        for a, b in zip(got, expected))
+
+
+def grown(inputs):
+    """The inputs with every dim one larger (fresh values), or None where a
+    workload's inputs must keep their sizes together (weights of a module)."""
+    return tuple(torch.randn(*[size + 1 for size in t.shape]) for t in inputs)
+
+
+def main():
+    arguments = environment.parse_arguments(RESULTS, torch.get_num_threads())
+    kiln, error = environment.import_kiln()
+    if kiln is None:
+        sys.exit(error)
+    torch.set_num_threads(arguments.threads)
+    torch.manual_seed(0)
+    rows = []
+    with torch.no_grad():
+        for workload in KERNELS:
+            fn, inputs = workload.build("cpu")
+            reference = fn(*inputs)
+            eager = seconds_per_call(fn, inputs)
+            fixed = kiln.compile(fn, dynamic=False)
+            symbolic = kiln.compile(fn, dynamic=True)
+            ok = matches(fixed(*inputs), reference) and matches(symbolic(*inputs), reference)
+            fixed_s = seconds_per_call(fixed, inputs)
+            symbolic_s = seconds_per_call(symbolic, inputs)
+            runner = kiln.cache_info(symbolic)["runners"][0]
+            once = "compiled once for every size" in runner
+            other = "-"
+            if once and not isinstance(fn, torch.nn.Module):
+                bigger = grown(inputs)
+                other = "yes" if matches(symbolic(*bigger), fn(*bigger)) else "NO"
+                if kiln.cache_info(symbolic)["entries"] != 1:
+                    other += " (recompiled)"
+            rows.append((workload.name, eager, fixed_s, symbolic_s, once, ok, other))
+
+    date = datetime.date.today().isoformat()
+    lines = [f"# Kernels compiled once for every size against kernels compiled for their sizes, "
+             f"CPU, {arguments.threads} threads ({date})", "",
+             f"Processor: {environment.processor_name()}; commit {environment.repository_commit()}; "
+             f"torch {torch.__version__}. Plain process, one run. Median of {SAMPLES} samples. "
+             "`fixed`: kiln.compile(dynamic=False); `symbolic`: kiln.compile(dynamic=True), "
+             "every dim a size symbol. `one compile`: the symbolic program serves every size "
+             "(else it is compiled per size). `other size`: the symbolic program called with "
+             "every dim one larger matches eager, without a new capture.", "",
+             "| workload | eager ms | fixed ms | symbolic ms | symbolic / fixed | one compile "
+             "| matches eager | other size |",
+             "| --- | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+    ratios = []
+    for name, eager, fixed_s, symbolic_s, once, ok, other in rows:
+        ratio = symbolic_s / fixed_s
+        ratios.append(ratio)
+        lines.append(f"| {name} | {eager * 1e3:.3f} | {fixed_s * 1e3:.3f} | {symbolic_s * 1e3:.3f} "
+                     f"| {ratio:.2f} | {'yes' if once else 'no'} | {'yes' if ok else 'NO'} "
+                     f"| {other} |")
+    geomean = statistics.geometric_mean(ratios)
+    lines += ["", f"Geomean of symbolic / fixed time: {geomean:.3f} "
+              f"(worst {max(ratios):.2f}, on {rows[ratios.index(max(ratios))][0]})."]
+    environment.write_table("\n".join(lines) + "\n", arguments.out,
+                            f"{date}-dynamic-cpu-{arguments.threads}-threads.md")
+
+
+if __name__ == "__main__":
+    main()
