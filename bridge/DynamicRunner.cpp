@@ -41,6 +41,14 @@ DynamicRunner::DynamicRunner(std::shared_ptr<Graph> graph,
             : "compiling " + name_ + " for each size: " + symbolicRefusal_);
 }
 
+py::object
+DynamicRunner::runWithSymbols(PyObject *const *inputs, size_t count,
+                              const std::vector<int64_t> &symbols) const {
+  if (symbolic_ && count == graph_->inputs().size())
+    return symbolic_->runWithSymbols(inputs, count, symbols);
+  return run(inputs, count);
+}
+
 py::object DynamicRunner::run(PyObject *const *inputs, size_t count) const {
   if (count != graph_->inputs().size())
     throw Error(name_ + ": expected " +

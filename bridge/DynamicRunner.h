@@ -32,6 +32,8 @@ public:
                 std::string mode, bool checkInputs = false);
 
   py::object run(PyObject *const *inputs, size_t count) const override;
+  py::object runWithSymbols(PyObject *const *inputs, size_t count,
+                            const std::vector<int64_t> &symbols) const override;
   std::string describe() const override;
   /// How many runners it has made (one per distinct symbol values; 0 where
   /// one compile serves every size).

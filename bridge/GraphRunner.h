@@ -5,7 +5,9 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln::python {
 
@@ -17,6 +19,13 @@ public:
   /// Runs the graph on `count` input tensors (one per graph input) and
   /// returns its outputs in the runner's output form. Needs the GIL.
   virtual py::object run(PyObject *const *inputs, size_t count) const = 0;
+  /// The same, where the caller has read the values of the graph's size
+  /// symbols (kiln's guards bind them from the inputs' sizes): runners of a
+  /// graph whose sizes vary take them instead of reading the sizes again.
+  virtual py::object runWithSymbols(PyObject *const *inputs, size_t count,
+                                    const std::vector<int64_t> &) const {
+    return run(inputs, count);
+  }
   /// "eager" or "native", and what ran how, for kiln.cache_info and logs.
   virtual std::string describe() const = 0;
 };

@@ -251,22 +251,35 @@ NativeRunner::allocationsFor(const std::vector<TensorMeta> &metas) const {
   return allocations;
 }
 
-std::shared_ptr<const NativeRunner::CallState>
-NativeRunner::stateFor(PyObject *const *inputs) const {
+std::vector<int64_t> NativeRunner::symbolValues(PyObject *const *inputs) const {
+  static PyObject *shapeName = PyUnicode_InternFromString("shape");
   std::vector<int64_t> values;
   values.reserve(symbols_.size());
   for (const SymbolBinding &binding : symbols_) {
-    PyObject *size = PyObject_CallMethod(inputs[binding.input], "size", "L",
-                                         static_cast<long long>(binding.dim));
-    if (!size)
+    // torch.Size is a tuple of ints.
+    PyObject *shape = PyObject_GetAttr(inputs[binding.input], shapeName);
+    if (!shape)
       throw py::error_already_set();
-    values.push_back(py::reinterpret_steal<py::object>(size).cast<int64_t>());
+    py::object owned = py::reinterpret_steal<py::object>(shape);
+    if (!PyTuple_Check(shape) || binding.dim >= PyTuple_GET_SIZE(shape))
+      throw Error("kiln: input " + std::to_string(binding.input) +
+                  " has no dim " + std::to_string(binding.dim));
+    long long value = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, binding.dim));
+    if (value == -1 && PyErr_Occurred())
+      throw py::error_already_set();
+    values.push_back(value);
   }
+  return values;
+}
+
+std::shared_ptr<const NativeRunner::CallState>
+NativeRunner::stateFor(std::vector<int64_t> values) const {
   {
     std::lock_guard<std::mutex> lock(statesMutex_);
     for (auto it = states_.begin(); it != states_.end(); ++it)
       if ((*it)->layout.symbols == values) {
-        states_.splice(states_.begin(), states_, it);
+        if (it != states_.begin())
+          states_.splice(states_.begin(), states_, it);
         return states_.front();
       }
   }
@@ -296,17 +309,32 @@ void NativeRunner::checkInput(size_t index, PyObject *tensor,
 }
 
 py::object NativeRunner::run(PyObject *const *inputs, size_t count) const {
+  return runCall(inputs, count, nullptr);
+}
+
+py::object
+NativeRunner::runWithSymbols(PyObject *const *inputs, size_t count,
+                             const std::vector<int64_t> &symbols) const {
+  return runCall(inputs, count, &symbols);
+}
+
+py::object NativeRunner::runCall(PyObject *const *inputs, size_t count,
+                                 const std::vector<int64_t> *symbols) const {
   if (count != compiled_->inputCount())
     throw py::type_error("kiln: the compiled graph takes " +
                          std::to_string(compiled_->inputCount()) +
                          " inputs, got " + std::to_string(count));
   std::shared_ptr<const CallState> state;
   if (!symbols_.empty()) {
-    for (const SymbolBinding &binding : symbols_)
-      if (!isTensor(inputs[binding.input]))
-        throw py::type_error("kiln: input " + std::to_string(binding.input) +
-                             " of the compiled graph must be a tensor");
-    state = stateFor(inputs);
+    if (symbols && symbols->size() == symbols_.size()) {
+      state = stateFor(*symbols);
+    } else {
+      for (const SymbolBinding &binding : symbols_)
+        if (!isTensor(inputs[binding.input]))
+          throw py::type_error("kiln: input " + std::to_string(binding.input) +
+                               " of the compiled graph must be a tensor");
+      state = stateFor(symbolValues(inputs));
+    }
   }
   std::vector<py::object> slots(constants_);
   std::vector<char *> inputAddresses(count, nullptr);

@@ -31,6 +31,8 @@ public:
                bool checkInputs);
 
   py::object run(PyObject *const *inputs, size_t count) const override;
+  py::object runWithSymbols(PyObject *const *inputs, size_t count,
+                            const std::vector<int64_t> &symbols) const override;
   std::string describe() const override;
 
   const loop::Program &program() const { return compiled_->program(); }
@@ -56,9 +58,13 @@ private:
                   const TensorMeta &expected) const;
   std::vector<Allocation>
   allocationsFor(const std::vector<TensorMeta> &metas) const;
-  /// The call state for the symbol values of `inputs` (made once per
-  /// values, the most recent kept).
-  std::shared_ptr<const CallState> stateFor(PyObject *const *inputs) const;
+  /// The symbols' values read from `inputs`' sizes.
+  std::vector<int64_t> symbolValues(PyObject *const *inputs) const;
+  /// The call state for the symbols' `values` (made once per values, the
+  /// most recent kept).
+  std::shared_ptr<const CallState> stateFor(std::vector<int64_t> values) const;
+  py::object runCall(PyObject *const *inputs, size_t count,
+                     const std::vector<int64_t> *symbols) const;
 
   std::unique_ptr<runtime::CompiledProgram> compiled_;
   OutputForm outputForm_;

@@ -52,6 +52,7 @@ std::string qualifiedNameOf(PyObject *function) {
 PyObject *runEntry(const CacheEntry &entry,
                    const std::vector<py::object> &graphInputs,
                    const std::vector<py::object> &reads,
+                   const std::vector<int64_t> &symbols,
                    const FrameInputs &frame, const CacheOptions &options) {
   std::vector<PyObject *> inputs;
   inputs.reserve(graphInputs.size());
@@ -62,7 +63,10 @@ PyObject *runEntry(const CacheEntry &entry,
     // Torch's own Python code runs below: the hook must not capture it, and
     // a graph that changes grad mode leaves it as it found it.
     HookSuspension suspension;
-    py::object results = entry.runner->run(inputs.data(), inputs.size());
+    py::object results =
+        symbols.empty() ? entry.runner->run(inputs.data(), inputs.size())
+                        : entry.runner->runWithSymbols(inputs.data(),
+                                                       inputs.size(), symbols);
     if (entry.finalGradMode)
       python::TorchHandles::get().torch.attr("_C").attr("_set_grad_enabled")(
           *entry.finalGradMode);
@@ -221,11 +225,12 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
   }
   try {
     std::vector<py::object> graphInputs, reads;
+    std::vector<int64_t> symbols;
     std::shared_ptr<const CacheEntry> chosen =
-        lookUpOrCapture(function, inputs, graphInputs, reads);
+        lookUpOrCapture(function, inputs, graphInputs, reads, symbols);
     if (!chosen)
       return nullptr;
-    return runEntry(*chosen, graphInputs, reads, inputs, options_);
+    return runEntry(*chosen, graphInputs, reads, symbols, inputs, options_);
   } catch (py::error_already_set &error) {
     error.restore();
     return nullptr;
@@ -241,7 +246,8 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
 std::shared_ptr<const CacheEntry>
 CodeCache::lookUpOrCapture(PyObject *function, const FrameInputs &inputs,
                            std::vector<py::object> &graphInputs,
-                           std::vector<py::object> &reads) {
+                           std::vector<py::object> &reads,
+                           std::vector<int64_t> &symbols) {
   // Guards, capture and compilation run Python code of their own: a
   // __getattribute__ of the user's class read by a guard, torch's meta
   // functions. It runs in CPython: hooking it would capture kiln's own
@@ -255,7 +261,8 @@ CodeCache::lookUpOrCapture(PyObject *function, const FrameInputs &inputs,
     if (entry->globals && entry->globals != inputs.globals)
       continue;
     std::string *failure = firstFailure.empty() ? &firstFailure : nullptr;
-    if (entry->guards.evaluate(inputs, graphInputs, failure, &reads)) {
+    if (entry->guards.evaluate(inputs, graphInputs, failure, &reads,
+                               &symbols)) {
       hits_++;
       return entry;
     }

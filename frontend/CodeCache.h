@@ -62,12 +62,13 @@ private:
 
   /// The entry whose guards pass for this call, else a fresh capture's
   /// (null, with a Python error or none, where the frame runs in CPython);
-  /// fills `graphInputs` and `reads` for this call. Runs with the hook
-  /// suspended.
+  /// fills `graphInputs`, `reads` and (an entry found whose sizes vary)
+  /// `symbols` for this call. Runs with the hook suspended.
   std::shared_ptr<const CacheEntry>
   lookUpOrCapture(PyObject *function, const FrameInputs &inputs,
                   std::vector<py::object> &graphInputs,
-                  std::vector<py::object> &reads);
+                  std::vector<py::object> &reads,
+                  std::vector<int64_t> &symbols);
   /// Captures the frame and compiles its graph; fills `graphInputs` for
   /// this call. Throws what capture or compilation throws. It and the
   /// functions below run with the hook suspended (lookUpOrCapture's).

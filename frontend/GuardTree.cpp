@@ -446,8 +446,8 @@ int GuardTree::addRead(const SourcePtr &source) {
 
 bool GuardTree::evaluate(const FrameInputs &frame,
                          std::vector<py::object> &graphInputs,
-                         std::string *failure,
-                         std::vector<py::object> *reads) const {
+                         std::string *failure, std::vector<py::object> *reads,
+                         std::vector<int64_t> *symbolValues) const {
   for (const GuardCheck &check : globalChecks_) {
     bool passes = true;
     if (check.kind == GuardCheck::Kind::GradMode) {
@@ -514,6 +514,8 @@ bool GuardTree::evaluate(const FrameInputs &frame,
     for (int node : reads_)
       reads->push_back(values[node]);
   }
+  if (symbolValues)
+    *symbolValues = std::move(symbols);
   return true;
 }
 

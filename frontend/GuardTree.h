@@ -73,12 +73,14 @@ public:
   int addRead(const SourcePtr &source);
 
   /// Runs every check. On success fills `graphInputs` (new references) and,
-  /// if given, `reads`, and returns true; otherwise returns false and, if
-  /// `failure` is given, says which check failed. Never raises: an access
-  /// that fails is a miss.
+  /// if given, `reads` and `symbols` (each size symbol's value in this
+  /// call), and returns true; otherwise returns false and, if `failure` is
+  /// given, says which check failed. Never raises: an access that fails is
+  /// a miss.
   bool evaluate(const FrameInputs &frame, std::vector<py::object> &graphInputs,
                 std::string *failure = nullptr,
-                std::vector<py::object> *reads = nullptr) const;
+                std::vector<py::object> *reads = nullptr,
+                std::vector<int64_t> *symbols = nullptr) const;
 
   /// The capture used `count` size symbols (bound by symbolic tensor
   /// checks, each at least 2) and relied on `relations` between them.

@@ -587,6 +587,11 @@ void CpuKernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
       widths.push_back(width);
       leftOver %= width;
     }
+    // A reduction over a range that varies keeps one set of vector
+    // accumulators (the widest) and a scalar tail: a set per width would
+    // keep more accumulators live than there are registers.
+    if (!innermostConstant && !loop.reductions.empty() && widths.size() > 1)
+      widths.resize(1);
   }
   bool scalarTail = !wholeSpans || leftOver > 0;
   std::vector<std::vector<Accumulator>> vectorAccs;
@@ -759,8 +764,11 @@ void CpuKernelEmitter::computed(const Expr *expr, llvm::Value *value) {
 void CpuKernelEmitter::makeCarriedArrays() {
   llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
   for (const CarriedValue &value : schedule_.carried) {
-    // The schedule carries values only over loops of constant ranges.
-    int64_t points = numelOf(kernel_.loops[value.producer].ranges.constants());
+    // Over ranges that vary, the array holds the most points the schedule
+    // carries; the function checks each call's points (emitFunction).
+    const loop::Ranges &ranges = kernel_.loops[value.producer].ranges;
+    int64_t points =
+        ranges.isStatic() ? numelOf(ranges.constants()) : kMaxCarried;
     llvm::AllocaInst *scratch = entryBuilder.CreateAlloca(
         computeType(value.expr->dtype()), sizeValue(points), "carried");
     scratch->setAlignment(llvm::Align(64));
@@ -793,7 +801,41 @@ EmittedKernel CpuKernelEmitter::emitFunction(const std::string &name) {
   scopes_.assign(1, Scope());
   loadSymbols();
   makeCarriedArrays();
-  emitOuter(0);
+  // Carried values over ranges that vary fit their arrays only where the
+  // call's points are at most kMaxCarried: the body is emitted twice, with
+  // and without them, and the call's sizes pick one.
+  llvm::Value *fits = nullptr;
+  for (const CarriedValue &value : schedule_.carried) {
+    const loop::Ranges &ranges = kernel_.loops[value.producer].ranges;
+    if (ranges.isStatic())
+      continue;
+    llvm::Value *fit = builder_.CreateICmpSLE(sizeValue(ranges.numel()),
+                                              builder_.getInt64(kMaxCarried));
+    fits = fits ? builder_.CreateAnd(fits, fit) : fit;
+  }
+  if (!fits) {
+    emitOuter(0);
+  } else {
+    auto *withCarried =
+        llvm::BasicBlock::Create(context_, "carried", function_);
+    auto *without = llvm::BasicBlock::Create(context_, "recomputed", function_);
+    auto *done = llvm::BasicBlock::Create(context_, "done", function_);
+    builder_.CreateCondBr(fits, withCarried, without);
+    builder_.SetInsertPoint(withCarried);
+    emitOuter(0);
+    builder_.CreateBr(done);
+    // The second body computes everything anew: nothing of the first
+    // dominates it.
+    builder_.SetInsertPoint(without);
+    scopes_.assign(1, Scope());
+    std::fill(vars_.begin(), vars_.end(), nullptr);
+    std::fill(reductionValues_.begin(), reductionValues_.end(), nullptr);
+    varyingMemo_.clear();
+    carried_.clear();
+    emitOuter(0);
+    builder_.CreateBr(done);
+    builder_.SetInsertPoint(done);
+  }
   // Non-temporal stores are weakly ordered: fence them before the thread
   // that waits for this one reads the output.
   if (schedule_.streamedStore)

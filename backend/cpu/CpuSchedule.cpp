@@ -225,9 +225,9 @@ void planParallel(KernelSchedule &schedule, const loop::Program &program,
 // handle one outer point at a time, between loops over the same ranges of
 // at most kMaxCarried points, when no loop from the producer to the consumer
 // stores to a buffer the value reads.
-constexpr int64_t kMaxCarried = 16384;
 
-void planCarried(KernelSchedule &schedule, const loop::Kernel &kernel) {
+void planCarried(KernelSchedule &schedule, const loop::Program &program,
+                 const loop::Kernel &kernel) {
   int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
   struct Carried {
     size_t producer;
@@ -278,11 +278,12 @@ void planCarried(KernelSchedule &schedule, const loop::Kernel &kernel) {
   };
   for (size_t producer = 0; producer < kernel.loops.size(); ++producer) {
     const loop::Loop &loop = kernel.loops[producer];
-    // Carried values live in stack arrays of the loop's points: only over
-    // ranges that do not vary between calls.
-    if (loop.ranges.empty() || !loop.ranges.isStatic())
+    // Carried values live in stack arrays of the loop's points. Where the
+    // ranges vary, the arrays hold kMaxCarried points and the kernel checks
+    // each call's points against that (emitCpuKernel).
+    if (loop.ranges.empty())
       continue;
-    int64_t points = numelOf(loop.ranges.constants());
+    int64_t points = program.hint(loop.ranges.numel());
     if (points > kMaxCarried || points < 1)
       continue;
     int64_t lastVar = outerCount + static_cast<int64_t>(loop.ranges.size()) - 1;
@@ -402,7 +403,7 @@ CpuSchedule scheduleForCpu(const loop::Program &program,
     KernelSchedule record;
     record.name = kernel.name;
     chooseStrategy(record, program, kernel, host);
-    planCarried(record, kernel);
+    planCarried(record, program, kernel);
     planStreaming(record, program, kernel, host);
     planParallel(record, program, kernel);
     if (record.streamedStore) {

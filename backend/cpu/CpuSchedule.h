@@ -21,6 +21,10 @@ enum class VectorStrategy : uint8_t {
 
 std::string_view vectorStrategyName(VectorStrategy strategy);
 
+/// The most points of a loop whose values are carried (stack arrays of
+/// that many elements at most).
+constexpr int64_t kMaxCarried = 16384;
+
 /// A value a loop computes that later loops of the same outer point compute
 /// again (softmax's exp): the producer stores it to a stack array by
 /// position, the consumers load it.
