@@ -23,13 +23,17 @@ class SymbolicCapture:
 
     def input(self, dtype, sizes, strides, offset, dynamic_dims):
         """A fake meta tensor with the given layout whose dims in
-        `dynamic_dims` are symbolic (torch specialises sizes 0 and 1)."""
+        `dynamic_dims` are symbolic (torch specialises sizes 0 and 1).
+        Dims of equal size share a symbol (torch's duck sizing, as Dynamo
+        does): q, k and v of one attention, a key/value cache's layers, are
+        one length, which kernels and fusion then see as one expression; a
+        call where they differ fails the guards and recompiles."""
         from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
         meta = _meta_tensor(dtype, sizes, strides, offset)
         dims = set(dynamic_dims)
         context = StatelessSymbolicContext(
-            dynamic_sizes=[DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC
+            dynamic_sizes=[DimDynamic.DUCK if d in dims else DimDynamic.STATIC
                            for d in range(len(sizes))])
         return self.mode.from_tensor(meta, symbolic_context=context)
 
