@@ -317,6 +317,239 @@ private:
   std::unordered_map<const Expr *, const Expr *> replacements_;
 };
 
+// The factors of a monomial (a symbol, or a product of atoms), and its
+// constant coefficient.
+std::pair<int64_t, std::vector<SymSize>> factorsOf(SymSize monomial) {
+  std::vector<SymSize> factors;
+  int64_t coefficient = 1;
+  auto take = [&](SymSize factor) {
+    if (factor->isConstant())
+      coefficient *= factor->value();
+    else
+      factors.push_back(factor);
+  };
+  if (monomial->kind() == SizeKind::Mul)
+    for (SymSize factor : monomial->operands())
+      take(factor);
+  else
+    take(monomial);
+  return {coefficient, factors};
+}
+
+// `value` / `divisor` where every term of `value` is a multiple of the
+// monomial `divisor` (s2 of s1*s2 + 3*s2); nullptr otherwise.
+SymSize exactQuotient(SymSize value, SymSize divisor) {
+  if (divisor->kind() != SizeKind::Symbol && divisor->kind() != SizeKind::Mul)
+    return nullptr;
+  auto [divisorCoefficient, divisorFactors] = factorsOf(divisor);
+  if (divisorCoefficient <= 0)
+    return nullptr;
+  SymSize quotient = size::constant(0);
+  for (auto [coefficient, monomial] : size::termsOf(value)) {
+    if (coefficient == 0)
+      continue;
+    if (!monomial || coefficient % divisorCoefficient != 0)
+      return nullptr;
+    std::vector<SymSize> factors = factorsOf(monomial).second;
+    for (SymSize factor : divisorFactors) {
+      auto found = std::find(factors.begin(), factors.end(), factor);
+      if (found == factors.end())
+        return nullptr;
+      factors.erase(found);
+    }
+    factors.push_back(size::constant(coefficient / divisorCoefficient));
+    quotient = size::add(quotient, size::product(factors));
+  }
+  return quotient;
+}
+
+// Index expressions over sizes that vary, in one canonical form: a sum of
+// atoms (variables, loads, divisions that do not simplify) times size
+// expressions, plus a size expression, ordered by the atoms' text. A view's
+// delinearised index and the index a store was written with then agree as
+// pointers where they agree as sums (fusion matches loads to stores by
+// pointer), and floor(x / D) * D*k + (x mod D) * k becomes x * k again.
+class SymbolicIndex {
+public:
+  SymbolicIndex(loop::ExprContext &exprs, std::vector<SymSize> ranges)
+      : exprs_(exprs), ranges_(std::move(ranges)) {}
+
+  const Expr *canonical(const Expr *index) {
+    if (auto done = memo_.find(index); done != memo_.end())
+      return done->second;
+    Sum sum;
+    decompose(index, size::constant(1), sum);
+    recombine(sum);
+    const Expr *result = build(sum);
+    memo_[index] = result;
+    return result;
+  }
+
+private:
+  struct Sum {
+    std::vector<std::pair<const Expr *, SymSize>> terms; // atom, coefficient
+    SymSize constant = size::constant(0);
+    void add(const Expr *atom, SymSize coefficient) {
+      for (auto &term : terms)
+        if (term.first == atom) {
+          term.second = size::add(term.second, coefficient);
+          return;
+        }
+      terms.emplace_back(atom, coefficient);
+    }
+  };
+
+  void decompose(const Expr *expr, SymSize scale, Sum &sum) {
+    if (SymSize value = loop::sizeOfExpr(expr)) {
+      sum.constant = size::add(sum.constant, size::mul(scale, value));
+      return;
+    }
+    if (expr->kind() == ExprKind::Binary && expr->dtype() == DType::Int64) {
+      BinaryOp op = expr->binaryOp();
+      if (op == BinaryOp::Add || op == BinaryOp::Sub) {
+        decompose(expr->operand(0), scale, sum);
+        decompose(expr->operand(1),
+                  op == BinaryOp::Add ? scale : size::neg(scale), sum);
+        return;
+      }
+      if (op == BinaryOp::Mul)
+        for (int side = 0; side < 2; ++side)
+          if (SymSize factor = loop::sizeOfExpr(expr->operand(side))) {
+            decompose(expr->operand(1 - side), size::mul(scale, factor), sum);
+            return;
+          }
+      if (op == BinaryOp::FloorDiv || op == BinaryOp::Mod)
+        if (SymSize divisor = loop::sizeOfExpr(expr->operand(1)))
+          if (!divisor->isConstant() && divide(expr->operand(0), divisor,
+                                               op == BinaryOp::Mod, scale, sum))
+            return;
+    }
+    sum.add(atomOf(expr), scale);
+  }
+
+  // An atom with its index operands canonical (a division's dividend).
+  const Expr *atomOf(const Expr *expr) {
+    if (expr->kind() != ExprKind::Binary || expr->dtype() != DType::Int64 ||
+        (expr->binaryOp() != BinaryOp::FloorDiv &&
+         expr->binaryOp() != BinaryOp::Mod))
+      return expr;
+    return exprs_.binary(expr->binaryOp(), canonical(expr->operand(0)),
+                         expr->operand(1));
+  }
+
+  // x // D (or x mod D) for a divisor that varies: the terms of x whose
+  // coefficients D divides go to the quotient; what is left must lie in
+  // [0, D) (a variable whose range is D, or nothing). False where it does
+  // not.
+  bool divide(const Expr *dividend, SymSize divisor, bool modulo, SymSize scale,
+              Sum &sum) {
+    Sum inner;
+    decompose(dividend, size::constant(1), inner);
+    recombine(inner);
+    Sum quotient, rest;
+    for (auto [atom, coefficient] : inner.terms) {
+      if (SymSize part = exactQuotient(coefficient, divisor))
+        quotient.add(atom, part);
+      else
+        rest.add(atom, coefficient);
+    }
+    SymSize constantQuotient = exactQuotient(inner.constant, divisor);
+    if (!constantQuotient && !inner.constant->isConstant())
+      return false;
+    if (!constantQuotient) {
+      if (inner.constant->value() != 0)
+        return false;
+      constantQuotient = size::constant(0);
+    }
+    bool bounded =
+        rest.terms.empty() ||
+        (rest.terms.size() == 1 && rest.terms[0].second->constant() == 1 &&
+         rest.terms[0].first->kind() == ExprKind::Var &&
+         static_cast<size_t>(rest.terms[0].first->id()) < ranges_.size() &&
+         ranges_[rest.terms[0].first->id()] == divisor);
+    if (!bounded)
+      return false;
+    const Sum &part = modulo ? rest : quotient;
+    for (auto [atom, coefficient] : part.terms)
+      sum.add(atom, size::mul(scale, coefficient));
+    if (!modulo)
+      sum.constant =
+          size::add(sum.constant, size::mul(scale, constantQuotient));
+    return true;
+  }
+
+  // q*D*k + r*k, with q = x // D and r = x mod D: x*k.
+  void recombine(Sum &sum) {
+    for (bool found = true; found;) {
+      found = false;
+      for (size_t i = 0; i < sum.terms.size() && !found; ++i) {
+        const Expr *quotient = sum.terms[i].first;
+        if (quotient->kind() != ExprKind::Binary ||
+            quotient->binaryOp() != BinaryOp::FloorDiv)
+          continue;
+        SymSize divisor = loop::sizeOfExpr(quotient->operand(1));
+        if (!divisor)
+          continue;
+        for (size_t j = 0; j < sum.terms.size() && !found; ++j) {
+          const Expr *remainder = sum.terms[j].first;
+          if (remainder->kind() != ExprKind::Binary ||
+              remainder->binaryOp() != BinaryOp::Mod ||
+              remainder->operand(0) != quotient->operand(0) ||
+              remainder->operand(1) != quotient->operand(1) ||
+              sum.terms[i].second != size::mul(sum.terms[j].second, divisor))
+            continue;
+          SymSize scale = sum.terms[j].second;
+          const Expr *whole = quotient->operand(0);
+          sum.terms.erase(sum.terms.begin() + std::max(i, j));
+          sum.terms.erase(sum.terms.begin() + std::min(i, j));
+          decompose(whole, scale, sum);
+          found = true;
+        }
+      }
+    }
+  }
+
+  const Expr *build(Sum &sum) {
+    std::vector<std::pair<std::string, const Expr *>> terms;
+    for (auto [atom, coefficient] : sum.terms)
+      if (coefficient->constant() != 0)
+        terms.emplace_back(loop::exprToString(atom),
+                           exprs_.mul(atom, exprs_.size(coefficient)));
+    std::sort(terms.begin(), terms.end(),
+              [](const auto &a, const auto &b) { return a.first < b.first; });
+    const Expr *result = exprs_.size(sum.constant);
+    for (const auto &term : terms)
+      result = exprs_.add(result, term.second);
+    return result;
+  }
+
+  loop::ExprContext &exprs_;
+  std::vector<SymSize> ranges_;
+  std::unordered_map<const Expr *, const Expr *> memo_;
+};
+
+// Every load's and store's index that reads a size symbol, in
+// SymbolicIndex's canonical form.
+void canonicalizeSymbolicIndices(loop::ExprContext &exprs, loop::Loop &loop,
+                                 SymbolicIndex &indices) {
+  std::unordered_map<const Expr *, const Expr *> replacements;
+  auto visit = [&](const Expr *expr) {
+    for (const Expr *load : loop::loadsOf(expr))
+      if (loop::dependsOnSymbol(load->index()))
+        if (const Expr *index = indices.canonical(load->index());
+            index != load->index())
+          replacements[load] = exprs.load(load->id(), load->dtype(), index);
+  };
+  loop::forEachExpr(loop, visit);
+  if (!replacements.empty())
+    loop::rewriteExprs(loop, [&](const Expr *expr) {
+      return exprs.replace(expr, replacements);
+    });
+  for (loop::Store &store : loop.stores)
+    if (loop::dependsOnSymbol(store.index))
+      store.index = indices.canonical(store.index);
+}
+
 } // namespace
 
 void simplifyIndices(loop::Program &program) {
@@ -333,10 +566,13 @@ void simplifyIndices(loop::Program &program) {
           ranges.push_back(range->constant().value_or(0));
           symbolic.push_back(range);
         }
-      IndexSimplifier simplifier(*program.exprs, std::move(ranges),
-                                 std::move(symbolic));
+      IndexSimplifier simplifier(*program.exprs, std::move(ranges), symbolic);
       loop::rewriteExprs(
           loop, [&](const Expr *expr) { return simplifier.simplify(expr); });
+      if (program.isSymbolic()) {
+        SymbolicIndex indices(*program.exprs, std::move(symbolic));
+        canonicalizeSymbolicIndices(*program.exprs, loop, indices);
+      }
     }
   }
 }
