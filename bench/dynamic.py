@@ -105,7 +105,7 @@ def main():
     for name, eager, fixed_s, symbolic_s, once, ok, other in rows:
         ratio = symbolic_s / fixed_s
         ratios.append(ratio)
-        lines.append(f"| {name} | {eager * 1e3:.3f} | {fixed_s * 1e3:.3f} | {symbolic_s * 1e3:.3f} "
+        lines.append(f"| {name} | {eager * 1e3:.4f} | {fixed_s * 1e3:.4f} | {symbolic_s * 1e3:.4f} "
                      f"| {ratio:.2f} | {'yes' if once else 'no'} | {'yes' if ok else 'NO'} "
                      f"| {other} |")
     geomean = statistics.geometric_mean(ratios)

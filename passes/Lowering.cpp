@@ -59,6 +59,8 @@ const std::unordered_set<std::string> &symbolicLowerings() {
                              "aten::log_softmax.int",
                              "aten::native_layer_norm",
                              "aten::layer_norm",
+                             "aten::_native_batch_norm_legit_no_training",
+                             "aten::native_batch_norm",
                              "aten::full",
                              "aten::zeros",
                              "aten::ones",

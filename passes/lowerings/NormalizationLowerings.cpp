@@ -144,7 +144,7 @@ LoweringResult layerNorm(Lowerer &lowerer, const Node &node) {
 
 // A per-channel vector [C] as a tensor of `sizes` (channels at dim 1).
 LoweredTensor perChannel(Lowerer &lowerer, const LoweredTensor &channels,
-                         const Shape &sizes, int64_t groupSize = 1) {
+                         const SymShape &sizes, int64_t groupSize = 1) {
   loop::ExprContext *exprs = &lowerer.exprs();
   return lowerer.remap(channels, sizes, [exprs, groupSize](const Index &index) {
     return Index{exprs->floorDiv(index.at(1), groupSize)};
@@ -162,21 +162,22 @@ LoweringResult batchNormInference(Lowerer &lowerer, const Node &node,
     return std::nullopt;
   DType math = accumulationType(input.dtype);
   double eps = arguments.at(epsIndex).toDouble();
-  LoweredTensor mean = perChannel(lowerer, lowerer.input(node, 3), input.sizes);
+  LoweredTensor mean =
+      perChannel(lowerer, lowerer.input(node, 3), input.symSizes);
   LoweredTensor variance = lowerer.input(node, 4);
   LoweredTensor rstd = perChannel(
       lowerer,
-      lowerer.pointwise(variance.sizes, math, math, {variance},
+      lowerer.pointwise(variance.symSizes, math, math, {variance},
                         [&lowerer, eps, math](const Values &v) {
                           return lowerer.unary(
                               UnaryOp::Rsqrt,
                               lowerer.binary(BinaryOp::Add, v[0],
                                              lowerer.constant(eps, math)));
                         }),
-      input.sizes);
+      input.symSizes);
   auto channel = [&](size_t index) -> std::optional<LoweredTensor> {
     if (auto tensor = optionalInput(lowerer, node, index))
-      return perChannel(lowerer, *tensor, input.sizes);
+      return perChannel(lowerer, *tensor, input.symSizes);
     return std::nullopt;
   };
   LoweredTensor out =
@@ -186,7 +187,7 @@ LoweringResult batchNormInference(Lowerer &lowerer, const Node &node,
   std::vector<LoweredTensor> results{out};
   for (unsigned r = 1; r < node.results().size(); ++r)
     results.push_back(lowerer.full(0, lowerer.resultMeta(node, r).dtype,
-                                   lowerer.resultMeta(node, r).sizes));
+                                   symbolicSizes(lowerer.resultMeta(node, r))));
   return results;
 }
 
@@ -231,7 +232,7 @@ LoweringResult groupNorm(Lowerer &lowerer, const Node &node) {
   };
   auto channel = [&](size_t index) -> std::optional<LoweredTensor> {
     if (auto tensor = optionalInput(lowerer, node, index))
-      return perChannel(lowerer, *tensor, input.sizes);
+      return perChannel(lowerer, *tensor, constantShape(input.sizes));
     return std::nullopt;
   };
   LoweredTensor out = normalize(lowerer, input, perGroup(mean.value),

@@ -16,6 +16,10 @@ def _sizes_2d(n):
     return (n, 6)
 
 
+# Running mean and variance, weight and bias of a 6-channel batch norm.
+_STATS = (torch.randn(6), torch.rand(6) + 0.5, torch.randn(6), torch.randn(6))
+
+
 CASES = {
     # pointwise and broadcasting
     "chain": (lambda x: torch.sigmoid(x * 2 + 1) - x.abs().sqrt(), _sizes_2d),
@@ -34,6 +38,8 @@ CASES = {
     "softmax_symbolic": (lambda x: torch.softmax(x, 0), _sizes_2d),
     "log_softmax": (lambda x: F.log_softmax(x, -1), _sizes_2d),
     "layer_norm": (lambda x: F.layer_norm(x, (6,)), _sizes_2d),
+    "batch_norm_eval": (lambda x: F.relu(F.batch_norm(x, _STATS[0], _STATS[1], _STATS[2],
+                                                      _STATS[3], training=False)), _sizes_2d),
     # views and reshapes
     "flatten": (lambda x: x.reshape(-1) * 2, _sizes_2d),
     "view_split_dim": (lambda x: x.view(x.shape[0], 2, 3).sum(-1), _sizes_2d),
