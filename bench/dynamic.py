@@ -22,22 +22,30 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SAMPLES, SAMPLE_S = 9, 0.05
 
 
-def seconds_per_call(fn, inputs):
-    """Median over SAMPLES samples of back-to-back calls (at least SAMPLE_S each)."""
+def calls_per_sample(fn, inputs):
+    """Back-to-back calls that take about SAMPLE_S."""
     fn(*inputs)
     calls, start = 0, time.perf_counter()
     while time.perf_counter() - start < SAMPLE_S / 5 or calls < 2:
         fn(*inputs)
         calls += 1
     per_call = (time.perf_counter() - start) / calls
-    count = max(1, int(SAMPLE_S / max(per_call, 1e-9)))
-    samples = []
+    return max(1, int(SAMPLE_S / max(per_call, 1e-9)))
+
+
+def seconds_per_call(functions, inputs):
+    """Median seconds per call of each function over SAMPLES samples, the
+    functions' samples interleaved (a drift of the machine's speed during
+    the run then touches each alike)."""
+    counts = [calls_per_sample(fn, inputs) for fn in functions]
+    samples = [[] for _ in functions]
     for _ in range(SAMPLES):
-        start = time.perf_counter()
-        for _ in range(count):
-            fn(*inputs)
-        samples.append((time.perf_counter() - start) / count)
-    return statistics.median(samples)
+        for fn, count, times in zip(functions, counts, samples):
+            start = time.perf_counter()
+            for _ in range(count):
+                fn(*inputs)
+            times.append((time.perf_counter() - start) / count)
+    return [statistics.median(times) for times in samples]
 
 
 def tensors(value):
@@ -73,12 +81,10 @@ def main():
         for workload in KERNELS:
             fn, inputs = workload.build("cpu")
             reference = fn(*inputs)
-            eager = seconds_per_call(fn, inputs)
             fixed = kiln.compile(fn, dynamic=False)
             symbolic = kiln.compile(fn, dynamic=True)
             ok = matches(fixed(*inputs), reference) and matches(symbolic(*inputs), reference)
-            fixed_s = seconds_per_call(fixed, inputs)
-            symbolic_s = seconds_per_call(symbolic, inputs)
+            eager, fixed_s, symbolic_s = seconds_per_call((fn, fixed, symbolic), inputs)
             runner = kiln.cache_info(symbolic)["runners"][0]
             once = "compiled once for every size" in runner
             other = "-"
@@ -93,7 +99,8 @@ def main():
     lines = [f"# Kernels compiled once for every size against kernels compiled for their sizes, "
              f"CPU, {arguments.threads} threads ({date})", "",
              f"Processor: {environment.processor_name()}; commit {environment.repository_commit()}; "
-             f"torch {torch.__version__}. Plain process, one run. Median of {SAMPLES} samples. "
+             f"torch {torch.__version__}. Plain process, one run. Median of {SAMPLES} samples, "
+             "the three columns' samples interleaved. "
              "`fixed`: kiln.compile(dynamic=False); `symbolic`: kiln.compile(dynamic=True), "
              "every dim a size symbol. `one compile`: the symbolic program serves every size "
              "(else it is compiled per size). `other size`: the symbolic program called with "
