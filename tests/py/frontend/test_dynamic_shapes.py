@@ -143,6 +143,9 @@ def test_a_relation_the_graph_relied_on_is_checked():
     for rows in (4, 9):
         x, y = torch.randn(rows, 3), torch.randn(rows, 3)
         close(f(x, y), fn(x, y))
+    # Equal sizes share a symbol: y's layout is checked against x's.
+    guards = "\n".join(f.cache_info()["guards"])
+    assert "L['x'] tensor f32[s0, s1]" in guards and "L['y'] tensor f32[s0, s1]" in guards
     x, y = torch.randn(6, 3), torch.randn(1, 3)
     close(f(x, y), fn(x, y))
     with pytest.raises(RuntimeError):

@@ -117,6 +117,9 @@ def test_an_odd_size_fails_a_divisibility_guard_and_recompiles():
         x = torch.randn(n, 3)
         torch.testing.assert_close(compiled(x), fn(x))
     entries = kiln.cache_info(compiled)["entries"]
+    # The relations the view relied on are guards, printed as expressions.
+    guards = "\n".join(kiln.cache_info(compiled)["guards"])
+    assert "s0 >= 2" in guards and "s0//2" in guards, guards
     with pytest.raises(RuntimeError):
         fn(torch.randn(5, 3))
     with pytest.raises(RuntimeError):
