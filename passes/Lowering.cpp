@@ -829,16 +829,8 @@ reduceTensor(Lowerer &lowerer, const LoweredTensor &input,
 
 Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
                    bool keepdim) {
-  Shape result;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    bool reduced = std::find(dims.begin(), dims.end(),
-                             static_cast<int64_t>(d)) != dims.end();
-    if (!reduced)
-      result.push_back(sizes[d]);
-    else if (keepdim)
-      result.push_back(1);
-  }
-  return result;
+  return loop::Ranges(reducedShape(constantShape(sizes), dims, keepdim))
+      .constants();
 }
 
 SymShape reducedShape(const SymShape &sizes, const std::vector<int64_t> &dims,
