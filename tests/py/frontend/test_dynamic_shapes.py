@@ -363,3 +363,18 @@ def test_python_work_on_a_size_sees_an_int():
         out, *rest = g(x)
         close(out, x + 1)
         assert rest == [str(rows), str(x.shape), str(rows), {rows: "rows"}]
+
+
+def test_values_carried_between_loops_fall_back_when_a_row_outgrows_their_arrays():
+    # softmax carries exp(x - max) from its sum loop to its output loop in a
+    # stack array sized for at most 16384 points where the row length
+    # varies: a longer row takes the body that computes exp again.
+    def fn(x):
+        return torch.softmax(x * 2, dim=-1) + 1
+
+    f = kiln.compile(fn, dynamic=True)
+    for rows, columns in ((3, 100), (2, 16384), (2, 20000), (4, 37)):
+        x = torch.randn(rows, columns)
+        close(f(x), fn(x))
+    assert entries(f) == 1
+    assert "compiled once for every size" in runners(f)[0]
