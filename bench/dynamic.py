@@ -10,7 +10,6 @@
 import datetime
 import os
 import statistics
-import sys
 import time
 
 import torch
@@ -64,17 +63,12 @@ def matches(output, reference):
 
 
 def grown(inputs):
-    """The inputs with every dim one larger (fresh values), or None where a
-    workload's inputs must keep their sizes together (weights of a module)."""
+    """The inputs with every dim one larger (fresh values)."""
     return tuple(torch.randn(*[size + 1 for size in t.shape]) for t in inputs)
 
 
 def main():
-    arguments = environment.parse_arguments(RESULTS, torch.get_num_threads())
-    kiln, error = environment.import_kiln()
-    if kiln is None:
-        sys.exit(error)
-    torch.set_num_threads(arguments.threads)
+    arguments, kiln = environment.start(RESULTS)
     torch.manual_seed(0)
     rows = []
     with torch.no_grad():

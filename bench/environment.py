@@ -1,10 +1,12 @@
 # What the benchmarks report about where they ran: the processor, the
-# repository's commit, and whether kiln imports; and writing their tables.
-# Depends on the standard library only.
+# repository's commit, and whether kiln imports; their start (arguments,
+# kiln, threads) and writing their tables. Depends on the standard library
+# (and torch, for start()).
 import argparse
 import os
 import platform
 import subprocess
+import sys
 
 
 def describe(error):
@@ -20,6 +22,20 @@ def import_kiln():
         return kiln, None
     except Exception as error:  # an ImportError or a broken build: reported, the rest still runs
         return None, f"import kiln failed: {describe(error)}"
+
+
+def start(default_out):
+    """What a table benchmark does first: its --out and --threads, kiln
+    imported (the process exits saying why where it cannot be), torch on that
+    many threads. Returns (arguments, kiln)."""
+    import torch
+
+    arguments = parse_arguments(default_out, torch.get_num_threads())
+    kiln, error = import_kiln()
+    if kiln is None:
+        sys.exit(error)
+    torch.set_num_threads(arguments.threads)
+    return arguments, kiln
 
 
 def repository_commit():

@@ -9,7 +9,6 @@ import datetime
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -89,11 +88,7 @@ def gpt_rows(kiln, threads, scratch):
 
 
 def main():
-    arguments = environment.parse_arguments(RESULTS, torch.get_num_threads())
-    kiln, error = environment.import_kiln()
-    if kiln is None:
-        sys.exit(error)
-    torch.set_num_threads(arguments.threads)
+    arguments, kiln = environment.start(RESULTS)
     kiln._C.set_num_threads(arguments.threads)
     peak, ghz, lanes = peak_gflops(arguments.threads)
     with tempfile.TemporaryDirectory() as scratch:

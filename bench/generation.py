@@ -13,7 +13,6 @@
 # Depends on torch, kiln.
 import datetime
 import os
-import sys
 import time
 
 import torch
@@ -88,11 +87,7 @@ def timed_passes(model, prompt):
 
 
 def main():
-    arguments = environment.parse_arguments(RESULTS, torch.get_num_threads())
-    kiln, error = environment.import_kiln()
-    if kiln is None:
-        sys.exit(error)
-    torch.set_num_threads(arguments.threads)
+    arguments, kiln = environment.start(RESULTS)
     torch.manual_seed(0)
     config = {"vocabulary": VOCABULARY, "context": 512, "width": WIDTH, "layers": LAYERS,
               "heads": HEADS, "mlp_ratio": 4, "activation": "gelu", "skip_layers": []}

@@ -148,20 +148,20 @@ const Expr *ExprContext::constant(double value, DType dtype) {
   return intern(std::move(node));
 }
 
-const Expr *ExprContext::var(int64_t number) {
+const Expr *ExprContext::numbered(ExprKind kind, int64_t number) {
   Expr node;
-  node.kind_ = ExprKind::Var;
+  node.kind_ = kind;
   node.dtype_ = DType::Int64;
   node.integer_ = number;
   return intern(std::move(node));
 }
 
+const Expr *ExprContext::var(int64_t number) {
+  return numbered(ExprKind::Var, number);
+}
+
 const Expr *ExprContext::symbol(int64_t number) {
-  Expr node;
-  node.kind_ = ExprKind::Symbol;
-  node.dtype_ = DType::Int64;
-  node.integer_ = number;
-  return intern(std::move(node));
+  return numbered(ExprKind::Symbol, number);
 }
 
 const Expr *ExprContext::size(SymSize size) {

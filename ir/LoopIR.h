@@ -187,6 +187,8 @@ public:
 
 private:
   const Expr *intern(Expr node);
+  /// A Var or Symbol node (int64, identified by its number).
+  const Expr *numbered(ExprKind kind, int64_t number);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

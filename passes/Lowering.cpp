@@ -171,7 +171,7 @@ Lowerer::Lowerer(std::shared_ptr<const Graph> graph, Device device,
     : graph_(std::move(graph)), device_(device), standalone_(standalone) {
   program_.graph = graph_;
   for (const SymbolBinding &binding : graph_->symbols())
-    symbolHints_.push_back(binding.hint);
+    program_.symbolHints.push_back(binding.hint);
   for (const auto &node : graph_->nodes())
     for (const Value *value : distinctOperands(*node)) {
       ++users_[value];
@@ -215,7 +215,6 @@ loop::Program Lowerer::run() {
           found->second.symSizes == symbolicSizes(meta))
         program_.bufferOf[result.get()] = placement.buffer;
     }
-  program_.symbolHints = symbolHints_;
   return std::move(program_);
 }
 
@@ -616,17 +615,10 @@ int64_t Lowerer::addBuffer(const TensorMeta &meta, BufferKind kind,
   return program_.addBuffer(std::move(buffer));
 }
 
-int64_t Lowerer::hint(SymSize value) const {
-  if (auto constant = value->constant())
-    return *constant;
-  return size::evaluate(value, symbolHints_);
-}
+int64_t Lowerer::hint(SymSize value) const { return program_.hint(value); }
 
 Shape Lowerer::hints(const SymShape &values) const {
-  Shape result;
-  for (SymSize value : values)
-    result.push_back(hint(value));
-  return result;
+  return program_.hints(values);
 }
 
 TensorMeta Lowerer::contiguous(DType dtype, const SymShape &sizes) const {
@@ -634,9 +626,7 @@ TensorMeta Lowerer::contiguous(DType dtype, const SymShape &sizes) const {
   if (!loop::Ranges(sizes).isStatic()) {
     auto layout = std::make_shared<SymbolicLayout>();
     layout->sizes = sizes;
-    layout->strides.assign(sizes.size(), size::constant(1));
-    for (size_t d = sizes.size(); d-- > 1;)
-      layout->strides[d - 1] = size::mul(layout->strides[d], sizes[d]);
+    layout->strides = rowMajorStrides(sizes);
     meta.symbolic = std::move(layout);
   }
   return meta;
@@ -849,6 +839,13 @@ SymShape reducedShape(const SymShape &sizes, const std::vector<int64_t> &dims,
 
 TensorMeta contiguousMeta(DType dtype, const Shape &sizes) {
   return TensorMeta(dtype, sizes);
+}
+
+SymShape rowMajorStrides(const SymShape &sizes) {
+  SymShape strides(sizes.size(), size::constant(1));
+  for (size_t d = sizes.size(); d-- > 1;)
+    strides[d - 1] = size::mul(strides[d], sizes[d]);
+  return strides;
 }
 
 SymShape constantShape(const Shape &values) {

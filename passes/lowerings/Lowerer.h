@@ -26,6 +26,8 @@ using SymShape = std::vector<SymSize>;
 
 /// `values` as constant size expressions.
 SymShape constantShape(const Shape &values);
+/// Row-major (contiguous) strides of `sizes`.
+SymShape rowMajorStrides(const SymShape &sizes);
 /// A tensor's sizes, strides and storage offset as size expressions.
 SymShape symbolicSizes(const TensorMeta &meta);
 SymShape symbolicStrides(const TensorMeta &meta);
@@ -201,7 +203,6 @@ private:
   void realizeBeforeMutation();
 
   std::shared_ptr<const Graph> graph_;
-  std::vector<int64_t> symbolHints_; // the example call's symbol values
   Device device_;
   bool standalone_ = false;
   loop::Program program_;

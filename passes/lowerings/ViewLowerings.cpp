@@ -40,14 +40,6 @@ LoweringResult one(LoweredTensor tensor) {
   return std::vector<LoweredTensor>{std::move(tensor)};
 }
 
-// Row-major strides of `sizes` (size expressions).
-SymShape rowMajorStrides(const SymShape &sizes) {
-  SymShape strides(sizes.size(), size::constant(1));
-  for (size_t d = sizes.size(); d-- > 1;)
-    strides[d - 1] = size::mul(strides[d], sizes[d]);
-  return strides;
-}
-
 // The row-major linear position of `index` in `sizes`.
 const Expr *linearize(loop::ExprContext &exprs, const Index &index,
                       const SymShape &sizes) {
@@ -89,9 +81,9 @@ struct ReshapeGroup {
 // through the whole tensor would be (v*s0 + w) // s0 mod s0, which no
 // index simplification sees through. nullopt where the products of the
 // two sides do not line up as expressions.
-std::optional<std::vector<ReshapeGroup>>
-reshapeGroups(const Lowerer &lowerer, const SymShape &from,
-              const SymShape &to) {
+std::optional<std::vector<ReshapeGroup>> reshapeGroups(const Lowerer &lowerer,
+                                                       const SymShape &from,
+                                                       const SymShape &to) {
   std::vector<ReshapeGroup> groups;
   auto isOne = [](SymSize size) { return size->constant() == 1; };
   size_t i = 0, j = 0;
