@@ -48,8 +48,6 @@ Target Target::forGraph(const Graph &graph) {
       target.kind = Kind::Cuda;
       target.device = std::max(input->meta().device.index, 0);
       break;
-    } else if (input->meta().device.type == DeviceType::CPU) {
-      break;
     }
   return target;
 }

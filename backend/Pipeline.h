@@ -21,8 +21,9 @@ struct Target {
   /// Code that runs without torch (ahead-of-time export): no extern steps.
   bool standalone = false;
 
-  /// The target of the device the graph's tensors live on (its first
-  /// input's; the CPU for a graph without tensor inputs).
+  /// The target of the device the graph's tensors live on: the first GPU
+  /// among its inputs', else the CPU. Nodes on another device than the
+  /// target's run as torch calls.
   static Target forGraph(const Graph &graph);
   /// The device tensors of a program for this target live on.
   Device tensorDevice() const;

@@ -5,6 +5,7 @@
 #include "bridge/CudaGraphRunner.h"
 
 #include "bridge/PythonConversion.h"
+#include "bridge/TorchCall.h"
 #include "ir/Logging.h"
 
 namespace kiln::python {
@@ -44,19 +45,6 @@ py::object copyOut(py::handle outputs) {
     return tuple ? py::object(py::tuple(items)) : py::object(items);
   }
   return py::reinterpret_borrow<py::object>(outputs);
-}
-
-py::object currentStream(int device) {
-  static py::object raw = [] {
-    py::object cudaModule = TorchHandles::get().torch.attr("_C");
-    return py::getattr(cudaModule, "_cuda_getCurrentRawStream", py::none());
-  }();
-  if (!raw.is_none())
-    return raw(device);
-  return TorchHandles::get()
-      .torch.attr("cuda")
-      .attr("current_stream")(device)
-      .attr("cuda_stream");
 }
 
 } // namespace
@@ -104,7 +92,7 @@ struct CudaGraphRunner::Recording {
   std::vector<bool> inPlace;
   std::vector<char *> addresses; // of the in-place inputs
   py::object outputs;            // the recording's results
-  py::object stream;             // recorded for this stream only
+  void *stream = nullptr;        // recorded for this stream only
 };
 
 CudaGraphRunner::CudaGraphRunner(std::unique_ptr<GraphRunner> inner,
@@ -131,7 +119,7 @@ py::object CudaGraphRunner::run(PyObject *const *inputs, size_t count) const {
   } release{busy_};
   if (recording_) {
     // Another stream's work could race the recording's buffers.
-    if (!currentStream(device_).equal(recording_->stream))
+    if (currentCudaStream(device_) != recording_->stream)
       return inner_->run(inputs, count);
     return replay(inputs, count);
   }
@@ -196,7 +184,7 @@ py::object CudaGraphRunner::record(PyObject *const *inputs,
     disable(std::string("recording failed: ") + error.what());
     return inner_->run(inputs, count);
   }
-  recording->stream = currentStream(device_);
+  recording->stream = currentCudaStream(device_);
   recording_ = std::move(recording);
   // Recording ran nothing: this call's results come from a first replay.
   return replay(inputs, count);

@@ -104,14 +104,7 @@ public:
     backend::LaunchContext context;
     if (!runner_.onGpu_)
       return context;
-    // torch._C._cuda_getCurrentRawStream(index) is the stream's address
-    // (what Inductor's launchers read); torch.cuda.current_stream where a
-    // build lacks it.
-    py::object stream =
-        runner_.currentRawStream_
-            ? runner_.currentRawStream_(runner_.deviceIndex_)
-            : runner_.currentStream_(runner_.torchDevice_).attr("cuda_stream");
-    context.stream = reinterpret_cast<void *>(stream.cast<uintptr_t>());
+    context.stream = currentCudaStream(runner_.gpu_);
     return context;
   }
 
@@ -176,14 +169,12 @@ NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
                 std::to_string(graph->outputs().size()));
   backend::Target target = backend::Target::forGraph(*graph);
   onGpu_ = target.kind == backend::Target::Kind::Cuda;
+  gpu_ = target.device;
   torchDevice_ = deviceToTorch(target.tensorDevice());
   runtime::Device &device = onGpu_
                                 ? static_cast<runtime::Device &>(
                                       runtime::CudaDevice::get(target.device))
                                 : runtime::CpuDevice::get();
-  if (onGpu_)
-    currentStream_ =
-        TorchHandles::get().torch.attr("cuda").attr("current_stream");
   symbols_ = graph->symbols();
   compiled_ = std::make_unique<runtime::CompiledProgram>(
       backend::compileGraph(std::move(graph), target), device);

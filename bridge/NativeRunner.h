@@ -81,13 +81,11 @@ private:
   std::vector<SymbolBinding> symbols_;
   mutable std::mutex statesMutex_;
   mutable std::list<std::shared_ptr<const CallState>> states_;
-  /// GPU programs: the torch device and the function giving its current
-  /// stream (kernels queue on it, in order with torch's own work).
+  /// GPU programs: the GPU's ordinal and torch device. Kernels queue on
+  /// torch's current stream there, in order with torch's own work.
   bool onGpu_ = false;
+  int gpu_ = 0;
   py::object torchDevice_;
-  py::object currentStream_;
-  py::object currentRawStream_; // torch._C._cuda_getCurrentRawStream
-  py::object deviceIndex_;
 };
 
 } // namespace kiln::python

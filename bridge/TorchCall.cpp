@@ -57,6 +57,39 @@ py::object constantTensor(const ConstantData &data) {
   return tensor;
 }
 
+void *currentCudaStream(int device) {
+  // torch._C._cuda_getCurrentRawStream(index) is the stream's address (what
+  // Inductor's launchers read; 0.1 us); torch.cuda.current_stream (a Python
+  // function making a Stream object, several us) where a build lacks it.
+  // Kept for the process: a function-scope py::object would be released
+  // after the interpreter.
+  static PyObject *raw = [] {
+    py::object found = py::getattr(TorchHandles::get().torch.attr("_C"),
+                                   "_cuda_getCurrentRawStream", py::none());
+    return found.is_none() ? nullptr : found.release().ptr();
+  }();
+  py::object stream;
+  if (raw) {
+    PyObject *index = PyLong_FromLong(device);
+    if (!index)
+      throw py::error_already_set();
+    PyObject *result = PyObject_Vectorcall(raw, &index, 1, nullptr);
+    Py_DECREF(index);
+    if (!result)
+      throw py::error_already_set();
+    stream = py::reinterpret_steal<py::object>(result);
+  } else {
+    stream = TorchHandles::get()
+                 .torch.attr("cuda")
+                 .attr("current_stream")(device)
+                 .attr("cuda_stream");
+  }
+  void *address = PyLong_AsVoidPtr(stream.ptr());
+  if (!address && PyErr_Occurred())
+    throw py::error_already_set();
+  return address;
+}
+
 CallOperand
 operandForArgument(const Argument &argument,
                    const std::function<CallOperand(Value *)> &tensorOperand) {

@@ -84,4 +84,8 @@ py::object resolveTorchOperator(const std::string &qualifiedName);
 /// A graph constant as a torch tensor (on its device).
 py::object constantTensor(const ConstantData &data);
 
+/// The address of torch's current CUDA stream on GPU `device` (0 for the
+/// legacy default stream): what kiln's launches and recordings order with.
+void *currentCudaStream(int device);
+
 } // namespace kiln::python

@@ -736,12 +736,16 @@ VariablePtr Evaluator::torchCall(
       keywords.emplace_back(entry.first.cast<std::string>(),
                             argumentOf(entry.second));
     // Torch's metadata, on the device the program runs on: that of the
-    // tensor arguments (a 0-d CPU tensor mixes with any device), or the
-    // factory's device argument.
+    // tensor arguments, in lists too (cat's, index's; a 0-d CPU tensor
+    // mixes with any device), or the factory's device argument.
     std::optional<Device> device;
     auto consider = [&](const Argument &argument) {
       if (argument.isTensor())
         foldDevice(argument.toTensor()->meta(), device);
+      else if (argument.isTensorList())
+        for (const Value *item : argument.toTensorList())
+          if (item)
+            foldDevice(item->meta(), device);
     };
     for (const Argument &argument : positional)
       consider(argument);

@@ -54,6 +54,7 @@ const std::unordered_set<std::string> &symbolicLowerings() {
     for (const auto &[name, lowering] : families)
       built.insert(name);
     for (const char *name : {"aten::_softmax",
+                             "aten::_safe_softmax",
                              "aten::softmax.int",
                              "aten::_log_softmax",
                              "aten::log_softmax.int",
@@ -125,16 +126,23 @@ std::string shortOpName(const Node &node) {
   return name;
 }
 
-void checkDevice(const TensorMeta &meta, const Node &node,
-                 const Device &device) {
+bool onDevice(const TensorMeta &meta, const Device &device) {
   bool sameIndex = meta.device.index == device.index || meta.device.index < 0 ||
                    device.index < 0;
-  if (meta.device.type != device.type || !sameIndex)
-    throw Unsupported("kiln compiles this graph for " + device.str() + "; " +
-                      (node.schema() ? node.schema()->qualifiedName()
-                                     : std::string("a graph input")) +
-                      " uses " + meta.device.str() +
-                      " (the graph runs eagerly)");
+  return meta.device.type == device.type && sameIndex;
+}
+
+// Whether a node reads or makes a tensor on another device than the
+// program's (a CPU computation inside a CUDA graph, a copy between
+// devices): torch runs those nodes, the program's kernels the rest.
+bool touchesOtherDevice(const Node &node, const Device &device) {
+  for (const Value *value : node.operands())
+    if (value && !onDevice(value->meta(), device))
+      return true;
+  for (const auto &result : node.results())
+    if (!onDevice(result->meta(), device))
+      return true;
+  return false;
 }
 
 // torch accepts dim 0 (or -1) of a 0-d tensor, where lowerings index a
@@ -219,12 +227,6 @@ loop::Program Lowerer::run() {
 }
 
 void Lowerer::lowerNode(const Node &node) {
-  for (const Value *value : node.operands())
-    if (value)
-      checkDevice(value->meta(), node, device_);
-  for (const auto &result : node.results())
-    checkDevice(result->meta(), node, device_);
-
   if (node.kind() == Node::Kind::Input) {
     const Value *value = node.result();
     loop::Buffer buffer;
@@ -256,7 +258,8 @@ void Lowerer::lowerNode(const Node &node) {
     program_.bufferOf[value] = index;
     return;
   }
-  if (node.writesArguments() || hasComplex(node)) {
+  if (node.writesArguments() || hasComplex(node) ||
+      touchesOtherDevice(node, device_)) {
     lowerExtern(node);
     return;
   }

@@ -303,6 +303,8 @@ void registerNormalizationOps(OpRegistry &registry) {
       {"log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> "
        "Tensor",
        softmax},
+      {"_safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
+       softmax},
       {"native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? "
        "weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)",
        layerNormResults},

@@ -4,14 +4,22 @@
 // Depends on passes/lowerings/Lowerer.h.
 #include "passes/lowerings/Lowerer.h"
 
+#include <limits>
+
 namespace kiln::lowering {
 namespace {
 
 using Values = std::vector<const Expr *>;
 
+enum class SoftmaxKind { Softmax, LogSoftmax, SafeSoftmax };
+
 // softmax and log_softmax over one dim: max, exp(x - max), sum, combine
 // (softmax multiplies by the sum's reciprocal, as eager does).
-template <bool Log> LoweringResult softmax(Lowerer &lowerer, const Node &node) {
+// _safe_softmax (scaled_dot_product_attention's) gives 0 where a whole row
+// is -inf, where softmax gives NaN: exactly the rows whose max is -inf.
+template <SoftmaxKind Kind>
+LoweringResult softmax(Lowerer &lowerer, const Node &node) {
+  constexpr bool Log = Kind == SoftmaxKind::LogSoftmax;
   LoweredTensor input = lowerer.input(node, 0);
   const TensorMeta &meta = lowerer.resultMeta(node);
   DType math = accumulationType(meta.dtype);
@@ -34,13 +42,23 @@ template <bool Log> LoweringResult softmax(Lowerer &lowerer, const Node &node) {
       });
   LoweredTensor sum = reduceTensor(lowerer, exponentials, dims, ReduceOp::Sum,
                                    math, kept, name + "_sum");
+  std::vector<LoweredTensor> parts{Log ? shifted : exponentials, sum};
+  if (Kind == SoftmaxKind::SafeSoftmax)
+    parts.push_back(maximum);
   LoweredTensor combined = lowerer.pointwise(
-      input.symSizes, math, meta.dtype, {Log ? shifted : exponentials, sum},
-      [&lowerer](const Values &v) {
-        return Log ? lowerer.binary(BinaryOp::Sub, v[0],
-                                    lowerer.unary(UnaryOp::Log, v[1]))
-                   : lowerer.binary(BinaryOp::Mul, v[0],
-                                    lowerer.unary(UnaryOp::Reciprocal, v[1]));
+      input.symSizes, math, meta.dtype, parts,
+      [&lowerer, math](const Values &v) {
+        if (Log)
+          return lowerer.binary(BinaryOp::Sub, v[0],
+                                lowerer.unary(UnaryOp::Log, v[1]));
+        const Expr *value = lowerer.binary(
+            BinaryOp::Mul, v[0], lowerer.unary(UnaryOp::Reciprocal, v[1]));
+        if (Kind != SoftmaxKind::SafeSoftmax)
+          return value;
+        const Expr *emptyRow = lowerer.binary(
+            BinaryOp::Eq, v[2],
+            lowerer.constant(-std::numeric_limits<double>::infinity(), math));
+        return lowerer.where(emptyRow, lowerer.constant(0.0, math), value);
       });
   return std::vector<LoweredTensor>{combined};
 }
@@ -245,10 +263,11 @@ LoweringResult groupNorm(Lowerer &lowerer, const Node &node) {
 
 void registerNormalizationLowerings(LoweringTable &table) {
   table.insert({
-      {"aten::_softmax", softmax<false>},
-      {"aten::softmax.int", softmax<false>},
-      {"aten::_log_softmax", softmax<true>},
-      {"aten::log_softmax.int", softmax<true>},
+      {"aten::_softmax", softmax<SoftmaxKind::Softmax>},
+      {"aten::softmax.int", softmax<SoftmaxKind::Softmax>},
+      {"aten::_safe_softmax", softmax<SoftmaxKind::SafeSoftmax>},
+      {"aten::_log_softmax", softmax<SoftmaxKind::LogSoftmax>},
+      {"aten::log_softmax.int", softmax<SoftmaxKind::LogSoftmax>},
       {"aten::native_layer_norm", layerNorm<true>},
       {"aten::layer_norm", layerNorm<false>},
       {"aten::_native_batch_norm_legit_no_training",

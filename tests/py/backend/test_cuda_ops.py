@@ -361,3 +361,56 @@ def test_gpu_reduction_special_values_in_long_rows_and_columns(dtype):
     columns[:, 12] = float("nan")
     for name in ("sum", "amax", "argmax", "mean"):
         _check_reduction(COLUMN_REDUCTIONS[name], columns, True, _reduction_tolerance(dtype))
+
+
+def test_cpu_work_inside_a_gpu_graph_runs_through_torch_and_the_rest_natively():
+    # Model code often builds positions or masks on the CPU and moves them
+    # (transformers' GPT-2, LLaMA and ViT did): those nodes are torch calls,
+    # the GPU work around them still compiles to native kernels.
+    x = torch.randn(4, 16, 32, device="cuda")
+
+    def fn(x):
+        positions = torch.cat([torch.arange(8), torch.arange(8) + 8]).cumsum(0).float()
+        scale = positions.to(x.device).view(1, -1, 1)
+        return torch.softmax(x * scale / 100.0, -1) + 1, positions * 2
+
+    compiled = kiln.compile(fn)
+    actual, expected = compiled(x), fn(x)
+    torch.testing.assert_close(actual, expected)
+    assert actual[0].device == x.device and actual[1].device.type == "cpu"
+    runners = kiln.cache_info(compiled)["runners"]
+    assert runners[0].startswith("native"), runners
+
+
+def test_safe_softmax_of_masked_attention_fuses_on_the_gpu():
+    q, k, v = (torch.randn(2, 3, 7, 8, device="cuda") for _ in range(3))
+    mask = torch.ones(7, 7, dtype=torch.bool, device="cuda").tril()
+
+    def fn(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    compiled = kiln.compile(fn)
+    torch.testing.assert_close(compiled(q, k, v), fn(q, k, v), rtol=1e-4, atol=1e-4, equal_nan=True)
+    runners = kiln.cache_info(compiled)["runners"]
+    assert runners[0].startswith("native") and "_safe_softmax" not in runners[0], runners
+
+
+def test_results_of_ops_on_gpu_tensor_lists_are_on_the_gpu():
+    # cat and index take their tensors in a list: their results are on the
+    # GPU in the captured graph (they were once taken for CPU tensors, and
+    # every node after them ran through torch).
+    x, y = torch.randn(4, 5, device="cuda"), torch.randn(4, 3, device="cuda")
+    rows = torch.tensor([3, 0, 1], device="cuda")
+
+    def fn(x, y):
+        joined = torch.cat([x, y], 1) * 2
+        return joined[rows].exp() + 1
+
+    compiled = kiln.compile(fn)
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+    graph = kiln.cache_info(compiled)["graphs"][0]
+    for line in graph.splitlines():
+        if " = " in line and "[" in line.split(" = ")[0]:
+            assert "@cuda" in line.split(" = ")[0], (line, graph)
+    runners = kiln.cache_info(compiled)["runners"]
+    assert runners[0].startswith("native") and "cat" not in runners[0], runners

@@ -267,3 +267,43 @@ def test_a_select_compared_again_keeps_its_nan_rule(dtype):
         expected, actual = fn(y), kiln.compile(fn)(y)
         assert torch.equal(actual.isnan(), expected.isnan()), (actual, expected)
         torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("length", [5, 40])
+def test_safe_softmax_gives_zero_rows_where_a_row_is_all_minus_infinity(dtype, dim, length):
+    """scaled_dot_product_attention's _safe_softmax runs natively and fused:
+    a row of -inf (a fully masked query) gives zeros, not NaN; NaN, +inf
+    and partly masked rows as softmax gives them."""
+    x = torch.randn(6, length).to(dtype)
+    x[1] = float("-inf")
+    x[2, ::2] = float("-inf")
+    x[3, 1] = float("nan")
+    x[4, 0] = float("inf")
+    x[5, 1:] = float("-inf")
+    if dim == 0:
+        x = x.t()  # a transposed input, reduced along its strided dim
+
+    def fn(x):
+        return torch.ops.aten._safe_softmax(x * 2.0, dim)
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    actual, expected = compiled(x), fn(x)
+    torch.testing.assert_close(actual, expected, equal_nan=True)
+    assert torch.equal(actual.isnan(), expected.isnan())
+    runners = kiln.cache_info(compiled)["runners"]
+    assert runners[0].startswith("native") and "_safe_softmax" not in runners[0], runners
+
+
+def test_masked_attention_softmax_runs_natively():
+    q, k, v = (torch.randn(2, 3, 7, 8) for _ in range(3))
+    mask = torch.ones(7, 7, dtype=torch.bool).tril()
+    mask[0] = False  # a query that sees nothing: eager's math path gives zeros
+
+    def fn(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), fn(q, k, v), equal_nan=True)
+    assert "_safe_softmax" not in kiln.cache_info(compiled)["runners"][0]
