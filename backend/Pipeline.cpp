@@ -8,6 +8,7 @@
 #include "backend/cpu/CpuSchedule.h"
 #include "backend/cpu/HostTarget.h"
 #include "backend/cuda/CudaCompile.h"
+#include "backend/nvptx/GpuSchedule.h"
 #include "ir/Logging.h"
 #include "passes/DeadCodeElimination.h"
 #include "passes/Lowering.h"
@@ -126,6 +127,10 @@ std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
     break;
   }
   case Target::Kind::Cuda:
+    if (splitReductionsForGpu(program)) {
+      planMemory(program); // the partials are temporaries
+      logLoopIr(program, "split reductions", true);
+    }
     compiled->code = compileForCuda(program, target.device);
     break;
   }

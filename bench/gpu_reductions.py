@@ -1,7 +1,9 @@
-# GPU reductions, kiln against eager, shape by shape: the median of a number
-# of calls (CUDA events around each call, after warm-up) in microseconds and
-# in GB/s of the bytes a call must move (inputs read once, outputs written
-# once), with the mapping kiln's GPU schedule chose and where the call ran.
+# GPU memory-bound kernels (pointwise chains, reductions, normalisations),
+# kiln against eager, shape by shape: the median of a number of calls (CUDA
+# events around each call, after warm-up) in microseconds, in GB/s of the
+# bytes a call must move (inputs read once, outputs written once) and as a
+# share of the copy bandwidth measured in the same run (torch's copy_ of
+# 256 MiB), with the mapping kiln's GPU schedule chose and where it ran.
 #   python3 bench/gpu_reductions.py [--calls 200] [--only softmax] [--out FILE]
 # Depends on torch, kiln, and bench/environment.py (the commit measured).
 import argparse
@@ -18,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.environment import import_kiln, repository_commit  # noqa: E402
+from bench.workloads import math_chain, pointwise_chain  # noqa: E402
 
 
 def _randn(*shape):
@@ -31,6 +34,13 @@ def _layer_norm(rows, columns):
 
 # name: (function and inputs, bytes a call moves beyond its inputs)
 WORKLOADS = {
+    "pointwise chain 16M floats": lambda: (pointwise_chain, (_randn(16 * 2**20),)),
+    "pointwise chain 64M floats": lambda: (pointwise_chain, (_randn(64 * 2**20),)),
+    "tanh/sqrt chain 16M floats": lambda: (math_chain, (_randn(16 * 2**20),)),
+    "softmax 16384x1024": lambda: (lambda x: torch.softmax(x, -1), (_randn(16384, 1024),)),
+    "layer_norm 16384x1024": lambda: _layer_norm(16384, 1024),
+    "row sum 16384x1024": lambda: (lambda x: x.sum(-1), (_randn(16384, 1024),)),
+    "column sum 16384x1024": lambda: (lambda x: x.sum(0), (_randn(16384, 1024),)),
     "softmax 4096x4096": lambda: (lambda x: torch.softmax(x, -1), (_randn(4096, 4096),)),
     "softmax 64x65536": lambda: (lambda x: torch.softmax(x, -1), (_randn(64, 65536),)),
     "layer_norm 8192x1024": lambda: _layer_norm(8192, 1024),
@@ -53,6 +63,13 @@ def median_microseconds(fn, inputs, calls, warmup=20):
         end.record()
     torch.cuda.synchronize()
     return 1000.0 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def copy_bandwidth(calls):
+    """GB/s of torch's copy_ between two 256 MiB buffers, reads and writes."""
+    source, target = torch.empty(64 * 2**20, device="cuda"), torch.empty(64 * 2**20, device="cuda")
+    us = median_microseconds(target.copy_, (source,), calls)
+    return 2 * source.numel() * 4 / us / 1e3
 
 
 def first_call_with_log(fn, inputs):
@@ -100,10 +117,13 @@ def main():
     if kiln is None:
         print(why)
         return 1
-    lines = [f"GPU reductions on {torch.cuda.get_device_name()}, commit {repository_commit()}, "
-             f"torch {torch.__version__}, median of {options.calls} calls", "",
-             "| workload | eager us | eager GB/s | kiln us | kiln GB/s | speedup | kiln ran | check | mapping |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+    copy = copy_bandwidth(options.calls)
+    lines = [f"GPU memory-bound kernels on {torch.cuda.get_device_name()}, commit {repository_commit()}, "
+             f"torch {torch.__version__}, median of {options.calls} calls; copy bandwidth "
+             f"(torch copy_ of 256 MiB, read + write) {copy:.0f} GB/s", "",
+             "| workload | eager us | eager GB/s | kiln us | kiln GB/s | kiln % of copy | speedup "
+             "| kiln ran | check | mapping |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     print("\n".join(lines), flush=True)
     for name, build in WORKLOADS.items():
         if options.only not in name:
@@ -122,7 +142,8 @@ def main():
         kiln_us = median_microseconds(compiled, inputs, options.calls)
         size = moved_bytes(inputs, expected)
         row = (f"| {name} | {eager_us:.1f} | {size / eager_us / 1e3:.0f} | {kiln_us:.1f} | "
-               f"{size / kiln_us / 1e3:.0f} | {eager_us / kiln_us:.2f}x | {ran} | {check} | "
+               f"{size / kiln_us / 1e3:.0f} | {100 * size / kiln_us / 1e3 / copy:.0f}% | "
+               f"{eager_us / kiln_us:.2f}x | {ran} | {check} | "
                f"{mappings_of(log)} |")
         lines.append(row)
         print(row, flush=True)

@@ -29,6 +29,23 @@ void simplifyIndices(loop::Program &program);
 /// every index walks as one, so a contiguous tensor becomes one long loop.
 void chooseLoopOrder(loop::Program &program);
 
+/// When a reduction kernel is split (splitLongReductions).
+struct SplitPolicy {
+  int64_t fewPoints = 0;    // split kernels of fewer outer points
+  int64_t pointsWanted = 0; // aim for this many (point, chunk) points
+  int64_t minChunk = 0;     // elements a chunk reduces at least
+  int64_t minWork = 0;      // elements a point reduces at least
+};
+
+/// Splits each kernel of fewer than `policy.fewPoints` outer points whose
+/// first loop reduces at least `minWork` elements at each (not
+/// ArgMax/ArgMin):
+/// a new kernel before it reduces chunks of its first range at (point,
+/// chunk) points into Temporary partial buffers, and the kernel's first
+/// loop combines them. For GPUs, where one block per point would leave most
+/// of the device idle. Returns the number of kernels split.
+int64_t splitLongReductions(loop::Program &program, const SplitPolicy &policy);
+
 /// Gives every Temporary buffer an offset in one workspace, reusing the
 /// memory of temporaries whose last reader has run; sets workspaceBytes.
 /// (A program whose sizes vary is planned for the example call; each call

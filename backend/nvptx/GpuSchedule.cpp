@@ -4,6 +4,7 @@
 #include "backend/nvptx/GpuSchedule.h"
 
 #include "ir/Error.h"
+#include "passes/Scheduler.h"
 
 #include <algorithm>
 #include <sstream>
@@ -33,8 +34,8 @@ constexpr int64_t kRowLaneWork = 16;
 // kMaxFewBlocksLaneWork where the grid has blocks for a quarter of the
 // multiprocessors or fewer: beyond, the blocks read so much each while most
 // of the GPU idles that torch's split reductions are several times faster.
-// A split reduction (partials of several blocks, combined by a second
-// launch) is the answer, not written yet.
+// splitReductionsForGpu splits such kernels into partials of several
+// blocks, combined by a second launch, where it can.
 constexpr int64_t kMinLaneWork = 8;
 constexpr int64_t kMaxLaneWork = 2048;
 constexpr int64_t kMaxFewBlocksLaneWork = 512;
@@ -73,8 +74,8 @@ void refuseLongLanes(const GpuKernelSchedule &record, int64_t work,
                     std::to_string(work) + " elements at each of " +
                     std::to_string(record.points) + " points: " + mapping +
                     " (" + std::to_string(record.grid) +
-                    " blocks) is too little of the GPU, and split reductions "
-                    "across blocks are not written yet; torch runs the graph");
+                    " blocks) is too little of the GPU, and the reduction "
+                    "could not be split across blocks; torch runs the graph");
 }
 
 // The shared memory a mapping's partial results take: two areas of the
@@ -235,6 +236,18 @@ bool reducesAlongColumns(const loop::Kernel &kernel) {
     }
   }
   return column > row;
+}
+
+int64_t splitReductionsForGpu(loop::Program &program) {
+  // Two blocks a multiprocessor, their lanes reading at least kMinLaneWork
+  // elements each; points reducing fewer than 128K elements stay whole (one
+  // block reads them in about the time of the second launch).
+  SplitPolicy policy;
+  policy.fewPoints = kMultiprocessors;
+  policy.pointsWanted = 2 * kMultiprocessors;
+  policy.minChunk = 512 * kMinLaneWork;
+  policy.minWork = int64_t(1) << 17;
+  return splitLongReductions(program, policy);
 }
 
 GpuSchedule scheduleForGpu(const loop::Program &program) {

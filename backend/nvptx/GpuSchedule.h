@@ -73,6 +73,12 @@ int64_t sharedWordsOfLoop(const loop::Loop &loop,
 /// the CPU schedule's inner/outer choice does.
 bool reducesAlongColumns(const loop::Kernel &kernel);
 
+/// Splits the reductions of kernels with fewer outer points than the GPU
+/// has multiprocessors into partials and their combination (two launches),
+/// so that a full reduction of millions of elements, or a few long rows,
+/// fill the GPU. Runs before memory planning; returns the kernels split.
+int64_t splitReductionsForGpu(loop::Program &program);
+
 /// Throws kiln::Unsupported for a kernel with more outer points than one
 /// grid dimension holds, and for reductions every mapping runs slowly (long
 /// serial work per lane, as a full reduction of millions of elements into

@@ -17,6 +17,7 @@
 
 #include <limits>
 #include <tuple>
+#include <unordered_set>
 
 namespace kiln::backend {
 
@@ -46,6 +47,10 @@ protected:
   llvm::Value *bufferPointer(int64_t buffer) override;
   llvm::Value *callMath(const char *name,
                         std::vector<llvm::Value *> args) override;
+  /// Kept rows: a value computed at a lane's j-th position of one loop is
+  /// the value at that position in the kernel's later loops.
+  llvm::Value *reuse(const Expr *expr, bool vector) override;
+  void computed(const Expr *expr, llvm::Value *value) override;
 
 private:
   void emitPoint();
@@ -68,6 +73,12 @@ private:
               llvm::function_ref<void()> then);
   void emitStores(const std::vector<loop::Store> &stores);
   llvm::Value *readSpecialRegister(llvm::Intrinsic::ID id);
+  /// The positions each lane takes in every loop of a kept-row kernel
+  /// (0: the loops run as counted loops).
+  int64_t keptRowPositions() const;
+  /// Whether `expr` reads a buffer this kernel stores to (its value may
+  /// then change between loops).
+  bool readsStoredBuffer(const Expr *expr);
 
   const loop::Kernel &kernel_;
   const GpuKernelSchedule &schedule_;
@@ -88,7 +99,70 @@ private:
   int64_t sharedWords_ = 0;
   size_t reducingLoops_ = 0;
   std::unordered_map<int64_t, llvm::Value *> pointers_;
+  /// Kept rows (keptRowPositions): the lane's position being emitted (-1:
+  /// none), the values computed at each position outside conditional code
+  /// (there they dominate the later loops), the buffers the kernel stores.
+  int64_t position_ = -1;
+  int conditional_ = 0;
+  std::vector<std::unordered_map<const Expr *, llvm::Value *>> kept_;
+  std::unordered_set<int64_t> storedBuffers_;
+  std::unordered_map<const Expr *, bool> readsStored_;
 };
+
+// A lane keeps at most this many positions of a row in registers.
+constexpr int64_t kMaxKeptPositions = 32;
+// ...and a block at most this many positions across its lanes (a block of
+// 1024 threads has 64 registers a thread).
+constexpr int64_t kMaxKeptBlockPositions = 16384;
+
+int64_t NvptxKernelEmitter::keptRowPositions() const {
+  if (!lane_ || schedule_.pointsInnermost())
+    return 0;
+  const loop::Ranges *ranges = nullptr;
+  size_t rowLoops = 0;
+  for (const loop::Loop &loop : kernel_.loops) {
+    if (loop.ranges.empty())
+      continue;
+    // Every loop walks the same positions: a position's variables are the
+    // same in each, so are the values computed from them.
+    if (!loop.ranges.isStatic() || (ranges && loop.ranges != *ranges))
+      return 0;
+    ranges = &loop.ranges;
+    ++rowLoops;
+  }
+  if (rowLoops < 2)
+    return 0;
+  int64_t total = numelOf(ranges->constants());
+  int64_t lanes = schedule_.lanesPerPoint;
+  int64_t positions = total / lanes;
+  if (total % lanes != 0 || positions < 1 || positions > kMaxKeptPositions ||
+      positions * schedule_.block > kMaxKeptBlockPositions * lanes)
+    return 0;
+  return positions;
+}
+
+bool NvptxKernelEmitter::readsStoredBuffer(const Expr *expr) {
+  auto found = readsStored_.find(expr);
+  if (found != readsStored_.end())
+    return found->second;
+  bool reads =
+      expr->kind() == loop::ExprKind::Load && storedBuffers_.count(expr->id());
+  for (const Expr *operand : expr->operands())
+    reads = reads || readsStoredBuffer(operand);
+  return readsStored_[expr] = reads;
+}
+
+llvm::Value *NvptxKernelEmitter::reuse(const Expr *expr, bool) {
+  if (position_ < 0)
+    return nullptr;
+  auto found = kept_[position_].find(expr);
+  return found == kept_[position_].end() ? nullptr : found->second;
+}
+
+void NvptxKernelEmitter::computed(const Expr *expr, llvm::Value *value) {
+  if (position_ >= 0 && conditional_ == 0 && !readsStoredBuffer(expr))
+    kept_[position_][expr] = value;
+}
 
 // Every buffer the kernel reads or writes, in a fixed order, is a
 // parameter: the function's type is known before its body is emitted.
@@ -143,13 +217,18 @@ void NvptxKernelEmitter::emitIf(llvm::Value *condition, const char *name,
       llvm::BasicBlock::Create(context_, "endif", function_);
   builder_.CreateCondBr(condition, body, after);
   builder_.SetInsertPoint(body);
+  ++conditional_;
   then();
+  --conditional_;
   builder_.CreateBr(after);
   builder_.SetInsertPoint(after);
 }
 
 NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
   parameterBuffers_ = buffersOf(kernel_);
+  for (const loop::Loop &loop : kernel_.loops)
+    for (const loop::Store &store : loop.stores)
+      storedBuffers_.insert(store.buffer);
   std::vector<llvm::Type *> parameters(parameterBuffers_.size(),
                                        builder_.getPtrTy());
   auto *type = llvm::FunctionType::get(builder_.getVoidTy(), parameters, false);
@@ -309,7 +388,7 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
   }
 
   // One point of the loop: accumulate every reduction, then the stores.
-  auto visit = [&](llvm::Value *position) {
+  auto accumulate = [&](llvm::Value *position) {
     for (size_t index = 0; index < loop.reductions.size(); ++index) {
       const loop::Reduction &reduction = loop.reductions[index];
       Accumulator &acc = accumulators[index];
@@ -336,13 +415,43 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
             algebra_.combine(reduction.op, dtype, current, value), acc.value);
       }
     }
+  };
+  auto visit = [&](llvm::Value *position) {
+    accumulate(position);
     emitStores(loop.stores);
   };
 
   std::vector<llvm::Value *> extents;
   for (SymSize range : loop.ranges)
     extents.push_back(sizeValue(range));
-  if (lane_) {
+  if (int64_t positions = keptRowPositions()) {
+    // Kept rows: each lane's positions unrolled, the same in every loop, so
+    // the row's loads (and what is computed from them) stay in registers
+    // from the first loop to the last. Threads past the last point compute
+    // at point 0 and store nothing.
+    if (kept_.empty())
+      kept_.resize(static_cast<size_t>(positions));
+    for (int64_t j = 0; j < positions; ++j) {
+      llvm::Value *position = builder_.CreateAdd(
+          lane_, builder_.getInt64(j * schedule_.lanesPerPoint));
+      scopes_.emplace_back();
+      position_ = j;
+      llvm::Value *rest = position;
+      for (size_t d = loop.ranges.size(); d-- > 0;) {
+        vars_[outer + d] =
+            d == 0 ? rest : builder_.CreateURem(rest, extents[d]);
+        if (d > 0)
+          rest = builder_.CreateUDiv(rest, extents[d]);
+      }
+      accumulate(position);
+      if (valid_ && !loop.stores.empty())
+        emitIf(valid_, "store", [&] { emitStores(loop.stores); });
+      else
+        emitStores(loop.stores);
+      position_ = -1;
+      scopes_.pop_back();
+    }
+  } else if (lane_) {
     // The point's lanes take the loop's points in turn (consecutive lanes,
     // consecutive points: contiguous rows load coalesced).
     llvm::Value *total = sizeValue(numelOf(loop.ranges.constants()));

@@ -94,17 +94,27 @@ TEST(NvptxCodegen, ShortRowReductionsCompileLongOnesRunThroughTorch) {
     EXPECT_GE(count(code.ptx, ".entry"), 1u);
   }
   // A full reduction of millions of elements into one point: one block
-  // would do it all (split reductions are not written).
+  // would do it all, so the schedule refuses it as it is...
+  auto sum = [](Graph &g, Value *x) { return op(g, "aten::sum", {x}); };
+  loop::Program whole = program(DType::Float32, {4096, 4096}, sum);
   try {
-    scheduleForGpu(
-        program(DType::Float32, {4096, 4096},
-                [](Graph &g, Value *x) { return op(g, "aten::sum", {x}); }));
-    FAIL() << "a full reduction of 16M elements was scheduled";
+    scheduleForGpu(whole);
+    FAIL() << "a full reduction of 16M elements was scheduled in one block";
   } catch (const Unsupported &error) {
-    EXPECT_NE(std::string(error.what()).find("split reductions"),
+    EXPECT_NE(std::string(error.what()).find("could not be split"),
               std::string::npos)
         << error.what();
   }
+  // ...and the GPU's split makes it partials over 256 blocks (a divisor of
+  // 16M, at most two blocks a multiprocessor), then their sum in one block.
+  EXPECT_EQ(splitReductionsForGpu(whole), 1);
+  GpuSchedule schedule = scheduleForGpu(whole);
+  ASSERT_EQ(schedule.kernels.size(), 2u);
+  EXPECT_EQ(schedule.kernels[0]->points, 256);
+  EXPECT_EQ(schedule.kernels[0]->mapping, GpuMapping::BlockPerPoint);
+  EXPECT_EQ(schedule.kernels[1]->points, 1);
+  GpuCode code = generateGpuCode(whole, "sm_90");
+  EXPECT_EQ(count(code.ptx, ".entry"), 2u);
 }
 
 TEST(NvptxCodegen, LayoutsAndDtypesWithoutLibdeviceMath) {
@@ -505,4 +515,33 @@ TEST(NvptxCodegen, ManyColumnReductionsOfOneInputFitSharedMemory) {
   ASSERT_EQ(laned.size(), 1u) << schedule.str();
   EXPECT_EQ(laned[0].sharedBytes, 2u * 2u * 8u * 32u * 8u); // argmax's area
   EXPECT_EQ(count(generateGpuCode(p, "sm_90").ptx, "bar.sync"), 7u);
+}
+
+TEST(NvptxCodegen, RowsStayInRegistersAcrossTheLoopsOfAKernel) {
+  // softmax and layer_norm read a row in each of their loops; a warp per row
+  // of 1024 keeps 32 positions a lane in registers, so the row is read from
+  // memory once: one load of x per kept position, none in a loop.
+  auto softmax = [](Graph &g, Value *x) {
+    return op(g, "aten::_softmax", {x, Argument(-1), Argument(false)});
+  };
+  auto layerNorm = [](Graph &g, Value *x) {
+    return op(g, "aten::layer_norm", {x, std::vector<int64_t>{1024}});
+  };
+  for (const auto &body : {std::function<Value *(Graph &, Value *)>(softmax),
+                           std::function<Value *(Graph &, Value *)>(layerNorm)})
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      loop::Program p = program(dtype, {8192, 1024}, body);
+      GpuSchedule schedule = scheduleForGpu(p);
+      std::vector<GpuKernelSchedule> laned = lanedKernels(schedule);
+      ASSERT_EQ(laned.size(), 1u) << schedule.str();
+      ASSERT_EQ(laned[0].mapping, GpuMapping::WarpPerPoint) << schedule.str();
+      GpuCode code = generateGpuCode(p, "sm_90");
+      std::string load =
+          dtype == DType::Float32 ? "ld.global.f32" : "ld.global.u16";
+      EXPECT_EQ(count(code.ptx, load), 32u) << code.ptx;
+    }
+  // Rows too long to keep (64 positions a lane) still loop.
+  loop::Program p = program(DType::Float32, {8, 65536}, softmax);
+  GpuCode code = generateGpuCode(p, "sm_90");
+  EXPECT_LT(count(code.ptx, "ld.global.f32"), 32u);
 }

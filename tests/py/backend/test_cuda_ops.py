@@ -414,3 +414,29 @@ def test_results_of_ops_on_gpu_tensor_lists_are_on_the_gpu():
             assert "@cuda" in line.split(" = ")[0], (line, graph)
     runners = kiln.cache_info(compiled)["runners"]
     assert runners[0].startswith("native") and "cat" not in runners[0], runners
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32])
+@pytest.mark.parametrize("shape", [(1 << 20,), (4096, 4096), (3, 1000, 999), (7, 300000)])
+def test_full_and_few_point_reductions_split_across_blocks(dtype, shape):
+    # Millions of elements into one point (or a few): partials over many
+    # blocks, then their combination, natively (once the whole graph ran
+    # through torch).
+    x = (torch.randn(shape, device="cuda") * 4 + 1).to(dtype)
+    if dtype.is_floating_point:
+        functions = {
+            "sum": lambda x: x.sum(),
+            "mean": lambda x: x.float().mean(),
+            "amax": lambda x: x.amax(),
+            "squares": lambda x: (x.float() ** 2).sum() / x.numel(),
+            "rows": lambda x: x.float().sum(-1) * 2,
+        }
+        tolerance = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=2e-2, atol=1.0)
+    else:
+        functions = {"sum": lambda x: x.sum(), "amin": lambda x: x.amin(), "any": lambda x: (x > 20).any()}
+        tolerance = {}
+    for name, fn in functions.items():
+        compiled = kiln.compile(fn)
+        actual, expected = compiled(x), fn(x)
+        torch.testing.assert_close(actual, expected, **tolerance, msg=lambda m: f"{name}: {m}")
+        assert _ran_natively(compiled), (name, kiln.cache_info(compiled)["runners"])

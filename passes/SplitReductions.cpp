@@ -1,0 +1,172 @@
+// Split reductions: a kernel with few outer points whose first loop reduces
+// many elements becomes two kernels. The first reduces chunks of the loop at
+// (point, chunk) points into partial buffers; the second combines each
+// point's partials with the same operations and runs the kernel's other
+// loops. A GPU then has blocks for every multiprocessor where one block per
+// point left most of them idle (a full sum of millions of elements).
+// Depends on passes/Scheduler.h.
+#include "passes/Scheduler.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace kiln {
+
+using loop::Buffer;
+using loop::BufferKind;
+using loop::Expr;
+using loop::ExprContext;
+using loop::Kernel;
+using loop::Loop;
+using loop::Program;
+using loop::ReduceOp;
+using loop::Step;
+
+namespace {
+
+std::optional<Shape> constantRanges(const loop::Ranges &ranges) {
+  if (!ranges.isStatic())
+    return std::nullopt;
+  return ranges.constants();
+}
+
+int64_t product(const Shape &shape) {
+  int64_t result = 1;
+  for (int64_t extent : shape)
+    result *= extent;
+  return result;
+}
+
+// Row-major Var(first + i) * stride_i over `shape`.
+const Expr *rowMajorIndex(ExprContext &exprs, const Shape &shape,
+                          int64_t first) {
+  const Expr *index = exprs.integer(0);
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    index =
+        exprs.add(index, exprs.mul(exprs.var(first + static_cast<int64_t>(d)),
+                                   exprs.integer(stride)));
+    stride *= shape[d];
+  }
+  return index;
+}
+
+// The number of chunks to split `kernel`'s first loop into (1: none): the
+// largest divisor of its first range that gives at most `pointsWanted`
+// points in all and chunks of at least `minChunk` elements.
+int64_t chunksFor(const Kernel &kernel, const SplitPolicy &policy) {
+  if (kernel.contraction || kernel.loops.empty())
+    return 1;
+  const Loop &first = kernel.loops.front();
+  if (first.reductions.empty() || first.ranges.empty())
+    return 1;
+  for (const loop::Reduction &reduction : first.reductions)
+    if (reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin)
+      return 1; // partials would need their positions too
+  std::optional<Shape> outer = constantRanges(kernel.outerRanges);
+  std::optional<Shape> ranges = constantRanges(first.ranges);
+  if (!outer || !ranges)
+    return 1;
+  int64_t points = product(*outer), work = product(*ranges);
+  if (points == 0 || points >= policy.fewPoints ||
+      work < std::max(policy.minWork, 2 * policy.minChunk))
+    return 1;
+  int64_t rest = work / std::max<int64_t>((*ranges)[0], 1);
+  int64_t limit =
+      std::min((policy.pointsWanted + points - 1) / points, (*ranges)[0]);
+  for (int64_t chunks = limit; chunks >= 2; --chunks)
+    if ((*ranges)[0] % chunks == 0 &&
+        (*ranges)[0] / chunks * rest >= policy.minChunk)
+      return chunks;
+  return 1;
+}
+
+// Splits step `stepIndex`'s kernel into partials and their combination;
+// the partials' kernel is inserted before it.
+void split(Program &program, size_t stepIndex, int64_t chunks) {
+  ExprContext &exprs = *program.exprs;
+  Kernel &kernel = program.steps[stepIndex].kernel;
+  Shape outer = kernel.outerRanges.constants();
+  const Loop first = kernel.loops.front();
+  Shape ranges = first.ranges.constants();
+  auto n = static_cast<int64_t>(outer.size());
+  auto k = static_cast<int64_t>(ranges.size());
+  int64_t chunk = ranges[0] / chunks;
+
+  // Partials: outer variables, then the chunk Var(n), then the loop's own
+  // from Var(n + 1); the first loop variable is chunk * size + position.
+  std::vector<const Expr *> vars(n + k);
+  for (int64_t i = 0; i < n; ++i)
+    vars[i] = exprs.var(i);
+  vars[n] = exprs.add(exprs.mul(exprs.var(n), exprs.integer(chunk)),
+                      exprs.var(n + 1));
+  for (int64_t j = 1; j < k; ++j)
+    vars[n + j] = exprs.var(n + 1 + j);
+  Loop partial;
+  partial.ranges = ranges;
+  partial.ranges[0] = size::constant(chunk);
+  for (const loop::Reduction &reduction : first.reductions)
+    partial.reductions.push_back(
+        {reduction.op, exprs.substituteVars(reduction.value, vars)});
+  for (const loop::Store &store : first.stores)
+    partial.stores.push_back({store.buffer,
+                              exprs.substituteVars(store.index, vars),
+                              exprs.substituteVars(store.value, vars)});
+
+  Shape shape = outer;
+  shape.push_back(chunks);
+  Device device;
+  for (const Loop &loop : kernel.loops)
+    for (const loop::Store &store : loop.stores)
+      device = program.buffers[store.buffer].meta.device;
+  Loop write, combine;
+  combine.ranges = {chunks};
+  const Expr *partialIndex = rowMajorIndex(exprs, shape, 0);
+  for (size_t r = 0; r < first.reductions.size(); ++r) {
+    const loop::Reduction &reduction = first.reductions[r];
+    DType dtype = reduction.dtype();
+    Buffer buffer;
+    buffer.name = kernel.name + "_partial" + std::to_string(r);
+    buffer.kind = BufferKind::Temporary;
+    buffer.meta = TensorMeta(dtype, shape, device);
+    int64_t index = program.addBuffer(std::move(buffer));
+    write.stores.push_back(
+        {index, partialIndex,
+         exprs.reductionValue(static_cast<int64_t>(r), dtype)});
+    // The combining kernel's points are the outer ones; Var(n) walks the
+    // chunks.
+    combine.reductions.push_back(
+        {reduction.op, exprs.load(index, dtype, partialIndex)});
+  }
+  Kernel partials;
+  partials.name = kernel.name + "_partials";
+  partials.origin = kernel.origin;
+  partials.outerRanges = shape;
+  partials.loops = {std::move(partial), std::move(write)};
+  kernel.loops.front() = std::move(combine);
+
+  Step step;
+  step.kind = Step::Kind::Kernel;
+  step.kernel = std::move(partials);
+  program.steps.insert(program.steps.begin() + static_cast<long>(stepIndex),
+                       std::move(step));
+}
+
+} // namespace
+
+int64_t splitLongReductions(loop::Program &program, const SplitPolicy &policy) {
+  int64_t splits = 0;
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    if (program.steps[s].kind != Step::Kind::Kernel)
+      continue;
+    int64_t chunks = chunksFor(program.steps[s].kernel, policy);
+    if (chunks < 2)
+      continue;
+    split(program, s, chunks);
+    ++s; // past the combining kernel
+    ++splits;
+  }
+  return splits;
+}
+
+} // namespace kiln
