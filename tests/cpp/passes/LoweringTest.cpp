@@ -419,12 +419,21 @@ TEST(Lowering, PrintsAStableProgram) {
             "outputs: buf1 constant\n");
 }
 
-TEST(Lowering, NonCpuGraphIsUnsupported) {
+TEST(Lowering, NodesOnAnotherDeviceRunAsExterns) {
+  // Lowered for the CPU: the GPU tensor's node is a torch call, the CPU
+  // tensor's a kernel.
   auto graph = newGraph();
-  Value *x = graph->addInput(
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {2}));
+  Value *y = graph->addInput(
       TensorMeta(DType::Float32, {2}, Device{DeviceType::CUDA, 0}));
-  graph->setOutputs({op(*graph, "aten::neg", {x})});
-  EXPECT_THROW(lowerGraph(graph), Unsupported);
+  graph->setOutputs(
+      {op(*graph, "aten::neg", {x}), op(*graph, "aten::neg", {y})});
+  loop::Program program = lowerGraph(graph);
+  int kernels = 0, externs = 0;
+  for (const loop::Step &step : program.steps)
+    (step.kind == loop::Step::Kind::Kernel ? kernels : externs) += 1;
+  EXPECT_EQ(kernels, 1);
+  EXPECT_EQ(externs, 1);
 }
 
 TEST(Lowering, TableNamesOnlyRegisteredOps) {
