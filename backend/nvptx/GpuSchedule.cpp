@@ -42,6 +42,10 @@ constexpr int64_t kMaxFewBlocksLaneWork = 512;
 // Threads a column mapping aims for: H100 holds 270K resident, and a
 // column sum streams from memory only with many loads in flight.
 constexpr int64_t kColumnThreads = int64_t(1) << 17;
+// Pointwise kernels give a thread kPointsPerThread points where there are
+// enough points to still have kColumnThreads threads: each thread then has
+// several loads in flight, and the GPU schedules a quarter of the blocks.
+constexpr unsigned kPointsPerThread = 4;
 
 unsigned floorPowerOfTwo(int64_t value) {
   unsigned result = 1;
@@ -275,8 +279,14 @@ GpuSchedule scheduleForGpu(const loop::Program &program) {
       work += numelOf(loop.ranges.constants());
       reduces = reduces || !loop.reductions.empty();
     }
-    if (!reduces || record.points == 0 ||
-        (record.points >= kMinReductionThreads && work <= kMaxReductionWork))
+    if (!reduces && record.points >= kColumnThreads * kPointsPerThread) {
+      shape(record, kernel, GpuMapping::ThreadPerPoint, 1,
+            kThreadBlock * kPointsPerThread);
+      record.block = kThreadBlock;
+      record.pointsPerThread = kPointsPerThread;
+    } else if (!reduces || record.points == 0 ||
+               (record.points >= kMinReductionThreads &&
+                work <= kMaxReductionWork))
       shape(record, kernel, GpuMapping::ThreadPerPoint, 1, kThreadBlock);
     else if (reducesAlongColumns(kernel))
       shapeColumns(record, kernel, work);
@@ -296,6 +306,8 @@ std::string GpuSchedule::str() const {
     out << "step " << s << " " << record.name << ": grid=" << record.grid
         << " block=" << record.block << " points=" << record.points
         << " mapping=" << gpuMappingName(record.mapping);
+    if (record.pointsPerThread > 1)
+      out << " points/thread=" << record.pointsPerThread;
     if (record.mapping == GpuMapping::BlockPerPoint)
       out << " lanes=" << record.lanesPerPoint;
     if (record.mapping == GpuMapping::Column)

@@ -35,6 +35,11 @@ struct GpuKernelSchedule {
   unsigned lanesPerPoint = 1;
   unsigned pointsPerBlock = 256;
   unsigned block = 256; // threads per block: lanesPerPoint * pointsPerBlock
+                        // (ThreadPerPoint: pointsPerBlock / pointsPerThread)
+  /// ThreadPerPoint: a thread takes this many points a block apart (thread
+  /// t of block b: points b * pointsPerBlock + k * block + t), so that each
+  /// has several loads in flight.
+  unsigned pointsPerThread = 1;
   unsigned grid = 0;    // blocks (0: an empty domain, nothing to launch)
   /// Static shared memory for the lanes' partial results (0: none).
   unsigned sharedBytes = 0;

@@ -284,30 +284,46 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
         llvm::GlobalValue::NotThreadLocal, /*AddressSpace=*/3);
     shared_->setAlignment(llvm::Align(8));
   }
-  if (!valid_) {
-    // Nothing past the last point: a warp holds whole points, so it exits
-    // whole and its shuffles see every lane.
-    llvm::BasicBlock *body =
-        llvm::BasicBlock::Create(context_, "point", function_);
-    builder_.CreateCondBr(inRange, body, done);
-    builder_.SetInsertPoint(body);
-  }
   size_t outer = kernel_.outerRanges.size();
   size_t variables = outer;
   for (const loop::Loop &loop : kernel_.loops)
     variables = std::max(variables, outer + loop.ranges.size());
   vars_.assign(variables, nullptr);
-  // Row-major: the last outer variable varies fastest.
-  llvm::Value *rest = point;
-  for (size_t level = outer; level-- > 0;) {
-    llvm::Value *range = sizeValue(kernel_.outerRanges[level]);
-    vars_[level] = level == 0 ? rest : builder_.CreateURem(rest, range);
-    if (level > 0)
-      rest = builder_.CreateUDiv(rest, range);
+  // The outer variables of `point`, row-major: the last varies fastest.
+  auto emitAt = [&](llvm::Value *point) {
+    llvm::Value *rest = point;
+    for (size_t level = outer; level-- > 0;) {
+      llvm::Value *range = sizeValue(kernel_.outerRanges[level]);
+      vars_[level] = level == 0 ? rest : builder_.CreateURem(rest, range);
+      if (level > 0)
+        rest = builder_.CreateUDiv(rest, range);
+    }
+    scopes_.emplace_back();
+    emitPoint();
+    scopes_.pop_back();
+  };
+  if (schedule_.pointsPerThread > 1) {
+    // A thread's points lie a block apart: each step of the block's threads
+    // stays coalesced, and their loads are in flight together.
+    for (unsigned k = 0; k < schedule_.pointsPerThread; ++k) {
+      llvm::Value *pointK = builder_.CreateAdd(
+          builder_.CreateMul(blockIndex, width),
+          builder_.CreateAdd(builder_.getInt64(uint64_t(k) * schedule_.block),
+                             thread));
+      emitIf(builder_.CreateICmpULT(pointK, sizeValue(schedule_.points)),
+             "point", [&] { emitAt(pointK); });
+    }
+  } else {
+    if (!valid_) {
+      // Nothing past the last point: a warp holds whole points, so it exits
+      // whole and its shuffles see every lane.
+      llvm::BasicBlock *body =
+          llvm::BasicBlock::Create(context_, "point", function_);
+      builder_.CreateCondBr(inRange, body, done);
+      builder_.SetInsertPoint(body);
+    }
+    emitAt(point);
   }
-  scopes_.emplace_back();
-  emitPoint();
-  scopes_.pop_back();
   builder_.CreateBr(done);
   builder_.SetInsertPoint(done);
   builder_.CreateRetVoid();

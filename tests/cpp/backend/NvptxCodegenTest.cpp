@@ -55,6 +55,26 @@ size_t count(const std::string &text, const std::string &part) {
 
 } // namespace
 
+TEST(NvptxCodegen, LargePointwiseKernelsGiveAThreadFourPoints) {
+  // 4M points: a block of 256 threads covers 1024 points, each thread four
+  // of them a block apart (each predicated, the last block partly full).
+  loop::Program p =
+      program(DType::Float32, {4096, 1025}, [](Graph &g, Value *x) {
+        return op(g, "aten::exp", {x});
+      });
+  GpuSchedule schedule = scheduleForGpu(p);
+  ASSERT_EQ(schedule.kernels.size(), 1u);
+  const GpuKernelSchedule &record = *schedule.kernels[0];
+  EXPECT_EQ(record.pointsPerThread, 4u);
+  EXPECT_EQ(record.block, 256u);
+  EXPECT_EQ(record.pointsPerBlock, 1024u);
+  EXPECT_EQ(record.grid, (4096u * 1025u + 1023u) / 1024u);
+  EXPECT_NE(schedule.str().find("points/thread=4"), std::string::npos);
+  GpuCode code = generateGpuCode(p, "sm_90");
+  EXPECT_EQ(count(code.ptx, "st.global.f32"), 4u);
+  EXPECT_EQ(count(code.ptx, "ld.global.f32"), 4u);
+}
+
 TEST(NvptxCodegen, PointwiseChainIsOneKernelOverEveryElement) {
   loop::Program p = program(DType::Float32, {64, 257}, [](Graph &g, Value *x) {
     Value *y = op(g, "aten::mul.Scalar", {x, Argument(2.0)});
@@ -239,7 +259,8 @@ std::vector<GpuKernelSchedule> lanedKernels(const GpuSchedule &schedule) {
   for (const auto &record : schedule.kernels) {
     if (!record)
       continue;
-    EXPECT_EQ(record->block, record->lanesPerPoint * record->pointsPerBlock);
+    EXPECT_EQ(record->block * record->pointsPerThread,
+              record->lanesPerPoint * record->pointsPerBlock);
     EXPECT_LE(record->block, 1024u);
     EXPECT_EQ(record->block % 32, 0u) << schedule.str();
     EXPECT_GE(int64_t(record->grid) * record->pointsPerBlock, record->points);
