@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
 
 namespace kiln::backend::cuda {
@@ -112,22 +113,24 @@ void check(int result, const char *what) {
 
 void useDevice(int ordinal) {
   const Driver &d = driver();
-  // Retained once per device for the process, as torch does.
+  // Retained once per device for the process, as torch does; read without
+  // the lock once retained (this runs before every launch).
   static std::mutex mutex;
-  static Context contexts[64] = {};
+  static std::atomic<Context> contexts[64] = {};
   if (ordinal < 0 || ordinal >= 64)
     throw Error("kiln: CUDA device " + std::to_string(ordinal) +
                 " is out of range");
-  Context context;
-  {
+  Context context = contexts[ordinal].load(std::memory_order_acquire);
+  if (!context) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (!contexts[ordinal]) {
+    context = contexts[ordinal].load(std::memory_order_relaxed);
+    if (!context) {
       int device = 0;
       check(d.deviceGet(&device, ordinal), "cuDeviceGet");
-      check(d.devicePrimaryCtxRetain(&contexts[ordinal], device),
+      check(d.devicePrimaryCtxRetain(&context, device),
             "cuDevicePrimaryCtxRetain");
+      contexts[ordinal].store(context, std::memory_order_release);
     }
-    context = contexts[ordinal];
   }
   Context current = nullptr;
   check(d.ctxGetCurrent(&current), "cuCtxGetCurrent");

@@ -75,12 +75,12 @@ void CudaKernelCode::runKernel(size_t stepIndex, char *const *buffers,
     addresses[i] = reinterpret_cast<DevicePointer>(buffers[launch->buffers[i]]);
     parameters[i] = &addresses[i];
   }
-  check(driver().launchKernel(
-            functions_[stepIndex], launch->grid[0], launch->grid[1],
-            launch->grid[2], launch->block[0], launch->block[1],
-            launch->block[2], launch->sharedBytes,
-            static_cast<Stream>(context.stream), parameters.data(), nullptr),
-        ("launching GPU kernel " + launch->entry).c_str());
+  int result = driver().launchKernel(
+      functions_[stepIndex], launch->grid[0], launch->grid[1], launch->grid[2],
+      launch->block[0], launch->block[1], launch->block[2], launch->sharedBytes,
+      static_cast<Stream>(context.stream), parameters.data(), nullptr);
+  if (result != 0) // the message only where it is needed: this is per call
+    check(result, ("launching GPU kernel " + launch->entry).c_str());
 }
 
 } // namespace kiln::backend::cuda
