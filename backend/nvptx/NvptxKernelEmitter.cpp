@@ -395,7 +395,11 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
       builder_.CreateStore(
           builder_.getInt64(std::numeric_limits<int64_t>::max()), acc.index);
     }
-    if (isFloatSum(reduction)) {
+    // Compensated (Kahan) float sums where a lane adds many elements; a
+    // kept row's lane adds at most kMaxKeptPositions, then the lanes combine
+    // as a tree (as torch's own GPU sums do), and the compensation's
+    // arithmetic would cost more than the row's memory traffic.
+    if (isFloatSum(reduction) && !keptRowPositions()) {
       acc.compensation = entryBuilder.CreateAlloca(type);
       builder_.CreateStore(llvm::Constant::getNullValue(type),
                            acc.compensation);

@@ -175,8 +175,12 @@ LoweringResult moments(Lowerer &lowerer, const Node &node) {
   }
   std::vector<LoweredTensor> results{
       kernel.store(result, lowerer.resultMeta(node, 0))};
+  // Eager's Welford mean starts from +0.0: a row of -0.0 has mean +0.0.
   if (Kind == Moments::VarMean || Kind == Moments::StdMean)
-    results.push_back(kernel.store(mean, lowerer.resultMeta(node, 1)));
+    results.push_back(
+        kernel.store(lowerer.binary(BinaryOp::Add, mean,
+                                    lowerer.constant(0.0, mean->dtype())),
+                     lowerer.resultMeta(node, 1)));
   kernel.emit(what(node));
   return results;
 }
