@@ -29,21 +29,33 @@ void simplifyIndices(loop::Program &program);
 /// every index walks as one, so a contiguous tensor becomes one long loop.
 void chooseLoopOrder(loop::Program &program);
 
-/// When a reduction kernel is split (splitLongReductions).
+/// The number of chunks to split `kernel`'s first loop into: the largest at
+/// most `limit` that divides its first range into chunks of at least
+/// `minChunk` elements of the loop; 1 where there is none, or the kernel
+/// cannot be split (no reductions in its first loop, ArgMax/ArgMin among
+/// them, a matrix product, sizes that vary).
+int64_t reductionChunks(const loop::Kernel &kernel, int64_t limit,
+                        int64_t minChunk);
+
+/// Splits step `step`'s kernel (reductionChunks above 1): a new kernel
+/// before it reduces each chunk of its first loop at (chunk, point...)
+/// points into Temporary partial buffers [chunks, points...], and the
+/// kernel's first loop combines them with the same operations; its other
+/// loops are unchanged. For GPUs, where one block per point (or per few
+/// columns) would leave most of the device idle.
+void splitReduction(loop::Program &program, size_t step, int64_t chunks);
+
+/// When splitLongReductions splits a kernel.
 struct SplitPolicy {
   int64_t fewPoints = 0;    // split kernels of fewer outer points
-  int64_t pointsWanted = 0; // aim for this many (point, chunk) points
+  int64_t pointsWanted = 0; // aim for this many (chunk, point) points
   int64_t minChunk = 0;     // elements a chunk reduces at least
   int64_t minWork = 0;      // elements a point reduces at least
 };
 
 /// Splits each kernel of fewer than `policy.fewPoints` outer points whose
-/// first loop reduces at least `minWork` elements at each (not
-/// ArgMax/ArgMin):
-/// a new kernel before it reduces chunks of its first range at (point,
-/// chunk) points into Temporary partial buffers, and the kernel's first
-/// loop combines them. For GPUs, where one block per point would leave most
-/// of the device idle. Returns the number of kernels split.
+/// first loop reduces at least `minWork` elements at each; returns the
+/// number of kernels split.
 int64_t splitLongReductions(loop::Program &program, const SplitPolicy &policy);
 
 /// Gives every Temporary buffer an offset in one workspace, reusing the

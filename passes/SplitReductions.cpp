@@ -51,10 +51,9 @@ const Expr *rowMajorIndex(ExprContext &exprs, const Shape &shape,
   return index;
 }
 
-// The number of chunks to split `kernel`'s first loop into (1: none): the
-// largest divisor of its first range that gives at most `pointsWanted`
-// points in all and chunks of at least `minChunk` elements.
-int64_t chunksFor(const Kernel &kernel, const SplitPolicy &policy) {
+} // namespace
+
+int64_t reductionChunks(const Kernel &kernel, int64_t limit, int64_t minChunk) {
   if (kernel.contraction || kernel.loops.empty())
     return 1;
   const Loop &first = kernel.loops.front();
@@ -65,25 +64,16 @@ int64_t chunksFor(const Kernel &kernel, const SplitPolicy &policy) {
       return 1; // partials would need their positions too
   std::optional<Shape> outer = constantRanges(kernel.outerRanges);
   std::optional<Shape> ranges = constantRanges(first.ranges);
-  if (!outer || !ranges)
+  if (!outer || !ranges || (*ranges)[0] < 2)
     return 1;
-  int64_t points = product(*outer), work = product(*ranges);
-  if (points == 0 || points >= policy.fewPoints ||
-      work < std::max(policy.minWork, 2 * policy.minChunk))
-    return 1;
-  int64_t rest = work / std::max<int64_t>((*ranges)[0], 1);
-  int64_t limit =
-      std::min((policy.pointsWanted + points - 1) / points, (*ranges)[0]);
-  for (int64_t chunks = limit; chunks >= 2; --chunks)
-    if ((*ranges)[0] % chunks == 0 &&
-        (*ranges)[0] / chunks * rest >= policy.minChunk)
+  int64_t rest = product(*ranges) / (*ranges)[0];
+  for (int64_t chunks = std::min(limit, (*ranges)[0]); chunks >= 2; --chunks)
+    if ((*ranges)[0] % chunks == 0 && (*ranges)[0] / chunks * rest >= minChunk)
       return chunks;
   return 1;
 }
 
-// Splits step `stepIndex`'s kernel into partials and their combination;
-// the partials' kernel is inserted before it.
-void split(Program &program, size_t stepIndex, int64_t chunks) {
+void splitReduction(Program &program, size_t stepIndex, int64_t chunks) {
   ExprContext &exprs = *program.exprs;
   Kernel &kernel = program.steps[stepIndex].kernel;
   Shape outer = kernel.outerRanges.constants();
@@ -93,12 +83,14 @@ void split(Program &program, size_t stepIndex, int64_t chunks) {
   auto k = static_cast<int64_t>(ranges.size());
   int64_t chunk = ranges[0] / chunks;
 
-  // Partials: outer variables, then the chunk Var(n), then the loop's own
-  // from Var(n + 1); the first loop variable is chunk * size + position.
+  // Partials: the chunk Var(0) outermost (neighbouring points stay the
+  // kernel's neighbouring points: a column sum's partials read neighbouring
+  // columns), the outer variables from Var(1), the loop's own from
+  // Var(n + 1); the first loop variable is chunk * size + position.
   std::vector<const Expr *> vars(n + k);
   for (int64_t i = 0; i < n; ++i)
-    vars[i] = exprs.var(i);
-  vars[n] = exprs.add(exprs.mul(exprs.var(n), exprs.integer(chunk)),
+    vars[i] = exprs.var(i + 1);
+  vars[n] = exprs.add(exprs.mul(exprs.var(0), exprs.integer(chunk)),
                       exprs.var(n + 1));
   for (int64_t j = 1; j < k; ++j)
     vars[n + j] = exprs.var(n + 1 + j);
@@ -113,15 +105,21 @@ void split(Program &program, size_t stepIndex, int64_t chunks) {
                               exprs.substituteVars(store.index, vars),
                               exprs.substituteVars(store.value, vars)});
 
-  Shape shape = outer;
-  shape.push_back(chunks);
+  // The partial buffers are [chunks, outer...]: the partials kernel writes
+  // at (Var(0), Var(1)..Var(n)), the combining kernel reads at (Var(n),
+  // Var(0)..Var(n-1)), Var(n) walking the chunks.
+  Shape shape{chunks};
+  shape.insert(shape.end(), outer.begin(), outer.end());
+  int64_t points = product(outer);
+  const Expr *written = rowMajorIndex(exprs, shape, 0);
+  const Expr *read = exprs.add(exprs.mul(exprs.var(n), exprs.integer(points)),
+                               rowMajorIndex(exprs, outer, 0));
   Device device;
   for (const Loop &loop : kernel.loops)
     for (const loop::Store &store : loop.stores)
       device = program.buffers[store.buffer].meta.device;
   Loop write, combine;
   combine.ranges = {chunks};
-  const Expr *partialIndex = rowMajorIndex(exprs, shape, 0);
   for (size_t r = 0; r < first.reductions.size(); ++r) {
     const loop::Reduction &reduction = first.reductions[r];
     DType dtype = reduction.dtype();
@@ -131,12 +129,9 @@ void split(Program &program, size_t stepIndex, int64_t chunks) {
     buffer.meta = TensorMeta(dtype, shape, device);
     int64_t index = program.addBuffer(std::move(buffer));
     write.stores.push_back(
-        {index, partialIndex,
-         exprs.reductionValue(static_cast<int64_t>(r), dtype)});
-    // The combining kernel's points are the outer ones; Var(n) walks the
-    // chunks.
+        {index, written, exprs.reductionValue(static_cast<int64_t>(r), dtype)});
     combine.reductions.push_back(
-        {reduction.op, exprs.load(index, dtype, partialIndex)});
+        {reduction.op, exprs.load(index, dtype, read)});
   }
   Kernel partials;
   partials.name = kernel.name + "_partials";
@@ -152,17 +147,25 @@ void split(Program &program, size_t stepIndex, int64_t chunks) {
                        std::move(step));
 }
 
-} // namespace
-
 int64_t splitLongReductions(loop::Program &program, const SplitPolicy &policy) {
   int64_t splits = 0;
   for (size_t s = 0; s < program.steps.size(); ++s) {
     if (program.steps[s].kind != Step::Kind::Kernel)
       continue;
-    int64_t chunks = chunksFor(program.steps[s].kernel, policy);
+    const Kernel &kernel = program.steps[s].kernel;
+    if (kernel.loops.empty() || !kernel.outerRanges.isStatic() ||
+        !kernel.loops.front().ranges.isStatic())
+      continue;
+    int64_t points = product(kernel.outerRanges.constants());
+    int64_t work = product(kernel.loops.front().ranges.constants());
+    if (points == 0 || points >= policy.fewPoints ||
+        work < std::max(policy.minWork, 2 * policy.minChunk))
+      continue;
+    int64_t chunks = reductionChunks(
+        kernel, (policy.pointsWanted + points - 1) / points, policy.minChunk);
     if (chunks < 2)
       continue;
-    split(program, s, chunks);
+    splitReduction(program, s, chunks);
     ++s; // past the combining kernel
     ++splits;
   }

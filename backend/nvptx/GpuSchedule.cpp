@@ -7,6 +7,7 @@
 #include "passes/Scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 namespace kiln::backend {
@@ -46,6 +47,11 @@ constexpr int64_t kColumnThreads = int64_t(1) << 17;
 // enough points to still have kColumnThreads threads: each thread then has
 // several loads in flight, and the GPU schedules a quarter of the blocks.
 constexpr unsigned kPointsPerThread = 4;
+// Reductions split across blocks (splitReductionsForGpu) where their
+// mapping has fewer blocks than multiprocessors and they read at least this
+// many elements; a column's chunk keeps at least kMinColumnChunk rows.
+constexpr int64_t kMinSplitElements = int64_t(1) << 21;
+constexpr int64_t kMinColumnChunk = 256;
 
 unsigned floorPowerOfTwo(int64_t value) {
   unsigned result = 1;
@@ -242,58 +248,91 @@ bool reducesAlongColumns(const loop::Kernel &kernel) {
   return column > row;
 }
 
+namespace {
+
+// One kernel's mapping; throws kiln::Unsupported where none serves.
+GpuKernelSchedule scheduleKernel(const loop::Kernel &kernel) {
+  bool fixed = kernel.outerRanges.isStatic();
+  for (const loop::Loop &loop : kernel.loops)
+    fixed = fixed && loop.ranges.isStatic();
+  if (!fixed)
+    throw Unsupported("the GPU code generator compiles kernels of fixed "
+                      "sizes; " +
+                      kernel.name + " has sizes that vary between calls");
+  GpuKernelSchedule record;
+  record.name = kernel.name;
+  record.points = numelOf(kernel.outerRanges.constants());
+  // A point's serial work: every loop's points.
+  int64_t work = 0;
+  bool reduces = false;
+  for (const loop::Loop &loop : kernel.loops) {
+    work += numelOf(loop.ranges.constants());
+    reduces = reduces || !loop.reductions.empty();
+  }
+  if (!reduces && record.points >= kColumnThreads * kPointsPerThread) {
+    shape(record, kernel, GpuMapping::ThreadPerPoint, 1,
+          kThreadBlock * kPointsPerThread);
+    record.block = kThreadBlock;
+    record.pointsPerThread = kPointsPerThread;
+  } else if (!reduces || record.points == 0 ||
+             (record.points >= kMinReductionThreads &&
+              work <= kMaxReductionWork)) {
+    shape(record, kernel, GpuMapping::ThreadPerPoint, 1, kThreadBlock);
+  } else if (reducesAlongColumns(kernel)) {
+    shapeColumns(record, kernel, work);
+  } else {
+    shapeRows(record, kernel, work);
+  }
+  return record;
+}
+
+} // namespace
+
 int64_t splitReductionsForGpu(loop::Program &program) {
-  // Two blocks a multiprocessor, their lanes reading at least kMinLaneWork
-  // elements each; points reducing fewer than 128K elements stay whole (one
-  // block reads them in about the time of the second launch).
-  SplitPolicy policy;
-  policy.fewPoints = kMultiprocessors;
-  policy.pointsWanted = 2 * kMultiprocessors;
-  policy.minChunk = 512 * kMinLaneWork;
-  policy.minWork = int64_t(1) << 17;
-  return splitLongReductions(program, policy);
+  int64_t splits = 0;
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    if (program.steps[s].kind != loop::Step::Kind::Kernel)
+      continue;
+    const loop::Kernel &kernel = program.steps[s].kernel;
+    if (kernel.loops.empty() || kernel.loops.front().reductions.empty() ||
+        !kernel.outerRanges.isStatic() ||
+        !kernel.loops.front().ranges.isStatic())
+      continue;
+    int64_t points = numelOf(kernel.outerRanges.constants());
+    int64_t work = numelOf(kernel.loops.front().ranges.constants());
+    // Kernels whose mapping fills the GPU stay whole, and so do small ones
+    // (one launch reads them in about the time of a second).
+    std::optional<GpuKernelSchedule> record;
+    try {
+      record = scheduleKernel(kernel);
+    } catch (const Unsupported &) {
+    }
+    if (points == 0 || (record && record->grid >= kMultiprocessors) ||
+        points * work < kMinSplitElements)
+      continue;
+    // Two blocks a multiprocessor: a block a point where rows reduce (its
+    // lanes reading at least kMinLaneWork elements each), blocks of 32
+    // neighbouring points where columns do (each lane a chunk of rows).
+    bool columns = reducesAlongColumns(kernel);
+    int64_t wanted = 2 * kMultiprocessors * (columns ? kWarp : 1);
+    int64_t minChunk = columns ? kMinColumnChunk : 512 * kMinLaneWork;
+    int64_t chunks =
+        reductionChunks(kernel, (wanted + points - 1) / points, minChunk);
+    if (chunks < 2)
+      continue;
+    splitReduction(program, s, chunks);
+    ++s; // past the combining kernel
+    ++splits;
+  }
+  return splits;
 }
 
 GpuSchedule scheduleForGpu(const loop::Program &program) {
   GpuSchedule schedule;
   schedule.kernels.resize(program.steps.size());
-  for (size_t s = 0; s < program.steps.size(); ++s) {
-    const loop::Step &step = program.steps[s];
-    if (step.kind != loop::Step::Kind::Kernel)
-      continue;
-    const loop::Kernel &kernel = step.kernel;
-    bool fixed = kernel.outerRanges.isStatic();
-    for (const loop::Loop &loop : kernel.loops)
-      fixed = fixed && loop.ranges.isStatic();
-    if (!fixed)
-      throw Unsupported("the GPU code generator compiles kernels of fixed "
-                        "sizes; " +
-                        kernel.name + " has sizes that vary between calls");
-    GpuKernelSchedule record;
-    record.name = kernel.name;
-    record.points = numelOf(kernel.outerRanges.constants());
-    // A point's serial work: every loop's points.
-    int64_t work = 0;
-    bool reduces = false;
-    for (const loop::Loop &loop : kernel.loops) {
-      work += numelOf(loop.ranges.constants());
-      reduces = reduces || !loop.reductions.empty();
-    }
-    if (!reduces && record.points >= kColumnThreads * kPointsPerThread) {
-      shape(record, kernel, GpuMapping::ThreadPerPoint, 1,
-            kThreadBlock * kPointsPerThread);
-      record.block = kThreadBlock;
-      record.pointsPerThread = kPointsPerThread;
-    } else if (!reduces || record.points == 0 ||
-               (record.points >= kMinReductionThreads &&
-                work <= kMaxReductionWork))
-      shape(record, kernel, GpuMapping::ThreadPerPoint, 1, kThreadBlock);
-    else if (reducesAlongColumns(kernel))
-      shapeColumns(record, kernel, work);
-    else
-      shapeRows(record, kernel, work);
-    schedule.kernels[s] = record;
-  }
+  for (size_t s = 0; s < program.steps.size(); ++s)
+    if (program.steps[s].kind == loop::Step::Kind::Kernel)
+      schedule.kernels[s] = scheduleKernel(program.steps[s].kernel);
   return schedule;
 }
 

@@ -417,7 +417,8 @@ def test_results_of_ops_on_gpu_tensor_lists_are_on_the_gpu():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32])
-@pytest.mark.parametrize("shape", [(1 << 20,), (4096, 4096), (3, 1000, 999), (7, 300000)])
+@pytest.mark.parametrize("shape", [(1 << 20,), (4096, 4096), (3, 1000, 999), (7, 300000),
+                                   (300000, 7), (16384, 1024)])
 def test_full_and_few_point_reductions_split_across_blocks(dtype, shape):
     # Millions of elements into one point (or a few): partials over many
     # blocks, then their combination, natively (once the whole graph ran
@@ -430,6 +431,7 @@ def test_full_and_few_point_reductions_split_across_blocks(dtype, shape):
             "amax": lambda x: x.amax(),
             "squares": lambda x: (x.float() ** 2).sum() / x.numel(),
             "rows": lambda x: x.float().sum(-1) * 2,
+            "columns": lambda x: x.float().sum(0) - 1,
         }
         tolerance = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=2e-2, atol=1.0)
     else:
