@@ -47,10 +47,10 @@ constexpr int64_t kColumnThreads = int64_t(1) << 17;
 // enough points to still have kColumnThreads threads: each thread then has
 // several loads in flight, and the GPU schedules a quarter of the blocks.
 constexpr unsigned kPointsPerThread = 4;
-// Reductions split across blocks (splitReductionsForGpu) where their
-// mapping has fewer blocks than multiprocessors and they read at least this
-// many elements; a column's chunk keeps at least kMinColumnChunk rows.
-constexpr int64_t kMinSplitElements = int64_t(1) << 21;
+// Row reductions split across blocks (splitReductionsForGpu) where their
+// mapping has fewer blocks than multiprocessors and a point reads at least
+// this many elements; a column's chunk keeps at least kMinColumnChunk rows.
+constexpr int64_t kMinSplitWork = int64_t(1) << 17;
 constexpr int64_t kMinColumnChunk = 256;
 
 unsigned floorPowerOfTwo(int64_t value) {
@@ -300,20 +300,22 @@ int64_t splitReductionsForGpu(loop::Program &program) {
       continue;
     int64_t points = numelOf(kernel.outerRanges.constants());
     int64_t work = numelOf(kernel.loops.front().ranges.constants());
-    // Kernels whose mapping fills the GPU stay whole, and so do small ones
-    // (one launch reads them in about the time of a second).
+    // A kernel no mapping serves is split where it can be. Of the others,
+    // row reductions whose blocks do not fill the GPU and read 128K
+    // elements a point or more (one block reads fewer in about the time of
+    // a second launch); column reductions measured no faster split.
     std::optional<GpuKernelSchedule> record;
     try {
       record = scheduleKernel(kernel);
     } catch (const Unsupported &) {
     }
-    if (points == 0 || (record && record->grid >= kMultiprocessors) ||
-        points * work < kMinSplitElements)
+    bool columns = reducesAlongColumns(kernel);
+    if (points == 0 || (record && (record->grid >= kMultiprocessors ||
+                                   columns || work < kMinSplitWork)))
       continue;
     // Two blocks a multiprocessor: a block a point where rows reduce (its
     // lanes reading at least kMinLaneWork elements each), blocks of 32
     // neighbouring points where columns do (each lane a chunk of rows).
-    bool columns = reducesAlongColumns(kernel);
     int64_t wanted = 2 * kMultiprocessors * (columns ? kWarp : 1);
     int64_t minChunk = columns ? kMinColumnChunk : 512 * kMinLaneWork;
     int64_t chunks =

@@ -569,28 +569,22 @@ TEST(NvptxCodegen, RowsStayInRegistersAcrossTheLoopsOfAKernel) {
   EXPECT_LT(count(code.ptx, "ld.global.f32"), 32u);
 }
 
-TEST(NvptxCodegen, ColumnSumsOfFewBlocksSplitTheirRows) {
-  // sum(0) of 16384x1024: a block per 8 columns gives 128 blocks, fewer
-  // than the multiprocessors; split into 8 chunks of 2048 rows, the
-  // partials take blocks of 32 neighbouring columns (a 128-byte row
-  // segment a warp), 256 blocks, and a second launch adds the 8 partials.
-  loop::Program p =
-      program(DType::Float32, {16384, 1024},
-              [](Graph &g, Value *x) { return sumOver(g, x, 0); });
-  GpuSchedule before = scheduleForGpu(p);
-  ASSERT_EQ(before.kernels.size(), 1u);
-  EXPECT_LT(before.kernels[0]->grid, 132u) << before.str();
+TEST(NvptxCodegen, ColumnSumsNoMappingServesSplitTheirRows) {
+  // sum(0) of 1000000x7: lanes would read too much each in the few blocks
+  // of 7 columns, so the schedule refuses it; split into chunks of rows,
+  // the partials take blocks of neighbouring columns and a second launch
+  // adds them.
+  auto columnSum = [](Graph &g, Value *x) { return sumOver(g, x, 0); };
+  loop::Program p = program(DType::Float32, {1000000, 7}, columnSum);
+  EXPECT_THROW(scheduleForGpu(p), Unsupported);
   EXPECT_EQ(splitReductionsForGpu(p), 1);
   GpuSchedule after = scheduleForGpu(p);
   ASSERT_EQ(after.kernels.size(), 2u);
   EXPECT_EQ(after.kernels[0]->mapping, GpuMapping::Column) << after.str();
-  EXPECT_EQ(after.kernels[0]->points, 8 * 1024);
-  EXPECT_EQ(after.kernels[0]->pointsPerBlock, 32u) << after.str();
-  EXPECT_GE(after.kernels[0]->grid, 132u) << after.str();
-  EXPECT_EQ(after.kernels[1]->points, 1024);
-  // Small column sums stay one launch.
-  loop::Program small =
-      program(DType::Float32, {1024, 64},
-              [](Graph &g, Value *x) { return sumOver(g, x, 0); });
-  EXPECT_EQ(splitReductionsForGpu(small), 0);
+  EXPECT_GE(after.kernels[0]->points, 7 * 1000) << after.str();
+  EXPECT_EQ(after.kernels[1]->points, 7);
+  // Column sums the schedule serves stay one launch (split, they measured
+  // slower on an H100).
+  loop::Program served = program(DType::Float32, {16384, 1024}, columnSum);
+  EXPECT_EQ(splitReductionsForGpu(served), 0);
 }
