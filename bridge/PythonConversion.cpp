@@ -105,21 +105,76 @@ char *dataPointer(PyObject *tensor) {
   return reinterpret_cast<char *>(static_cast<uintptr_t>(value));
 }
 
+namespace {
+
+py::object attribute(PyObject *object, PyObject *name) {
+  PyObject *value = PyObject_GetAttr(object, name);
+  if (!value)
+    throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+py::object callMethod(PyObject *object, PyObject *name) {
+  PyObject *value = PyObject_CallMethodNoArgs(object, name);
+  if (!value)
+    throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+std::vector<int64_t> integers(const py::object &sequence, const char *what) {
+  std::vector<int64_t> values;
+  if (PyTuple_Check(sequence.ptr())) { // torch.Size and stride()'s tuple
+    Py_ssize_t count = PyTuple_GET_SIZE(sequence.ptr());
+    values.reserve(static_cast<size_t>(count));
+    for (Py_ssize_t i = 0; i < count; ++i)
+      values.push_back(toInt64(PyTuple_GET_ITEM(sequence.ptr(), i), what));
+    return values;
+  }
+  for (py::handle item : sequence)
+    values.push_back(toInt64(item, what));
+  return values;
+}
+
+} // namespace
+
+// This runs for extern results and checked inputs on every call: attribute
+// names interned, torch.strided looked up once, the device read from
+// is_cuda/get_device() rather than by printing a torch.device.
 TensorMeta tensorMetaOf(py::handle tensor) {
-  py::object layout = tensor.attr("layout");
-  if (!layout.is(TorchHandles::get().torch.attr("strided")))
+  static PyObject *layoutName = PyUnicode_InternFromString("layout");
+  static PyObject *dtypeName = PyUnicode_InternFromString("dtype");
+  static PyObject *shapeName = PyUnicode_InternFromString("shape");
+  static PyObject *strideName = PyUnicode_InternFromString("stride");
+  static PyObject *offsetName = PyUnicode_InternFromString("storage_offset");
+  static PyObject *isCudaName = PyUnicode_InternFromString("is_cuda");
+  static PyObject *isCpuName = PyUnicode_InternFromString("is_cpu");
+  static PyObject *getDeviceName = PyUnicode_InternFromString("get_device");
+  static PyObject *deviceName = PyUnicode_InternFromString("device");
+  // Kept for the process (a static py::object would outlive the
+  // interpreter).
+  static PyObject *strided =
+      py::object(TorchHandles::get().torch.attr("strided")).release().ptr();
+  PyObject *object = tensor.ptr();
+  py::object layout = attribute(object, layoutName);
+  if (layout.ptr() != strided)
     throw Unsupported(
         "only strided (dense) tensors are supported, got layout " +
         py::str(layout).cast<std::string>());
   TensorMeta meta;
-  meta.dtype = dtypeFromTorch(tensor.attr("dtype"));
-  meta.device = deviceFromTorch(tensor.attr("device"));
-  for (py::handle size : tensor.attr("shape"))
-    meta.sizes.push_back(toInt64(size, "size"));
-  for (py::handle stride : tensor.attr("stride")())
-    meta.strides.push_back(toInt64(stride, "stride"));
+  meta.dtype = dtypeFromTorch(attribute(object, dtypeName));
+  if (attribute(object, isCudaName).ptr() == Py_True) {
+    meta.device = {DeviceType::CUDA,
+                   static_cast<int>(toInt64(callMethod(object, getDeviceName),
+                                            "device index"))};
+  } else if (attribute(object, isCpuName).ptr() == Py_True) {
+    meta.device = {DeviceType::CPU, -1};
+  } else {
+    meta.device = deviceFromTorch(attribute(object, deviceName));
+  }
+  meta.sizes = integers(attribute(object, shapeName), "size");
+  meta.strides = integers(callMethod(object, strideName), "stride");
   meta.storageOffset =
-      toInt64(tensor.attr("storage_offset")(), "storage offset");
+      toInt64(callMethod(object, offsetName), "storage offset");
   return meta;
 }
 
