@@ -712,21 +712,6 @@ ReductionKernel::ReductionKernel(Lowerer &lowerer, const SymShape &inputSizes,
   kernel_.loops.push_back(std::move(pass));
 }
 
-const Expr *ReductionKernel::atFirstElement(const Expr *value) const {
-  loop::ExprContext &exprs = lowerer_.exprs();
-  std::vector<const Expr *> vars;
-  for (size_t d = 0; d < index_.size(); ++d) {
-    int64_t number = index_[d]->id();
-    if (static_cast<int64_t>(vars.size()) <= number)
-      vars.resize(number + 1, nullptr);
-    vars[number] = reduced_[d] ? exprs.integer(0) : index_[d];
-  }
-  for (size_t n = 0; n < vars.size(); ++n)
-    if (!vars[n])
-      vars[n] = exprs.var(static_cast<int64_t>(n));
-  return exprs.substituteVars(value, vars);
-}
-
 const Expr *ReductionKernel::reduce(ReduceOp op, const Expr *value) {
   loop::Reduction reduction{op, value};
   kernel_.loops.back().reductions.push_back(reduction);
@@ -803,17 +788,16 @@ DType accumulationType(DType dtype) {
 Deviations meanAndSquaredDeviations(Lowerer &lowerer, ReductionKernel &kernel,
                                     const Expr *element, DType dtype) {
   // Two passes: the mean, then the squared deviations from it. A row whose
-  // elements all equal its first has exactly that value as its mean, as
-  // eager's Welford moments give: sum / n can
-  // be an ulp off, which layer_norm's 1/sqrt(eps) scales to 1e-3 where eager
-  // gives 0. (One comparison an element: cheaper than the row's max and
-  // min, which cost a GPU row more than its memory traffic.)
+  // elements are all equal has exactly that value as its mean (max == min),
+  // as eager's Welford moments give: sum / n can be an ulp off, which
+  // layer_norm's 1/sqrt(eps) scales to 1e-3 where eager gives 0. (Comparing
+  // each element with the row's first would be cheaper, but that load of
+  // another point keeps a norm from fusing with the kernel making its input.)
   const Expr *sum = kernel.reduce(ReduceOp::Sum, element);
-  const Expr *first = kernel.atFirstElement(element);
-  const Expr *constantRow = kernel.reduce(
-      ReduceOp::All, lowerer.binary(BinaryOp::Eq, element, first));
+  const Expr *largest = kernel.reduce(ReduceOp::Max, element);
+  const Expr *smallest = kernel.reduce(ReduceOp::Min, element);
   const Expr *mean = lowerer.where(
-      constantRow, first,
+      lowerer.binary(BinaryOp::Eq, largest, smallest), largest,
       lowerer.binary(BinaryOp::Div, sum,
                      lowerer.count(kernel.symbolicReducedNumel(), dtype)));
   kernel.newPass();

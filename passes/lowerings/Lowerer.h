@@ -231,9 +231,6 @@ public:
   /// Adds a reduction to the current pass; its value for later passes and
   /// the final stores.
   const Expr *reduce(ReduceOp op, const Expr *value);
-  /// `value` (an expression of index()) at the first reduced element of the
-  /// current outer point: every reduction variable 0.
-  const Expr *atFirstElement(const Expr *value) const;
   /// Starts another pass over the reduced dims (reads earlier results).
   void newPass();
   /// Stores `value` into a new buffer laid out as `meta` (the kept dims,
