@@ -6,6 +6,7 @@
 
 #include "ir/LoopIR.h"
 
+#include <functional>
 #include <string>
 
 namespace kiln {
@@ -45,18 +46,11 @@ int64_t reductionChunks(const loop::Kernel &kernel, int64_t limit,
 /// columns) would leave most of the device idle.
 void splitReduction(loop::Program &program, size_t step, int64_t chunks);
 
-/// When splitLongReductions splits a kernel.
-struct SplitPolicy {
-  int64_t fewPoints = 0;    // split kernels of fewer outer points
-  int64_t pointsWanted = 0; // aim for this many (chunk, point) points
-  int64_t minChunk = 0;     // elements a chunk reduces at least
-  int64_t minWork = 0;      // elements a point reduces at least
-};
-
-/// Splits each kernel of fewer than `policy.fewPoints` outer points whose
-/// first loop reduces at least `minWork` elements at each; returns the
-/// number of kernels split.
-int64_t splitLongReductions(loop::Program &program, const SplitPolicy &policy);
+/// Splits every kernel step for which `chunksFor` gives 2 or more chunks
+/// (splitReduction); returns the number split.
+int64_t
+splitReductions(loop::Program &program,
+                const std::function<int64_t(const loop::Kernel &)> &chunksFor);
 
 /// Gives every Temporary buffer an offset in one workspace, reusing the
 /// memory of temporaries whose last reader has run; sets workspaceBytes.

@@ -8,6 +8,7 @@
 #include "passes/Scheduler.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 namespace kiln {
@@ -147,22 +148,14 @@ void splitReduction(Program &program, size_t stepIndex, int64_t chunks) {
                        std::move(step));
 }
 
-int64_t splitLongReductions(loop::Program &program, const SplitPolicy &policy) {
+int64_t
+splitReductions(loop::Program &program,
+                const std::function<int64_t(const loop::Kernel &)> &chunksFor) {
   int64_t splits = 0;
   for (size_t s = 0; s < program.steps.size(); ++s) {
     if (program.steps[s].kind != Step::Kind::Kernel)
       continue;
-    const Kernel &kernel = program.steps[s].kernel;
-    if (kernel.loops.empty() || !kernel.outerRanges.isStatic() ||
-        !kernel.loops.front().ranges.isStatic())
-      continue;
-    int64_t points = product(kernel.outerRanges.constants());
-    int64_t work = product(kernel.loops.front().ranges.constants());
-    if (points == 0 || points >= policy.fewPoints ||
-        work < std::max(policy.minWork, 2 * policy.minChunk))
-      continue;
-    int64_t chunks = reductionChunks(
-        kernel, (policy.pointsWanted + points - 1) / points, policy.minChunk);
+    int64_t chunks = chunksFor(program.steps[s].kernel);
     if (chunks < 2)
       continue;
     splitReduction(program, s, chunks);

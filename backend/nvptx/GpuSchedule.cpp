@@ -289,15 +289,11 @@ GpuKernelSchedule scheduleKernel(const loop::Kernel &kernel) {
 } // namespace
 
 int64_t splitReductionsForGpu(loop::Program &program) {
-  int64_t splits = 0;
-  for (size_t s = 0; s < program.steps.size(); ++s) {
-    if (program.steps[s].kind != loop::Step::Kind::Kernel)
-      continue;
-    const loop::Kernel &kernel = program.steps[s].kernel;
+  return splitReductions(program, [](const loop::Kernel &kernel) -> int64_t {
     if (kernel.loops.empty() || kernel.loops.front().reductions.empty() ||
         !kernel.outerRanges.isStatic() ||
         !kernel.loops.front().ranges.isStatic())
-      continue;
+      return 1;
     int64_t points = numelOf(kernel.outerRanges.constants());
     int64_t work = numelOf(kernel.loops.front().ranges.constants());
     // A kernel no mapping serves is split where it can be. Of the others,
@@ -312,21 +308,14 @@ int64_t splitReductionsForGpu(loop::Program &program) {
     bool columns = reducesAlongColumns(kernel);
     if (points == 0 || (record && (record->grid >= kMultiprocessors ||
                                    columns || work < kMinSplitWork)))
-      continue;
+      return 1;
     // Two blocks a multiprocessor: a block a point where rows reduce (its
     // lanes reading at least kMinLaneWork elements each), blocks of 32
     // neighbouring points where columns do (each lane a chunk of rows).
     int64_t wanted = 2 * kMultiprocessors * (columns ? kWarp : 1);
     int64_t minChunk = columns ? kMinColumnChunk : 512 * kMinLaneWork;
-    int64_t chunks =
-        reductionChunks(kernel, (wanted + points - 1) / points, minChunk);
-    if (chunks < 2)
-      continue;
-    splitReduction(program, s, chunks);
-    ++s; // past the combining kernel
-    ++splits;
-  }
-  return splits;
+    return reductionChunks(kernel, (wanted + points - 1) / points, minChunk);
+  });
 }
 
 GpuSchedule scheduleForGpu(const loop::Program &program) {

@@ -444,6 +444,15 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
   std::vector<llvm::Value *> extents;
   for (SymSize range : loop.ranges)
     extents.push_back(sizeValue(range));
+  // The loop's variables at a lane's flat position (row-major).
+  auto placeAt = [&](llvm::Value *position) {
+    llvm::Value *rest = position;
+    for (size_t d = loop.ranges.size(); d-- > 0;) {
+      vars_[outer + d] = d == 0 ? rest : builder_.CreateURem(rest, extents[d]);
+      if (d > 0)
+        rest = builder_.CreateUDiv(rest, extents[d]);
+    }
+  };
   if (int64_t positions = keptRowPositions()) {
     // Kept rows: each lane's positions unrolled, the same in every loop, so
     // the row's loads (and what is computed from them) stay in registers
@@ -456,13 +465,7 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
           lane_, builder_.getInt64(j * schedule_.lanesPerPoint));
       scopes_.emplace_back();
       position_ = j;
-      llvm::Value *rest = position;
-      for (size_t d = loop.ranges.size(); d-- > 0;) {
-        vars_[outer + d] =
-            d == 0 ? rest : builder_.CreateURem(rest, extents[d]);
-        if (d > 0)
-          rest = builder_.CreateUDiv(rest, extents[d]);
-      }
+      placeAt(position);
       accumulate(position);
       if (valid_ && !loop.stores.empty())
         emitIf(valid_, "store", [&] { emitStores(loop.stores); });
@@ -479,13 +482,7 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
       total = builder_.CreateSelect(valid_, total, builder_.getInt64(0));
     countedLoop(lane_, total, schedule_.lanesPerPoint,
                 [&](llvm::Value *position) {
-                  llvm::Value *rest = position;
-                  for (size_t d = loop.ranges.size(); d-- > 0;) {
-                    vars_[outer + d] =
-                        d == 0 ? rest : builder_.CreateURem(rest, extents[d]);
-                    if (d > 0)
-                      rest = builder_.CreateUDiv(rest, extents[d]);
-                  }
+                  placeAt(position);
                   visit(position);
                 });
   } else {

@@ -57,12 +57,19 @@ std::vector<double> run(const loop::Program &program, int64_t elements) {
   return interpreter.output(0);
 }
 
-SplitPolicy policy() {
-  SplitPolicy split;
-  split.fewPoints = 8;
-  split.pointsWanted = 16;
-  split.minChunk = 64;
-  return split;
+// Kernels of fewer than 8 points reducing 128 elements or more, split for
+// about 16 (chunk, point) points of at least 64 elements each.
+int64_t splitSmall(loop::Program &program) {
+  return splitReductions(program, [](const loop::Kernel &kernel) -> int64_t {
+    if (kernel.loops.empty() || !kernel.loops.front().ranges.isStatic() ||
+        !kernel.outerRanges.isStatic())
+      return 1;
+    int64_t points = numelOf(kernel.outerRanges.constants());
+    int64_t work = numelOf(kernel.loops.front().ranges.constants());
+    if (points == 0 || points >= 8 || work < 128)
+      return 1;
+    return reductionChunks(kernel, (16 + points - 1) / points, 64);
+  });
 }
 
 // Splits a copy of `build`'s program, checks the kernel count grew by the
@@ -72,7 +79,7 @@ void expectSameAfterSplit(Shape sizes,
                           int64_t splits) {
   loop::Program whole = planned(sizes, body);
   loop::Program parts = planned(sizes, body);
-  ASSERT_EQ(splitLongReductions(parts, policy()), splits) << whole.str();
+  ASSERT_EQ(splitSmall(parts), splits) << whole.str();
   EXPECT_EQ(kernelCount(parts), kernelCount(whole) + splits);
   planMemory(whole);
   planMemory(parts);
@@ -95,7 +102,7 @@ TEST(SplitReductions, AFullSumBecomesPartialsAndTheirSum) {
       {40, 30}, [](Graph &g, Value *x) { return op(g, "aten::sum", {x}); }, 1);
   loop::Program program = planned(
       {40, 30}, [](Graph &g, Value *x) { return op(g, "aten::sum", {x}); });
-  splitLongReductions(program, policy());
+  splitSmall(program);
   // 16 chunks of the 1200 elements: the partials kernel has 16 points.
   const loop::Kernel &partials = program.steps[0].kernel;
   EXPECT_EQ(partials.outerRanges.constants(), Shape({16}));
