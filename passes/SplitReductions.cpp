@@ -31,13 +31,6 @@ std::optional<Shape> constantRanges(const loop::Ranges &ranges) {
   return ranges.constants();
 }
 
-int64_t product(const Shape &shape) {
-  int64_t result = 1;
-  for (int64_t extent : shape)
-    result *= extent;
-  return result;
-}
-
 // Row-major Var(first + i) * stride_i over `shape`.
 const Expr *rowMajorIndex(ExprContext &exprs, const Shape &shape,
                           int64_t first) {
@@ -67,7 +60,7 @@ int64_t reductionChunks(const Kernel &kernel, int64_t limit, int64_t minChunk) {
   std::optional<Shape> ranges = constantRanges(first.ranges);
   if (!outer || !ranges || (*ranges)[0] < 2)
     return 1;
-  int64_t rest = product(*ranges) / (*ranges)[0];
+  int64_t rest = numelOf(*ranges) / (*ranges)[0];
   for (int64_t chunks = std::min(limit, (*ranges)[0]); chunks >= 2; --chunks)
     if ((*ranges)[0] % chunks == 0 && (*ranges)[0] / chunks * rest >= minChunk)
       return chunks;
@@ -111,7 +104,7 @@ void splitReduction(Program &program, size_t stepIndex, int64_t chunks) {
   // Var(0)..Var(n-1)), Var(n) walking the chunks.
   Shape shape{chunks};
   shape.insert(shape.end(), outer.begin(), outer.end());
-  int64_t points = product(outer);
+  int64_t points = numelOf(outer);
   const Expr *written = rowMajorIndex(exprs, shape, 0);
   const Expr *read = exprs.add(exprs.mul(exprs.var(n), exprs.integer(points)),
                                rowMajorIndex(exprs, outer, 0));

@@ -76,6 +76,9 @@ private:
   /// The positions each lane takes in every loop of a kept-row kernel
   /// (0: the loops run as counted loops).
   int64_t keptRowPositions() const;
+  /// Sets vars_[first..] to the row-major position `flat` in `ranges` (the
+  /// last varies fastest).
+  void placeVars(llvm::Value *flat, const loop::Ranges &ranges, size_t first);
   /// Whether `expr` reads a buffer this kernel stores to (its value may
   /// then change between loops).
   bool readsStoredBuffer(const Expr *expr);
@@ -102,6 +105,7 @@ private:
   /// Kept rows (keptRowPositions): the lane's position being emitted (-1:
   /// none), the values computed at each position outside conditional code
   /// (there they dominate the later loops), the buffers the kernel stores.
+  int64_t keptPositions_ = 0; // keptRowPositions(), once lanes are known
   int64_t position_ = -1;
   int conditional_ = 0;
   std::vector<std::unordered_map<const Expr *, llvm::Value *>> kept_;
@@ -139,6 +143,17 @@ int64_t NvptxKernelEmitter::keptRowPositions() const {
       positions * schedule_.block > kMaxKeptBlockPositions * lanes)
     return 0;
   return positions;
+}
+
+void NvptxKernelEmitter::placeVars(llvm::Value *flat,
+                                   const loop::Ranges &ranges, size_t first) {
+  llvm::Value *rest = flat;
+  for (size_t d = ranges.size(); d-- > 0;) {
+    llvm::Value *range = sizeValue(ranges[d]);
+    vars_[first + d] = d == 0 ? rest : builder_.CreateURem(rest, range);
+    if (d > 0)
+      rest = builder_.CreateUDiv(rest, range);
+  }
 }
 
 bool NvptxKernelEmitter::readsStoredBuffer(const Expr *expr) {
@@ -289,15 +304,9 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
   for (const loop::Loop &loop : kernel_.loops)
     variables = std::max(variables, outer + loop.ranges.size());
   vars_.assign(variables, nullptr);
-  // The outer variables of `point`, row-major: the last varies fastest.
+  keptPositions_ = keptRowPositions();
   auto emitAt = [&](llvm::Value *point) {
-    llvm::Value *rest = point;
-    for (size_t level = outer; level-- > 0;) {
-      llvm::Value *range = sizeValue(kernel_.outerRanges[level]);
-      vars_[level] = level == 0 ? rest : builder_.CreateURem(rest, range);
-      if (level > 0)
-        rest = builder_.CreateUDiv(rest, range);
-    }
+    placeVars(point, kernel_.outerRanges, 0);
     scopes_.emplace_back();
     emitPoint();
     scopes_.pop_back();
@@ -399,7 +408,7 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
     // kept row's lane adds at most kMaxKeptPositions, then the lanes combine
     // as a tree (as torch's own GPU sums do), and the compensation's
     // arithmetic would cost more than the row's memory traffic.
-    if (isFloatSum(reduction) && !keptRowPositions()) {
+    if (isFloatSum(reduction) && !keptPositions_) {
       acc.compensation = entryBuilder.CreateAlloca(type);
       builder_.CreateStore(llvm::Constant::getNullValue(type),
                            acc.compensation);
@@ -444,16 +453,7 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
   std::vector<llvm::Value *> extents;
   for (SymSize range : loop.ranges)
     extents.push_back(sizeValue(range));
-  // The loop's variables at a lane's flat position (row-major).
-  auto placeAt = [&](llvm::Value *position) {
-    llvm::Value *rest = position;
-    for (size_t d = loop.ranges.size(); d-- > 0;) {
-      vars_[outer + d] = d == 0 ? rest : builder_.CreateURem(rest, extents[d]);
-      if (d > 0)
-        rest = builder_.CreateUDiv(rest, extents[d]);
-    }
-  };
-  if (int64_t positions = keptRowPositions()) {
+  if (int64_t positions = keptPositions_) {
     // Kept rows: each lane's positions unrolled, the same in every loop, so
     // the row's loads (and what is computed from them) stay in registers
     // from the first loop to the last. Threads past the last point compute
@@ -465,7 +465,7 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
           lane_, builder_.getInt64(j * schedule_.lanesPerPoint));
       scopes_.emplace_back();
       position_ = j;
-      placeAt(position);
+      placeVars(position, loop.ranges, outer);
       accumulate(position);
       if (valid_ && !loop.stores.empty())
         emitIf(valid_, "store", [&] { emitStores(loop.stores); });
@@ -482,7 +482,7 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
       total = builder_.CreateSelect(valid_, total, builder_.getInt64(0));
     countedLoop(lane_, total, schedule_.lanesPerPoint,
                 [&](llvm::Value *position) {
-                  placeAt(position);
+                  placeVars(position, loop.ranges, outer);
                   visit(position);
                 });
   } else {
