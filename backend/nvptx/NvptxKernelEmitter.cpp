@@ -3,6 +3,10 @@
 // schedule's mapping: the lanes of an outer point share each of its loops,
 // their partial reductions (compensated float sums per lane) combine by
 // warp shuffles, then through shared memory across the warps of a block.
+// Where a kernel's accesses walk memory contiguously, a thread takes 4
+// consecutive positions as one 128-bit load or store (a body of its own,
+// chosen where the buffers are aligned), and lanes' loops take 4 positions
+// (or groups) a step.
 // Depends on backend/nvptx/NvptxKernelEmitter.h, backend/llvm/, ir/, LLVM.
 #include "backend/nvptx/NvptxKernelEmitter.h"
 
@@ -51,6 +55,10 @@ protected:
   /// the value at that position in the kernel's later loops.
   llvm::Value *reuse(const Expr *expr, bool vector) override;
   void computed(const Expr *expr, llvm::Value *value) override;
+  /// In a grouped body, a load along the group's variable is one element of
+  /// the group's vector load.
+  llvm::Value *loadElements(const Expr *load, DType dtype,
+                            bool vector) override;
 
 private:
   void emitPoint();
@@ -82,6 +90,42 @@ private:
   /// Whether `expr` reads a buffer this kernel stores to (its value may
   /// then change between loops).
   bool readsStoredBuffer(const Expr *expr);
+  /// The variable along which this kernel's threads take kGroup consecutive
+  /// positions at once (-1: none): the last outer variable of a large
+  /// pointwise kernel, or the last loop variable of a row kernel (kept rows
+  /// and the loops of row lanes).
+  int64_t groupVariable();
+  /// Whether an access at `index` walks memory contiguously along the group
+  /// variable: coefficient 1, every other variable's a multiple of kGroup,
+  /// no loads or reductions in the index. Such an access is one kGroup-wide
+  /// vector where its address at the origin is aligned to one.
+  bool grouped(const Expr *index);
+  /// The kernel's grouped accesses (buffer, index), loads and stores.
+  template <typename Visit> void forEachGroupedAccess(Visit visit);
+  /// Whether every grouped access is aligned to its vector (uniform across
+  /// the grid: its address with every variable 0).
+  llvm::Value *groupsAligned();
+  /// The vector type and alignment of a group's access to `dtype`.
+  llvm::Type *groupType(DType dtype);
+  llvm::Align groupAlign(DType dtype);
+  /// A thread's points of a large pointwise kernel: kGroup consecutive ones
+  /// (grouped), or pointsPerThread a block apart.
+  void emitThreadPoints(llvm::Value *blockIndex, llvm::Value *thread);
+  /// `body` at each member of the group whose first position is `start` in
+  /// `ranges` (variables from `first`): the group variable counts on, the
+  /// other variables stay, each member in its own scope.
+  void forEachMember(llvm::Value *start, const loop::Ranges &ranges,
+                     size_t first,
+                     llvm::function_ref<void(llvm::Value *position)> body);
+  /// One group of a kept-row loop: positions `groupIndex` * kGroup .. + kGroup
+  /// - 1 of the lane, their reductions, then their stores.
+  void emitKeptGroup(const loop::Loop &loop, int64_t groupIndex,
+                     llvm::function_ref<void(llvm::Value *)> accumulate);
+  /// The loop's positions a lane takes (lane, lane + lanes, ... below
+  /// `total`), kLaneUnroll positions or groups a step where there are that
+  /// many, then one at a time.
+  void emitLaneLoop(const loop::Loop &loop, llvm::Value *total,
+                    llvm::function_ref<void(llvm::Value *)> visit);
 
   const loop::Kernel &kernel_;
   const GpuKernelSchedule &schedule_;
@@ -111,7 +155,29 @@ private:
   std::vector<std::unordered_map<const Expr *, llvm::Value *>> kept_;
   std::unordered_set<int64_t> storedBuffers_;
   std::unordered_map<const Expr *, bool> readsStored_;
+  /// Grouped bodies (groupVariable): the variable, whether the body being
+  /// emitted is the grouped one, the member (0..kGroup-1) of the group being
+  /// emitted, the group's vector loads, and its stores gathered until the
+  /// last member (address, values).
+  int64_t groupVar_ = -1;
+  bool grouping_ = false;
+  int64_t member_ = -1; // -1: no group
+  std::unordered_map<const Expr *, bool> groupedMemo_;
+  std::unordered_map<const Expr *, llvm::Value *> groupLoads_;
+  struct GroupStore {
+    llvm::Value *address = nullptr;
+    std::vector<llvm::Value *> values;
+  };
+  std::unordered_map<const loop::Store *, GroupStore> groupStores_;
 };
+
+// A group: the consecutive positions a thread loads and stores as one
+// vector (4 float32: ld.global.v4.f32, 128 bits).
+constexpr int64_t kGroup = 4;
+// A lane's loop takes this many positions (or groups) a step: the loads in
+// flight of each lane.
+constexpr int64_t kLaneUnroll = 4;
+constexpr int64_t kMaxVectorBytes = 16;
 
 // A lane keeps at most this many positions of a row in registers.
 constexpr int64_t kMaxKeptPositions = 32;
@@ -177,6 +243,135 @@ llvm::Value *NvptxKernelEmitter::reuse(const Expr *expr, bool) {
 void NvptxKernelEmitter::computed(const Expr *expr, llvm::Value *value) {
   if (position_ >= 0 && conditional_ == 0 && !readsStoredBuffer(expr))
     kept_[position_][expr] = value;
+}
+
+bool NvptxKernelEmitter::grouped(const Expr *index) {
+  auto found = groupedMemo_.find(index);
+  if (found != groupedMemo_.end())
+    return found->second;
+  bool result =
+      loop::affineCoefficient(index, groupVar_) == std::optional<int64_t>(1) &&
+      !loop::anyNode(index, [](const Expr *node) {
+        return node->kind() == loop::ExprKind::Load ||
+               node->kind() == loop::ExprKind::ReductionValue ||
+               node->kind() == loop::ExprKind::Symbol;
+      });
+  for (size_t var = 0; result && var < vars_.size(); ++var) {
+    if (int64_t(var) == groupVar_)
+      continue;
+    std::optional<int64_t> coefficient =
+        loop::affineCoefficient(index, static_cast<int64_t>(var));
+    result = coefficient && *coefficient % kGroup == 0;
+  }
+  return groupedMemo_[index] = result;
+}
+
+template <typename Visit>
+void NvptxKernelEmitter::forEachGroupedAccess(Visit visit) {
+  for (const loop::Loop &loop : kernel_.loops) {
+    loop::forEachExpr(loop, [&](const Expr *expr) {
+      for (const Expr *load : loop::loadsOf(expr))
+        if (grouped(load->index()))
+          visit(load->id(), load->index());
+    });
+    for (const loop::Store &store : loop.stores)
+      if (grouped(store.index))
+        visit(store.buffer, store.index);
+  }
+}
+
+int64_t NvptxKernelEmitter::groupVariable() {
+  size_t outer = kernel_.outerRanges.size();
+  int64_t var = -1;
+  SymSize range;
+  if (schedule_.pointsPerThread == kGroup && !lane_ && outer > 0) {
+    for (const loop::Loop &loop : kernel_.loops)
+      if (!loop.ranges.empty()) // a loop's stores would be apart
+        return -1;
+    var = static_cast<int64_t>(outer) - 1;
+    range = kernel_.outerRanges.back();
+  } else if ((keptPositions_ % kGroup == 0 && keptPositions_ > 0) ||
+             (lane_ && !schedule_.pointsInnermost() && !keptPositions_)) {
+    // Kept rows, or rows the lanes loop over: every loop along the same
+    // last variable, a multiple of kGroup long.
+    for (const loop::Loop &loop : kernel_.loops) {
+      if (loop.ranges.empty())
+        continue;
+      int64_t last = static_cast<int64_t>(outer + loop.ranges.size()) - 1;
+      if ((var >= 0 && last != var) ||
+          loop.ranges[loop.ranges.size() - 1]->constant().value_or(1) %
+                  kGroup !=
+              0)
+        return -1;
+      var = last;
+      range = loop.ranges[loop.ranges.size() - 1];
+    }
+  }
+  if (var < 0 || range->constant().value_or(1) % kGroup != 0)
+    return -1;
+  // Stores wait for the group's last member: no load may read them.
+  for (const loop::Loop &loop : kernel_.loops) {
+    bool readsStored = false;
+    loop::forEachExpr(loop, [&](const Expr *expr) {
+      readsStored = readsStored || readsStoredBuffer(expr);
+    });
+    if (readsStored)
+      return -1;
+  }
+  groupVar_ = var;
+  bool any = false;
+  forEachGroupedAccess([&](int64_t, const Expr *) { any = true; });
+  groupVar_ = -1;
+  groupedMemo_.clear();
+  return any ? var : -1;
+}
+
+llvm::Type *NvptxKernelEmitter::groupType(DType dtype) {
+  return llvm::FixedVectorType::get(storageType(dtype),
+                                    static_cast<unsigned>(kGroup));
+}
+
+llvm::Align NvptxKernelEmitter::groupAlign(DType dtype) {
+  return llvm::Align(static_cast<uint64_t>(
+      std::min<int64_t>(kMaxVectorBytes, kGroup * itemSize(dtype))));
+}
+
+llvm::Value *NvptxKernelEmitter::groupsAligned() {
+  std::vector<llvm::Value *> saved = vars_;
+  for (llvm::Value *&var : vars_)
+    var = builder_.getInt64(0);
+  scopes_.emplace_back();
+  llvm::Value *misaligned = builder_.getInt64(0);
+  forEachGroupedAccess([&](int64_t buffer, const Expr *index) {
+    DType dtype = program_.buffers.at(buffer).dtype();
+    llvm::Value *address = builder_.CreatePtrToInt(
+        builder_.CreateGEP(storageType(dtype), bufferPointer(buffer),
+                           emit(index, false)),
+        builder_.getInt64Ty());
+    misaligned = builder_.CreateOr(
+        misaligned, builder_.CreateAnd(address, groupAlign(dtype).value() - 1));
+  });
+  scopes_.pop_back();
+  vars_ = saved;
+  return builder_.CreateICmpEQ(misaligned, builder_.getInt64(0));
+}
+
+llvm::Value *NvptxKernelEmitter::loadElements(const Expr *load, DType dtype,
+                                              bool vector) {
+  if (member_ < 0 || vector || !grouped(load->index()))
+    return ExprEmitter::loadElements(load, dtype, vector);
+  llvm::Value *&elements = groupLoads_[load];
+  if (!elements) {
+    // The group's first position: this member's less its place in it.
+    llvm::Value *index = builder_.CreateSub(emit(load->index(), false),
+                                            builder_.getInt64(member_));
+    elements = builder_.CreateAlignedLoad(
+        groupType(dtype),
+        builder_.CreateGEP(storageType(dtype), bufferPointer(load->id()),
+                           index),
+        groupAlign(dtype));
+  }
+  return builder_.CreateExtractElement(elements, uint64_t(member_));
 }
 
 // Every buffer the kernel reads or writes, in a fixed order, is a
@@ -305,24 +500,11 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
     variables = std::max(variables, outer + loop.ranges.size());
   vars_.assign(variables, nullptr);
   keptPositions_ = keptRowPositions();
-  auto emitAt = [&](llvm::Value *point) {
-    placeVars(point, kernel_.outerRanges, 0);
-    scopes_.emplace_back();
-    emitPoint();
-    scopes_.pop_back();
-  };
-  if (schedule_.pointsPerThread > 1) {
-    // A thread's points lie a block apart: each step of the block's threads
-    // stays coalesced, and their loads are in flight together.
-    for (unsigned k = 0; k < schedule_.pointsPerThread; ++k) {
-      llvm::Value *pointK = builder_.CreateAdd(
-          builder_.CreateMul(blockIndex, width),
-          builder_.CreateAdd(builder_.getInt64(uint64_t(k) * schedule_.block),
-                             thread));
-      emitIf(builder_.CreateICmpULT(pointK, sizeValue(schedule_.points)),
-             "point", [&] { emitAt(pointK); });
+  auto emitBody = [&] {
+    if (schedule_.pointsPerThread > 1) {
+      emitThreadPoints(blockIndex, thread);
+      return;
     }
-  } else {
     if (!valid_) {
       // Nothing past the last point: a warp holds whole points, so it exits
       // whole and its shuffles see every lane.
@@ -331,8 +513,30 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
       builder_.CreateCondBr(inRange, body, done);
       builder_.SetInsertPoint(body);
     }
-    emitAt(point);
+    placeVars(point, kernel_.outerRanges, 0);
+    scopes_.emplace_back();
+    emitPoint();
+    scopes_.pop_back();
+  };
+  groupVar_ = groupVariable();
+  if (groupVar_ >= 0) {
+    // Two bodies: vector loads and stores where every grouped access is
+    // aligned (a decision uniform across the grid, so barriers stay
+    // uniform), scalar ones where a view's offset is not.
+    llvm::BasicBlock *vectorBody =
+        llvm::BasicBlock::Create(context_, "grouped", function_);
+    llvm::BasicBlock *scalarBody =
+        llvm::BasicBlock::Create(context_, "scalar", function_);
+    builder_.CreateCondBr(groupsAligned(), vectorBody, scalarBody);
+    builder_.SetInsertPoint(vectorBody);
+    grouping_ = true;
+    emitBody();
+    grouping_ = false;
+    builder_.CreateBr(done);
+    builder_.SetInsertPoint(scalarBody);
+    kept_.clear();
   }
+  emitBody();
   builder_.CreateBr(done);
   builder_.SetInsertPoint(done);
   builder_.CreateRetVoid();
@@ -351,6 +555,128 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
   annotate("kernel", 1);
   annotate("maxntidx", schedule_.block);
   return {name, parameterBuffers_};
+}
+
+void NvptxKernelEmitter::emitThreadPoints(llvm::Value *blockIndex,
+                                          llvm::Value *thread) {
+  llvm::Value *first = builder_.CreateMul(
+      blockIndex, builder_.getInt64(schedule_.pointsPerBlock));
+  llvm::Value *points = sizeValue(schedule_.points);
+  if (grouping_) {
+    // kGroup consecutive points, whose accesses along the last variable are
+    // one vector each; the points are a multiple of kGroup.
+    llvm::Value *start = builder_.CreateAdd(
+        first, builder_.CreateMul(thread, builder_.getInt64(kGroup)));
+    emitIf(builder_.CreateICmpULT(start, points), "group", [&] {
+      forEachMember(start, kernel_.outerRanges, 0,
+                    [&](llvm::Value *) { emitPoint(); });
+    });
+    return;
+  }
+  // A thread's points lie a block apart: each step of the block's threads
+  // stays coalesced, and their loads are in flight together.
+  for (unsigned k = 0; k < schedule_.pointsPerThread; ++k) {
+    llvm::Value *point = builder_.CreateAdd(
+        first, builder_.CreateAdd(
+                   builder_.getInt64(uint64_t(k) * schedule_.block), thread));
+    emitIf(builder_.CreateICmpULT(point, points), "point", [&] {
+      placeVars(point, kernel_.outerRanges, 0);
+      scopes_.emplace_back();
+      emitPoint();
+      scopes_.pop_back();
+    });
+  }
+}
+
+void NvptxKernelEmitter::forEachMember(
+    llvm::Value *start, const loop::Ranges &ranges, size_t first,
+    llvm::function_ref<void(llvm::Value *position)> body) {
+  placeVars(start, ranges, first);
+  llvm::Value *base = vars_[groupVar_];
+  groupLoads_.clear();
+  for (member_ = 0; member_ < kGroup; ++member_) {
+    vars_[groupVar_] = builder_.CreateAdd(base, builder_.getInt64(member_));
+    scopes_.emplace_back();
+    body(builder_.CreateAdd(start, builder_.getInt64(member_)));
+    scopes_.pop_back();
+  }
+  member_ = -1;
+}
+
+void NvptxKernelEmitter::emitKeptGroup(
+    const loop::Loop &loop, int64_t groupIndex,
+    llvm::function_ref<void(llvm::Value *)> accumulate) {
+  size_t outer = kernel_.outerRanges.size();
+  // The lane's group g holds positions (g * lanes + lane) * kGroup + k.
+  llvm::Value *start = builder_.CreateMul(
+      builder_.CreateAdd(
+          builder_.getInt64(groupIndex * int64_t(schedule_.lanesPerPoint)),
+          lane_),
+      builder_.getInt64(kGroup));
+  auto atMember = [&](llvm::function_ref<void(llvm::Value *)> body) {
+    forEachMember(start, loop.ranges, outer, [&](llvm::Value *position) {
+      position_ = groupIndex * kGroup + member_;
+      body(position);
+    });
+    position_ = -1;
+  };
+  atMember(accumulate);
+  if (loop.stores.empty())
+    return;
+  // The members' stores after their reductions (no load reads a stored
+  // buffer): one vector store each, under one condition.
+  auto stores = [&] {
+    atMember([&](llvm::Value *) { emitStores(loop.stores); });
+  };
+  if (valid_)
+    emitIf(valid_, "store", stores);
+  else
+    stores();
+}
+
+void NvptxKernelEmitter::emitLaneLoop(
+    const loop::Loop &loop, llvm::Value *total,
+    llvm::function_ref<void(llvm::Value *)> visit) {
+  size_t outer = kernel_.outerRanges.size();
+  int64_t lanes = schedule_.lanesPerPoint;
+  int64_t count = numelOf(loop.ranges.constants());
+  // Grouped (aligned body, the loop along the group variable): a step
+  // holds kLaneUnroll groups of the lane, group u of step i at positions
+  // ((i * kLaneUnroll + u) * lanes + lane) * kGroup...; else kLaneUnroll
+  // single positions a step. Every lane takes as many whole steps, the
+  // rest one position at a time.
+  bool groups =
+      grouping_ && vars_.size() > size_t(groupVar_) &&
+      outer + loop.ranges.size() == size_t(groupVar_) + 1 &&
+      loop.ranges[loop.ranges.size() - 1]->constant().value_or(1) % kGroup == 0;
+  int64_t width = groups ? kGroup : 1;
+  int64_t span = kLaneUnroll * lanes * width;
+  auto at = [&](llvm::Value *position) {
+    placeVars(position, loop.ranges, outer);
+    visit(position);
+  };
+  llvm::Value *start = lane_;
+  if (count >= span) {
+    llvm::Value *steps = builder_.CreateUDiv(total, builder_.getInt64(span));
+    countedLoop(builder_.getInt64(0), steps, 1, [&](llvm::Value *step) {
+      llvm::Value *first = builder_.CreateMul(step, builder_.getInt64(span));
+      for (int64_t u = 0; u < kLaneUnroll; ++u) {
+        llvm::Value *position = builder_.CreateAdd(
+            first, builder_.CreateMul(
+                       builder_.CreateAdd(lane_, builder_.getInt64(u * lanes)),
+                       builder_.getInt64(width)));
+        scopes_.emplace_back();
+        if (groups)
+          forEachMember(position, loop.ranges, outer, visit);
+        else
+          at(position);
+        scopes_.pop_back();
+      }
+    });
+    start = builder_.CreateAdd(
+        lane_, builder_.CreateMul(steps, builder_.getInt64(span)));
+  }
+  countedLoop(start, total, lanes, at);
 }
 
 void NvptxKernelEmitter::emitPoint() {
@@ -460,7 +786,9 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
     // at point 0 and store nothing.
     if (kept_.empty())
       kept_.resize(static_cast<size_t>(positions));
-    for (int64_t j = 0; j < positions; ++j) {
+    for (int64_t g = 0; grouping_ && g < positions / kGroup; ++g)
+      emitKeptGroup(loop, g, accumulate);
+    for (int64_t j = 0; !grouping_ && j < positions; ++j) {
       llvm::Value *position = builder_.CreateAdd(
           lane_, builder_.getInt64(j * schedule_.lanesPerPoint));
       scopes_.emplace_back();
@@ -480,11 +808,7 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
     llvm::Value *total = sizeValue(numelOf(loop.ranges.constants()));
     if (valid_)
       total = builder_.CreateSelect(valid_, total, builder_.getInt64(0));
-    countedLoop(lane_, total, schedule_.lanesPerPoint,
-                [&](llvm::Value *position) {
-                  placeVars(position, loop.ranges, outer);
-                  visit(position);
-                });
+    emitLaneLoop(loop, total, visit);
   } else {
     auto scopedLoop = [&](llvm::Value *start, llvm::Value *end, int64_t step,
                           LoopBody body) {
@@ -673,20 +997,43 @@ void NvptxKernelEmitter::combineAcrossWarps(
 void NvptxKernelEmitter::emitStores(const std::vector<loop::Store> &stores) {
   // Every value is computed before any store: the stores of one point are
   // one parallel assignment.
-  std::vector<std::pair<llvm::Value *, llvm::Value *>> pending;
+  std::vector<std::tuple<llvm::Value *, llvm::Value *, DType>> pending;
+  std::vector<const loop::Store *> full; // grouped stores of the last member
   for (const loop::Store &store : stores) {
     DType dtype = program_.buffers.at(store.buffer).dtype();
     llvm::Value *index = emit(store.index, false);
     llvm::Value *value = toStorage(
         dtype, emitCast(emit(store.value, false), store.value->dtype(), dtype));
+    if (member_ >= 0 && grouped(store.index)) {
+      // Gathered until the group's last member, then one vector store.
+      GroupStore &group = groupStores_[&store];
+      if (member_ == 0)
+        group = {builder_.CreateGEP(storageType(dtype),
+                                    bufferPointer(store.buffer), index),
+                 {}};
+      group.values.push_back(value);
+      if (member_ == kGroup - 1)
+        full.push_back(&store);
+      continue;
+    }
     llvm::Value *address = builder_.CreateGEP(
         storageType(dtype), bufferPointer(store.buffer), index);
-    pending.emplace_back(address, value);
+    pending.emplace_back(address, value, dtype);
   }
-  for (size_t i = 0; i < stores.size(); ++i) {
-    DType dtype = program_.buffers.at(stores[i].buffer).dtype();
-    builder_.CreateAlignedStore(pending[i].second, pending[i].first,
-                                llvm::Align(itemSize(dtype)));
+  for (const auto &[address, value, dtype] : pending)
+    builder_.CreateAlignedStore(value, address, llvm::Align(itemSize(dtype)));
+  for (const loop::Store *store : full) {
+    DType dtype = program_.buffers.at(store->buffer).dtype();
+    GroupStore &group = groupStores_.at(store);
+    if (group.values.size() != size_t(kGroup))
+      throw Error("GPU kernel " + kernel_.name +
+                  ": a grouped store is missing members");
+    llvm::Value *vector = llvm::PoisonValue::get(groupType(dtype));
+    for (int64_t k = 0; k < kGroup; ++k)
+      vector = builder_.CreateInsertElement(vector, group.values[size_t(k)],
+                                            uint64_t(k));
+    builder_.CreateAlignedStore(vector, group.address, groupAlign(dtype));
+    groupStores_.erase(store);
   }
 }
 

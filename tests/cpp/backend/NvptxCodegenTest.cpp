@@ -74,6 +74,43 @@ TEST(NvptxCodegen, LargePointwiseKernelsGiveAThreadFourPoints) {
   EXPECT_EQ(count(code.ptx, "ld.global.f32"), 4u);
 }
 
+TEST(NvptxCodegen, AlignedPointwiseKernelsLoadAndStoreFourWide) {
+  // Rows a multiple of 4 long: a thread takes 4 consecutive points, each
+  // access one 128-bit vector where the kernel's buffers are aligned, and
+  // the scalar body (4 points a block apart) where a view's offset is not.
+  // A bias broadcast along the rows is a vector too; the transposed
+  // operand's loads stay scalar.
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {4096, 1024}, kCuda));
+  TensorMeta biasMeta(DType::Float32, {1024}, kCuda);
+  Value *bias = graph->addInput(biasMeta);
+  TensorMeta transposed(DType::Float32, {4096, 1024}, {1, 4096});
+  transposed.device = kCuda;
+  Value *t = graph->addInput(transposed);
+  Value *sum = op(*graph, "aten::add.Tensor",
+                  {op(*graph, "aten::add.Tensor", {x, bias}), t});
+  graph->setOutputs({op(*graph, "aten::exp", {sum})});
+  loop::Program p = planned(graph);
+  GpuCode code = generateGpuCode(p, "sm_90");
+  EXPECT_EQ(count(code.ptx, "ld.global.v4.f32"), 2u) << code.ptx;
+  EXPECT_EQ(count(code.ptx, "st.global.v4.f32"), 1u);
+  // Scalar: 4 transposed loads grouped, 4 points x 3 loads apart.
+  EXPECT_EQ(count(code.ptx, "ld.global.f32"), 4u + 12u);
+  EXPECT_EQ(count(code.ptx, "st.global.f32"), 4u);
+
+  // bfloat16 in, float32 out: 4 bfloat16 are one 64-bit load.
+  loop::Program half =
+      program(DType::BFloat16, {2048, 1024}, [](Graph &g, Value *x) {
+        return op(g, "aten::mul.Scalar", {x, Argument(2.0)});
+      });
+  GpuCode halfCode = generateGpuCode(half, "sm_90");
+  EXPECT_EQ(count(halfCode.ptx, "ld.global.v4.u16") +
+                count(halfCode.ptx, "ld.global.v2.u32") +
+                count(halfCode.ptx, "ld.global.u64"),
+            1u)
+      << halfCode.ptx;
+}
+
 TEST(NvptxCodegen, PointwiseChainIsOneKernelOverEveryElement) {
   loop::Program p = program(DType::Float32, {64, 257}, [](Graph &g, Value *x) {
     Value *y = op(g, "aten::mul.Scalar", {x, Argument(2.0)});
@@ -560,11 +597,40 @@ TEST(NvptxCodegen, RowsStayInRegistersAcrossTheLoopsOfAKernel) {
       std::string load =
           dtype == DType::Float32 ? "ld.global.f32" : "ld.global.u16";
       EXPECT_EQ(count(code.ptx, load), loads) << code.ptx;
+      // The aligned body: 4 consecutive positions a lane, one vector each.
+      EXPECT_EQ(count(code.ptx, "ld.global.v4"), loads / 4) << code.ptx;
+      EXPECT_EQ(count(code.ptx, "st.global.v4"), 8u) << code.ptx;
     }
-  // Rows too long to keep (64 positions a lane) still loop.
+  // Rows too long to keep (64 positions a lane) still loop, 4 positions a
+  // step: fewer loads than a lane's 64 positions, for the three loops.
   loop::Program p = program(DType::Float32, {8, 65536}, softmax);
   GpuCode code = generateGpuCode(p, "sm_90");
-  EXPECT_LT(count(code.ptx, "ld.global.f32"), 32u);
+  EXPECT_LT(count(code.ptx, "ld.global.f32"), 64u);
+  EXPECT_GE(count(code.ptx, "ld.global.f32"), 3u * 4u);
+}
+
+TEST(NvptxCodegen, RowLoopsTakeFourGroupsOfFourAStep) {
+  // A warp per row of 1024 that loops (one loop: nothing to keep): each
+  // step of a lane's loop loads 4 groups of 4 consecutive positions, one
+  // 128-bit load each; a lane's 32 positions are two steps (unrolled by
+  // LLVM: 8 loads). The scalar body takes 4 single positions a step.
+  loop::Program sum =
+      program(DType::Float32, {16384, 1024},
+              [](Graph &g, Value *x) { return sumOver(g, x, 1); });
+  GpuCode code = generateGpuCode(sum, "sm_90");
+  EXPECT_EQ(count(code.ptx, "ld.global.v4.f32"), 8u) << code.ptx;
+  EXPECT_EQ(count(code.ptx, "ld.global.f32"), 4u);
+  // Rows too long to keep: softmax's statistics kernel (two loops, 4
+  // groups a step each), then its pointwise kernel of 512K points (4
+  // consecutive points a thread).
+  loop::Program softmax =
+      program(DType::Float32, {8, 65536}, [](Graph &g, Value *x) {
+        return op(g, "aten::_softmax", {x, Argument(-1), Argument(false)});
+      });
+  GpuCode softmaxCode = generateGpuCode(softmax, "sm_90");
+  EXPECT_EQ(count(softmaxCode.ptx, "ld.global.v4.f32"), 2u * 4u + 1u)
+      << softmaxCode.ptx;
+  EXPECT_EQ(count(softmaxCode.ptx, "st.global.v4.f32"), 1u);
 }
 
 TEST(NvptxCodegen, ColumnSumsNoMappingServesSplitTheirRows) {

@@ -442,3 +442,61 @@ def test_full_and_few_point_reductions_split_across_blocks(dtype, shape):
         actual, expected = compiled(x), fn(x)
         torch.testing.assert_close(actual, expected, **tolerance, msg=lambda m: f"{name}: {m}")
         assert _ran_natively(compiled), (name, kiln.cache_info(compiled)["runners"])
+
+
+def _grouped_inputs(dtype, rows, columns):
+    # Contiguous (vector loads), a view one element in (the scalar body: its
+    # address is not 16-byte aligned), a view four elements in (aligned
+    # again), and a broadcast row.
+    def make(*shape):
+        if dtype == torch.bool:
+            return torch.rand(shape, device="cuda") > 0.5
+        if dtype.is_floating_point:
+            return torch.randn(shape, device="cuda").to(dtype)
+        return torch.randint(-50, 50, shape, device="cuda", dtype=dtype)
+
+    wide = make(rows, columns + 4)
+    return {
+        "contiguous": make(rows, columns),
+        "offset by one": wide[:, 1:columns + 1],
+        "offset by four": wide[:, 4:],
+        "flat offset by one": make(rows * columns + 1)[1:].view(rows, columns),
+        "broadcast row": make(1, columns).expand(rows, columns),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32,
+                                   torch.int64, torch.bool], ids=lambda d: str(d)[6:])
+def test_pointwise_groups_load_four_wide_aligned_or_not(dtype):
+    # 1M points: a thread takes 4 consecutive ones, one vector access each
+    # where the buffers are aligned, the scalar body where a view is not.
+    bias = _grouped_inputs(dtype, 1, 1024)["contiguous"].view(1024)
+    if dtype == torch.bool:
+        fn = lambda x, b: (x ^ b) | ~x  # noqa: E731
+    elif dtype.is_floating_point:
+        fn = lambda x, b: torch.tanh(x * 2 + b) - x  # noqa: E731
+    else:
+        fn = lambda x, b: (x * 3 + b) // 2  # noqa: E731
+    for layout, x in _grouped_inputs(dtype, 1024, 1024).items():
+        compiled = kiln.compile(fn)
+        torch.testing.assert_close(compiled(x, bias), fn(x, bias), **_tolerance(dtype),
+                                   msg=lambda m: f"{layout}: {m}")
+        assert _ran_natively(compiled), (layout, kiln.cache_info(compiled)["runners"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "rms"])
+def test_kept_row_groups_load_four_wide_aligned_or_not(name, dtype):
+    weight = torch.randn(1024, device="cuda").to(dtype)
+    bias = torch.randn(1024, device="cuda").to(dtype)
+    functions = {
+        "softmax": lambda x: torch.softmax(x.float() * 0.5, -1),
+        "layer_norm": lambda x: torch.nn.functional.layer_norm(x, (1024,), weight, bias),
+        "rms": lambda x: x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(dtype) * weight,
+    }
+    fn = functions[name]
+    tolerance = dict(rtol=2e-2, atol=2e-2) if dtype != torch.float32 else dict(rtol=1e-4, atol=1e-4)
+    for layout, x in _grouped_inputs(dtype, 4096, 1024).items():
+        compiled = kiln.compile(fn)
+        torch.testing.assert_close(compiled(x), fn(x), **tolerance, msg=lambda m: f"{layout}: {m}")
+        assert _ran_natively(compiled), (layout, kiln.cache_info(compiled)["runners"])
