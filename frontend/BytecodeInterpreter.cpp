@@ -166,27 +166,56 @@ void Evaluator::binaryOp(Frame &frame, int op) {
     return;
   }
   if (!tensorInvolved) {
-    // Sequences: concatenation and repetition build new symbolic sequences.
-    if ((left->is(Kind::List) || left->is(Kind::Tuple)) && base == 0 &&
-        right->kind == left->kind) {
-      if (inplace && left->is(Kind::List)) {
-        checkNotInput(left, "extending");
-        for (const VariablePtr &item : right->items)
-          left->items.push_back(item);
+    // Sequences: concatenation and repetition build new symbolic sequences
+    // (a constant tuple is a tuple of constants here).
+    VariablePtr first = sequenceOf(left), second = sequenceOf(right);
+    if (first && base == 0 && inplace && first->is(Kind::List) && second &&
+        first == left) {
+      // list += any sequence extends the list itself (aliases see it).
+      checkNotInput(left, "extending");
+      std::vector<VariablePtr> added = second->items;
+      left->items.insert(left->items.end(), added.begin(), added.end());
+      frame.stack.push_back(left);
+      return;
+    }
+    if (first && second && base == 0 && first->kind == second->kind) {
+      std::vector<VariablePtr> items = first->items;
+      items.insert(items.end(), second->items.begin(), second->items.end());
+      frame.stack.push_back(Variable::sequence(first->kind, std::move(items)));
+      return;
+    }
+    // sequence * n and n * sequence; list *= n repeats the list itself.
+    VariablePtr repeated = first ? first : second;
+    std::optional<py::object> times = first ? b : a;
+    if (repeated && base == 5 && times && PyLong_Check(times->ptr()) &&
+        !PyBool_Check(times->ptr())) {
+      std::vector<VariablePtr> items;
+      for (int64_t i = 0; i < times->cast<int64_t>(); ++i)
+        items.insert(items.end(), repeated->items.begin(),
+                     repeated->items.end());
+      if (inplace && first == left && left->is(Kind::List)) {
+        checkNotInput(left, "repeating");
+        left->items = std::move(items);
         frame.stack.push_back(left);
         return;
       }
-      std::vector<VariablePtr> items = left->items;
-      items.insert(items.end(), right->items.begin(), right->items.end());
-      frame.stack.push_back(Variable::sequence(left->kind, std::move(items)));
+      frame.stack.push_back(
+          Variable::sequence(repeated->kind, std::move(items)));
       return;
     }
-    if ((left->is(Kind::List) || left->is(Kind::Tuple)) && base == 5 && b &&
-        PyLong_Check(b->ptr())) {
-      std::vector<VariablePtr> items;
-      for (int64_t i = 0; i < b->cast<int64_t>(); ++i)
-        items.insert(items.end(), left->items.begin(), left->items.end());
-      frame.stack.push_back(Variable::sequence(left->kind, std::move(items)));
+    if (left->is(Kind::Dict) && base == 7 &&
+        (right->is(Kind::Dict) || (inplace && sequenceOf(right)))) {
+      // d | other: a new dict; d |= other (a dict or pairs) updates d.
+      VariablePtr target = left;
+      if (!inplace) {
+        target = Variable::make(Kind::Dict);
+        target->keys = left->keys;
+        target->items = left->items;
+      } else {
+        checkNotInput(left, "updating");
+      }
+      mergeIntoDict(target, right);
+      frame.stack.push_back(target);
       return;
     }
     unsupported(std::string("operator ") + kOperators[base] + " on " +
@@ -470,6 +499,11 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       same = false; // nothing from outside is an object the frame made
     else if ((a && a == Py_None) || (b && b == Py_None))
       same = false; // a symbolic value is never None
+    else if ((left->is(Kind::Tensor) && b &&
+              !py::isinstance(py::handle(b), h.tensorType)) ||
+             (right->is(Kind::Tensor) && a &&
+              !py::isinstance(py::handle(a), h.tensorType)))
+      same = false; // a tensor is never an object of another type
     else
       unsupported("`is` between symbolic values");
     frame.stack.push_back(
@@ -680,6 +714,110 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       return;
     }
     unsupported("assigning into a " + kindNameOf(pythonTypeOf(container)));
+  }
+  case Opcode::MATCH_SEQUENCE:
+  case Opcode::MATCH_MAPPING: {
+    // `case [a, b]:` / `case {"k": v}:` ask whether the subject is a
+    // sequence (not text) or a mapping, as collections.abc says.
+    bool sequence = instruction.opcode == Opcode::MATCH_SEQUENCE;
+    const VariablePtr &subject = frame.stack.back();
+    py::object abc = py::module_::import("collections.abc")
+                         .attr(sequence ? "Sequence" : "Mapping");
+    bool matches;
+    if (subject->is(Kind::List) || subject->is(Kind::Tuple))
+      matches = sequence;
+    else if (subject->is(Kind::Dict))
+      matches = !sequence;
+    else if (subject->is(Kind::Tensor) || subject->is(Kind::Set) ||
+             subject->is(Kind::Iterator) || subject->is(Kind::Function))
+      matches = false;
+    else if (subject->is(Kind::Instance))
+      matches = PyObject_IsSubclass(subject->object.ptr(), abc.ptr()) == 1;
+    else if ((subject->is(Kind::Constant) || subject->is(Kind::Object)) &&
+             subject->object)
+      matches = py::isinstance(subject->object, abc) &&
+                !(sequence && (PyUnicode_Check(subject->object.ptr()) ||
+                               PyBytes_Check(subject->object.ptr()) ||
+                               PyByteArray_Check(subject->object.ptr())));
+    else
+      unsupported("a match against a " + kindNameOf(pythonTypeOf(subject)));
+    frame.stack.push_back(Variable::constant(py::bool_(matches)));
+    return;
+  }
+  case Opcode::GET_LEN:
+    frame.stack.push_back(
+        call(Variable::constant(h.builtin("len")), {frame.stack.back()}, {}));
+    return;
+  case Opcode::MATCH_KEYS: {
+    // The values of the keys (a constant tuple) the subject below holds,
+    // or None where one is missing.
+    std::optional<py::object> keys = asConstant(frame.stack.back());
+    const VariablePtr &subject = frame.stack[frame.stack.size() - 2];
+    if (!keys || !subject->is(Kind::Dict))
+      unsupported("a mapping pattern on a " +
+                  kindNameOf(pythonTypeOf(subject)));
+    std::vector<VariablePtr> values;
+    for (py::handle key : *keys) {
+      VariablePtr found;
+      for (size_t i = 0; i < subject->keys.size() && !found; ++i)
+        if (subject->keys[i].equal(key))
+          found = subject->items[i];
+      if (!found) {
+        frame.stack.push_back(Variable::constant(py::none()));
+        return;
+      }
+      values.push_back(found);
+    }
+    frame.stack.push_back(Variable::sequence(Kind::Tuple, std::move(values)));
+    return;
+  }
+  case Opcode::DELETE_SUBSCR: {
+    VariablePtr key = pop(frame);
+    VariablePtr container = builtinContents(pop(frame), "__delitem__");
+    if (callPythonSpecialMethod(container, "__delitem__", {key}))
+      return;
+    if (container->is(Kind::Tensor))
+      unsupported("del of a tensor's item");
+    std::optional<py::object> constantKey = asConstant(key);
+    if (!constantKey)
+      unsupported("a del with a non-constant key");
+    if (container->is(Kind::List)) {
+      checkNotInput(container, "deleting from");
+      std::vector<VariablePtr> &items = container->items;
+      if (PySlice_Check(constantKey->ptr())) {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(constantKey->ptr(), &start, &stop, &step) < 0)
+          throw py::error_already_set();
+        Py_ssize_t length = PySlice_AdjustIndices(
+            static_cast<Py_ssize_t>(items.size()), &start, &stop, step);
+        std::vector<bool> drop(items.size(), false);
+        for (Py_ssize_t i = 0; i < length; ++i)
+          drop[static_cast<size_t>(start + i * step)] = true;
+        std::vector<VariablePtr> kept;
+        for (size_t i = 0; i < items.size(); ++i)
+          if (!drop[i])
+            kept.push_back(items[i]);
+        items = std::move(kept);
+        return;
+      }
+      items.erase(items.begin() + static_cast<std::ptrdiff_t>(sequenceIndex(
+                                      constantKey->cast<int64_t>(),
+                                      items.size(), "list assignment ")));
+      return;
+    }
+    if (container->is(Kind::Dict)) {
+      checkNotInput(container, "deleting from");
+      for (size_t i = 0; i < container->keys.size(); ++i)
+        if (container->keys[i].equal(*constantKey)) {
+          container->keys.erase(container->keys.begin() +
+                                static_cast<std::ptrdiff_t>(i));
+          container->items.erase(container->items.begin() +
+                                 static_cast<std::ptrdiff_t>(i));
+          return;
+        }
+      unsupported("KeyError " + py::repr(*constantKey).cast<std::string>());
+    }
+    unsupported("deleting from a " + kindNameOf(pythonTypeOf(container)));
   }
   case Opcode::STORE_SLICE: {
     VariablePtr stop = pop(frame);

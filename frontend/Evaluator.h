@@ -79,6 +79,18 @@ struct Handles {
   std::unordered_set<PyObject *> pureObjectCalls;
   py::object environment = py::module_::import("os").attr("environ");
   py::object partialType = py::module_::import("functools").attr("partial");
+  // Pure-Python models of builtins the evaluator inlines (kiln._polyfills).
+  py::object polyfills =
+      py::module_::import("kiln._polyfills").attr("POLYFILLS");
+  /// The model of builtin `function` (an empty object: none).
+  py::object polyfillFor(py::handle function) const {
+    PyObject *found = PyDict_GetItemWithError(polyfills.ptr(), function.ptr());
+    if (!found) {
+      PyErr_Clear(); // absent, or unhashable
+      return py::object();
+    }
+    return py::reinterpret_borrow<py::object>(found);
+  }
   // The exits of grad-mode blocks a graph break left open, by the mode
   // they restore (kiln._resume.GRAD_MODE_EXITS).
   std::vector<py::object> gradModeExits = [] {
@@ -275,6 +287,14 @@ private:
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  /// `value` as a list or tuple variable (a constant tuple as a tuple of
+  /// constants), or null where it is neither.
+  VariablePtr sequenceOf(const VariablePtr &value);
+  /// dict.update(other) of a dict variable by a dict, pairs or keywords:
+  /// existing keys keep their place.
+  void mergeIntoDict(const VariablePtr &dict, const VariablePtr &other);
+  void setDictItem(const VariablePtr &dict, const py::object &key,
+                   const VariablePtr &value);
   /// `type(callable).__call__` bound to `callable` where it is a Python
   /// function, else null.
   VariablePtr pythonCallMethod(const VariablePtr &callable);

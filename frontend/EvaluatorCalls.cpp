@@ -227,17 +227,21 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       copy->items = self->items;
       return copy;
     }
-    if (name == "update" && args.size() == 1 && args[0]->is(Kind::Dict)) {
-      checkNotInput(self, "updating");
-      for (size_t i = 0; i < args[0]->keys.size(); ++i) {
-        int index = findKey(args[0]->keys[i]);
-        if (index >= 0) {
-          self->items[index] = args[0]->items[i];
-        } else {
-          self->keys.push_back(args[0]->keys[i]);
-          self->items.push_back(args[0]->items[i]);
-        }
-      }
+    if (name == "popitem" && args.empty()) {
+      if (self->keys.empty())
+        unsupported("KeyError: popitem(): dictionary is empty");
+      checkNotInput(self, "popping from");
+      VariablePtr pair = Variable::sequence(
+          Kind::Tuple,
+          {Variable::constant(self->keys.back()), self->items.back()});
+      self->keys.pop_back();
+      self->items.pop_back();
+      return pair;
+    }
+    if (name == "clear" && args.empty()) {
+      checkNotInput(self, "clearing");
+      self->keys.clear();
+      self->items.clear();
       return none;
     }
     if (name == "__contains__" && args.size() == 1)
@@ -265,11 +269,49 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
     }
   }
   if (self->kind == Kind::Tuple || self->kind == Kind::List) {
-    if ((name == "index" || name == "count") && args.size() == 1) {
-      std::optional<py::object> all = asConstant(self);
+    bool search = name == "index" || name == "count" ||
+                  (name == "remove" && self->kind == Kind::List);
+    if (search && !args.empty() && args.size() <= (name == "index" ? 3u : 1u)) {
+      // Python compares by identity first, then ==: the same variable
+      // matches, constants compare by value, anything else is unknown.
       std::optional<py::object> item = asConstant(args[0]);
-      if (all && item)
-        return Variable::constant(all->attr(name.c_str())(*item));
+      auto matches = [&](const VariablePtr &candidate) -> bool {
+        if (candidate == args[0])
+          return true;
+        std::optional<py::object> value = asConstant(candidate);
+        if (item && value && !candidate->is(Kind::Module) &&
+            !args[0]->is(Kind::Module))
+          return value->equal(*item);
+        unsupported("list." + name + " of an item compared with a " +
+                    kindNameOf(pythonTypeOf(candidate)));
+      };
+      int64_t size = static_cast<int64_t>(self->items.size());
+      auto bound = [&](size_t at, int64_t fallback) {
+        if (args.size() <= at)
+          return fallback;
+        int64_t value = asConstant(args[at]).value().cast<int64_t>();
+        value = value < 0 ? std::max<int64_t>(0, value + size)
+                          : std::min(value, size);
+        return value;
+      };
+      int64_t start = bound(1, 0), stop = bound(2, size);
+      int64_t found = 0;
+      for (int64_t i = start; i < stop; ++i) {
+        if (!matches(self->items[static_cast<size_t>(i)]))
+          continue;
+        if (name == "count") {
+          ++found;
+          continue;
+        }
+        if (name == "index")
+          return Variable::constant(py::int_(i));
+        checkNotInput(self, "removing from");
+        self->items.erase(self->items.begin() + i);
+        return none;
+      }
+      if (name == "count")
+        return Variable::constant(py::int_(found));
+      unsupported("ValueError: list." + name + "(x): x not in list");
     }
   }
   unsupported("method " + name + " of a " + kindNameOf(pythonTypeOf(self)));
@@ -709,6 +751,16 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         self->items = std::move(sorted);
         return Variable::constant(py::none());
       }
+      if (self->is(Kind::Dict) && callable->name == "update" &&
+          args.size() <= 1) {
+        // d.update(other, **more): other a dict or pairs, then keywords.
+        checkNotInput(self, "updating");
+        if (!args.empty())
+          mergeIntoDict(self, args[0]);
+        for (const auto &[name, value] : kwargs)
+          setDictItem(self, py::str(name), value);
+        return Variable::constant(py::none());
+      }
       if (!kwargs.empty())
         unsupported("keyword arguments to a container method");
       return callMethodOfContainer(self, callable->name, args);
@@ -781,6 +833,13 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     }
     if (function.is(h.builtin("print")))
       unsupported("print() (a side effect)");
+    if (py::object model = h.polyfillFor(function)) {
+      // functools.reduce, itertools' iterators, map, ...: their Python
+      // model, inlined as user code is.
+      auto inlined = Variable::make(Kind::Function);
+      inlined->object = model;
+      return inlineFunction(inlined, std::move(args), std::move(kwargs));
+    }
     if (PyType_Check(function.ptr()))
       if (VariablePtr instance = constructInstance(function, args, kwargs))
         return instance;

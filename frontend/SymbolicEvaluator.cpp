@@ -499,6 +499,50 @@ std::vector<VariablePtr> Evaluator::unpack(const VariablePtr &sequence) {
                                   iterator->items.end());
 }
 
+VariablePtr Evaluator::sequenceOf(const VariablePtr &value) {
+  if (value->is(Kind::List) || value->is(Kind::Tuple))
+    return value;
+  if (value->is(Kind::Constant) && value->object &&
+      PyTuple_CheckExact(value->object.ptr())) {
+    std::vector<VariablePtr> items;
+    for (py::handle item : value->object)
+      items.push_back(
+          Variable::constant(py::reinterpret_borrow<py::object>(item)));
+    return Variable::sequence(Kind::Tuple, std::move(items));
+  }
+  return nullptr;
+}
+
+void Evaluator::setDictItem(const VariablePtr &dict, const py::object &key,
+                            const VariablePtr &value) {
+  for (size_t i = 0; i < dict->keys.size(); ++i)
+    if (dict->keys[i].equal(key)) {
+      dict->items[i] = value;
+      return;
+    }
+  dict->keys.push_back(key);
+  dict->items.push_back(value);
+}
+
+void Evaluator::mergeIntoDict(const VariablePtr &dict,
+                              const VariablePtr &other) {
+  if (other->is(Kind::Dict)) {
+    for (size_t i = 0; i < other->keys.size(); ++i)
+      setDictItem(dict, other->keys[i], other->items[i]);
+    return;
+  }
+  // An iterable of (key, value) pairs.
+  for (const VariablePtr &pair : unpack(other)) {
+    VariablePtr both = sequenceOf(pair);
+    if (!both || both->items.size() != 2)
+      unsupported("dict.update with items that are not pairs");
+    std::optional<py::object> key = asConstant(both->items[0]);
+    if (!key)
+      unsupported("a dict key that is not a constant");
+    setDictItem(dict, *key, both->items[1]);
+  }
+}
+
 py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
   switch (value->kind) {
   case Kind::Tensor:

@@ -483,15 +483,13 @@ case(defaultdict_list, (R(4, 3),), (R(5, 2),), full=False)
 case(defaultdict_int, (R(3),), (R(2, 2),), full=False)
 # Unsupported under fullgraph: a call to <class 'collections.defaultdict'>
 case(defaultdict_returned, (R(3),), (R(1),), full=False)
-# Unsupported under fullgraph: keyword arguments to a container method
-case(dict_update_forms, (R(3),), (R(2, 3),), full=False)
+case(dict_update_forms, (R(3),), (R(2, 3),))
 # Unsupported under fullgraph: a call to <built-in method fromkeys of type object>
 case(dict_fromkeys, (R(2),), (R(4),), full=False)
 case(dict_setdefault, (R(3),), (R(6),))
 case(dict_get, (R(3), {"a": R(3), "n": 4}), (R(5), {"a": R(5), "n": 4}))
 case(dict_pop, (R(3),), (R(2, 2),))
-# Unsupported under fullgraph: method popitem of a dict
-case(dict_popitem, (R(3),), (R(7),), full=False)
+case(dict_popitem, (R(3),), (R(7),))
 case(dict_views, (R(2, 3),), (R(3, 2),))
 case(dict_live_views, (R(3),), (R(4, 2),))
 # Unsupported under fullgraph: operator and_ on dict_keys and dict_keys
@@ -502,18 +500,15 @@ case(dict_comprehension_items, ({"a": R(3), "skip": R(3), "b": R(2)},),
 case(dict_in, (R(3), {"a": R(3), "b": 1}), (R(4), {"a": R(4), "b": 1}))
 case(dict_star_star, (R(3),), (R(1, 4),))
 case(dict_kwargs_call, (R(3, 4),), (R(2, 2),))
-# Unsupported under fullgraph: operator or_ on dict and dict
-case(dict_merge_or, (R(3),), (R(4),), full=False)
-# Unsupported under fullgraph: the bytecode instruction DELETE_SUBSCR
-case(dict_del_and_len, (R(2),), (R(3, 3),), full=False)
+case(dict_merge_or, (R(3),), (R(4),))
+case(dict_del_and_len, (R(2),), (R(3, 3),))
 case(dict_copy_is_shallow, (R(3),), (R(1),))
 case(dict_nested_config, (R(3),), (R(2, 2),))
 case(dict_tuple_keys, (R(3, 3),), (R(4, 4),))
 case(dict_int_keys_sorted, (R(3),), (R(5),))
 case(dict_reversed, (R(2),), (R(3),))
 case(dict_mutate_arg, ({"a": R(3), "b": R(3)}, R(3)), ({"a": R(2, 2), "b": 1}, R(2, 2)))
-# Unsupported under fullgraph: method clear of a dict
-case(dict_clear_and_equality, (R(3),), full=False)
+case(dict_clear_and_equality, (R(3),))
 case(dict_iterate_and_modify_copy, (R(2), {"w": R(3), "b": R(2)}), (R(2), {"w": R(5), "b": R(1)}))
 case(dict_update_keeps_order, (R(3),), (R(2),))
 case(dict_unpack_keys_items, (R(3),), (R(1, 2),))
@@ -695,8 +690,7 @@ def tuple_hash_and_keys(x):
     return seen, x
 
 
-# Unsupported under fullgraph: operator add on tuple and tuple
-case(tuple_concat, (R(3),), (R(2, 2),), full=False)
+case(tuple_concat, (R(3),), (R(2, 2),))
 case(tuple_concat_tensors, (R(3), R(3)), (R(2, 1), R(1, 4)))
 case(tuple_slicing, (R(2),), (R(3, 1),))
 case(tuple_unpack_starred, (R(3),), (R(5),))
@@ -893,26 +887,21 @@ def list_from_range_and_str(x):
 
 
 case(list_append_extend_insert, (R(3),), (R(2, 2),))
-# Unsupported under fullgraph: method remove of a list
-case(list_pop_remove, (R(3),), (R(1),), full=False)
+case(list_pop_remove, (R(3),), (R(1),))
 case(list_pop_tensors, (R(3),), (R(4, 2),))
 case(list_reverse_sort, (R(2),))
 case(list_sort_key_tensors, (R(3), R(1), R(2)), (R(2), R(5), R(4)))
 case(list_sort_key_reverse, (R(2),))
 case(list_slice_assign, (R(3),), (R(1, 2),))
-# Unsupported under fullgraph: the bytecode instruction DELETE_SUBSCR
-case(list_del_slice, (R(3),), full=False)
-# Unsupported under fullgraph: operator mul on int and list
-case(list_repetition, (R(3),), (R(2, 2),), full=False)
+case(list_del_slice, (R(3),))
+case(list_repetition, (R(3),), (R(2, 2),))
 case(list_comprehension_conditions, (R(3),), (R(5),))
 case(list_comprehension_ternary, (R(3),), (R(2, 3),))
 case(list_nested_comprehension, (R(2),), (R(3),))
 case(list_flatten_comprehension, (R(2),), (R(4, 1),))
-# Unsupported under fullgraph: method index of a list
-case(list_index_count, (R(2),), full=False)
+case(list_index_count, (R(2),))
 case(list_copy_clear, (R(3),), (R(1),))
-# Unsupported under fullgraph: `is` between symbolic values
-case(list_inplace_add_mul, (R(3),), (R(2),), full=False)
+case(list_inplace_add_mul, (R(3),), (R(2),))
 case(list_mutate_arg, ([R(3), R(3), R(3)],), ([R(2, 2), R(2, 2)],))
 case(list_nested_mutation, (R(3),), (R(1),))
 case(list_negative_index, (R(3),), (R(2, 2),))
@@ -1167,16 +1156,11 @@ def ft_operator_module(x):
             operator.neg(x), operator.truediv(x, 4))
 
 
-# Unsupported under fullgraph: a call to <class 'functools.partial'>
-case(ft_partial, (R(3),), (R(2, 2),), full=False)
-# Unsupported under fullgraph: a call to <class 'functools.partial'>
-case(ft_partial_of_torch, (R(2, 3),), (R(4, 5),), full=False)
-# Unsupported under fullgraph: a call to <built-in function reduce>
-case(ft_reduce_add, (R(3),), (R(1, 2),), full=False)
-# Unsupported under fullgraph: a call to <built-in function reduce>
-case(ft_reduce_initial, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: a call to <built-in function reduce>
-case(ft_reduce_shape, (R(2, 3),), (R(4, 1, 2),), full=False)
+case(ft_partial, (R(3),), (R(2, 2),))
+case(ft_partial_of_torch, (R(2, 3),), (R(4, 5),))
+case(ft_reduce_add, (R(3),), (R(1, 2),))
+case(ft_reduce_initial, (R(3),), (R(2),))
+case(ft_reduce_shape, (R(2, 3),), (R(4, 1, 2),))
 # Unsupported under fullgraph: passing a function to a torch function
 case(ft_wraps_decorator, (R(3),), (R(2),), full=False)
 # Unsupported under fullgraph: a call returning a operator.itemgetter
@@ -1248,36 +1232,23 @@ def it_takewhile_dropwhile(x):
         list(itertools.dropwhile(lambda v: v < 3, [1, 2, 3, 1])), x
 
 
-# Unsupported under fullgraph: a call to <class 'itertools.chain'>
-case(it_chain, (R(3),), (R(2, 2),), full=False)
-# Unsupported under fullgraph: a call to <built-in method from_iterable of type object>
-case(it_chain_from_iterable, (R(3),), (R(1),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.product'>
-case(it_product, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.product'>
-case(it_product_repeat, (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.accumulate'>
-case(it_accumulate, (R(3),), (R(4, 1),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.accumulate'>
-case(it_accumulate_func, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.islice'>
-case(it_islice, (R(3),), (R(1),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.zip_longest'>
-case(it_zip_longest, (R(3),), (R(2),), full=False)
+case(it_chain, (R(3),), (R(2, 2),))
+case(it_chain_from_iterable, (R(3),), (R(1),))
+case(it_product, (R(3),), (R(2),))
+case(it_product_repeat, (R(2),))
+case(it_accumulate, (R(3),), (R(4, 1),))
+case(it_accumulate_func, (R(3),), (R(2),))
+case(it_islice, (R(3),), (R(1),))
+case(it_zip_longest, (R(3),), (R(2),))
 # Unsupported under fullgraph: a call to <class 'itertools.repeat'>
 case(it_repeat, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.starmap'>
-case(it_starmap, (R(3),), (R(1, 4),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.combinations'>
-case(it_combinations, (R(3, 2),), (R(4, 3),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.permutations'>
-case(it_permutations, (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.pairwise'>
-case(it_pairwise, (R(4, 2),), (R(3, 3),), full=False)
+case(it_starmap, (R(3),), (R(1, 4),))
+case(it_combinations, (R(3, 2),), (R(4, 3),))
+case(it_permutations, (R(2),))
+case(it_pairwise, (R(4, 2),), (R(3, 3),))
 # Unsupported under fullgraph: a call to <class 'itertools.count'>
 case(it_count, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'itertools.takewhile'>
-case(it_takewhile_dropwhile, (R(3),), full=False)
+case(it_takewhile_dropwhile, (R(3),))
 
 
 # --- builtins: map, filter, zip, enumerate, reversed, sorted, sum, min, max, ...
@@ -1443,10 +1414,8 @@ def bi_zip_dict_build(x):
     return dict(zip(keys, x.chunk(3, dim=-1)))
 
 
-# Unsupported under fullgraph: a call to <class 'map'>
-case(bi_map, (R(3),), (R(2, 2),), full=False)
-# Unsupported under fullgraph: a call to <class 'filter'>
-case(bi_filter, (R(3),), (R(1),), full=False)
+case(bi_map, (R(3),), (R(2, 2),))
+case(bi_filter, (R(3),), (R(1),))
 case(bi_zip_uneven, (R(3),), (R(2),))
 case(bi_enumerate_zip, ([R(3), R(3)], [R(3), R(3)]), ([R(2), R(2), R(2)], [R(2), R(2), R(2)]))
 case(bi_reversed, (R(3),), (R(1),))
@@ -1884,10 +1853,8 @@ case(cf_iterator_resumed_after_break, (R(3),), (R(1),))
 case(cf_try_finally, (R(3),), (R(2),))
 case(cf_assert, (R(3, 2),), (R(1, 5),))
 case(cf_early_return_in_loop, (R(3),), (R(1),))
-# Unsupported under fullgraph: the bytecode instruction MATCH_SEQUENCE
-case(cf_match_statement, (R(3), "double"), (R(2), ("scale", 3)), full=False)
-# Unsupported under fullgraph: the bytecode instruction MATCH_SEQUENCE
-case(cf_match_statement, (R(3), {"shift": 1.5}), (R(2), "other"), full=False)
+case(cf_match_statement, (R(3), "double"), (R(2), ("scale", 3)))
+case(cf_match_statement, (R(3), {"shift": 1.5}), (R(2), "other"))
 case(cf_walrus, (R(3),), (R(2),))
 case(cf_while_shape_halving, (R(3, 8),), (R(2, 4),))
 
@@ -3340,6 +3307,130 @@ case(cx_config_driven, (R(2, 6), {"dims": [5, 1], "act": "tanh"}),
      (R(1, 5), {"dims": [5, 1], "act": "tanh"}))
 case(cx_padding_and_masks, (RI(2, 5, high=4),), (RI(3, 7, high=4),))
 
+
+
+# --- builtins modelled in Python (kiln/_polyfills.py), edge cases -------------
+
+def pf_map_uneven_and_filter_none(x):
+    return (list(map(lambda a, b: a * b, [x, x + 1, x + 2], [2, 3])),
+            list(filter(None, [x.shape[0], 0, x.dim()])), tuple(map(str, x.shape)))
+
+
+def pf_reduce_tensors_in_order(x):
+    parts = x.unbind(0)
+    return functools.reduce(lambda a, b: a * 0.5 + b, parts), functools.reduce(max, [3, 9, 4], 5)
+
+
+def pf_islice_and_accumulate_forms(x):
+    rows = list(x.unbind(0))
+    return (list(itertools.islice(rows, 1, None)), list(itertools.islice(range(9), None, 7, 2)),
+            list(itertools.accumulate(rows, initial=x[0] * 0)), list(itertools.accumulate([], initial=1)))
+
+
+def pf_product_of_tensors(x):
+    a, b = x.unbind(0)[:2]
+    return [p * q for p, q in itertools.product([a, b], [1.0, -1.0])]
+
+
+def pf_partial_nested_and_kwargs(x):
+    scale = functools.partial(torch.mul, other=2.0)
+    twice = functools.partial(functools.partial(_affine, scale=3.0), shift=1.0)
+    return scale(x), twice(x), twice(x, shift=0.0)
+
+
+def pf_filterfalse_compress_combinations(x):
+    rows = x.unbind(0)
+    return (list(itertools.filterfalse(lambda r: r.numel() > 2, [x, rows[0], x[:1]])),
+            list(itertools.compress(rows, [1, 0, 1])),
+            [a + b for a, b in itertools.combinations_with_replacement(rows[:2], 2)])
+
+
+def pf_reduce_empty_raises(x):
+    try:
+        return functools.reduce(operator.add, [])
+    except TypeError:
+        return x * 2
+
+
+case(pf_map_uneven_and_filter_none, (R(3),), (R(2, 2),))
+case(pf_reduce_tensors_in_order, (R(4, 2),), (R(2, 3),))
+case(pf_islice_and_accumulate_forms, (R(3, 2),), (R(5, 1),))
+case(pf_product_of_tensors, (R(2, 3),), (R(3, 1),))
+case(pf_partial_nested_and_kwargs, (R(3),), (R(2, 2),))
+case(pf_filterfalse_compress_combinations, (R(3, 2),), (R(3, 4),))
+# Unsupported under fullgraph: raising an exception (reduce of an empty list)
+case(pf_reduce_empty_raises, (R(3),), full=False)
+
+
+# --- containers: deletion, repetition, search, merging, match patterns ------
+
+def ct_del_forms(x):
+    items = [x, x + 1, x + 2, x + 3, x + 4]
+    del items[-1]
+    del items[1:3]
+    d = {"a": x, "b": 1, "c": 2}
+    del d["b"]
+    return items, d, list(d)
+
+
+def ct_repetition_of_symbolic(x):
+    row = (x, x.sum())
+    grid = [row] * 2
+    flat = list(row) * 2
+    return grid, 3 * (x.shape[0],), flat, [x] * 0
+
+
+def ct_list_search_by_identity(x):
+    # Python compares by identity before ==: every search stops at the same
+    # tensor before comparing two (which would be ambiguous).
+    y = x + 1
+    items = [x, y, x]
+    position = items.index(x)
+    items.remove(x)
+    return position, items, [x, x].count(x), [1, 2, 1].index(1, 1)
+
+
+def ct_dict_merge_symbolic(x):
+    base = {"x": x, "n": x.shape[0]}
+    merged = base | {"n": x.dim(), "y": x * 2}
+    base |= [("z", x - 1)]
+    base.update({"w": 1}, v=x)
+    return merged, base, list(merged), list(base)
+
+
+def ct_tuple_concat_namedtuple(x):
+    p = _Pair(x, x + 1)
+    return p + (3,), (1,) + p, p * 2
+
+
+def ct_match_patterns(x, subject):
+    match subject:
+        case [a, b, *rest]:
+            return x * a + b, len(rest)
+        case {"scale": s, **others}:
+            return x * s, sorted(others)
+        case str() as name:
+            return x, name
+        case _:
+            return x - 1, None
+
+
+def ct_is_against_objects(x, flag=None):
+    return x is None, x is not flag, (x if flag is None else x * 2)
+
+
+_Pair = namedtuple("_Pair", "a b")
+
+case(ct_del_forms, (R(3),), (R(2, 2),))
+case(ct_repetition_of_symbolic, (R(3),), (R(2, 2),))
+case(ct_list_search_by_identity, (R(3),), (R(1),))
+case(ct_dict_merge_symbolic, (R(3),), (R(2, 2),))
+case(ct_tuple_concat_namedtuple, (R(3),), (R(2),))
+case(ct_match_patterns, (R(3), [2, 1.5]), (R(2), [1, 0, 7, 8]))
+case(ct_match_patterns, (R(3), {"scale": 3, "b": 1}), (R(2), {"scale": -1}))
+# Unsupported under fullgraph: a class pattern (MATCH_CLASS)
+case(ct_match_patterns, (R(3), "name"), (R(2), 5), full=False)
+case(ct_is_against_objects, (R(3),), (R(2),))
 
 @pytest.mark.parametrize("fn,args,alt,full,state", CASES)
 def test_differential(fn, args, alt, full, state):
