@@ -132,6 +132,44 @@ void Evaluator::doCall(Frame &frame, size_t argumentCount) {
   frame.stack.push_back(call(callable, std::move(args), std::move(kwargs)));
 }
 
+VariablePtr Evaluator::userOperator(const VariablePtr &left,
+                                    const VariablePtr &right,
+                                    const std::string &method,
+                                    const std::string &reflected,
+                                    bool comparison) {
+  auto userClass = [](const VariablePtr &value) -> PyObject * {
+    if (value->is(Kind::Instance))
+      return value->object.ptr();
+    if (value->is(Kind::Object) && value->object)
+      return reinterpret_cast<PyObject *>(Py_TYPE(value->object.ptr()));
+    return nullptr;
+  };
+  PyObject *leftClass = userClass(left), *rightClass = userClass(right);
+  if (!leftClass && !rightClass)
+    return nullptr;
+  // CPython tries the right operand's reflected method first where its
+  // class is a proper subclass of the left's: not modelled.
+  if (leftClass && rightClass && leftClass != rightClass &&
+      PyObject_IsSubclass(rightClass, leftClass) == 1)
+    unsupported("an operator between an object and one of a subclass");
+  auto notImplemented = [](const VariablePtr &result) {
+    return result && result->is(Kind::Constant) &&
+           result->object.ptr() == Py_NotImplemented;
+  };
+  VariablePtr result;
+  if (leftClass)
+    result = callPythonSpecialMethod(left, method.c_str(), {right});
+  // Arithmetic reflects only to another class; comparisons reflect always.
+  if ((!result || notImplemented(result)) && rightClass &&
+      (comparison || leftClass != rightClass) && !reflected.empty())
+    result = callPythonSpecialMethod(right, reflected.c_str(), {left});
+  if (!result)
+    return nullptr;
+  if (notImplemented(result))
+    unsupported("an operator both operands' classes leave NotImplemented");
+  return result;
+}
+
 void Evaluator::binaryOp(Frame &frame, int op) {
   // CPython's NB_* numbering; the in-place forms follow at op + 13.
   static const char *kOperators[] = {
@@ -147,6 +185,41 @@ void Evaluator::binaryOp(Frame &frame, int op) {
   if (base < 0 || base >= 13)
     unsupported("binary operator " + std::to_string(op));
   const Handles &h = Handles::get();
+  if (left->is(Kind::Instance) || right->is(Kind::Instance) ||
+      left->is(Kind::Object) || right->is(Kind::Object)) {
+    // User classes' operators (__add__, __radd__; __iadd__ first in place).
+    std::string name = std::string(kOperators[base]);
+    if (name.back() == '_')
+      name.pop_back(); // and_, or_
+    VariablePtr result;
+    if (inplace)
+      result = userOperator(left, right, "__i" + name + "__", "");
+    if (!result || (result->is(Kind::Constant) &&
+                    result->object.ptr() == Py_NotImplemented))
+      result =
+          userOperator(left, right, "__" + name + "__", "__r" + name + "__");
+    if (result) {
+      frame.stack.push_back(result);
+      return;
+    }
+  }
+  if (base == 1 || base == 7 || base == 10 || base == 12) {
+    // &, |, - and ^ of a dict's keys or items view: the set of them.
+    for (VariablePtr *side : {&left, &right}) {
+      if (!(*side)->is(Kind::DictView) || (*side)->name == "values")
+        continue;
+      py::set elements;
+      VariablePtr iterator = iterate(*side);
+      for (const VariablePtr &element : iterator->items) {
+        std::optional<py::object> constant = asConstant(element);
+        if (!constant)
+          unsupported("a set operation on a dict view holding values that "
+                      "are not constants");
+        elements.add(*constant);
+      }
+      *side = setFromObject(elements);
+    }
+  }
   std::optional<py::object> a = asConstant(left), b = asConstant(right);
   bool tensorInvolved = left->is(Kind::Tensor) || right->is(Kind::Tensor);
   if (!tensorInvolved && a && b && left->kind != Kind::List &&
@@ -232,6 +305,9 @@ VariablePtr Evaluator::unaryOp(const char *name, const VariablePtr &operand) {
   if (std::optional<py::object> constant = asConstant(operand);
       constant && !operand->is(Kind::Tensor))
     return Variable::constant(function(*constant));
+  if (VariablePtr result = callPythonSpecialMethod(
+          operand, (std::string("__") + name + "__").c_str(), {}))
+    return result; // a user class's __neg__, __invert__, __pos__
   return torchCall(function, {operand}, {});
 }
 
@@ -258,6 +334,20 @@ void Evaluator::compareOp(Frame &frame, const std::string &op) {
     frame.stack.push_back(Variable::constant(function(*a, *b)));
     return;
   }
+  // User classes' comparisons (dataclasses' generated __eq__, ...); the
+  // reflection of < is >, of == is ==.
+  static const std::pair<const char *, const char *> kReflected[] = {
+      {"lt", "gt"}, {"le", "ge"}, {"eq", "eq"},
+      {"ne", "ne"}, {"gt", "lt"}, {"ge", "le"}};
+  for (const auto &[own, other] : kReflected)
+    if (std::string(name) == own)
+      if (VariablePtr result =
+              userOperator(left, right, std::string("__") + own + "__",
+                           std::string("__") + other + "__",
+                           /*comparison=*/true)) {
+        frame.stack.push_back(result);
+        return;
+      }
   if ((op == "==" || op == "!=") && (a || b)) {
     // A symbolic container or object against a constant (usually None).
     bool equal = false;
@@ -504,7 +594,24 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
              (right->is(Kind::Tensor) && a &&
               !py::isinstance(py::handle(a), h.tensorType)))
       same = false; // a tensor is never an object of another type
-    else
+    else if (left->is(Kind::Tensor) && right->is(Kind::Tensor)) {
+      auto leftInput = inputObjects_.find(left->tensor);
+      auto rightInput = inputObjects_.find(right->tensor);
+      if (left->source && right->source && leftInput != inputObjects_.end() &&
+          rightInput != inputObjects_.end()) {
+        // Two inputs (tied weights, an argument passed twice): this call's
+        // objects, guarded to stay as they are.
+        same = leftInput->second.is(rightInput->second);
+        if (same)
+          guards_.addSameAs(left->source, right->source);
+        else
+          guards_.addDistinctFrom(left->source, right->source);
+      } else {
+        // The trace's tensors stand for the objects: an in-place op returns
+        // its input's, every other op a new one.
+        same = metaTensorOf(left->tensor).is(metaTensorOf(right->tensor));
+      }
+    } else
       unsupported("`is` between symbolic values");
     frame.stack.push_back(
         Variable::constant(py::bool_(same != (instruction.arg == 1))));
@@ -515,9 +622,23 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr item = pop(frame);
     std::optional<py::object> key = asConstant(item);
     bool found = false;
-    if ((container->is(Kind::Dict) ||
-         (container->is(Kind::DictView) && container->name == "keys")) &&
-        key) {
+    if (container->is(Kind::DictView) && container->name == "items" && key &&
+        PyTuple_Check(key->ptr()) && py::len(*key) == 2) {
+      // (key, value) in d.items(): the key is there with an equal value.
+      const VariablePtr &dict = container->items.at(0);
+      py::tuple pair = *key;
+      for (size_t i = 0; i < dict->keys.size() && !found; ++i) {
+        if (!dict->keys[i].equal(pair[0]))
+          continue;
+        std::optional<py::object> value = asConstant(dict->items[i]);
+        if (!value)
+          unsupported("`in` on the items of a dict holding a " +
+                      kindNameOf(pythonTypeOf(dict->items[i])));
+        found = value->equal(pair[1]);
+      }
+    } else if ((container->is(Kind::Dict) ||
+                (container->is(Kind::DictView) && container->name == "keys")) &&
+               key) {
       const VariablePtr &dict =
           container->is(Kind::Dict) ? container : container->items.at(0);
       for (const py::object &candidate : dict->keys)
@@ -525,6 +646,24 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     } else if (std::optional<py::object> all = asConstant(container);
                all && key) {
       found = PySequence_Contains(all->ptr(), key->ptr()) == 1;
+    } else if (container->is(Kind::List) || container->is(Kind::Tuple)) {
+      // As list.__contains__: identity first, then == of constants; a
+      // comparison with anything else is not decided here.
+      for (const VariablePtr &candidate : container->items) {
+        if (candidate == item) {
+          found = true;
+          break;
+        }
+        std::optional<py::object> value = asConstant(candidate);
+        if (!value || !key || candidate->is(Kind::Module) ||
+            item->is(Kind::Module))
+          unsupported("`in` comparing with a " +
+                      kindNameOf(pythonTypeOf(candidate)));
+        if (value->equal(*key)) {
+          found = true;
+          break;
+        }
+      }
     } else if (container->is(Kind::Object) && key && container->source &&
                PyDict_Check(container->object.ptr())) {
       std::vector<VariablePtr> keyArgument{item};
@@ -656,6 +795,15 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
         frame.stack.push_back(readEnvironment(container, key, nullptr));
         return;
       }
+      if (constantKey && container->object &&
+          PyType_Check(container->object.ptr()) &&
+          PyObject_IsSubclass(container->object.ptr(), h.enumType.ptr()) == 1) {
+        // Color["RED"]: the member named (a constant).
+        frame.stack.push_back(Variable::constant(
+            container->object.attr("__getitem__")(*constantKey)));
+        return;
+      }
+      PyErr_Clear();
       if (VariablePtr item =
               callPythonSpecialMethod(container, "__getitem__", {key})) {
         frame.stack.push_back(item);

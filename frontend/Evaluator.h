@@ -111,7 +111,8 @@ struct Handles {
           "range",   "repr",    "reversed", "round",      "slice",
           "sorted",  "str",     "sum",      "tuple",      "type",
           "getattr", "list",    "dict",     "set",        "enumerate",
-          "zip",     "setattr", "iter",     "next"})
+          "zip",     "setattr", "iter",     "next",       "hex",
+          "oct",     "bin"})
       pureBuiltins.insert(builtins.attr(name).ptr());
     for (py::object call : {torch.attr("finfo"), torch.attr("iinfo"),
                             py::module_::import("inspect").attr("signature")})
@@ -287,6 +288,14 @@ private:
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  /// `left <op> right` through the operands' Python special methods
+  /// (`__add__`, then the other's `__radd__`; `__eq__` and its reflection
+  /// `__eq__`), as CPython dispatches them; null where neither operand's
+  /// class defines the method in Python.
+  VariablePtr userOperator(const VariablePtr &left, const VariablePtr &right,
+                           const std::string &method,
+                           const std::string &reflected,
+                           bool comparison = false);
   /// `value` as a list or tuple variable (a constant tuple as a tuple of
   /// constants), or null where it is neither.
   VariablePtr sequenceOf(const VariablePtr &value);
@@ -440,6 +449,9 @@ private:
   std::vector<std::string> notes_;
   std::unordered_map<std::string, VariablePtr> bySource_;
   std::unordered_map<Value *, py::object> metaTensors_;
+  /// The tensor each graph input was read from (this capture's call), for
+  /// `is` between inputs.
+  std::unordered_map<const Value *, py::object> inputObjects_;
   std::unordered_map<PyObject *, Value *> valueOfMeta_;
   std::vector<py::object> keepAlive_;
   struct AttributeWrite {

@@ -392,6 +392,9 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
   const Handles &h = Handles::get();
   handled = true;
   auto is = [&](const char *name) { return function.is(h.builtin(name)); };
+  if (is("bool") && args.size() == 1 && kwargs.empty() &&
+      !args[0]->is(Kind::Constant))
+    return Variable::constant(py::bool_(truthy(args[0]))); // __bool__, __len__
   if (is("len") && args.size() == 1) {
     const VariablePtr &value = args[0];
     switch (value->kind) {
@@ -491,10 +494,18 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
         values.append(*constant);
       return Variable::constant(function(*py::tuple(values)));
     }
-    if (is("enumerate") && (args.size() == 1 || args.size() == 2) &&
-        kwargs.empty()) {
-      int64_t start =
-          args.size() == 2 ? asConstant(args[1]).value().cast<int64_t>() : 0;
+    bool startKeyword = kwargs.size() == 1 && kwargs[0].first == "start";
+    if (is("enumerate") &&
+        ((args.size() == 1 && (kwargs.empty() || startKeyword)) ||
+         (args.size() == 2 && kwargs.empty()))) {
+      const VariablePtr *first = args.size() == 2 ? &args[1]
+                                 : startKeyword   ? &kwargs[0].second
+                                                  : nullptr;
+      std::optional<py::object> from =
+          first ? asConstant(*first) : std::optional<py::object>(py::int_(0));
+      if (!from || !PyLong_Check(from->ptr()))
+        unsupported("enumerate with a start that is not a constant int");
+      int64_t start = from->cast<int64_t>();
       auto iterator = Variable::make(Kind::Iterator);
       for (const VariablePtr &item : unpack(args[0]))
         iterator->items.push_back(Variable::sequence(
@@ -647,16 +658,27 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       })) {
     if (is("abs") && args.size() == 1 && args[0]->kind == Kind::Tensor)
       return torchCall(h.builtin("abs"), args, {});
-    if (is("sum") && args.size() >= 1 && kwargs.empty()) {
+    bool startKeyword =
+        args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start";
+    if (is("sum") && args.size() >= 1 && (kwargs.empty() || startKeyword)) {
       std::vector<VariablePtr> items = unpack(args[0]);
-      VariablePtr total =
-          args.size() == 2 ? args[1] : Variable::constant(py::int_(0));
+      VariablePtr total = args.size() == 2 ? args[1]
+                          : startKeyword   ? kwargs[0].second
+                                           : Variable::constant(py::int_(0));
       for (const VariablePtr &item : items) {
         std::optional<py::object> a = asConstant(total), b = asConstant(item);
-        total =
-            a && b ? Variable::constant(py::reinterpret_steal<py::object>(
-                         PyNumber_Add(a->ptr(), b->ptr())))
-                   : torchCall(h.operatorModule.attr("add"), {total, item}, {});
+        if (a && b) {
+          PyObject *added = PyNumber_Add(a->ptr(), b->ptr());
+          if (!added) {
+            PyErr_Clear();
+            unsupported("a sum whose addition raises during capture");
+          }
+          total = Variable::constant(py::reinterpret_steal<py::object>(added));
+        } else if (VariablePtr added =
+                       userOperator(total, item, "__add__", "__radd__"))
+          total = added;
+        else
+          total = torchCall(h.operatorModule.attr("add"), {total, item}, {});
       }
       return total;
     }
@@ -864,9 +886,13 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     // Pure functions with constant arguments: evaluate now.
     std::string module = moduleOf(function);
     bool returnsObject = h.pureObjectCalls.count(function.ptr()) > 0;
+    // An Enum class called with a value looks its member up.
+    bool enumLookup =
+        PyType_Check(function.ptr()) &&
+        PyObject_IsSubclass(function.ptr(), h.enumType.ptr()) == 1;
     bool pure = callable->flag || h.pureBuiltins.count(function.ptr()) ||
-                returnsObject || module == "math" || module == "operator" ||
-                module == "_operator";
+                returnsObject || enumLookup || module == "math" ||
+                module == "operator" || module == "_operator";
     if (pure) {
       py::list constantArgs;
       py::dict constantKwargs;

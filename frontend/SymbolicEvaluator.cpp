@@ -30,7 +30,8 @@ bool isConstantObject(py::handle object) {
       py::isinstance(object, h.symFloat) || py::isinstance(object, h.symBool))
     return true; // an Enum member is an immutable singleton; a SymInt is a
                  // size of this capture
-  if (PyTuple_CheckExact(o) || py::isinstance(object, h.sizeType)) {
+  if (PyTuple_CheckExact(o) || PyFrozenSet_CheckExact(o) ||
+      py::isinstance(object, h.sizeType)) {
     for (py::handle item : object)
       if (!isConstantObject(item))
         return false;
@@ -136,6 +137,7 @@ VariablePtr Evaluator::wrapTensor(py::handle tensor, const SourcePtr &source) {
   }
   guards_.addCheck(source, tensorMatch(tensor, value->meta()));
   guards_.addGraphInput(source);
+  inputObjects_[value] = py::reinterpret_borrow<py::object>(tensor);
   VariablePtr variable = Variable::ofTensor(value);
   variable->tensorClass =
       py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject *>(type));
@@ -464,6 +466,17 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
     return iterator;
   }
   default:
+    if (iterable->object && PyType_Check(iterable->object.ptr()) &&
+        PyObject_IsSubclass(iterable->object.ptr(),
+                            Handles::get().enumType.ptr()) == 1) {
+      // An Enum class: its members, in definition order (constants; the
+      // class is a guarded global or attribute, so are its members).
+      for (py::handle member : iterable->object)
+        iterator->items.push_back(
+            Variable::constant(py::reinterpret_borrow<py::object>(member)));
+      return iterator;
+    }
+    PyErr_Clear();
     unsupported("iteration over a " + kindNameOf(pythonTypeOf(iterable)));
   }
 }

@@ -492,8 +492,7 @@ case(dict_pop, (R(3),), (R(2, 2),))
 case(dict_popitem, (R(3),), (R(7),))
 case(dict_views, (R(2, 3),), (R(3, 2),))
 case(dict_live_views, (R(3),), (R(4, 2),))
-# Unsupported under fullgraph: operator and_ on dict_keys and dict_keys
-case(dict_view_set_ops, (R(3),), full=False)
+case(dict_view_set_ops, (R(3),))
 case(dict_comprehension, (R(3),), (R(2, 5),))
 case(dict_comprehension_items, ({"a": R(3), "skip": R(3), "b": R(2)},),
      ({"a": R(5), "skip": R(1), "b": R(1)},))
@@ -595,14 +594,12 @@ case(set_ops, (R(3),), (R(2, 2),))
 case(set_membership_filter, (R(3),), (R(5),))
 case(set_comprehension, (R(3),), (R(1),))
 case(set_mutation, (R(3),), (R(2),))
-# Unsupported under fullgraph: a call returning a frozenset
-case(frozenset_ops, (R(3),), (R(4),), full=False)
+case(frozenset_ops, (R(3),), (R(4),))
 case(set_of_shapes, (R(2, 3), R(3, 2)), (R(2, 2), R(2, 2)))
 case(set_dedupe_sorted, (R(2, 3, 4),), (R(3, 1, 2),))
 case(set_predicates, (R(2),))
 case(set_iteration_order, (R(3),), (R(2, 5),))
-# Unsupported under fullgraph: a call returning a frozenset
-case(frozenset_dict_key, (R(3),), (R(1, 2),), full=False)
+case(frozenset_dict_key, (R(3),), (R(1, 2),))
 # Unsupported under fullgraph: a call to <built-in method add of set object>
 case(set_mutate_arg, ({"drop", "keep"}, R(3)), ({"keep"}, R(2)), full=False)
 
@@ -906,8 +903,7 @@ case(list_mutate_arg, ([R(3), R(3), R(3)],), ([R(2, 2), R(2, 2)],))
 case(list_nested_mutation, (R(3),), (R(1),))
 case(list_negative_index, (R(3),), (R(2, 2),))
 case(list_equality_ordering, (R(2),))
-# Unsupported under fullgraph: a call returning a enumerate
-case(list_enumerate_start, (R(3),), (R(2),), full=False)
+case(list_enumerate_start, (R(3),), (R(2),))
 case(list_min_max_key, (R(2),))
 case(list_filter_tensor_args, ([R(3), R(1), R(2, 2)],), ([R(1), R(4)],))
 case(list_of_tensors_stack, ([R(3), R(3)],), ([R(2), R(2), R(2)],))
@@ -1095,8 +1091,7 @@ def dc_list_of(x):
 case(dc_build_return, (R(3),), (R(2, 2),))
 case(dc_fields_read, (R(3),), (R(5),))
 case(dc_mutate_fields, (R(3),), (R(1, 3),))
-# Unsupported under fullgraph: comparison of a FrozenCfg and a FrozenCfg
-case(dc_replace_frozen, (R(3),), full=False)
+case(dc_replace_frozen, (R(3),))
 # Unsupported under fullgraph: a call to <built-in function id>
 case(dc_asdict_fields, (R(3),), full=False)
 case(dc_input_mutated, (RunState(2), R(3)), (RunState(0), R(2, 2)))
@@ -1422,8 +1417,7 @@ case(bi_reversed, (R(3),), (R(1),))
 case(bi_sorted, (R(2, 1, 3),), (R(4, 2),))
 case(bi_sorted_items, (R(2),))
 case(bi_sum, (R(3, 2),), (R(2, 4),))
-# Unsupported under fullgraph: a call to <built-in function sum>
-case(bi_sum_start_keyword, (R(3, 2),), (R(2, 4),), full=False)
+case(bi_sum_start_keyword, (R(3, 2),), (R(2, 4),))
 case(bi_min_max, (R(3, 4),), (R(5, 2),))
 case(bi_any_all, (R(3, 4),), (R(2),))
 case(bi_abs_round, (R(3),))
@@ -1444,8 +1438,7 @@ case(bi_issubclass, (R(2),))
 case(bi_type_is, (R(3), 4), (R(2), 5))
 case(bi_divmod_pow, (R(3),))
 case(bi_conversions, (R(2),))
-# Unsupported under fullgraph: a call to <built-in function hex>
-case(bi_chr_ord_hex, (R(2),), full=False)
+case(bi_chr_ord_hex, (R(2),))
 case(bi_bitwise_ints, (R(3),))
 case(bi_zip_dict_build, (R(2, 6),), (R(3, 3),))
 
@@ -2320,17 +2313,14 @@ case(cls_property_setter_on_fresh, (R(3),), (R(1),))
 case(cls_inheritance_super, (R(3),), (R(2),))
 case(cls_mro_diamond, (R(2),))
 case(cls_call, (R(3),), (R(1, 2),))
-# Unsupported under fullgraph: `is` between symbolic values
-case(cls_container_protocols, (R(3),), (R(2, 2),), full=False)
+case(cls_container_protocols, (R(3),), (R(2, 2),))
 case(cls_iter_generator_method, (R(3),), (R(2),))
-# Unsupported under fullgraph: operator add on Vec and Vec
-case(cls_operator_overloads, (R(3),), (R(4),), full=False)
+case(cls_operator_overloads, (R(3),), (R(4),))
 case(cls_return_instance, (R(3),), (R(5),))
 case(cls_mutate_argument, (Counter(), R(3)), (Counter(), R(2, 2)))
 # Unsupported under fullgraph: a call to <built-in function vars>
 case(cls_vars_and_dict, (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'bool'>
-case(cls_truthiness_len, (R(2),), full=False)
+case(cls_truthiness_len, (R(2),))
 # Unsupported under fullgraph: a dict key that is not a constant
 case(cls_hash_eq_dict_key, (R(3),), (R(2),), full=False)
 case(cls_slots, (R(3),), (R(1),))
@@ -2594,10 +2584,8 @@ case(zd_data_dependent_branch, (R(3),), (R(4),), full=False)
 case(zd_scalar_comparisons, (R(3),), (R(2, 3),))
 # Unsupported under fullgraph: `is` between symbolic values
 case(is_between_tensors, (R(3), R(3)), (R(2), R(2)), full=False)
-# Unsupported under fullgraph: `is` between symbolic values
-case(is_inplace_returns_self, (R(3),), (R(2, 2),), full=False)
-# Unsupported under fullgraph: `in` on a tuple
-case(is_identity_membership, (R(3), R(3)), (R(1), R(1)), full=False)
+case(is_inplace_returns_self, (R(3),), (R(2, 2),))
+case(is_identity_membership, (R(3), R(3)), (R(1), R(1)))
 
 
 # --- tensor methods -----------------------------------------------------------
@@ -3161,12 +3149,9 @@ case(gl_write_cache_dict, (R(3),), (R(1, 2),), state=("CACHE",))
 case(gl_rebind_global_tensor, (R(4),), (R(2, 4),), state=("GLOBAL_T",))
 case(en_compare, (R(3), Mode.TRAIN), (R(2), Mode.EVAL))
 case(en_compare, (R(3), Mode.EVAL), (R(4), Mode.TRAIN))
-# Unsupported under fullgraph: a call to <enum 'Level'>
-case(en_intenum, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: iteration over a EnumType
-case(en_iteration_lookup, (R(2),), full=False)
-# Unsupported under fullgraph: iteration over a EnumType
-case(en_dict_key, (R(3),), (R(2),), full=False)
+case(en_intenum, (R(3),), (R(2),))
+case(en_iteration_lookup, (R(2),))
+case(en_dict_key, (R(3),), (R(2),))
 case(en_flag, (R(2),))
 
 
@@ -3431,6 +3416,67 @@ case(ct_match_patterns, (R(3), {"scale": 3, "b": 1}), (R(2), {"scale": -1}))
 # Unsupported under fullgraph: a class pattern (MATCH_CLASS)
 case(ct_match_patterns, (R(3), "name"), (R(2), 5), full=False)
 case(ct_is_against_objects, (R(3),), (R(2),))
+
+
+# --- user classes' operators, Enum lookups, keyword forms of builtins --------
+
+class Money:
+    def __init__(self, t):
+        self.t = t
+
+    def __add__(self, other):
+        if isinstance(other, Money):
+            return Money(self.t + other.t)
+        return NotImplemented
+
+    def __radd__(self, other):  # sum() starts from 0
+        return Money(self.t + other)
+
+    def __iadd__(self, other):
+        self.t = self.t + other.t * 10
+        return self
+
+    def __lt__(self, other):
+        return self.t.shape[0] < other.t.shape[0]
+
+    def __invert__(self):
+        return Money(-self.t)
+
+
+class Unit(enum.Enum):
+    METRE = "m"
+    FOOT = "ft"
+
+
+def uo_reflected_inplace_and_sum(x):
+    a, b = Money(x), Money(x * 2)
+    c = a + b
+    a += b  # __iadd__ changes a itself
+    total = sum([b, c], start=Money(x))
+    return c.t, a.t, sum([b, c]).t, total.t, (~b).t
+
+
+def uo_comparisons_reflected(x):
+    small, big = Money(x[:1]), Money(x)
+    return small < big, big > small, (big < small) or big.t
+
+
+def uo_enum_by_value_and_name(x, unit):
+    u = Unit(unit)
+    scale = {Unit.METRE: 1.0, Unit.FOOT: 0.3048}[u]
+    return x * scale, Unit["FOOT"] is u, [m.value for m in Unit]
+
+
+def uo_keyword_forms(x):
+    rows = x.unbind(0)
+    return ([i * r for i, r in enumerate(rows, start=2)], sum(rows, start=x[0] * 0),
+            bool(Money(x)), hex(x.shape[0]), oct(8), bin(x.dim()))
+
+
+case(uo_reflected_inplace_and_sum, (R(3),), (R(2, 2),))
+case(uo_comparisons_reflected, (R(3),), (R(4, 2),))
+case(uo_enum_by_value_and_name, (R(3), "m"), (R(2), "ft"))
+case(uo_keyword_forms, (R(3, 2),), (R(2, 4),))
 
 @pytest.mark.parametrize("fn,args,alt,full,state", CASES)
 def test_differential(fn, args, alt, full, state):

@@ -380,3 +380,17 @@ def test_a_callable_objects_attributes_are_guarded():
         torch.testing.assert_close(out[0], expected[0])
         torch.testing.assert_close(out[1], expected[1])
     assert kiln.cache_info(compiled)["entries"] == 3
+
+
+def test_is_between_input_tensors_is_guarded_both_ways():
+    # `x is y` of two inputs is this call's answer, guarded: passing one
+    # tensor twice after two (or the reverse) recaptures, never reuses it.
+    def same(x, y):
+        return x is y, x + y
+
+    compiled = kiln.compile(same, fullgraph=True)
+    a, b = torch.randn(3), torch.randn(3)
+    for x, y in [(a, b), (a, a), (b, a), (b, b), (a, b)]:
+        identical, total = compiled(x, y)
+        assert identical is (x is y)
+        torch.testing.assert_close(total, x + y)
