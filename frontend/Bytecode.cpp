@@ -6,6 +6,7 @@
 
 #include "ir/Error.h"
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 
@@ -119,6 +120,31 @@ std::shared_ptr<const Bytecode> Bytecode::decodeUncached(py::handle code) {
     indexOfOffset[instruction.offset] =
         static_cast<int>(bytecode->instructions.size());
     bytecode->instructions.push_back(std::move(instruction));
+  }
+  // Exception handlers, by instruction index (an entry's end is the offset
+  // after its last instruction, or a cache entry within it).
+  if (py::hasattr(dis, "_parse_exception_table")) {
+    std::vector<int> offsets;
+    for (const Instruction &instruction : bytecode->instructions)
+      offsets.push_back(instruction.offset);
+    auto indexAtOrAfter = [&](int offset) {
+      return static_cast<int>(
+          std::lower_bound(offsets.begin(), offsets.end(), offset) -
+          offsets.begin());
+    };
+    for (py::handle entry : dis.attr("_parse_exception_table")(code)) {
+      ExceptionHandler handler;
+      handler.start = indexAtOrAfter(entry.attr("start").cast<int>());
+      handler.end = indexAtOrAfter(entry.attr("end").cast<int>());
+      auto target = indexOfOffset.find(entry.attr("target").cast<int>());
+      if (target == indexOfOffset.end())
+        throw Error("an exception handler at an unknown offset in " +
+                    bytecode->name);
+      handler.target = target->second;
+      handler.depth = entry.attr("depth").cast<int>();
+      handler.lasti = entry.attr("lasti").cast<bool>();
+      bytecode->handlers.push_back(handler);
+    }
   }
   for (Instruction &instruction : bytecode->instructions) {
     if (!isJump(instruction.opcode))

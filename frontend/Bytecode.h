@@ -40,7 +40,9 @@ namespace py = pybind11;
   X(JUMP_IF_TRUE_OR_POP) X(CALL) X(KW_NAMES) X(CALL_FUNCTION_EX)               \
   X(MAKE_FUNCTION) X(BEFORE_WITH) X(LOAD_ASSERTION_ERROR) X(RAISE_VARARGS)     \
   X(RETURN_GENERATOR) X(YIELD_VALUE) X(IMPORT_NAME) X(IMPORT_FROM)          \
-  X(MATCH_SEQUENCE) X(MATCH_MAPPING) X(MATCH_KEYS) X(GET_LEN)
+  X(MATCH_SEQUENCE) X(MATCH_MAPPING) X(MATCH_KEYS) X(GET_LEN)              \
+  X(PUSH_EXC_INFO) X(POP_EXCEPT) X(CHECK_EXC_MATCH) X(RERAISE)               \
+  X(WITH_EXCEPT_START)
 // clang-format on
 
 enum class Opcode : uint16_t {
@@ -60,6 +62,17 @@ struct Instruction {
   int jumpTarget = -1; // instruction index, for jumps and FOR_ITER
 };
 
+/// An entry of the code's exception table: an exception raised by an
+/// instruction in [start, end) (indices) goes to `target` with the stack cut
+/// to `depth` items (and the raising instruction's offset pushed, `lasti`).
+struct ExceptionHandler {
+  int start = 0;
+  int end = 0;
+  int target = 0;
+  int depth = 0;
+  bool lasti = false;
+};
+
 /// The decoded instructions of one code object.
 class Bytecode {
 public:
@@ -76,6 +89,14 @@ public:
   bool isGenerator = false;
   /// The Python interpreter's minor version: 11 or 12.
   int pythonMinor = 0;
+  std::vector<ExceptionHandler> handlers;
+  /// The handler of the instruction at `index`, or null.
+  const ExceptionHandler *handlerAt(size_t index) const {
+    for (const ExceptionHandler &handler : handlers)
+      if (int(index) >= handler.start && int(index) < handler.end)
+        return &handler;
+    return nullptr;
+  }
 };
 
 } // namespace kiln::frontend

@@ -233,8 +233,7 @@ void Evaluator::binaryOp(Frame &frame, int op) {
     try {
       frame.stack.push_back(Variable::constant(function(*a, *b)));
     } catch (py::error_already_set &error) {
-      unsupported(std::string("an operation that raises during capture: ") +
-                  error.what());
+      raiseCaptured(error); // 1 / 0 inside a try block is caught
     }
     return;
   }
@@ -389,7 +388,28 @@ VariablePtr Evaluator::runFrame(Frame &frame) {
     where_ = frame.code->filename + ":" + std::to_string(instruction.line) +
              " in " + frame.code->name;
     try {
-      execute(frame, instruction);
+      try {
+        execute(frame, instruction);
+      } catch (PythonException &raised) {
+        const ExceptionHandler *handler = frame.code->handlerAt(pc);
+        if (!handler) {
+          if (!frame.isRoot)
+            throw; // the caller's try blocks, at its call
+          unsupported(py::repr(raised.exception).cast<std::string>() +
+                      " raised and not caught in the frame");
+        }
+        // As CPython unwinds: the stack cut to the block's depth, the
+        // raising instruction's offset where the handler re-raises, then
+        // the exception.
+        if (frame.stack.size() < size_t(handler->depth))
+          throw Error("an exception handler deeper than the stack");
+        frame.stack.resize(size_t(handler->depth));
+        if (handler->lasti)
+          frame.stack.push_back(
+              Variable::constant(py::int_(instruction.offset)));
+        frame.stack.push_back(Variable::constant(raised.exception));
+        frame.pc = size_t(handler->target);
+      }
     } catch (const Unsupported &error) {
       if (frame.isRoot) {
         failedStep_ = rootStep_ - 1;
@@ -751,7 +771,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
           frame.stack.push_back(container->items[i]);
           return;
         }
-      unsupported("KeyError " + py::repr(*constantKey).cast<std::string>());
+      raisePython(PyExc_KeyError, *constantKey);
     }
     case Kind::Constant:
       if (constantKey) {
@@ -863,6 +883,60 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     }
     unsupported("assigning into a " + kindNameOf(pythonTypeOf(container)));
   }
+  case Opcode::PUSH_EXC_INFO: {
+    // Entering an except block: the exception handled before it goes
+    // below, restored by POP_EXCEPT.
+    VariablePtr exception = pop(frame);
+    frame.stack.push_back(handling_ ? handling_
+                                    : Variable::constant(py::none()));
+    frame.stack.push_back(exception);
+    handling_ = exception;
+    return;
+  }
+  case Opcode::POP_EXCEPT: {
+    VariablePtr previous = pop(frame);
+    handling_ = previous->is(Kind::Constant) && previous->object.is_none()
+                    ? nullptr
+                    : previous;
+    return;
+  }
+  case Opcode::CHECK_EXC_MATCH: {
+    VariablePtr type = pop(frame);
+    std::optional<py::object> types = asConstant(type);
+    std::optional<py::object> exception = asConstant(frame.stack.back());
+    if (!types || !exception)
+      unsupported("an except clause matching a " +
+                  kindNameOf(pythonTypeOf(type)));
+    int matches = PyObject_IsInstance(exception->ptr(), types->ptr());
+    if (matches < 0)
+      throw py::error_already_set();
+    frame.stack.push_back(Variable::constant(py::bool_(matches == 1)));
+    return;
+  }
+  case Opcode::RERAISE: {
+    VariablePtr exception = pop(frame);
+    if (instruction.arg)
+      pop(frame); // the offset CPython sets f_lasti from
+    std::optional<py::object> value = asConstant(exception);
+    if (!value || !PyExceptionInstance_Check(value->ptr()))
+      unsupported("re-raising a " + kindNameOf(pythonTypeOf(exception)));
+    throw PythonException{*value};
+  }
+  case Opcode::WITH_EXCEPT_START: {
+    // An exception leaving a `with` block: __exit__(type, value, None)
+    // (no traceback during capture) decides whether it is suppressed.
+    VariablePtr exception = frame.stack.back();
+    VariablePtr exit = frame.stack[frame.stack.size() - 4];
+    std::optional<py::object> value = asConstant(exception);
+    if (!value)
+      unsupported("an exception of a " + kindNameOf(pythonTypeOf(exception)) +
+                  " leaving a `with`");
+    frame.stack.push_back(call(exit,
+                               {Variable::constant(py::type::of(*value)),
+                                exception, Variable::constant(py::none())},
+                               {}));
+    return;
+  }
   case Opcode::MATCH_SEQUENCE:
   case Opcode::MATCH_MAPPING: {
     // `case [a, b]:` / `case {"k": v}:` ask whether the subject is a
@@ -963,7 +1037,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
                                  static_cast<std::ptrdiff_t>(i));
           return;
         }
-      unsupported("KeyError " + py::repr(*constantKey).cast<std::string>());
+      raisePython(PyExc_KeyError, *constantKey);
     }
     unsupported("deleting from a " + kindNameOf(pythonTypeOf(container)));
   }
@@ -1327,8 +1401,33 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   case Opcode::LOAD_ASSERTION_ERROR:
     frame.stack.push_back(wrap(h.builtin("AssertionError"), nullptr));
     return;
-  case Opcode::RAISE_VARARGS:
-    unsupported("raising an exception (a failing assert or raise statement)");
+  case Opcode::RAISE_VARARGS: {
+    // raise (re-raise what is handled), raise X, raise X from Y: X an
+    // exception class (instantiated) or instance; try blocks may catch it.
+    VariablePtr cause = instruction.arg == 2 ? pop(frame) : nullptr;
+    if (instruction.arg == 0) {
+      std::optional<py::object> current =
+          handling_ ? asConstant(handling_) : std::nullopt;
+      if (!current)
+        unsupported("a bare raise outside an except block");
+      throw PythonException{*current};
+    }
+    VariablePtr raised = pop(frame);
+    std::optional<py::object> value = asConstant(raised);
+    if (value && PyExceptionClass_Check(value->ptr()))
+      value = (*value)();
+    if (!value || !PyExceptionInstance_Check(value->ptr()))
+      unsupported("raising a " + kindNameOf(pythonTypeOf(raised)));
+    if (cause) {
+      std::optional<py::object> from = asConstant(cause);
+      if (!from)
+        unsupported("raise ... from a " + kindNameOf(pythonTypeOf(cause)));
+      if (PyExceptionClass_Check(from->ptr()))
+        from = (*from)();
+      PyException_SetCause(value->ptr(), from->inc_ref().ptr());
+    }
+    throw PythonException{*value};
+  }
   case Opcode::RETURN_GENERATOR:
     // The generator object's creation: the POP_TOP after it drops this.
     frame.stack.push_back(Variable::constant(py::none()));

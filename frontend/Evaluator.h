@@ -159,6 +159,13 @@ bool isTorchModuleName(const std::string &name);
 /// (which took its items at once) has items left.
 bool iteratorIsStale(const Variable &iterator);
 
+/// A Python exception raised inside the code being evaluated (a missing
+/// dict key, a `raise` statement): runFrame looks for the `try` block that
+/// catches it, in the raising frame and then in its callers.
+struct PythonException {
+  py::object exception; // the exception instance
+};
+
 class Evaluator {
 public:
   explicit Evaluator(const FrameInputs &inputs,
@@ -439,6 +446,14 @@ private:
   [[noreturn]] void unsupported(const std::string &what) {
     throw Unsupported(what);
   }
+  /// Raises `type(argument)` into the code being evaluated: its `try`
+  /// blocks may catch it (runFrame); one no block catches ends the capture
+  /// (kiln::Unsupported), and CPython raises it.
+  [[noreturn]] void raisePython(py::handle type, py::object argument);
+  /// Raises the Python error a call made during capture set.
+  [[noreturn]] void raiseCaptured(py::error_already_set &error);
+  /// The exception being handled (an `except` block's), or null.
+  VariablePtr handling_;
 
   FrameInputs inputs_;
   std::shared_ptr<Graph> graph_;

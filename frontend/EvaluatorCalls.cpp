@@ -213,7 +213,7 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       if (index < 0) {
         if (args.size() == 2)
           return fallback;
-        unsupported("KeyError " + py::repr(*key).cast<std::string>());
+        raisePython(PyExc_KeyError, *key);
       }
       checkNotInput(self, "popping from");
       VariablePtr item = self->items[index];
@@ -255,7 +255,7 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       int index = findKey(*key);
       if (name == "__getitem__") {
         if (index < 0)
-          unsupported("KeyError " + py::repr(*key).cast<std::string>());
+          raisePython(PyExc_KeyError, *key);
         return self->items[index];
       }
       checkNotInput(self, "assigning into");
@@ -311,7 +311,8 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       }
       if (name == "count")
         return Variable::constant(py::int_(found));
-      unsupported("ValueError: list." + name + "(x): x not in list");
+      raisePython(PyExc_ValueError,
+                  py::str("list." + name + "(x): x not in list"));
     }
   }
   unsupported("method " + name + " of a " + kindNameOf(pythonTypeOf(self)));
@@ -474,7 +475,7 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       return iterator->items[iterator->position++];
     if (args.size() == 2)
       return args[1];
-    unsupported("next() of an exhausted iterator (StopIteration)");
+    raisePython(PyExc_StopIteration, py::none());
   }
   if (is("sorted") && args.size() == 1) {
     std::vector<VariablePtr> items = unpack(args[0]);
@@ -890,9 +891,15 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     bool enumLookup =
         PyType_Check(function.ptr()) &&
         PyObject_IsSubclass(function.ptr(), h.enumType.ptr()) == 1;
+    // A builtin exception made to be raised (or compared).
+    bool exceptionClass =
+        PyExceptionClass_Check(function.ptr()) &&
+        !(reinterpret_cast<PyTypeObject *>(function.ptr())->tp_flags &
+          Py_TPFLAGS_HEAPTYPE);
     bool pure = callable->flag || h.pureBuiltins.count(function.ptr()) ||
-                returnsObject || enumLookup || module == "math" ||
-                module == "operator" || module == "_operator";
+                returnsObject || enumLookup || exceptionClass ||
+                module == "math" || module == "operator" ||
+                module == "_operator";
     if (pure) {
       py::list constantArgs;
       py::dict constantKwargs;
@@ -939,8 +946,7 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
               specialize();
               continue;
             }
-            unsupported(std::string("a call that raises during capture: ") +
-                        error.what());
+            raiseCaptured(error);
           }
           if (sizes && PyUnicode_Check(result.ptr())) {
             specialize(); // str.format, str.join, ... of a size
@@ -948,7 +954,8 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
           }
           break;
         }
-        if (isConstantObject(result))
+        if (isConstantObject(result) ||
+            (exceptionClass && PyExceptionInstance_Check(result.ptr())))
           return Variable::constant(result);
         if (PyList_CheckExact(result.ptr()) ||
             PyTuple_CheckExact(result.ptr()) || PyDict_CheckExact(result.ptr()))

@@ -251,7 +251,8 @@ VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
   if (orGetattrHook && hook && PyFunction_Check(hook))
     return inlineFunction(functionVariable(hook),
                           {self, Variable::constant(py::str(name))}, {});
-  unsupported("AttributeError: " + kindNameOf(cls) + " object has no " + where);
+  raisePython(PyExc_AttributeError,
+              py::str("'" + kindNameOf(cls) + "' object has no " + where));
 }
 
 bool Evaluator::instanceHasAttribute(const VariablePtr &self,

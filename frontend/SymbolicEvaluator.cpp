@@ -632,8 +632,22 @@ size_t Evaluator::sequenceIndex(int64_t index, size_t size, const char *what) {
   if (index < 0)
     index += count;
   if (index < 0 || index >= count)
-    unsupported(std::string(what) + "index out of range");
+    raisePython(PyExc_IndexError,
+                py::str(std::string(what) + "index out of range"));
   return static_cast<size_t>(index);
+}
+
+void Evaluator::raisePython(py::handle type, py::object argument) {
+  py::object exception = py::reinterpret_borrow<py::object>(type)(argument);
+  throw PythonException{exception};
+}
+
+void Evaluator::raiseCaptured(py::error_already_set &error) {
+  py::object exception = error.value();
+  if (!exception || !PyExceptionInstance_Check(exception.ptr()))
+    unsupported(std::string("a call that raises during capture: ") +
+                error.what());
+  throw PythonException{exception};
 }
 
 // ---------------------------------------------------------------------------
@@ -935,8 +949,13 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
     py::object attribute;
     try {
       attribute = object.attr(name.c_str());
-    } catch (py::error_already_set &) {
-      unsupported(typeName(object) + " has no attribute '" + name + "'");
+    } catch (py::error_already_set &error) {
+      if (!error.matches(PyExc_AttributeError))
+        unsupported(typeName(object) + " has no attribute '" + name + "'");
+      // Missing, as guarded: a try block may catch the AttributeError.
+      if (base->source)
+        guards_.addCheck(base->source, frontend::hasAttribute(name, false));
+      raiseCaptured(error);
     }
     if (py::isinstance(attribute, h.methodType) &&
         py::object(attribute.attr("__self__")).is(object)) {

@@ -14,13 +14,17 @@ _MISSING = object()
 
 
 def reduce(function, iterable, initial=_MISSING):
-    items = iter(iterable)
+    items = list(iterable)
+    start = 0
     if initial is _MISSING:
-        value = next(items)  # empty without initial: TypeError in CPython
+        if not items:
+            raise TypeError("reduce() of empty iterable with no initial value")
+        value = items[0]
+        start = 1
     else:
         value = initial
-    for element in items:
-        value = function(value, element)
+    for index in range(start, len(items)):
+        value = function(value, items[index])
     return value
 
 

@@ -1835,13 +1835,9 @@ case(cf_continue, (R(3),), (R(1),))
 case(cf_nested_loops_break, (R(3),), (R(2, 2),))
 case(cf_loop_over_shape, (R(2, 3),), (R(3, 1, 2),))
 case(cf_search_for_else, (R(2), ["a", "bc", "bd"]), (R(3), ["x"]))
-# Unsupported under fullgraph: KeyError 'b'
-case(cf_try_except_keyerror, (R(3),), (R(1),), full=False)
-# Unsupported under fullgraph: AttributeError: Plain object has no attribute 'missing' of Plain
-case(cf_try_except_attribute, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: an operation that raises during capture: ZeroDivisionError: division
-#   by zero
-case(cf_try_except_zero_division, (R(3),), (R(2),), full=False)
+case(cf_try_except_keyerror, (R(3),), (R(1),))
+case(cf_try_except_attribute, (R(3),), (R(2),))
+case(cf_try_except_zero_division, (R(3),), (R(2),))
 case(cf_iterator_resumed_after_break, (R(3),), (R(1),))
 case(cf_try_finally, (R(3),), (R(2),))
 case(cf_assert, (R(3, 2),), (R(1, 5),))
@@ -3033,8 +3029,7 @@ case(cm_user_argument, (Tracker(), R(3)), (Tracker("u"), R(4)))
 case(cm_return_inside_with, (R(3),), (R(2),))
 # Unsupported under fullgraph: passing a function to a torch function
 case(cm_contextmanager_decorator, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: KeyError 'missing'
-case(cm_suppress, (R(3),), (R(1),), full=False)
+case(cm_suppress, (R(3),), (R(1),))
 case(cm_choose_context, (R(3, grad=True), True), (R(2, grad=True), False))
 
 
@@ -3343,8 +3338,7 @@ case(pf_islice_and_accumulate_forms, (R(3, 2),), (R(5, 1),))
 case(pf_product_of_tensors, (R(2, 3),), (R(3, 1),))
 case(pf_partial_nested_and_kwargs, (R(3),), (R(2, 2),))
 case(pf_filterfalse_compress_combinations, (R(3, 2),), (R(3, 4),))
-# Unsupported under fullgraph: raising an exception (reduce of an empty list)
-case(pf_reduce_empty_raises, (R(3),), full=False)
+case(pf_reduce_empty_raises, (R(3),))
 
 
 # --- containers: deletion, repetition, search, merging, match patterns ------
@@ -3477,6 +3471,104 @@ case(uo_reflected_inplace_and_sum, (R(3),), (R(2, 2),))
 case(uo_comparisons_reflected, (R(3),), (R(4, 2),))
 case(uo_enum_by_value_and_name, (R(3), "m"), (R(2), "ft"))
 case(uo_keyword_forms, (R(3, 2),), (R(2, 4),))
+
+
+# --- exceptions raised and caught inside the frame ----------------------------
+
+class ShapeError(ValueError):
+    pass
+
+
+def _checked_rows(t, limit):
+    if t.shape[0] > limit:
+        raise IndexError(f"{t.shape[0]} rows, at most {limit}")
+    return t * 2
+
+
+def ex_raised_in_callee_caught_by_caller(x):
+    try:
+        y = _checked_rows(x, 2)
+    except IndexError as error:
+        y = x[:2] + len(str(error))
+    return y
+
+
+def ex_finally_and_reraise(x):
+    log = []
+    try:
+        try:
+            value = {"a": x}["b"]
+        finally:
+            log.append("inner finally")
+    except KeyError as error:
+        log.append(repr(error))
+        value = x - 1
+    else:
+        log.append("no error")
+    return value, log
+
+
+def ex_raise_from_and_chained_handlers(x):
+    try:
+        try:
+            1 / 0
+        except ZeroDivisionError as inner:
+            raise LookupError("wrapped") from inner
+    except (TypeError, LookupError) as outer:
+        kind = type(outer.__cause__).__name__
+    return x * 3, kind
+
+
+def ex_getattr_probe_and_bare_reraise(x, cfg):
+    try:
+        scale = cfg.scale
+    except AttributeError:
+        scale = 0.5
+    try:
+        try:
+            [][0]
+        except IndexError:
+            raise
+    except IndexError:
+        scale = scale + 1
+    return x * scale
+
+
+class _Suppressing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        self.seen = kind.__name__ if kind else None
+        return kind is KeyError
+
+
+def ex_with_block_suppresses(x):
+    guard = _Suppressing()
+    y = x
+    with guard:
+        y = x + 1
+        {}["missing"]
+        y = x * 100
+    return y, guard.seen
+
+
+def ex_uncaught_in_frame(x):
+    # A user-defined exception class: kiln leaves the frame to CPython.
+    try:
+        raise ShapeError("bad")
+    except ShapeError:
+        return x + 1
+
+
+case(ex_raised_in_callee_caught_by_caller, (R(4, 2),), (R(2, 3),))
+case(ex_finally_and_reraise, (R(3),), (R(2, 2),))
+case(ex_raise_from_and_chained_handlers, (R(3),), (R(1),))
+case(ex_getattr_probe_and_bare_reraise, (R(3), types.SimpleNamespace()),
+     (R(2), types.SimpleNamespace(scale=2.0)))
+case(ex_with_block_suppresses, (R(3),), (R(2, 2),))
+# Unsupported under fullgraph: raising a ShapeError (an instance made in the frame)
+case(ex_uncaught_in_frame, (R(3),), full=False)
 
 @pytest.mark.parametrize("fn,args,alt,full,state", CASES)
 def test_differential(fn, args, alt, full, state):
