@@ -653,6 +653,7 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
   if (is("super") && args.empty()) {
     unsupported("zero-argument super() outside a method");
   }
+
   if ((is("sum") || is("max") || is("min") || is("abs")) &&
       std::any_of(args.begin(), args.end(), [](const VariablePtr &arg) {
         return arg->kind != Kind::Constant;
@@ -875,6 +876,16 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     }
     if (function.is(h.builtin("super")) && args.empty())
       unsupported("super() needs the enclosing method");
+    if (function.is(h.builtin("super")) && args.size() == 2 && kwargs.empty()) {
+      // super(Cls, self): Cls a class, self what the method has.
+      py::object cls = args[0]->object;
+      if (!cls || !PyType_Check(cls.ptr()))
+        unsupported("super() of something that is not a class");
+      auto super = Variable::make(Kind::Super);
+      super->object = cls;
+      super->items.push_back(args[1]);
+      return super;
+    }
     bool handled = false;
     if (PyObject_Hash(function.ptr()) != -1 &&
         h.pureBuiltins.count(function.ptr())) {
@@ -887,6 +898,17 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     // Pure functions with constant arguments: evaluate now.
     std::string module = moduleOf(function);
     bool returnsObject = h.pureObjectCalls.count(function.ptr()) > 0;
+    // A method of an immutable constant ("-".join, "x".format, (1, 2).count)
+    // reads it and nothing else.
+    bool constantMethod = false;
+    if (PyCFunction_Check(function.ptr())) {
+      PyObject *self = PyCFunction_GET_SELF(function.ptr());
+      constantMethod = self &&
+                       (PyUnicode_CheckExact(self) ||
+                        PyBytes_CheckExact(self) || PyTuple_CheckExact(self) ||
+                        PyLong_CheckExact(self) || PyFloat_CheckExact(self)) &&
+                       isConstantObject(self);
+    }
     // An Enum class called with a value looks its member up.
     bool enumLookup =
         PyType_Check(function.ptr()) &&
@@ -898,7 +920,7 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
           Py_TPFLAGS_HEAPTYPE);
     bool pure = callable->flag || h.pureBuiltins.count(function.ptr()) ||
                 returnsObject || enumLookup || exceptionClass ||
-                module == "math" || module == "operator" ||
+                constantMethod || module == "math" || module == "operator" ||
                 module == "_operator";
     if (pure) {
       py::list constantArgs;
@@ -906,6 +928,17 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       bool allConstant = true;
       for (const VariablePtr &arg : args) {
         std::optional<py::object> constant = asConstant(arg);
+        if (!constant && constantMethod && arg->is(Kind::Iterator)) {
+          // "-".join(str(s) for s in shape): the generator's items.
+          py::list items;
+          for (const VariablePtr &item : unpack(arg)) {
+            std::optional<py::object> value = asConstant(item);
+            if (!value)
+              unsupported("a string method over items that are not constants");
+            items.append(*value);
+          }
+          constant = items;
+        }
         if (!constant || arg->kind == Kind::Module) {
           allConstant = false;
           break;

@@ -1524,8 +1524,7 @@ def str_keys_from_loop(x):
 
 case(str_fstring_shapes, (R(3, 4),), (R(2, 6),))
 case(str_fstring_conversions, (R(2),))
-# Unsupported under fullgraph: a call to <built-in method join of str object>
-case(str_join, (R(3, 4),), (R(2, 1, 5),), full=False)
+case(str_join, (R(3, 4),), (R(2, 1, 5),))
 case(str_format_method, (R(3),), (R(6),))
 case(str_format_shape_values, (R(3),), (R(6),))
 case(str_percent_format, (R(3),), (R(4),))
