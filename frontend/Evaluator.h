@@ -115,6 +115,7 @@ struct Handles {
           "oct",     "bin"})
       pureBuiltins.insert(builtins.attr(name).ptr());
     for (py::object call : {torch.attr("finfo"), torch.attr("iinfo"),
+                            torch.attr("promote_types"), torch.attr("can_cast"),
                             py::module_::import("inspect").attr("signature")})
       pureObjectCalls.insert(call.release().ptr());
   }

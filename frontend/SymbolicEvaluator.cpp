@@ -924,8 +924,14 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
           py::bool_(meta.device.type == DeviceType::CUDA));
     if (name == "is_cpu")
       return Variable::constant(py::bool_(meta.device.type == DeviceType::CPU));
-    if (name == "requires_grad" || name == "grad" || name == "data" ||
-        name == "grad_fn" || name == "_version")
+    if (name == "data") {
+      // The same storage without autograd history: detach's alias.
+      std::vector<VariablePtr> none;
+      std::vector<std::pair<std::string, VariablePtr>> noKeywords;
+      return callTensorMethod(base, "detach", none, noKeywords);
+    }
+    if (name == "requires_grad" || name == "grad" || name == "grad_fn" ||
+        name == "_version")
       unsupported("reading tensor." + name);
     py::object attribute = py::getattr(h.tensorType, name.c_str(), py::none());
     if (attribute.is_none())

@@ -2577,8 +2577,7 @@ case(zd_float_of_tensor, (R(3),), (R(5),), full=False)
 #   `bool(tensor)`)
 case(zd_data_dependent_branch, (R(3),), (R(4),), full=False)
 case(zd_scalar_comparisons, (R(3),), (R(2, 3),))
-# Unsupported under fullgraph: `is` between symbolic values
-case(is_between_tensors, (R(3), R(3)), (R(2), R(2)), full=False)
+case(is_between_tensors, (R(3), R(3)), (R(2), R(2)))
 case(is_inplace_returns_self, (R(3),), (R(2, 2),))
 case(is_identity_membership, (R(3), R(3)), (R(1), R(1)))
 

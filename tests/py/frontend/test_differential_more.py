@@ -168,9 +168,7 @@ case(nc_output_shares_inner_list, (R(2),), (R(1, 3),))
 case(nc_flatten_tree, ({"b": [R(2), (R(3), R(1, 2))], "a": R(2, 2)},),
      ({"b": [R(1), (R(2), R(3, 1))], "a": R(1)},))
 case(nc_tree_map, ({"x": [R(2), (R(3), R(1))], "y": (R(2, 2),)},))
-# Unsupported under fullgraph: a call to <class 'set'>
-case(nc_zip_dicts, ({"a": R(3), "b": R(3), "c": R(1)}, {"b": R(3), "a": R(1), "d": R(2)}),
-     full=False)
+case(nc_zip_dicts, ({"a": R(3), "b": R(3), "c": R(1)}, {"b": R(3), "a": R(1), "d": R(2)}))
 case(nc_list_of_pairs_to_dict, (R(3, 2),), (R(2, 5),))
 case(nc_nested_tuple_unpack_loop, ({"q": (R(3), R(3)), "k": (R(3), R(1)), "v": (R(1), R(3))},),
      ({"q": (R(2), R(2)), "k": (R(2), R(2)), "v": (R(2), R(2))},))
@@ -1494,10 +1492,7 @@ case(dd_finfo_mask, (R(2, 5), RI(2, 5, high=2)), (R(3, 2), RI(3, 2, high=2)))
 case(dd_finfo_mask, (R(2, 5, dtype=torch.float64), RI(2, 5, high=2)))
 case(dd_dtype_properties, (R(3),))
 case(dd_dtype_properties, (R(3, dtype=torch.float16),))
-# Unsupported under fullgraph: aten::promote_types returns ScalarType: kiln graphs hold tensor
-#   results only
-case(dd_promote_types, (R(3), R(3, dtype=torch.float64)), (RI(2), R(2, dtype=torch.float16)),
-     full=False)
+case(dd_promote_types, (R(3), R(3, dtype=torch.float64)), (RI(2), R(2, dtype=torch.float16)))
 case(dd_half_precision_path, (R(3, 4),), (R(5),))
 case(dd_int_and_float_mixed, (RI(3, 4, high=6), R(3, 4)), (RI(2, high=3), R(2)))
 case(dd_device_from_argument, (R(3), R(1, dtype=torch.float64)),
