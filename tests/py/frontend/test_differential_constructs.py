@@ -485,6 +485,7 @@ case(defaultdict_int, (R(3),), (R(2, 2),), full=False)
 case(defaultdict_returned, (R(3),), (R(1),), full=False)
 case(dict_update_forms, (R(3),), (R(2, 3),))
 # Unsupported under fullgraph: a call to <built-in method fromkeys of type object>
+#   (OrderedDict.fromkeys; dict.fromkeys is modelled)
 case(dict_fromkeys, (R(2),), (R(4),), full=False)
 case(dict_setdefault, (R(3),), (R(6),))
 case(dict_get, (R(3), {"a": R(3), "n": 4}), (R(5), {"a": R(5), "n": 4}))
@@ -1012,7 +1013,7 @@ def nt_equality(x):
 case(nt_build, (R(3),), (R(2, 2),))
 case(nt_kwargs_defaults, (R(4),), (R(7),))
 case(nt_access_unpack, (R(3),), (R(1),))
-# Unsupported under fullgraph: a call to <class 'map'> (in namedtuple's _replace)
+# Unsupported under fullgraph: method _make of a Pair (in namedtuple's _replace)
 case(nt_replace_asdict_make, (R(3),), (R(2),), full=False)
 case(nt_input, (Pair(R(3), R(3)),), (Pair(R(2, 1), R(2, 1)),))
 case(nt_torch_return_types, (R(3, 4),), (R(2, 5),))
@@ -1235,13 +1236,14 @@ case(it_accumulate, (R(3),), (R(4, 1),))
 case(it_accumulate_func, (R(3),), (R(2),))
 case(it_islice, (R(3),), (R(1),))
 case(it_zip_longest, (R(3),), (R(2),))
-# Unsupported under fullgraph: a call to <class 'itertools.repeat'>
+# Unsupported under fullgraph: more than 200000 instructions (an infinite repeat() run to
+#   its end: generators run eagerly during capture)
 case(it_repeat, (R(3),), (R(2),), full=False)
 case(it_starmap, (R(3),), (R(1, 4),))
 case(it_combinations, (R(3, 2),), (R(4, 3),))
 case(it_permutations, (R(2),))
 case(it_pairwise, (R(4, 2),), (R(3, 3),))
-# Unsupported under fullgraph: a call to <class 'itertools.count'>
+# Unsupported under fullgraph: more than 200000 instructions (count() is infinite)
 case(it_count, (R(3),), (R(2),), full=False)
 case(it_takewhile_dropwhile, (R(3),))
 
