@@ -267,8 +267,23 @@ bool Evaluator::instanceHasAttribute(const VariablePtr &self,
     if (Py_TYPE(attribute) != &PyMemberDescr_Type)
       return true; // a slot is there once it has been set
   }
-  if (lookUpOnType(cls, "__getattr__"))
-    unsupported("hasattr on a " + kindNameOf(cls) + " with __getattr__");
+  if (PyObject *hook = lookUpOnType(cls, "__getattr__")) {
+    if (!PyFunction_Check(hook))
+      unsupported("hasattr on a " + kindNameOf(cls) + " with a builtin "
+                  "__getattr__");
+    // As CPython's hasattr: __getattr__ runs, and an AttributeError from it
+    // means no.
+    try {
+      inlineFunction(functionVariable(hook),
+                     {self, Variable::constant(py::str(name))}, {});
+    } catch (PythonException &raised) {
+      if (!py::isinstance(raised.exception,
+                          py::handle(PyExc_AttributeError)))
+        throw;
+      return false;
+    }
+    return true;
+  }
   return false;
 }
 

@@ -1080,6 +1080,20 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
       return read;
     return wrap(attribute, nullptr);
   }
+  case Kind::Method:
+    // A bound method's object and function (a method of a Python class;
+    // builtin container methods have no function object here).
+    if (name == "__self__")
+      return base->items.at(0);
+    if (name == "__func__" && base->object &&
+        PyFunction_Check(base->object.ptr())) {
+      auto function = Variable::make(Kind::Function);
+      function->object = base->object;
+      return function;
+    }
+    if ((name == "__name__" || name == "__qualname__") && base->object)
+      return Variable::constant(base->object.attr(name.c_str()));
+    unsupported("attribute '" + name + "' of a method");
   default:
     unsupported("attribute '" + name + "' of a " +
                 kindNameOf(pythonTypeOf(base)));

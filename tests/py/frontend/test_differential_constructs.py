@@ -2324,10 +2324,8 @@ case(cls_slots, (R(3),), (R(1),))
 case(cls_class_attribute_write, (R(3),), (R(5),), state=("Registry.entries",))
 # Unsupported under fullgraph: the bytecode instruction LOAD_BUILD_CLASS
 case(cls_local_class, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: hasattr on a Fallback with __getattr__
-case(cls_getattr_fallback, (R(2),), full=False)
-# Unsupported under fullgraph: attribute '__self__' of a method
-case(cls_bound_method_value, (R(3),), (R(2),), full=False)
+case(cls_getattr_fallback, (R(2),))
+case(cls_bound_method_value, (R(3),), (R(2),))
 case(cls_attribute_update_loop, (R(3),), (R(1),))
 
 
