@@ -737,7 +737,21 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   }
   case Opcode::BINARY_SUBSCR: {
     VariablePtr key = pop(frame);
-    VariablePtr container = builtinContents(pop(frame), "__getitem__");
+    VariablePtr subject = pop(frame);
+    VariablePtr container = builtinContents(subject, "__getitem__");
+    if (container != subject && container->is(Kind::Dict)) {
+      // A dict subclass made in the frame: a missing key goes to its
+      // __missing__ (defaultdict's factory).
+      std::optional<py::object> constantKey = asConstant(key);
+      bool present = false;
+      for (const py::object &candidate : container->keys)
+        present = present || (constantKey && candidate.equal(*constantKey));
+      if (!present)
+        if (VariablePtr made = missingItem(subject, key)) {
+          frame.stack.push_back(made);
+          return;
+        }
+    }
     std::optional<py::object> constantKey = asConstant(key);
     switch (container->kind) {
     case Kind::Tensor:

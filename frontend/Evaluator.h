@@ -101,6 +101,8 @@ struct Handles {
   py::object enumType = py::module_::import("enum").attr("Enum");
   py::object orderedDictType =
       py::module_::import("collections").attr("OrderedDict");
+  py::object defaultDictType =
+      py::module_::import("collections").attr("defaultdict");
 
   Handles() {
     for (const char *name :
@@ -296,6 +298,13 @@ private:
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
+  /// collections.OrderedDict(...) and defaultdict(...) made in the frame.
+  VariablePtr constructBuiltinDict(
+      py::handle cls, std::vector<VariablePtr> &args,
+      const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  /// `instance[key]` where the key is missing from a dict subclass made in
+  /// the frame: its __missing__ (null where its class has none).
+  VariablePtr missingItem(const VariablePtr &instance, const VariablePtr &key);
   /// `left <op> right` through the operands' Python special methods
   /// (`__add__`, then the other's `__radd__`; `__eq__` and its reflection
   /// `__eq__`), as CPython dispatches them; null where neither operand's

@@ -227,16 +227,46 @@ VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
       copy->items = self->items;
       return copy;
     }
-    if (name == "popitem" && args.empty()) {
+    if (name == "popitem" && args.size() <= 1) {
+      // popitem(last=True): OrderedDict's may take the first item.
+      std::optional<py::object> last =
+          args.empty() ? std::optional<py::object>(py::bool_(true))
+                       : asConstant(args[0]);
+      if (!last)
+        unsupported("popitem with a symbolic `last`");
       if (self->keys.empty())
-        unsupported("KeyError: popitem(): dictionary is empty");
+        raisePython(PyExc_KeyError, py::str("popitem(): dictionary is empty"));
       checkNotInput(self, "popping from");
+      size_t at = PyObject_IsTrue(last->ptr()) ? self->keys.size() - 1 : 0;
       VariablePtr pair = Variable::sequence(
-          Kind::Tuple,
-          {Variable::constant(self->keys.back()), self->items.back()});
-      self->keys.pop_back();
-      self->items.pop_back();
+          Kind::Tuple, {Variable::constant(self->keys[at]), self->items[at]});
+      self->keys.erase(self->keys.begin() + static_cast<std::ptrdiff_t>(at));
+      self->items.erase(self->items.begin() + static_cast<std::ptrdiff_t>(at));
       return pair;
+    }
+    if (name == "move_to_end" && (args.size() == 1 || args.size() == 2)) {
+      std::optional<py::object> key = asConstant(args[0]);
+      std::optional<py::object> last =
+          args.size() == 2 ? asConstant(args[1])
+                           : std::optional<py::object>(py::bool_(true));
+      if (!key || !last)
+        unsupported("move_to_end with a symbolic key or `last`");
+      int index = findKey(*key);
+      if (index < 0)
+        raisePython(PyExc_KeyError, *key);
+      checkNotInput(self, "reordering");
+      py::object movedKey = self->keys[size_t(index)];
+      VariablePtr moved = self->items[size_t(index)];
+      self->keys.erase(self->keys.begin() + index);
+      self->items.erase(self->items.begin() + index);
+      if (PyObject_IsTrue(last->ptr())) {
+        self->keys.push_back(movedKey);
+        self->items.push_back(moved);
+      } else {
+        self->keys.insert(self->keys.begin(), movedKey);
+        self->items.insert(self->items.begin(), moved);
+      }
+      return none;
     }
     if (name == "clear" && args.empty()) {
       checkNotInput(self, "clearing");
@@ -771,9 +801,32 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         return structure;
     if (self->is(Kind::Instance) && callable->object &&
         !PyFunction_Check(callable->object.ptr())) {
+      // OrderedDict's move_to_end(key, last=) and popitem(last=).
+      if (kwargs.size() == 1 && kwargs[0].first == "last") {
+        args.push_back(kwargs[0].second);
+        kwargs.clear();
+      }
       if (!kwargs.empty())
         unsupported("keyword arguments to a builtin method");
       return callSlotOnInstance(callable->object, self, args);
+    }
+    if ((!callable->object || callable->object.is_none()) &&
+        self->is(Kind::Instance) && self->items.size() > 1) {
+      // A builtin base's method of a dict subclass made in the frame acts
+      // on its contents; copy() of an OrderedDict or defaultdict makes one
+      // of its class, not modelled.
+      const Handles &handles = Handles::get();
+      if (callable->name == "copy" &&
+          (PyObject_IsSubclass(self->object.ptr(),
+                               handles.orderedDictType.ptr()) == 1 ||
+           PyObject_IsSubclass(self->object.ptr(),
+                               handles.defaultDictType.ptr()) == 1))
+        unsupported(kindNameOf(self->object) +
+                    ".copy (an object of its own class)");
+      auto contents = Variable::make(Kind::Method);
+      contents->name = callable->name;
+      contents->items.push_back(self->items[1]);
+      return call(contents, std::move(args), std::move(kwargs));
     }
     if (!callable->object || callable->object.is_none()) {
       if (self->is(Kind::Set)) {
@@ -801,8 +854,20 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
           setDictItem(self, py::str(name), value);
         return Variable::constant(py::none());
       }
+      // An OrderedDict's contents (flag) take move_to_end(key, last=) and
+      // popitem(last=); a plain dict has neither.
+      bool ordered = self->is(Kind::Dict) && self->flag;
+      if (ordered && kwargs.size() == 1 && kwargs[0].first == "last" &&
+          (callable->name == "move_to_end" || callable->name == "popitem")) {
+        args.push_back(kwargs[0].second);
+        kwargs.clear();
+      }
       if (!kwargs.empty())
         unsupported("keyword arguments to a container method");
+      if (self->is(Kind::Dict) && !ordered &&
+          (callable->name == "move_to_end" ||
+           (callable->name == "popitem" && !args.empty())))
+        unsupported("method " + callable->name + " of a dict");
       return callMethodOfContainer(self, callable->name, args);
     }
     args.insert(args.begin(), self);

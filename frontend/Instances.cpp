@@ -21,6 +21,7 @@ PyObject *modelledBase(py::handle cls) {
   PyObject *objectType = reinterpret_cast<PyObject *>(&PyBaseObject_Type);
   PyObject *dictType = reinterpret_cast<PyObject *>(&PyDict_Type);
   py::handle ordered = h.orderedDictType;
+  py::handle defaulted = h.defaultDictType;
   PyObject *base = objectType;
   for (py::handle entry : cls.attr("__mro__")) {
     PyObject *type = entry.ptr();
@@ -31,7 +32,7 @@ PyObject *modelledBase(py::handle cls) {
         base = dictType;
       continue;
     }
-    if (type == ordered.ptr()) {
+    if (type == ordered.ptr() || type == defaulted.ptr()) {
       base = type;
       continue;
     }
@@ -71,6 +72,9 @@ int findKey(const VariablePtr &dict, py::handle key) {
 VariablePtr Evaluator::constructInstance(
     py::handle cls, std::vector<VariablePtr> args,
     std::vector<std::pair<std::string, VariablePtr>> kwargs) {
+  const Handles &h = Handles::get();
+  if (cls.is(h.orderedDictType) || cls.is(h.defaultDictType))
+    return constructBuiltinDict(cls, args, kwargs);
   if (!(reinterpret_cast<PyTypeObject *>(cls.ptr())->tp_flags &
         Py_TPFLAGS_HEAPTYPE))
     return nullptr; // a builtin or extension class itself
@@ -86,6 +90,8 @@ VariablePtr Evaluator::constructInstance(
   instance->items.push_back(Variable::make(Kind::Dict));
   if (base != reinterpret_cast<PyObject *>(&PyBaseObject_Type))
     instance->items.push_back(Variable::make(Kind::Dict));
+  if (base == h.orderedDictType.ptr())
+    instance->items[1]->flag = true; // OrderedDict's methods
   madeInstances_ = true;
   PyObject *init = lookUpOnType(cls, "__init__");
   if (init && PyFunction_Check(init)) {
@@ -98,6 +104,65 @@ VariablePtr Evaluator::constructInstance(
     unsupported(kindNameOf(cls) + "() with arguments and no Python __init__");
   }
   return instance;
+}
+
+VariablePtr Evaluator::constructBuiltinDict(
+    py::handle cls, std::vector<VariablePtr> &args,
+    const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
+  // OrderedDict(items, **more) and defaultdict(factory, items, **more): an
+  // instance whose contents are a dict of the frame; defaultdict's factory
+  // is its default_factory attribute (a missing key calls it).
+  auto instance = Variable::make(Kind::Instance);
+  instance->object = py::reinterpret_borrow<py::object>(cls);
+  instance->items.push_back(Variable::make(Kind::Dict));
+  instance->items.push_back(Variable::make(Kind::Dict));
+  instance->items[1]->flag = cls.is(Handles::get().orderedDictType);
+  madeInstances_ = true;
+  size_t first = 0;
+  if (cls.is(Handles::get().defaultDictType)) {
+    VariablePtr factory =
+        args.empty() ? Variable::constant(py::none()) : args[0];
+    if (!(factory->is(Kind::Constant) && factory->object.is_none()) &&
+        !factory->is(Kind::Function) && !factory->is(Kind::Callable) &&
+        !factory->is(Kind::Constant))
+      unsupported("a defaultdict whose factory is a " +
+                  kindNameOf(pythonTypeOf(factory)));
+    setDictItem(instance->items[0], py::str("default_factory"), factory);
+    first = args.empty() ? 0 : 1;
+  }
+  if (args.size() > first + 1)
+    unsupported(kindNameOf(cls) + "() with more than one mapping");
+  if (args.size() == first + 1)
+    mergeIntoDict(instance->items[1], args[first]);
+  for (const auto &[name, value] : kwargs)
+    setDictItem(instance->items[1], py::str(name), value);
+  return instance;
+}
+
+VariablePtr Evaluator::missingItem(const VariablePtr &instance,
+                                   const VariablePtr &key) {
+  // d[key] of a dict subclass made in the frame, the key not there: its
+  // __missing__ (a Python one inlined; defaultdict's calls the factory and
+  // stores what it made).
+  PyObject *missing = lookUpOnType(instance->object, "__missing__");
+  if (!missing)
+    return nullptr;
+  if (PyFunction_Check(missing))
+    return inlineFunction(functionVariable(missing), {instance, key}, {});
+  if (PyObject_IsSubclass(instance->object.ptr(),
+                          Handles::get().defaultDictType.ptr()) != 1)
+    unsupported("a builtin __missing__ of " + kindNameOf(instance->object));
+  int slot = findKey(instance->items[0], py::str("default_factory"));
+  VariablePtr factory =
+      slot < 0 ? nullptr : instance->items[0]->items[static_cast<size_t>(slot)];
+  std::optional<py::object> constantKey = asConstant(key);
+  if (!constantKey)
+    unsupported("a dict key that is not a constant");
+  if (!factory || (factory->is(Kind::Constant) && factory->object.is_none()))
+    raisePython(PyExc_KeyError, *constantKey);
+  VariablePtr made = call(factory, {}, {});
+  setDictItem(instance->items[1], *constantKey, made);
+  return made;
 }
 
 VariablePtr Evaluator::constructNamedTuple(
@@ -238,9 +303,11 @@ VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
       py::object owner = py::getattr(attribute, "__objclass__", py::none());
       if (self->items.size() > 1 && !owner.is_none() &&
           owner.ptr() != reinterpret_cast<PyObject *>(&PyBaseObject_Type)) {
+        // Bound to the instance (a graph break rebuilds it as its own
+        // class's method); calls act on the contents.
         auto method = Variable::make(Kind::Method);
         method->name = name;
-        method->items.push_back(self->items[1]);
+        method->items.push_back(self);
         return method;
       }
       unsupported(where + " through a " + typeName(classAttribute));
@@ -269,7 +336,8 @@ bool Evaluator::instanceHasAttribute(const VariablePtr &self,
   }
   if (PyObject *hook = lookUpOnType(cls, "__getattr__")) {
     if (!PyFunction_Check(hook))
-      unsupported("hasattr on a " + kindNameOf(cls) + " with a builtin "
+      unsupported("hasattr on a " + kindNameOf(cls) +
+                  " with a builtin "
                   "__getattr__");
     // As CPython's hasattr: __getattr__ runs, and an AttributeError from it
     // means no.
@@ -277,8 +345,7 @@ bool Evaluator::instanceHasAttribute(const VariablePtr &self,
       inlineFunction(functionVariable(hook),
                      {self, Variable::constant(py::str(name))}, {});
     } catch (PythonException &raised) {
-      if (!py::isinstance(raised.exception,
-                          py::handle(PyExc_AttributeError)))
+      if (!py::isinstance(raised.exception, py::handle(PyExc_AttributeError)))
         throw;
       return false;
     }
@@ -419,6 +486,9 @@ VariablePtr Evaluator::callSlotOnInstance(py::handle slot,
   } else if (self->items.size() > 1 && !owner.is_none()) {
     if (name == "__init__" && args.empty())
       return none; // dict.__init__() of an instance that starts empty
+    if (name == "copy" &&
+        owner.ptr() != reinterpret_cast<PyObject *>(&PyDict_Type))
+      unsupported(kindNameOf(owner) + ".copy (an object of its own class)");
     return callMethodOfContainer(self->items[1], name, args);
   }
   unsupported(py::repr(slot).cast<std::string>() + " on a " +

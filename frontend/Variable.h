@@ -54,12 +54,13 @@ struct Variable {
   py::object object; // the Python object, where there is one
   Value *tensor = nullptr;
   std::vector<VariablePtr> items;
-  std::vector<py::object> keys;   // Dict keys
-  std::string name;               // Method: the attribute name
-  size_t position = 0;            // Iterator
-  bool flag = false;              // GradContext / GradRestore: grad mode to set
-  py::object code;                // nested Function: code object
-  py::object globals;             // nested Function: its globals
+  std::vector<py::object> keys; // Dict keys
+  std::string name;             // Method: the attribute name
+  size_t position = 0;          // Iterator
+  bool flag = false;  // GradContext / GradRestore: grad mode to set; Dict:
+                      // an OrderedDict's contents (move_to_end, popitem(last))
+  py::object code;    // nested Function: code object
+  py::object globals; // nested Function: its globals
   std::vector<VariablePtr> cells; // nested Function: closure cells
   py::object kwdefaults; // nested Function: kw-only defaults dict or None
   /// Tensor read from a source: its exact class (Tensor, Parameter,

@@ -473,16 +473,11 @@ case(dict_ctor_kwargs, (R(3, 4),), (R(5),))
 case(dict_ctor_pairs, (R(3),), (R(2, 2),))
 case(dict_ctor_zip, (R(3, 4),), (R(3, 2),))
 case(dict_ctor_copy_with_kwargs, (R(2),), (R(4, 1),))
-# Unsupported under fullgraph: a call to <class 'collections.OrderedDict'>
-case(ordereddict_move_to_end, (R(3),), (R(5),), full=False)
-# Unsupported under fullgraph: a call to <class 'collections.OrderedDict'>
-case(ordereddict_popitem, (R(2),), (R(3),), full=False)
-# Unsupported under fullgraph: a call to <class 'collections.defaultdict'>
-case(defaultdict_list, (R(4, 3),), (R(5, 2),), full=False)
-# Unsupported under fullgraph: a call to <class 'collections.defaultdict'>
-case(defaultdict_int, (R(3),), (R(2, 2),), full=False)
-# Unsupported under fullgraph: a call to <class 'collections.defaultdict'>
-case(defaultdict_returned, (R(3),), (R(1),), full=False)
+case(ordereddict_move_to_end, (R(3),), (R(5),))
+case(ordereddict_popitem, (R(2),), (R(3),))
+case(defaultdict_list, (R(4, 3),), (R(5, 2),))
+case(defaultdict_int, (R(3),), (R(2, 2),))
+case(defaultdict_returned, (R(3),), (R(1),))
 case(dict_update_forms, (R(3),), (R(2, 3),))
 # Unsupported under fullgraph: a call to <built-in method fromkeys of type object>
 #   (OrderedDict.fromkeys; dict.fromkeys is modelled)
@@ -3567,6 +3562,42 @@ case(ex_getattr_probe_and_bare_reraise, (R(3), types.SimpleNamespace()),
 case(ex_with_block_suppresses, (R(3),), (R(2, 2),))
 # Unsupported under fullgraph: raising a ShapeError (an instance made in the frame)
 case(ex_uncaught_in_frame, (R(3),), full=False)
+
+
+# --- collections.OrderedDict and defaultdict made in the frame -----------------
+
+def od_dd_grouping_and_order(x):
+    groups = defaultdict(list)
+    for i, row in enumerate(x.unbind(0)):
+        groups[i % 2].append(row * i)
+    counts = defaultdict(int)
+    counts["a"] += 1
+    lazy = defaultdict(lambda: x.sum())
+    total = lazy["q"] + lazy["q"]
+    order = OrderedDict(b=x.sum(), a=x.mean())
+    order["c"] = x.amax()
+    order.move_to_end("b")
+    first = order.popitem(last=False)
+    return dict(groups), counts, order, first, list(order), "zz" in counts, total, len(lazy)
+
+
+def od_dd_missing_without_factory(x):
+    d = defaultdict(None, {"k": x})
+    try:
+        return d["missing"]
+    except KeyError:
+        return d["k"] * 2, d.default_factory
+
+
+def od_copy_keeps_its_class(x):
+    order = OrderedDict(a=x)
+    return order.copy(), x
+
+
+case(od_dd_grouping_and_order, (R(4, 2),), (R(3, 3),))
+case(od_dd_missing_without_factory, (R(3),), (R(2, 2),))
+# Unsupported under fullgraph: OrderedDict.copy (an object of its own class)
+case(od_copy_keeps_its_class, (R(3),), full=False)
 
 @pytest.mark.parametrize("fn,args,alt,full,state", CASES)
 def test_differential(fn, args, alt, full, state):
