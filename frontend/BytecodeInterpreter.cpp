@@ -415,6 +415,7 @@ VariablePtr Evaluator::runFrame(Frame &frame) {
         failedStep_ = rootStep_ - 1;
         failedPc_ = pc;
         failedOffset_ = instruction.offset;
+        failedInExceptBlock_ = handling_ != nullptr;
       }
       std::string message = error.what();
       if (message.find(" [at ") == std::string::npos)

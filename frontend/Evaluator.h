@@ -195,6 +195,10 @@ public:
   /// A torch call failed on tensors with symbolic sizes (its meta function
   /// cannot take them): a static capture, not a graph break, is the answer.
   bool failedOnSymbolicSizes() const { return failedOnSymbolicSizes_; }
+  /// Whether the root frame failed inside an except block: a resume
+  /// function would run the rest of the block without the exception being
+  /// handled (a bare raise there fails), so the frame runs in CPython.
+  bool failedInExceptBlock() const { return failedInExceptBlock_; }
   long failedStep() const { return failedStep_; }
   size_t failedPc() const { return failedPc_; }
   int failedOffset() const { return failedOffset_; }
@@ -505,6 +509,7 @@ private:
   std::string breakReason_;
   long failedStep_ = -1;
   bool failedOnSymbolicSizes_ = false;
+  bool failedInExceptBlock_ = false;
   size_t failedPc_ = 0;
   int failedOffset_ = 0;
 };

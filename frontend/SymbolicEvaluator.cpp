@@ -1374,7 +1374,7 @@ Capture captureFunction(py::handle function, const FrameInputs &inputs,
     return evaluator.run(function);
   } catch (const Unsupported &error) {
     if (!allowBreaks || !evaluator.failedInRootFrame() ||
-        evaluator.failedOnSymbolicSizes())
+        evaluator.failedOnSymbolicSizes() || evaluator.failedInExceptBlock())
       throw;
     // A graph break before the root frame's instruction that failed (the
     // call that entered an inlined chain, if the failure was in there).

@@ -670,3 +670,33 @@ def test_a_closure_reading_a_cell_after_the_break():
 
     info = kiln.cache_info(check(fn, lambda: (torch.randn(3),)))
     assert info["breaks"] and not info["runs_in_cpython"], info["fallback_reason"]
+
+
+def test_break_inside_an_except_block_runs_the_frame_in_cpython():
+    # The exception is caught during capture; a resume function would run
+    # the rest of the except block without it being handled (a bare raise
+    # there would fail), so the frame runs in CPython. A break after the
+    # block is an ordinary graph break.
+    def inside(x, d):
+        try:
+            y = d["missing"]
+        except KeyError:
+            print("handled")
+            y = x * 2
+        return y + 1
+
+    def after(x, d):
+        try:
+            y = d["missing"]
+        except KeyError:
+            y = x * 2
+        print("after")
+        return y + 1
+
+    x = torch.randn(3)
+    compiled = kiln.compile(inside)
+    torch.testing.assert_close(compiled(x, {}), inside(x, {}))
+    assert kiln.cache_info(compiled)["runs_in_cpython"]
+    compiled = kiln.compile(after)
+    torch.testing.assert_close(compiled(x, {}), after(x, {}))
+    assert len(kiln.cache_info(compiled)["breaks"]) == 1
