@@ -938,6 +938,33 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     }
     if (function.is(h.builtin("print")))
       unsupported("print() (a side effect)");
+    if (function.is(h.partialType)) {
+      // functools.partial(func, *args, **kw) over objects that exist (not
+      // tensors or functions the frame made): the real partial object, so
+      // isinstance, type and its attributes are Python's; calls read it.
+      py::list realArgs;
+      py::dict realKwargs;
+      auto real = [&](const VariablePtr &value) -> py::object {
+        if (std::optional<py::object> constant = asConstant(value))
+          return *constant;
+        if (value->object && !value->is(Kind::Tensor) &&
+            (value->is(Kind::Function) || value->is(Kind::Callable) ||
+             value->is(Kind::PythonModule) ||
+             (value->is(Kind::Object) && !value->source)))
+          return value->object;
+        unsupported("functools.partial over a " +
+                    kindNameOf(pythonTypeOf(value)) + " of the frame");
+      };
+      for (const VariablePtr &arg : args)
+        realArgs.append(real(arg));
+      for (const auto &[name, value] : kwargs)
+        realKwargs[py::str(name)] = real(value);
+      py::object made = function(*realArgs, **realKwargs);
+      keepAlive_.push_back(made);
+      VariablePtr object = wrap(made, nullptr);
+      object->ownedByFrame = true;
+      return object;
+    }
     if (py::object model = h.polyfillFor(function)) {
       // functools.reduce, itertools' iterators, map, ...: their Python
       // model, inlined as user code is.

@@ -1,6 +1,7 @@
 # Pure-Python models of builtins that kiln's capture runs through its
-# bytecode evaluator instead of refusing: functools.reduce and partial,
-# itertools' iterators, map and filter. Each follows its CPython
+# bytecode evaluator instead of refusing: functools.reduce, itertools'
+# iterators, map and filter (functools.partial is a real partial object:
+# frontend/EvaluatorCalls.cpp). Each follows its CPython
 # documentation's equivalent code, written with what the evaluator models
 # (lists, tuples, loops, generators). Generators made during capture run to
 # exhaustion when called: an infinite one (itertools.count, repeat without
@@ -26,15 +27,6 @@ def reduce(function, iterable, initial=_MISSING):
     for index in range(start, len(items)):
         value = function(value, items[index])
     return value
-
-
-def partial(func, /, *args, **keywords):
-    def call(*more, **extra):
-        merged = dict(keywords)
-        merged.update(extra)
-        return func(*args, *more, **merged)
-
-    return call
 
 
 def map_(function, *iterables):
@@ -245,7 +237,6 @@ def compress(data, selectors):
 # such as chain.from_iterable is a new bound object at each access).
 POLYFILLS = {
     functools.reduce: reduce,
-    functools.partial: partial,
     map: map_,
     filter: filter_,
     itertools.chain: chain,
