@@ -464,6 +464,20 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       break;
     }
   }
+  // Values the evaluator models without their Python type: an iterator
+  // the frame made (map, zip, a generator, a Python model's), a grad-mode
+  // context, super(). isinstance and type() of them are not answered.
+  auto checkTypeKnown = [&](const VariablePtr &value) {
+    if (value->is(Kind::Iterator) || value->is(Kind::GradContext) ||
+        value->is(Kind::GradRestore) || value->is(Kind::Super) ||
+        value->is(Kind::Cell))
+      unsupported("the type of an iterator, context or super() the frame "
+                  "made");
+  };
+  if (is("isinstance") && args.size() == 2)
+    checkTypeKnown(args[0]);
+  if (is("type") && args.size() == 1)
+    checkTypeKnown(args[0]);
   if ((is("isinstance") || is("issubclass")) && args.size() == 2) {
     std::optional<py::object> classes = asConstant(args[1]);
     if (!classes) {

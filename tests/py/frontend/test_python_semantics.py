@@ -296,3 +296,20 @@ def test_an_iterator_read_by_an_unfinished_enumerate_runs_in_python():
     torch.testing.assert_close(out[0], expected[0])
     assert len(out[1]) == len(expected[1]) == 2
     assert "unfinished enumerate or zip" in kiln.cache_info(compiled)["fallback_reason"]
+
+
+def test_type_of_iterators_the_frame_made_is_never_guessed():
+    # map, itertools and generators run as Python models or eagerly during
+    # capture: isinstance and type() of them fall back to CPython rather
+    # than answer with the model's type.
+    import itertools
+
+    def fn(x):
+        m = map(abs, [1, -2])
+        c = itertools.chain([1], [2])
+        return isinstance(m, map), type(c).__name__, list(m), x + 1
+
+    x = torch.randn(3)
+    got, expected = kiln.compile(fn)(x), fn(x)
+    assert got[:3] == expected[:3]
+    torch.testing.assert_close(got[3], expected[3])
