@@ -648,13 +648,12 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       // (key, value) in d.items(): the key is there with an equal value.
       const VariablePtr &dict = container->items.at(0);
       py::tuple pair = *key;
-      for (size_t i = 0; i < dict->keys.size() && !found; ++i) {
-        if (!dict->keys[i].equal(pair[0]))
-          continue;
-        std::optional<py::object> value = asConstant(dict->items[i]);
+      if (int index = findKey(dict, pair[0]); index >= 0) {
+        const VariablePtr &item = dict->items[size_t(index)];
+        std::optional<py::object> value = asConstant(item);
         if (!value)
           unsupported("`in` on the items of a dict holding a " +
-                      kindNameOf(pythonTypeOf(dict->items[i])));
+                      kindNameOf(pythonTypeOf(item)));
         found = value->equal(pair[1]);
       }
     } else if ((container->is(Kind::Dict) ||
@@ -744,10 +743,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
       // A dict subclass made in the frame: a missing key goes to its
       // __missing__ (defaultdict's factory).
       std::optional<py::object> constantKey = asConstant(key);
-      bool present = false;
-      for (const py::object &candidate : container->keys)
-        present = present || (constantKey && candidate.equal(*constantKey));
-      if (!present)
+      if (!constantKey || findKey(container, *constantKey) < 0)
         if (VariablePtr made = missingItem(subject, key)) {
           frame.stack.push_back(made);
           return;
@@ -995,15 +991,12 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
                   kindNameOf(pythonTypeOf(subject)));
     std::vector<VariablePtr> values;
     for (py::handle key : *keys) {
-      VariablePtr found;
-      for (size_t i = 0; i < subject->keys.size() && !found; ++i)
-        if (subject->keys[i].equal(key))
-          found = subject->items[i];
-      if (!found) {
+      int index = findKey(subject, key);
+      if (index < 0) {
         frame.stack.push_back(Variable::constant(py::none()));
         return;
       }
-      values.push_back(found);
+      values.push_back(subject->items[size_t(index)]);
     }
     frame.stack.push_back(Variable::sequence(Kind::Tuple, std::move(values)));
     return;
@@ -1044,15 +1037,12 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     }
     if (container->is(Kind::Dict)) {
       checkNotInput(container, "deleting from");
-      for (size_t i = 0; i < container->keys.size(); ++i)
-        if (container->keys[i].equal(*constantKey)) {
-          container->keys.erase(container->keys.begin() +
-                                static_cast<std::ptrdiff_t>(i));
-          container->items.erase(container->items.begin() +
-                                 static_cast<std::ptrdiff_t>(i));
-          return;
-        }
-      raisePython(PyExc_KeyError, *constantKey);
+      int index = findKey(container, *constantKey);
+      if (index < 0)
+        raisePython(PyExc_KeyError, *constantKey);
+      container->keys.erase(container->keys.begin() + index);
+      container->items.erase(container->items.begin() + index);
+      return;
     }
     unsupported("deleting from a " + kindNameOf(pythonTypeOf(container)));
   }

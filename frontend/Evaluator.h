@@ -161,6 +161,8 @@ bool isTorchModuleName(const std::string &name);
 /// capture's snapshot: its list changed, or an enumerate or zip made over it
 /// (which took its items at once) has items left.
 bool iteratorIsStale(const Variable &iterator);
+/// The position of `key` among a dict variable's keys, or -1.
+int findKey(const VariablePtr &dict, py::handle key);
 
 /// A Python exception raised inside the code being evaluated (a missing
 /// dict key, a `raise` statement): runFrame looks for the `try` block that

@@ -60,14 +60,14 @@ VariablePtr functionVariable(PyObject *function) {
   return variable;
 }
 
+} // namespace
+
 int findKey(const VariablePtr &dict, py::handle key) {
   for (size_t i = 0; i < dict->keys.size(); ++i)
     if (dict->keys[i].equal(key))
       return static_cast<int>(i);
   return -1;
 }
-
-} // namespace
 
 VariablePtr Evaluator::constructInstance(
     py::handle cls, std::vector<VariablePtr> args,

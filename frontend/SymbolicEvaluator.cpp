@@ -528,11 +528,10 @@ VariablePtr Evaluator::sequenceOf(const VariablePtr &value) {
 
 void Evaluator::setDictItem(const VariablePtr &dict, const py::object &key,
                             const VariablePtr &value) {
-  for (size_t i = 0; i < dict->keys.size(); ++i)
-    if (dict->keys[i].equal(key)) {
-      dict->items[i] = value;
-      return;
-    }
+  if (int index = findKey(dict, key); index >= 0) {
+    dict->items[size_t(index)] = value;
+    return;
+  }
   dict->keys.push_back(key);
   dict->items.push_back(value);
 }
