@@ -9,6 +9,7 @@
 #include "bridge/NativeRunner.h"
 #include "bridge/PythonConversion.h"
 #include "bridge/RunnerChoice.h"
+#include "bridge/TorchAbi.h"
 #include "ir/Error.h"
 #include "ir/Graph.h"
 #include "runtime/HostMemoryPool.h"
@@ -349,6 +350,10 @@ void defineGraphBindings(py::module_ &module) {
   module.def("threads_use_openmp", &backend::threadsUseOpenMp,
              "Whether kernels run on the process's OpenMP thread team "
              "(torch's) rather than kiln's own workers.");
+  module.def("allocates_through_torch_c_functions", &hasDirectAllocation,
+             "Whether compiled programs make their output tensors through "
+             "torch's exported C functions (the AOTInductor shim) rather "
+             "than torch.empty_strided from Python.");
   module.def("cpu_streaming_bytes", &backend::streamingBytes,
              "Output size in bytes from which CPU kernels store past the "
              "caches: half the last-level cache unless "

@@ -85,6 +85,7 @@ private:
   /// torch's current stream there, in order with torch's own work.
   bool onGpu_ = false;
   int gpu_ = 0;
+  Device device_;
   py::object torchDevice_;
 };
 

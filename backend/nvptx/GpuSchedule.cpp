@@ -43,6 +43,11 @@ constexpr int64_t kMaxFewBlocksLaneWork = 512;
 // Threads a column mapping aims for: H100 holds 270K resident, and a
 // column sum streams from memory only with many loads in flight.
 constexpr int64_t kColumnThreads = int64_t(1) << 17;
+// A column mapping's blocks read whole lines where they still number this
+// many: on an H100, sums over 16384 rows of 1024 / 2048 / 4096 columns took
+// 27 / 49 / 91 us in blocks of 1024 threads 16 / 32 / 32 columns wide (64,
+// 64, 128 blocks), 29 / 55 / 104 us 8 / 8 / 16 wide (128, 256, 256 blocks).
+constexpr int64_t kMinColumnBlocks = 64; // about half the multiprocessors
 // Pointwise kernels give a thread kPointsPerThread points where there are
 // enough points to still have kColumnThreads threads: each thread then has
 // several loads in flight, and the GPU schedules a quarter of the blocks.
@@ -120,14 +125,14 @@ void shape(GpuKernelSchedule &record, const loop::Kernel &kernel,
   record.sharedBytes = static_cast<unsigned>(bytes);
 }
 
-// A column mapping: `width` consecutive points a block (the widest that
-// still gives a block to every multiprocessor, at least 8: 32 bytes of
-// float32, a whole memory sector), lanes doubled until the grid has
-// kColumnThreads or lanes run short of work.
+// A column mapping: `width` consecutive points a block (the widest, up to
+// 32: a 128-byte line of float32 a row, that still gives kMinColumnBlocks
+// blocks; at least 8: a whole 32-byte memory sector), lanes doubled until
+// the grid has kColumnThreads or lanes run short of work.
 void shapeColumns(GpuKernelSchedule &record, const loop::Kernel &kernel,
                   int64_t work) {
   unsigned width = 32;
-  while (width > 8 && (record.points + width - 1) / width < kMultiprocessors)
+  while (width > 8 && (record.points + width - 1) / width < kMinColumnBlocks)
     width /= 2;
   unsigned lanes = kWarp / width; // whole warps: shuffles need every lane
   while (lanes * 2 * width <= kMaxBlock &&

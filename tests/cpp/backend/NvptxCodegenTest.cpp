@@ -10,7 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <map>
+#include <sstream>
 
 using namespace kiln;
 using namespace kiln::backend;
@@ -405,15 +408,17 @@ TEST(NvptxCodegen, ColumnReductionsSplitColumnsAcrossLanes) {
     std::vector<GpuKernelSchedule> laned = lanedKernels(schedule);
     ASSERT_EQ(laned.size(), 1u) << schedule.str();
     const GpuKernelSchedule &record = laned[0];
-    // Never a block per column (35 us against eager's 18 on an H100): 8
-    // columns a block (128 blocks), 128 lanes down each, 131072 threads.
+    // Never a block per column (35 us against eager's 18 on an H100): 16
+    // columns a block (64 blocks: 8 wide, 128 blocks, measured slower), 64
+    // lanes down each, blocks of 1024 threads.
     EXPECT_EQ(record.mapping, GpuMapping::Column) << schedule.str();
-    EXPECT_EQ(record.pointsPerBlock, 8u);
-    EXPECT_EQ(record.lanesPerPoint, 128u);
-    EXPECT_EQ(record.grid, 128u);
-    EXPECT_EQ(record.lanesPerWarp(), 4u);
+    EXPECT_EQ(record.pointsPerBlock, 16u);
+    EXPECT_EQ(record.lanesPerPoint, 64u);
+    EXPECT_EQ(record.grid, 64u);
+    EXPECT_EQ(record.block, 1024u);
+    EXPECT_EQ(record.lanesPerWarp(), 2u);
     EXPECT_EQ(record.partialsPerPoint(), 32u);
-    EXPECT_NE(schedule.str().find("mapping=column points=8 lanes=128"),
+    EXPECT_NE(schedule.str().find("mapping=column points=16 lanes=64"),
               std::string::npos)
         << schedule.str();
     GpuCode code = generateGpuCode(p, "sm_90");
@@ -421,12 +426,13 @@ TEST(NvptxCodegen, ColumnReductionsSplitColumnsAcrossLanes) {
     EXPECT_NE(code.ptx.find(".shared"), std::string::npos) << b;
     EXPECT_NE(code.ptx.find("shfl.sync.bfly"), std::string::npos) << b;
   }
-  // Wider grids take 32 or 16 columns a block.
+  // Wider grids take 32 columns a block: a 128-byte line of each row.
   loop::Program wide = program(DType::Float32, {16384, 4096}, bodies[0]);
   std::vector<GpuKernelSchedule> laned = lanedKernels(scheduleForGpu(wide));
   ASSERT_EQ(laned.size(), 1u);
   EXPECT_EQ(laned[0].mapping, GpuMapping::Column);
-  EXPECT_EQ(laned[0].pointsPerBlock, 16u);
+  EXPECT_EQ(laned[0].pointsPerBlock, 32u);
+  EXPECT_EQ(laned[0].grid, 128u);
   EXPECT_GE(int64_t(laned[0].grid) * laned[0].block, 65536);
   // Few columns, long or short.
   for (Shape sizes : {Shape{5000, 3}, Shape{17, 33}}) {
@@ -457,6 +463,59 @@ TEST(NvptxCodegen, ColumnReductionsSplitColumnsAcrossLanes) {
   for (const GpuKernelSchedule &record :
        lanedKernels(scheduleForGpu(transposed)))
     EXPECT_NE(record.mapping, GpuMapping::Column);
+}
+
+// The body of the first loop in PTX: from a label to the first branch back
+// to it.
+std::string firstLoopBody(const std::string &ptx) {
+  std::istringstream lines(ptx);
+  std::map<std::string, size_t> labels; // label -> where its line starts
+  std::string line;
+  size_t offset = 0;
+  while (std::getline(lines, line)) {
+    size_t start = offset;
+    offset += line.size() + 1;
+    if (!line.empty() && line.back() == ':') {
+      labels[line.substr(0, line.size() - 1)] = start;
+      continue;
+    }
+    size_t branch = line.find("bra");
+    if (branch == std::string::npos)
+      continue;
+    std::string target = line.substr(line.find_last_of(" \t") + 1);
+    target.pop_back(); // ';'
+    auto label = labels.find(target);
+    if (label != labels.end())
+      return ptx.substr(label->second, start - label->second);
+  }
+  return "";
+}
+
+TEST(NvptxCodegen, ColumnLanesSumPlainlyRowLanesCompensate) {
+  // A column lane's step takes 8 rows and adds them without Kahan's
+  // compensation, whose chain of dependent additions kept the loads from
+  // streaming (28.9 us against 28.1 for a column sum of 64 MB on an H100);
+  // the lanes' partials then combine as a tree, as torch's GPU sums do.
+  std::string column =
+      firstLoopBody(generateGpuCode(program(DType::Float32, {4096, 1024},
+                                            [](Graph &g, Value *x) {
+                                              return sumOver(g, x, 0);
+                                            }),
+                                    "sm_90")
+                        .ptx);
+  EXPECT_EQ(count(column, "ld.global.f32"), 8u) << column;
+  EXPECT_EQ(count(column, "add.rn.f32"), 8u) << column;
+  EXPECT_EQ(count(column, "sub.rn.f32"), 0u) << column;
+  // A row lane that is not kept still compensates: 4 positions a step, a
+  // compensated addition (three subtractions) each.
+  std::string row =
+      firstLoopBody(generateGpuCode(program(DType::Float32, {64, 65536},
+                                            [](Graph &g, Value *x) {
+                                              return sumOver(g, x, 1);
+                                            }),
+                                    "sm_90")
+                        .ptx);
+  EXPECT_GE(count(row, "sub.rn.f32"), 12u) << row;
 }
 
 TEST(NvptxCodegen, ColumnDecisionFollowsTheLoads) {
@@ -570,7 +629,8 @@ TEST(NvptxCodegen, ManyColumnReductionsOfOneInputFitSharedMemory) {
   for (const GpuKernelSchedule &record : laned)
     EXPECT_EQ(record.mapping, GpuMapping::Column) << schedule.str();
   ASSERT_EQ(laned.size(), 1u) << schedule.str();
-  EXPECT_EQ(laned[0].sharedBytes, 2u * 2u * 8u * 32u * 8u); // argmax's area
+  // argmax's two areas: 2 words of 8 bytes, 32 partials of 16 columns.
+  EXPECT_EQ(laned[0].sharedBytes, 2u * 2u * 8u * 32u * 16u);
   EXPECT_EQ(count(generateGpuCode(p, "sm_90").ptx, "bar.sync"), 7u);
 }
 
