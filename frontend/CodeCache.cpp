@@ -487,11 +487,13 @@ bool CodeCache::learnDynamicDims(const CacheEntry &entry) const {
 void CodeCache::makeContinuation(CacheEntry &entry,
                                  const GraphBreak &graphBreak,
                                  const FrameInputs &inputs) {
-  py::list bound, nulls;
+  py::list bound, nulls, iterated;
   for (int local : graphBreak.locals)
     bound.append(py::bool_(local >= 0));
   for (int item : graphBreak.stack)
     nulls.append(py::bool_(item < 0));
+  for (bool iterator : graphBreak.iterated)
+    iterated.append(py::bool_(iterator));
   py::object globals = py::reinterpret_borrow<py::object>(inputs.globals);
   py::object closure = inputs.closure
                            ? py::reinterpret_borrow<py::object>(inputs.closure)
@@ -502,7 +504,7 @@ void CodeCache::makeContinuation(CacheEntry &entry,
   py::tuple made =
       py::module_::import("kiln._resume")
           .attr("continuation")(graphBreak.code, graphBreak.offset, bound,
-                                nulls, globals, closure, gradMode);
+                                nulls, globals, closure, gradMode, iterated);
   entry.continuation = made[0];
   entry.resumeCode = made[1];
   entry.continuationLocals = made[2].cast<size_t>();
@@ -533,12 +535,18 @@ py::dict CodeCache::info() const {
     breaks.append(item);
     breakReasons.append(py::str(graphBreak.reason));
     PyObject *resume = entry->resumeCode.ptr();
+    // A break inside a loop resumes in a function that breaks at the same
+    // instruction again: its own resume code, counted once.
+    static thread_local std::vector<PyObject *> counting;
     if (std::find(resumeCodes.begin(), resumeCodes.end(), resume) !=
-        resumeCodes.end())
+            resumeCodes.end() ||
+        std::find(counting.begin(), counting.end(), resume) != counting.end())
       continue;
     resumeCodes.push_back(resume);
+    counting.push_back(resume);
     py::object resumed =
         py::reinterpret_steal<py::object>(codeCacheInfo(resume));
+    counting.pop_back();
     if (!resumed)
       throw py::error_already_set();
     if (resumed.is_none())

@@ -142,7 +142,8 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
     step.object = Handles::get().gradModeExits[value->flag ? 1 : 0];
     break;
   case Kind::Iterator:
-    unsupported("a live iterator (a loop or an iter() around the break)");
+    unsupported("a live iterator (an iter() around the break, or a loop's "
+                "held elsewhere too)");
   default:
     unsupported("a " + kindNameOf(pythonTypeOf(value)) +
                 " is live at the break and cannot be rebuilt");
@@ -205,6 +206,49 @@ void Evaluator::planSideEffects(Rebuilder &rebuilder) {
   }
 }
 
+namespace {
+
+/// Whether the iterator reads a list or a tensor as it goes (itself, or
+/// through the iterator an enumerate or zip of it reads).
+bool readsLiveContainer(const Variable &iterator) {
+  for (const VariablePtr &cell : iterator.cells)
+    if (cell->is(Kind::List) || cell->is(Kind::Tensor) ||
+        (cell->is(Kind::Iterator) && readsLiveContainer(*cell)))
+      return true;
+  return false;
+}
+
+} // namespace
+
+int Evaluator::rebuildLoopIterator(const Frame &frame,
+                                   const VariablePtr &iterator,
+                                   Rebuilder &rebuilder) {
+  // A loop's iterator on the stack leaves as a tuple of the items still to
+  // come, and the resume function iterates that tuple (kiln._resume): its
+  // capture then reads the items as any tuple argument's. A list or a
+  // tensor is read as the loop goes, which a tuple would not follow; a
+  // handler around the break would run the loop on in CPython over the
+  // tuple; and an iterator reached another way (a local too) is the same
+  // object there, which a tuple is not.
+  if (iteratorIsStale(*iterator))
+    unsupported("a live iterator over a list changed since, or one that an "
+                "unfinished enumerate or zip reads");
+  if (readsLiveContainer(*iterator))
+    unsupported("a loop over a list or a tensor is live at the break");
+  if (frame.code->handlerAt(frame.pc))
+    unsupported("a loop's iterator is live at a break inside a try or with "
+                "block");
+  for (const VariablePtr &local : frame.locals)
+    if (local == iterator)
+      unsupported("a loop's iterator that a local also holds is live at the "
+                  "break");
+  RebuildStep step;
+  step.kind = RebuildStep::Kind::Tuple;
+  for (size_t i = iterator->position; i < iterator->items.size(); ++i)
+    step.items.push_back(rebuild(iterator->items[i], rebuilder));
+  return rebuilder.add(std::move(step));
+}
+
 Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
   const Instruction &instruction = frame.code->instructions.at(frame.pc);
   if (frame.pc != stopPc_)
@@ -219,9 +263,15 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
       frame.code->filename + ":" + std::to_string(instruction.line);
   state->reason = breakReason_;
   Rebuilder rebuilder{*state, {}, {}, {}, {}};
-  for (const VariablePtr &item : frame.stack)
-    state->stack.push_back(item->is(Kind::Null) ? -1
-                                                : rebuild(item, rebuilder));
+  for (const VariablePtr &item : frame.stack) {
+    state->iterated.push_back(item->is(Kind::Iterator));
+    if (item->is(Kind::Null))
+      state->stack.push_back(-1);
+    else if (item->is(Kind::Iterator))
+      state->stack.push_back(rebuildLoopIterator(frame, item, rebuilder));
+    else
+      state->stack.push_back(rebuild(item, rebuilder));
+  }
   for (size_t i = 0; i < frame.locals.size(); ++i) {
     // A free variable's cell comes from the closure the continuation is
     // made with; the capture never rebinds it.

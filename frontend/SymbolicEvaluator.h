@@ -102,6 +102,9 @@ struct GraphBreak : RebuildPlan {
   std::string reason;      // why the instruction could not be captured
   std::vector<int> locals; // value per local slot; -1: unbound
   std::vector<int> stack;  // value per stack item, bottom first; -1: NULL
+  /// Per stack item: a loop's iterator, left as a tuple of the items still
+  /// to come, which the resume function iterates.
+  std::vector<bool> iterated;
   /// The grad mode at the break where a grad-mode block (or a call) set it
   /// apart from the call's: the continuation sets it before the
   /// instruction (the graph leaves grad mode as the call found it).

@@ -131,13 +131,6 @@ def refusal(code, offset):
     effect = _BREAKABLE.get(instruction.opname)
     if effect is None or effect(instruction.arg or 0) is None:
         return f"kiln cannot resume after a {instruction.opname} instruction"
-    normal = _normal_flow(instructions)
-    for later in instructions:
-        # 3.12's with-block handlers jump back to the code after the block:
-        # only jumps of the normal flow make loops.
-        if (later.offset > offset and later.opname in _BACKWARD_JUMPS
-                and later.argval <= offset and later.offset in normal):
-            return "inside a loop"
     return None
 
 
@@ -239,7 +232,8 @@ def _shifted_exception_table(code, units):
 
 def _stack_after(code, offset, stack_nulls):
     """The break instruction, the instructions replayed with it, the next
-    instruction's offset and which items of the stack after it are NULL."""
+    instruction's offset, which items of the stack after it are NULL, and
+    how many items below the instruction's operands it leaves alone."""
     instructions = _instructions(code)
     index = _at(instructions, offset)
     instruction = instructions[index]
@@ -252,8 +246,9 @@ def _stack_after(code, offset, stack_nulls):
                    for item in prefix + [instruction])
     if pushed - popped != expected or popped > len(stack_nulls):
         raise ValueError(f"stack effect of {instruction.opname} does not match")
-    after = tuple(stack_nulls[:len(stack_nulls) - popped]) + (False,) * pushed
-    return instruction, prefix, instructions[index + 1].offset, after
+    kept = len(stack_nulls) - popped
+    after = tuple(stack_nulls[:kept]) + (False,) * pushed
+    return instruction, prefix, instructions[index + 1].offset, after, kept
 
 
 # Instructions whose argument indexes the cells and free variables, which
@@ -281,9 +276,9 @@ def _shift_cell_indices(code, added):
     return bytes(raw)
 
 
-def _resume_code(code, offset, next_offset, bound, after, line):
+def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
     # Code objects compare equal across files: the file is part of the key.
-    key = (code.co_filename, offset, bound, after)
+    key = (code.co_filename, offset, bound, after, iterated)
     per_code = _resume_codes.setdefault(code, {})
     if key in per_code:
         return per_code[key]
@@ -292,7 +287,7 @@ def _resume_code(code, offset, next_offset, bound, after, line):
     varnames = code.co_varnames + temps
     prologue = bytearray()
     _emit_frame_start(prologue, code)
-    _emit_restore(prologue, bound, after)
+    _emit_restore(prologue, bound, after, iterated)
     for slot in range(count, len(varnames)):
         _emit(prologue, "DELETE_FAST", slot)
     # It lands on the body's `next_offset`, measured from after the jump,
@@ -317,19 +312,23 @@ def _resume_code(code, offset, next_offset, bound, after, line):
     return resumed
 
 
-def _emit_restore(code_bytes, bound, nulls):
+def _emit_restore(code_bytes, bound, nulls, iterated=()):
     """Unbinds the locals `bound` marks unbound and pushes the stack: a NULL
-    where `nulls` says so, else the next temporary after the locals."""
+    where `nulls` says so, else the next temporary after the locals, and
+    an iterator over it where `iterated` marks a loop's iterator (the break
+    left the items still to come as a tuple)."""
     for slot, is_bound in enumerate(bound):
         if not is_bound:
             _emit(code_bytes, "DELETE_FAST", slot)
     temp = len(bound)
-    for null in nulls:
+    for index, null in enumerate(nulls):
         if null:
             _emit(code_bytes, "PUSH_NULL")
         else:
             _emit(code_bytes, "LOAD_FAST", temp)
             temp += 1
+            if index < len(iterated) and iterated[index]:
+                _emit(code_bytes, "GET_ITER")
 
 
 def _fixed_jump(name, distance):
@@ -355,12 +354,16 @@ def _backward_jump(end, target):
     raise ValueError("a function too long to resume in")
 
 
-def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_mode=None):
+def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_mode=None,
+                 iterated=()):
     """The function a cache hit calls after its graph, with the frame's
     locals (None where `bound` says a local is unbound) and its stack
     items (those `stack_nulls` does not mark NULL) as arguments: it sets
     grad mode to `grad_mode` (unless None), runs the instruction at `offset`
-    in CPython and returns what the resume function returns. Returns
+    in CPython and returns what the resume function returns. A stack item
+    `iterated` marks is a loop's iterator, passed as a tuple of the items
+    still to come: the instruction leaves it alone (it lies below the
+    instruction's operands) and the resume function iterates it. Returns
     (function, resume code, how many locals the function takes: those of
     the original code). A nested function's continuation is made with
     `closure`, the frame's closure; a cache hit makes it again with its own
@@ -379,10 +382,14 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
         raise ValueError("a resume function's stack temporary is live")
     bound = tuple(bound[:count])
     stack_nulls = tuple(stack_nulls)
-    instruction, prefix, next_offset, after = _stack_after(code, offset, stack_nulls)
+    instruction, prefix, next_offset, after, kept = _stack_after(code, offset, stack_nulls)
+    iterated = tuple(bool(flag) for flag in iterated)
+    if any(iterated[kept:]):
+        raise ValueError(f"a loop's iterator is an operand of {instruction.opname}")
+    iterated = iterated[:kept] if any(iterated) else ()
     line = instruction.positions.lineno if instruction.positions else None
     line = line or code.co_firstlineno
-    resume = _resume_code(code, offset, next_offset, bound, after, line)
+    resume = _resume_code(code, offset, next_offset, bound, after, line, iterated)
 
     inputs = tuple(f"__kiln_in{j}" for j, null in enumerate(stack_nulls) if not null)
     outputs = tuple(f"__kiln_out{j}" for j, null in enumerate(after) if not null)

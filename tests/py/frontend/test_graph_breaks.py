@@ -3,8 +3,8 @@
 # CPython as one instruction between two captured graphs; the rest of the
 # function is a resume function that the frame hook captures in turn. Every
 # case is compared with eager on fresh random inputs. A break inside try and
-# with blocks runs its instruction under them; inside loops the whole frame
-# still runs in CPython.
+# with blocks runs its instruction under them; inside a loop, the resume
+# function runs the rest of the loop over the items still to come.
 import functools
 import os
 import sys
@@ -310,15 +310,127 @@ def break_in_while(x):
     return x * i
 
 
-@pytest.mark.parametrize("fn, refusal", [
-    (break_in_for, "inside a loop"),
-    (break_in_while, "inside a loop"),
+def break_in_nested_loops(x):
+    for i in range(2):
+        for j in (1.0, 2.0):
+            x = x * j + i
+            print("at", i, j)
+        x = torch.tanh(x)
+    return x
+
+
+def break_then_break_statement(x):
+    for i in range(5):
+        x = x + i
+        if x.sum().item() > 1e9:  # data-dependent: a break
+            x = x * 0
+        if i == 2:
+            break
+    else:
+        x = x - 100
+    return x
+
+
+def break_over_zip_and_dict_items(x):
+    scales = {"a": 2.0, "b": 3.0}
+    for (name, scale), bias in zip(scales.items(), (0.5, -0.5)):
+        x = x * scale + bias
+        print(name)
+    return x
+
+
+class PrintingStack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        for index, block in enumerate(self.blocks):
+            x = torch.relu(block(x))
+            print("block", index, x.shape)
+        return x
+
+
+# A break at each step: the frame's graph, then one resume graph a step
+# (the resume function breaks at the same instruction in the next step).
+@pytest.mark.parametrize("fn, breaks, graphs", [
+    (break_in_for, 3, 4),
+    (break_in_while, 2, 3),
+    (break_in_nested_loops, 4, 5),
+    (break_then_break_statement, 3, 4),  # .item() a step, then `break`
+    (break_over_zip_and_dict_items, 2, 3),
 ])
-def test_breaks_that_are_refused_run_the_frame_in_cpython(fn, refusal):
-    compiled = check(fn, lambda: (torch.randn(3),))
+def test_breaks_inside_loops_resume_in_the_loop(fn, breaks, graphs, capsys):
+    # The resume function takes the loop's iterator as the items still to
+    # come and runs the rest of the loop: each step's resume is captured.
+    x = torch.randn(3)
+    expected = fn(x)
+    eager_out = capsys.readouterr().out
+    compiled = kiln.compile(fn)
+    for _ in range(2):  # a capture, then cache hits all the way through
+        assert_close(compiled(x), expected)
+        assert capsys.readouterr().out == eager_out
+    assert_breaks(compiled, breaks, graphs)
+    check(fn, lambda: (torch.randn(3),))
+    capsys.readouterr()
+
+
+def test_a_module_loop_with_a_break_in_each_block(capsys):
+    model = PrintingStack().eval()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        expected = model(x)
+        eager_out = capsys.readouterr().out
+        compiled = kiln.compile(model)
+        for _ in range(2):
+            assert_close(compiled(x), expected)
+            assert capsys.readouterr().out == eager_out
+    info = assert_breaks(compiled, 3, 4)
+    assert info["fallbacks"] == 0
+
+
+def loop_over_list(x, items):
+    for item in items:
+        x = x + item
+        print("item")
+    return x
+
+
+def loop_over_own_iterator(x):
+    steps = iter(range(3))
+    for i in steps:
+        print(i)
+        x = x + i
+    return x
+
+
+def loop_break_inside_try(x):
+    for i in range(2):
+        try:
+            print(i)
+        except ValueError:
+            pass
+        x = x * 2
+    return x
+
+
+@pytest.mark.parametrize("fn, make_inputs, refusal", [
+    # A list iterator reads the list as it goes: a tuple of the rest would
+    # not see a change the rest of the loop makes.
+    (loop_over_list, lambda: (torch.randn(3), [torch.randn(3), torch.randn(3)]),
+     "a loop over a list or a tensor is live at the break"),
+    (loop_over_own_iterator, lambda: (torch.randn(3),),
+     "a loop's iterator that a local also holds"),
+    (loop_break_inside_try, lambda: (torch.randn(3),),
+     "inside a try or with block"),
+])
+def test_loop_iterators_that_cannot_leave_as_a_tuple_fall_back(fn, make_inputs, refusal,
+                                                                capsys):
+    compiled = check(fn, make_inputs)
+    capsys.readouterr()
     info = kiln.cache_info(compiled)
     assert info["runs_in_cpython"] and not info["breaks"]
-    assert "no graph break: " + refusal in info["fallback_reason"]
+    assert refusal in info["fallback_reason"]
 
 
 @pytest.mark.parametrize("fn", [break_in_try, break_in_with])

@@ -198,8 +198,9 @@ def inner_helper(x):
 
 
 def outer_with_print(x):
-    for _ in range(1):
-        print("eager part")  # in a loop: the frame runs in CPython
+    items = [0]
+    for _ in items:
+        print("eager part")  # in a loop over a list: the frame runs in CPython
     return inner_helper(x) + inner_helper(x + 1)
 
 
