@@ -59,9 +59,6 @@ else:
 # Instructions that set up a CALL and run with it: 3.11's KW_NAMES and
 # PRECALL, 3.12's KW_NAMES.
 _CALL_PREFIX = {"KW_NAMES", "PRECALL"}
-_BACKWARD_JUMPS = {"JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "POP_JUMP_BACKWARD_IF_FALSE",
-                   "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_NONE",
-                   "POP_JUMP_BACKWARD_IF_NOT_NONE"}
 
 # Resume code objects: (base code, offset, layout) -> R's code, so that a
 # recompile finds the code (and the frame hook's cache on it) it made before.
@@ -132,30 +129,6 @@ def refusal(code, offset):
     if effect is None or effect(instruction.arg or 0) is None:
         return f"kiln cannot resume after a {instruction.opname} instruction"
     return None
-
-
-_NO_FALLTHROUGH = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP",
-                   "JUMP_NO_INTERRUPT", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS",
-                   "RERAISE"}
-
-
-def _normal_flow(instructions):
-    """The offsets of the instructions reachable from the start without an
-    exception (exception handlers are not)."""
-    index_of = {instruction.offset: i for i, instruction in enumerate(instructions)}
-    jumps = set(dis.hasjrel) | set(dis.hasjabs)
-    reached, pending = set(), [0]
-    while pending:
-        i = pending.pop()
-        if i >= len(instructions) or instructions[i].offset in reached:
-            continue
-        instruction = instructions[i]
-        reached.add(instruction.offset)
-        if instruction.opcode in jumps and instruction.argval in index_of:
-            pending.append(index_of[instruction.argval])
-        if instruction.opname not in _NO_FALLTHROUGH:
-            pending.append(i + 1)
-    return reached
 
 
 def _emit(code_bytes, name, arg=0):
