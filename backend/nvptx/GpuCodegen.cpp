@@ -23,6 +23,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 
 namespace kiln::backend {
@@ -103,6 +104,42 @@ std::string moduleText(const llvm::Module &module) {
   return text;
 }
 
+/// A kernel function's IR with its own name (and its shared memory's,
+/// which starts with it) left out: equal texts are the same kernel.
+std::string kernelText(const llvm::Module &module, const std::string &entry) {
+  std::string text;
+  llvm::raw_string_ostream stream(text);
+  module.getFunction(entry)->print(stream);
+  stream.flush();
+  for (size_t at = text.find(entry); at != std::string::npos;
+       at = text.find(entry, at + 1))
+    text.replace(at, entry.size(), "K");
+  return text;
+}
+
+/// Takes kernel `entry` (its function, shared memory and annotations) out of
+/// the module again.
+void eraseKernel(llvm::Module &module, const std::string &entry) {
+  llvm::Function *function = module.getFunction(entry);
+  if (llvm::NamedMDNode *annotations =
+          module.getNamedMetadata("nvvm.annotations")) {
+    std::vector<llvm::MDNode *> kept;
+    for (llvm::MDNode *node : annotations->operands()) {
+      auto *subject =
+          llvm::dyn_cast_or_null<llvm::ValueAsMetadata>(node->getOperand(0));
+      if (!subject || subject->getValue() != function)
+        kept.push_back(node);
+    }
+    annotations->clearOperands();
+    for (llvm::MDNode *node : kept)
+      annotations->addOperand(node);
+  }
+  function->eraseFromParent();
+  if (llvm::GlobalVariable *shared =
+          module.getGlobalVariable(entry + "_partials", true))
+    shared->eraseFromParent();
+}
+
 } // namespace
 
 std::string findLibdevice() {
@@ -157,6 +194,7 @@ GpuCode generateGpuCode(const loop::Program &program,
   GpuCode code;
   code.computeCapability = smArch;
   code.launches.resize(program.steps.size());
+  std::map<std::string, std::string> entryByText;
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const loop::Step &step = program.steps[s];
     if (step.kind != loop::Step::Kind::Kernel)
@@ -168,6 +206,16 @@ GpuCode generateGpuCode(const loop::Program &program,
         c = '_';
     NvptxKernel kernel =
         emitNvptxKernel(module, program, step.kernel, record, name);
+    // A kernel whose code equals an earlier one's but for its name (each
+    // layer of a transformer) launches that one's entry: the driver then
+    // compiles it once. Its own buffers stay its parameters.
+    std::string text = kernelText(module, kernel.entry) + "\nblock " +
+                       std::to_string(record.block);
+    auto [known, fresh] = entryByText.emplace(std::move(text), kernel.entry);
+    if (!fresh) {
+      eraseKernel(module, kernel.entry);
+      kernel.entry = known->second;
+    }
     KernelLaunch launch;
     launch.entry = kernel.entry;
     launch.grid = {record.grid, 1, 1};

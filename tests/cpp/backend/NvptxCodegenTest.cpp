@@ -669,6 +669,41 @@ TEST(NvptxCodegen, RowsStayInRegistersAcrossTheLoopsOfAKernel) {
   EXPECT_GE(count(code.ptx, "ld.global.f32"), 3u * 4u);
 }
 
+TEST(NvptxCodegen, KernelsEqualButForTheirNameShareOneEntry) {
+  // Two layers' softmaxes of one shape, a third of another shape: the
+  // first two launch one entry (the driver compiles it once), each with its
+  // own buffers.
+  auto graph = std::make_shared<Graph>();
+  auto input = [&](Shape sizes) {
+    TensorMeta meta(DType::Float32, sizes, kCuda);
+    meta.device = kCuda;
+    return graph->addInput(meta);
+  };
+  Value *a = input({64, 512}), *w = input({512, 512}), *c = input({32, 256});
+  auto softmax = [&](Value *x) {
+    return op(*graph, "aten::_softmax", {x, Argument(-1), Argument(false)});
+  };
+  // The product between them (an extern) keeps them apart.
+  Value *first = softmax(a);
+  Value *second = softmax(op(*graph, "aten::mm", {first, w}));
+  graph->setOutputs({second, softmax(c)});
+  loop::Program p = planned(graph);
+  GpuCode code = generateGpuCode(p, "sm_90");
+  std::vector<KernelLaunch> launches;
+  for (const auto &launch : code.launches)
+    if (launch)
+      launches.push_back(*launch);
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_EQ(launches[0].entry, launches[1].entry);
+  EXPECT_NE(launches[0].buffers, launches[1].buffers);
+  EXPECT_NE(launches[2].entry, launches[0].entry);
+  EXPECT_EQ(count(code.ptx, ".entry"), 2u) << code.ptx;
+  // Each entry the launches name is in the PTX.
+  for (const KernelLaunch &launch : launches)
+    EXPECT_NE(code.ptx.find(".entry " + launch.entry + "("), std::string::npos)
+        << launch.entry;
+}
+
 TEST(NvptxCodegen, RowLoopsTakeFourGroupsOfFourAStep) {
   // A warp per row of 1024 that loops (one loop: nothing to keep): each
   // step of a lane's loop loads 4 groups of 4 consecutive positions, one
