@@ -337,6 +337,16 @@ GuardCheck tensorMatch(py::handle tensor, const TensorMeta &meta) {
 }
 
 GuardCheck identity(py::handle object) {
+  // A method bound to a class (dict.fromkeys, chain.from_iterable) is a new
+  // object at each access: equal (the same function of the same class) is
+  // what is meant.
+  PyObject *self = nullptr;
+  if (PyCFunction_Check(object.ptr()))
+    self = PyCFunction_GET_SELF(object.ptr());
+  else if (PyMethod_Check(object.ptr()))
+    self = PyMethod_GET_SELF(object.ptr());
+  if (self && PyType_Check(self))
+    return equalsConstant(object);
   GuardCheck check{GuardCheck::Kind::IdIs, {}, {}};
   PyObject *ref = PyWeakref_NewRef(object.ptr(), nullptr);
   if (ref) {

@@ -8,6 +8,7 @@
 # times) ends the capture at the evaluator's instruction limit, and the
 # frame runs in CPython.
 # Depends on nothing; read by frontend/EvaluatorCalls.cpp (POLYFILLS).
+import collections
 import functools
 import itertools
 
@@ -227,6 +228,20 @@ def dict_fromkeys(iterable, value=None):
     return made
 
 
+def ordered_dict_fromkeys(iterable, value=None):
+    made = collections.OrderedDict()
+    for key in iterable:
+        made[key] = value
+    return made
+
+
+def defaultdict_fromkeys(iterable, value=None):
+    made = collections.defaultdict()  # fromkeys gives no default factory
+    for key in iterable:
+        made[key] = value
+    return made
+
+
 def compress(data, selectors):
     for element, selected in zip(data, selectors):
         if selected:
@@ -257,4 +272,6 @@ POLYFILLS = {
     itertools.filterfalse: filterfalse,
     itertools.compress: compress,
     dict.fromkeys: dict_fromkeys,
+    collections.OrderedDict.fromkeys: ordered_dict_fromkeys,
+    collections.defaultdict.fromkeys: defaultdict_fromkeys,
 }

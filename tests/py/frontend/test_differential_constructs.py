@@ -304,6 +304,13 @@ def dict_fromkeys(x):
     return d, dict.fromkeys("xy"), OrderedDict.fromkeys(range(3), 1.5)
 
 
+def defaultdict_fromkeys(x):
+    d = defaultdict.fromkeys(("a", "b"), 1)
+    d["a"] = x
+    missing = "c" in d
+    return d, missing, d.default_factory is None, OrderedDict.fromkeys("ab")
+
+
 def dict_setdefault(x):
     d = {"a": x}
     v1 = d.setdefault("a", x * 100)
@@ -479,9 +486,8 @@ case(defaultdict_list, (R(4, 3),), (R(5, 2),))
 case(defaultdict_int, (R(3),), (R(2, 2),))
 case(defaultdict_returned, (R(3),), (R(1),))
 case(dict_update_forms, (R(3),), (R(2, 3),))
-# Unsupported under fullgraph: a call to <built-in method fromkeys of type object>
-#   (OrderedDict.fromkeys; dict.fromkeys is modelled)
-case(dict_fromkeys, (R(2),), (R(4),), full=False)
+case(dict_fromkeys, (R(2),), (R(4),))
+case(defaultdict_fromkeys, (R(2),), (R(3),))
 case(dict_setdefault, (R(3),), (R(6),))
 case(dict_get, (R(3), {"a": R(3), "n": 4}), (R(5), {"a": R(5), "n": 4}))
 case(dict_pop, (R(3),), (R(2, 2),))
