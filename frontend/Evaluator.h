@@ -103,6 +103,7 @@ struct Handles {
       py::module_::import("collections").attr("OrderedDict");
   py::object defaultDictType =
       py::module_::import("collections").attr("defaultdict");
+  py::object dequeType = py::module_::import("collections").attr("deque");
 
   Handles() {
     for (const char *name :
@@ -308,6 +309,17 @@ private:
   VariablePtr constructBuiltinDict(
       py::handle cls, std::vector<VariablePtr> &args,
       const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  /// collections.deque(iterable, maxlen) made in the frame: an instance
+  /// whose contents are a list of the frame and whose `maxlen` is kept in
+  /// its attributes.
+  VariablePtr constructDeque(
+      std::vector<VariablePtr> &args,
+      const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  /// A deque's own methods (appendleft, popleft, extendleft, rotate, and
+  /// append/extend/insert at its maxlen) on its contents; null for the
+  /// methods a list has as they are.
+  VariablePtr callDequeMethod(const VariablePtr &deque, const std::string &name,
+                              std::vector<VariablePtr> &args);
   /// `instance[key]` where the key is missing from a dict subclass made in
   /// the frame: its __missing__ (null where its class has none).
   VariablePtr missingItem(const VariablePtr &instance, const VariablePtr &key);

@@ -828,8 +828,14 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         self->is(Kind::Instance) && self->items.size() > 1) {
       // A builtin base's method of a dict subclass made in the frame acts
       // on its contents; copy() of an OrderedDict or defaultdict makes one
-      // of its class, not modelled.
+      // of its class, not modelled. A deque's own methods first.
       const Handles &handles = Handles::get();
+      if (self->object.is(handles.dequeType)) {
+        if (!kwargs.empty())
+          unsupported("keyword arguments to a deque method");
+        if (VariablePtr result = callDequeMethod(self, callable->name, args))
+          return result;
+      }
       if (callable->name == "copy" &&
           (PyObject_IsSubclass(self->object.ptr(),
                                handles.orderedDictType.ptr()) == 1 ||

@@ -8,6 +8,8 @@
 // Depends on frontend/Evaluator.h, pybind11, CPython.
 #include "frontend/Evaluator.h"
 
+#include <algorithm>
+
 namespace kiln::frontend::evaluation {
 
 namespace {
@@ -75,6 +77,8 @@ VariablePtr Evaluator::constructInstance(
   const Handles &h = Handles::get();
   if (cls.is(h.orderedDictType) || cls.is(h.defaultDictType))
     return constructBuiltinDict(cls, args, kwargs);
+  if (cls.is(h.dequeType))
+    return constructDeque(args, kwargs);
   if (!(reinterpret_cast<PyTypeObject *>(cls.ptr())->tp_flags &
         Py_TPFLAGS_HEAPTYPE))
     return nullptr; // a builtin or extension class itself
@@ -104,6 +108,119 @@ VariablePtr Evaluator::constructInstance(
     unsupported(kindNameOf(cls) + "() with arguments and no Python __init__");
   }
   return instance;
+}
+
+namespace {
+
+/// A deque's maxlen as the capture knows it: -1 for None.
+int64_t dequeMaxlen(const VariablePtr &deque) {
+  int index = findKey(deque->items[0], py::str("maxlen"));
+  if (index < 0)
+    return -1;
+  py::handle value = deque->items[0]->items[index]->object;
+  return value.is_none() ? -1 : value.cast<int64_t>();
+}
+
+} // namespace
+
+VariablePtr Evaluator::constructDeque(
+    std::vector<VariablePtr> &args,
+    const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
+  VariablePtr iterable, maxlen = Variable::constant(py::none());
+  if (args.size() > 2)
+    unsupported("deque() with more than two arguments");
+  if (!args.empty())
+    iterable = args[0];
+  if (args.size() == 2)
+    maxlen = args[1];
+  for (const auto &[name, value] : kwargs) {
+    if (name == "iterable" && !iterable)
+      iterable = value;
+    else if (name == "maxlen" && args.size() < 2)
+      maxlen = value;
+    else
+      unsupported("deque() with the keyword " + name);
+  }
+  std::optional<py::object> bound = asConstant(maxlen);
+  if (!bound || (!bound->is_none() && !PyLong_CheckExact(bound->ptr())))
+    unsupported("a deque whose maxlen is not a constant int");
+  if (!bound->is_none() && bound->cast<int64_t>() < 0)
+    raisePython(PyExc_ValueError, py::str("maxlen must be non-negative"));
+  auto instance = Variable::make(Kind::Instance);
+  instance->object = Handles::get().dequeType;
+  instance->items.push_back(Variable::make(Kind::Dict));
+  instance->items.push_back(Variable::make(Kind::List));
+  setDictItem(instance->items[0], py::str("maxlen"),
+              Variable::constant(*bound));
+  madeInstances_ = true;
+  if (iterable) {
+    std::vector<VariablePtr> extend = {iterable};
+    callDequeMethod(instance, "extend", extend);
+  }
+  return instance;
+}
+
+VariablePtr Evaluator::callDequeMethod(const VariablePtr &deque,
+                                       const std::string &name,
+                                       std::vector<VariablePtr> &args) {
+  std::vector<VariablePtr> &items = deque->items[1]->items;
+  int64_t maxlen = dequeMaxlen(deque);
+  auto none = Variable::constant(py::none());
+  // Python's deque drops from the other end once it holds maxlen items.
+  auto add = [&](const VariablePtr &item, bool left) {
+    if (maxlen == 0)
+      return;
+    if (maxlen > 0 && int64_t(items.size()) == maxlen) {
+      if (left)
+        items.pop_back();
+      else
+        items.erase(items.begin());
+    }
+    items.insert(left ? items.begin() : items.end(), item);
+  };
+  if ((name == "append" || name == "appendleft") && args.size() == 1) {
+    add(args[0], name == "appendleft");
+    return none;
+  }
+  if ((name == "extend" || name == "extendleft") && args.size() == 1) {
+    // d.extend(d) takes the items as they were.
+    for (const VariablePtr &item : unpack(args[0]))
+      add(item, name == "extendleft");
+    return none;
+  }
+  if (name == "popleft" && args.empty()) {
+    if (items.empty())
+      raisePython(PyExc_IndexError, py::str("pop from an empty deque"));
+    VariablePtr first = items.front();
+    items.erase(items.begin());
+    return first;
+  }
+  if (name == "pop" && args.empty()) {
+    if (items.empty())
+      raisePython(PyExc_IndexError, py::str("pop from an empty deque"));
+    VariablePtr last = items.back();
+    items.pop_back();
+    return last;
+  }
+  if (name == "rotate" && args.size() <= 1) {
+    std::optional<py::object> steps =
+        args.empty() ? std::optional<py::object>(py::int_(1))
+                     : asConstant(args[0]);
+    if (!steps || !PyLong_CheckExact(steps->ptr()))
+      unsupported("deque.rotate by a count that is not a constant int");
+    if (items.empty())
+      return none;
+    int64_t size = static_cast<int64_t>(items.size());
+    int64_t shift = ((steps->cast<int64_t>() % size) + size) % size;
+    std::rotate(items.begin(), items.end() - shift, items.end());
+    return none;
+  }
+  if (name == "insert" && maxlen >= 0 && int64_t(items.size()) >= maxlen)
+    raisePython(PyExc_IndexError, py::str("deque already at its maximum size"));
+  if (name == "pop" || name == "sort" || name == "copy" || name == "__copy__" ||
+      name == "__reduce__")
+    unsupported("deque." + name);
+  return nullptr; // a list's method acts on the contents as it is
 }
 
 VariablePtr Evaluator::constructBuiltinDict(
@@ -268,6 +385,8 @@ VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
     return wrap(cls, nullptr);
   if (name == "__dict__")
     return self->items[0];
+  if (cls.is(Handles::get().dequeType) && name == "maxlen")
+    return self->items[0]->items[findKey(self->items[0], py::str(name))];
   PyObject *classAttribute = lookUpOnType(cls, name);
   if (classAttribute && Py_TYPE(classAttribute)->tp_descr_set &&
       Py_TYPE(classAttribute) != &PyMemberDescr_Type) {

@@ -955,16 +955,48 @@ def deque_returned(x):
     return deque([x, x + 1], maxlen=3)
 
 
-# Unsupported under fullgraph: a call to <class 'collections.deque'>
-case(deque_ops, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'collections.deque'>
-case(deque_maxlen, (R(3),), (R(1, 2),), full=False)
-# Unsupported under fullgraph: a call to <class 'collections.deque'>
-case(deque_rotate_extendleft, (R(2),), full=False)
-# Unsupported under fullgraph: a call to <class 'collections.deque'>
-case(deque_bfs_queue, (R(3),), (R(2, 2),), full=False)
-# Unsupported under fullgraph: a call to <class 'collections.deque'>
-case(deque_returned, (R(3),), (R(4),), full=False)
+def deque_more(x):
+    d = deque([x, x * 2, x * 3], 3)
+    d.append(x * 4)            # drops x from the left
+    d.appendleft(x * 5)        # drops x * 4 from the right
+    d.extend([x + 1])
+    d.rotate(-1)
+    first = d.popleft()
+    isinstance_ok = isinstance(d, deque) and type(d) is deque
+    ints = deque(range(6), maxlen=4)
+    ints.remove(3)
+    ints.insert(0, 7)
+    return (d, first, isinstance_ok, d.maxlen, len(d), bool(d), ints, ints.count(5),
+            ints.index(7), 4 in ints, ints[-1])
+
+
+def deque_across_break(x):
+    d = deque([x], maxlen=2)
+    print("deque_across_break")
+    d.append(x + 1)
+    d.append(x + 2)
+    return d, d.maxlen
+
+
+def deque_empty_pop(x):
+    d = deque()
+    try:
+        d.popleft()
+    except IndexError as error:
+        return x * 2, str(error)
+    return x
+
+
+case(deque_ops, (R(3),), (R(2),))
+case(deque_maxlen, (R(3),), (R(1, 2),))
+case(deque_rotate_extendleft, (R(2),))
+case(deque_bfs_queue, (R(3),), (R(2, 2),))
+case(deque_returned, (R(3),), (R(4),))
+case(deque_more, (R(3),), (R(2, 2),))
+# Unsupported under fullgraph: print() (a side effect); the deque is live at
+#   the break and leaves as deque(items, maxlen=2)
+case(deque_across_break, (R(3),), full=False)
+case(deque_empty_pop, (R(3),))
 
 
 # --- namedtuple ---------------------------------------------------------------
