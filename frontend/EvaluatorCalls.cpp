@@ -528,18 +528,14 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
   if ((is("set") || is("frozenset")) && args.size() == 1 && kwargs.empty() &&
       !args[0]->is(Kind::Constant) && !args[0]->is(Kind::Tensor)) {
     // set(d), frozenset(keys): a set of the (constant) items.
-    py::set elements;
-    for (const VariablePtr &item : unpack(args[0])) {
-      std::optional<py::object> element = asConstant(item);
-      if (!element || PySet_Add(elements.ptr(), element->ptr()) < 0) {
-        PyErr_Clear();
-        unsupported("a set of items that are not hashable constants");
-      }
-    }
+    auto elements = Variable::make(Kind::Set);
+    elements->object = py::set();
+    for (const VariablePtr &item : unpack(args[0]))
+      addToSet(elements, item);
     if (is("frozenset"))
-      return Variable::constant(
-          py::reinterpret_steal<py::object>(PyFrozenSet_New(elements.ptr())));
-    return setFromObject(elements);
+      return Variable::constant(py::reinterpret_steal<py::object>(
+          PyFrozenSet_New(elements->object.ptr())));
+    return setFromObject(elements->object);
   }
   if (is("range") || is("enumerate") || is("zip") || is("reversed") ||
       is("sorted") || is("list") || is("tuple") || is("iter")) {

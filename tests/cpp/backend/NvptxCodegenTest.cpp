@@ -496,25 +496,20 @@ TEST(NvptxCodegen, ColumnLanesSumPlainlyRowLanesCompensate) {
   // compensation, whose chain of dependent additions kept the loads from
   // streaming (28.9 us against 28.1 for a column sum of 64 MB on an H100);
   // the lanes' partials then combine as a tree, as torch's GPU sums do.
-  std::string column =
-      firstLoopBody(generateGpuCode(program(DType::Float32, {4096, 1024},
-                                            [](Graph &g, Value *x) {
-                                              return sumOver(g, x, 0);
-                                            }),
-                                    "sm_90")
-                        .ptx);
+  // The first loop of a float32 sum of `sizes` over `dim`, in PTX.
+  auto sumLoop = [](Shape sizes, int64_t dim) {
+    loop::Program p = program(DType::Float32, sizes, [dim](Graph &g, Value *x) {
+      return sumOver(g, x, dim);
+    });
+    return firstLoopBody(generateGpuCode(p, "sm_90").ptx);
+  };
+  std::string column = sumLoop({4096, 1024}, 0);
   EXPECT_EQ(count(column, "ld.global.f32"), 8u) << column;
   EXPECT_EQ(count(column, "add.rn.f32"), 8u) << column;
   EXPECT_EQ(count(column, "sub.rn.f32"), 0u) << column;
   // A row lane that is not kept still compensates: 4 positions a step, a
   // compensated addition (three subtractions) each.
-  std::string row =
-      firstLoopBody(generateGpuCode(program(DType::Float32, {64, 65536},
-                                            [](Graph &g, Value *x) {
-                                              return sumOver(g, x, 1);
-                                            }),
-                                    "sm_90")
-                        .ptx);
+  std::string row = sumLoop({64, 65536}, 1);
   EXPECT_GE(count(row, "sub.rn.f32"), 12u) << row;
 }
 
