@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <dlfcn.h>
+#include <string>
 
 namespace kiln::python {
 
@@ -57,25 +58,14 @@ const DirectFunctions *directFunctions() {
       return nullptr;
     found.cpu = cpu();
     found.cuda = cuda();
-    const std::pair<DType, const char *> dtypes[] = {
-        {DType::Bool, "aoti_torch_dtype_bool"},
-        {DType::UInt8, "aoti_torch_dtype_uint8"},
-        {DType::Int8, "aoti_torch_dtype_int8"},
-        {DType::Int16, "aoti_torch_dtype_int16"},
-        {DType::Int32, "aoti_torch_dtype_int32"},
-        {DType::Int64, "aoti_torch_dtype_int64"},
-        {DType::Float16, "aoti_torch_dtype_float16"},
-        {DType::BFloat16, "aoti_torch_dtype_bfloat16"},
-        {DType::Float32, "aoti_torch_dtype_float32"},
-        {DType::Float64, "aoti_torch_dtype_float64"},
-        {DType::Complex64, "aoti_torch_dtype_complex64"},
-        {DType::Complex128, "aoti_torch_dtype_complex128"},
-    };
-    for (const auto &[dtype, symbol] : dtypes) {
+    // The shim names its dtypes as torch does: aoti_torch_dtype_float32.
+    for (int index = 0; index < kNumDTypes; ++index) {
+      std::string symbol = "aoti_torch_dtype_" +
+                           std::string(dtypeName(static_cast<DType>(index)));
       int32_t (*code)() = nullptr;
-      if (find(core, symbol, code)) {
-        found.dtypes[static_cast<size_t>(dtype)] = code();
-        found.hasDtype[static_cast<size_t>(dtype)] = true;
+      if (find(core, symbol.c_str(), code)) {
+        found.dtypes[index] = code();
+        found.hasDtype[index] = true;
       }
     }
     return &found;

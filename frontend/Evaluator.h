@@ -164,6 +164,8 @@ bool isTorchModuleName(const std::string &name);
 bool iteratorIsStale(const Variable &iterator);
 /// The position of `key` among a dict variable's keys, or -1.
 int findKey(const VariablePtr &dict, py::handle key);
+/// The maxlen (a constant: None or an int) of a deque made in the frame.
+const VariablePtr &dequeMaxlen(const VariablePtr &deque);
 
 /// A Python exception raised inside the code being evaluated (a missing
 /// dict key, a `raise` statement): runFrame looks for the `try` block that

@@ -106,13 +106,11 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
       unsupported("an object made in the frame refers to itself");
     if (value->object.is(Handles::get().dequeType)) {
       // deque(items, maxlen=...): a Struct step calls it with the tuple.
-      const VariablePtr &attributes = value->items[0];
-      py::object maxlen =
-          attributes->items[findKey(attributes, py::str("maxlen"))]->object;
       step.kind = RebuildStep::Kind::Struct;
       step.object =
           py::module_::import("functools")
-              .attr("partial")(value->object, py::arg("maxlen") = maxlen);
+              .attr("partial")(value->object,
+                               py::arg("maxlen") = dequeMaxlen(value)->object);
       for (const VariablePtr &item : value->items[1]->items)
         step.items.push_back(rebuild(item, rebuilder));
       rebuilder.inProgress.erase(value.get());

@@ -64,6 +64,14 @@ VariablePtr functionVariable(PyObject *function) {
 
 } // namespace
 
+const VariablePtr &dequeMaxlen(const VariablePtr &deque) {
+  const VariablePtr &attributes = deque->items[0];
+  int index = findKey(attributes, py::str("maxlen"));
+  if (index < 0) // its __dict__ model was changed
+    throw Unsupported("a deque whose maxlen the frame removed");
+  return attributes->items[index];
+}
+
 int findKey(const VariablePtr &dict, py::handle key) {
   for (size_t i = 0; i < dict->keys.size(); ++i)
     if (dict->keys[i].equal(key))
@@ -110,19 +118,6 @@ VariablePtr Evaluator::constructInstance(
   return instance;
 }
 
-namespace {
-
-/// A deque's maxlen as the capture knows it: -1 for None.
-int64_t dequeMaxlen(const VariablePtr &deque) {
-  int index = findKey(deque->items[0], py::str("maxlen"));
-  if (index < 0)
-    return -1;
-  py::handle value = deque->items[0]->items[index]->object;
-  return value.is_none() ? -1 : value.cast<int64_t>();
-}
-
-} // namespace
-
 VariablePtr Evaluator::constructDeque(
     std::vector<VariablePtr> &args,
     const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
@@ -164,7 +159,8 @@ VariablePtr Evaluator::callDequeMethod(const VariablePtr &deque,
                                        const std::string &name,
                                        std::vector<VariablePtr> &args) {
   std::vector<VariablePtr> &items = deque->items[1]->items;
-  int64_t maxlen = dequeMaxlen(deque);
+  py::handle bound = dequeMaxlen(deque)->object;
+  int64_t maxlen = bound.is_none() ? -1 : bound.cast<int64_t>();
   auto none = Variable::constant(py::none());
   // Python's deque drops from the other end once it holds maxlen items.
   auto add = [&](const VariablePtr &item, bool left) {
@@ -386,7 +382,7 @@ VariablePtr Evaluator::instanceAttribute(const VariablePtr &self,
   if (name == "__dict__")
     return self->items[0];
   if (cls.is(Handles::get().dequeType) && name == "maxlen")
-    return self->items[0]->items[findKey(self->items[0], py::str(name))];
+    return dequeMaxlen(self);
   PyObject *classAttribute = lookUpOnType(cls, name);
   if (classAttribute && Py_TYPE(classAttribute)->tp_descr_set &&
       Py_TYPE(classAttribute) != &PyMemberDescr_Type) {
