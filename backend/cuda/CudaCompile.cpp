@@ -11,8 +11,12 @@ namespace kiln::backend {
 std::unique_ptr<KernelCode> compileForCuda(const loop::Program &program,
                                            int ordinal) {
   std::string smArch = cuda::computeCapability(ordinal);
+  // `program` outlives the code: the compiled graph holds both.
   return std::make_unique<cuda::CudaKernelCode>(
-      generateGpuCode(program, smArch), ordinal);
+      generateGpuCode(program, smArch), ordinal,
+      [&program](const GpuCode &vectorCode) {
+        return generateScalarGpuCode(program, vectorCode);
+      });
 }
 
 } // namespace kiln::backend

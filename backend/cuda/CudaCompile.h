@@ -11,6 +11,8 @@
 namespace kiln::backend {
 
 /// Compiles `program` for CUDA device `ordinal` (its compute capability).
+/// `program` must outlive the code: kernels that a misaligned call needs
+/// in their scalar form are generated from it then.
 /// Throws kiln::Unsupported for what the GPU code generator cannot do.
 std::unique_ptr<KernelCode> compileForCuda(const loop::Program &program,
                                            int ordinal);

@@ -17,15 +17,21 @@ constexpr int kMaxDynamicSharedBytes = 8;
 constexpr unsigned kStaticSharedLimit = 48 * 1024;
 } // namespace
 
-CudaKernelCode::CudaKernelCode(GpuCode code, int ordinal)
-    : code_(std::move(code)), ordinal_(ordinal) {
+CudaKernelCode::CudaKernelCode(GpuCode code, int ordinal,
+                               ScalarCodeMaker scalarCode)
+    : ordinal_(ordinal), vector_(load(std::move(code))),
+      makeScalarCode_(std::move(scalarCode)) {}
+
+CudaKernelCode::Loaded CudaKernelCode::load(GpuCode code) const {
   const Driver &d = driver();
   useDevice(ordinal_);
+  Loaded loaded;
+  loaded.code = std::move(code);
   char log[8192] = {0};
   int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes};
   void *values[] = {log, reinterpret_cast<void *>(sizeof(log))};
-  int result =
-      d.moduleLoadDataEx(&module_, code_.ptx.c_str(), 2, options, values);
+  int result = d.moduleLoadDataEx(&loaded.module, loaded.code.ptx.c_str(), 2,
+                                  options, values);
   if (result != 0) {
     try {
       check(result, "loading the program's PTX");
@@ -33,35 +39,62 @@ CudaKernelCode::CudaKernelCode(GpuCode code, int ordinal)
       throw Error(std::string(error.what()) + (log[0] ? ":\n" : "") + log);
     }
   }
-  functions_.assign(code_.launches.size(), nullptr);
-  for (size_t step = 0; step < code_.launches.size(); ++step) {
-    const std::optional<KernelLaunch> &launch = code_.launches[step];
-    if (!launch)
-      continue;
-    check(
-        d.moduleGetFunction(&functions_[step], module_, launch->entry.c_str()),
-        "finding a kernel in the loaded PTX");
-    if (launch->sharedBytes > kStaticSharedLimit)
-      check(d.funcSetAttribute(functions_[step], kMaxDynamicSharedBytes,
-                               static_cast<int>(launch->sharedBytes)),
-            "allowing a kernel more shared memory");
+  try {
+    const std::vector<std::optional<KernelLaunch>> &launches =
+        loaded.code.launches;
+    loaded.functions.assign(launches.size(), nullptr);
+    for (size_t step = 0; step < launches.size(); ++step) {
+      if (!launches[step])
+        continue;
+      check(d.moduleGetFunction(&loaded.functions[step], loaded.module,
+                                launches[step]->entry.c_str()),
+            "finding a kernel in the loaded PTX");
+      if (launches[step]->sharedBytes > kStaticSharedLimit)
+        check(d.funcSetAttribute(loaded.functions[step], kMaxDynamicSharedBytes,
+                                 static_cast<int>(launches[step]->sharedBytes)),
+              "allowing a kernel more shared memory");
+    }
+  } catch (const Error &) {
+    unload(loaded);
+    throw;
   }
+  return loaded;
+}
+
+void CudaKernelCode::unload(Loaded &loaded) const {
+  if (!loaded.module)
+    return;
+  try {
+    useDevice(ordinal_);
+    driver().moduleUnload(loaded.module);
+  } catch (const Error &) {
+    // The driver is going away with the process: nothing to free.
+  }
+  loaded.module = nullptr;
 }
 
 CudaKernelCode::~CudaKernelCode() {
-  if (module_) {
-    try {
-      useDevice(ordinal_);
-      driver().moduleUnload(module_);
-    } catch (const Error &) {
-      // The driver is going away with the process: nothing to free.
-    }
+  unload(vector_);
+  if (scalarStorage_)
+    unload(*scalarStorage_);
+}
+
+const CudaKernelCode::Loaded &CudaKernelCode::scalar() const {
+  if (const Loaded *loaded = scalar_.load(std::memory_order_acquire))
+    return *loaded;
+  std::lock_guard<std::mutex> lock(scalarMutex_);
+  if (!scalarStorage_) {
+    scalarStorage_ =
+        std::make_unique<Loaded>(load(makeScalarCode_(vector_.code)));
+    scalar_.store(scalarStorage_.get(), std::memory_order_release);
   }
+  return *scalarStorage_;
 }
 
 void CudaKernelCode::runKernel(size_t stepIndex, char *const *buffers,
                                const LaunchContext &context) const {
-  const std::optional<KernelLaunch> &launch = code_.launches.at(stepIndex);
+  const std::optional<KernelLaunch> &launch =
+      vector_.code.launches.at(stepIndex);
   if (!launch)
     throw Error("kiln: step " + std::to_string(stepIndex) +
                 " has no GPU kernel");
@@ -75,12 +108,24 @@ void CudaKernelCode::runKernel(size_t stepIndex, char *const *buffers,
     addresses[i] = reinterpret_cast<DevicePointer>(buffers[launch->buffers[i]]);
     parameters[i] = &addresses[i];
   }
+  Function function = vector_.functions[stepIndex];
+  const std::string *entry = &launch->entry;
+  DevicePointer misaligned = 0;
+  for (const AlignedAccess &access : launch->aligned)
+    misaligned |= (addresses[access.parameter] +
+                   static_cast<DevicePointer>(access.byteOffset)) &
+                  (access.alignment - 1);
+  if (misaligned) {
+    const Loaded &scalarCode = scalar();
+    function = scalarCode.functions.at(stepIndex);
+    entry = &scalarCode.code.launches.at(stepIndex)->entry;
+  }
   int result = driver().launchKernel(
-      functions_[stepIndex], launch->grid[0], launch->grid[1], launch->grid[2],
+      function, launch->grid[0], launch->grid[1], launch->grid[2],
       launch->block[0], launch->block[1], launch->block[2], launch->sharedBytes,
       static_cast<Stream>(context.stream), parameters.data(), nullptr);
   if (result != 0) // the message only where it is needed: this is per call
-    check(result, ("launching GPU kernel " + launch->entry).c_str());
+    check(result, ("launching GPU kernel " + *entry).c_str());
 }
 
 } // namespace kiln::backend::cuda

@@ -90,11 +90,12 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
 // tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)) where the subtraction loses
 // little (|x| >= 0.55, the fraction is at most 0.6); below, the odd Taylor
 // series to x^19, whose truncation error there is below 1e-8 relative.
-llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
+llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x,
+                               ExpF32 exp) {
   llvm::Value *magnitude =
       builder.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
   llvm::Value *exponential =
-      emitInlineExpF32(builder, builder.CreateFAdd(magnitude, magnitude));
+      exp(builder, builder.CreateFAdd(magnitude, magnitude));
   llvm::Value *large = builder.CreateFSub(
       constant(x, 1.0),
       builder.CreateFDiv(constant(x, 2.0),
@@ -123,7 +124,8 @@ llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
 // fit in x - 2.5 over [1, 4] (absolute error 1.3e-8, so erfc's relative
 // error): erfc is at most 0.16 there, so its error reaches the result
 // scaled down; beyond 4, erf rounds to 1.
-llvm::Value *emitInlineErfF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
+llvm::Value *emitInlineErfF32(llvm::IRBuilderBase &builder, llvm::Value *x,
+                              ExpF32 exp) {
   llvm::Value *magnitude =
       builder.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
   llvm::Value *correction = polynomial(
@@ -141,8 +143,8 @@ llvm::Value *emitInlineErfF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
        -0.010858517012641768, 0.0021651603097354311, -0.00042014456752748985,
        7.7394425536975175e-05, -1.3309390388136886e-05,
        1.6140616191373525e-06});
-  llvm::Value *complement = emitInlineExpF32(
-      builder, fma(builder, builder.CreateFNeg(clamped), clamped, logTail));
+  llvm::Value *complement =
+      exp(builder, fma(builder, builder.CreateFNeg(clamped), clamped, logTail));
   llvm::Value *large = builder.CreateIntrinsic(
       llvm::Intrinsic::copysign, {x->getType()},
       {builder.CreateFSub(constant(x, 1.0), complement), x});

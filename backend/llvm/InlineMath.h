@@ -15,10 +15,16 @@ namespace kiln::backend {
 /// exp(x) for a float or a vector of floats.
 llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x);
 
+/// An exp of float32 values, for tanh and erf to build on (a target's own,
+/// or emitInlineExpF32).
+using ExpF32 = llvm::Value *(*)(llvm::IRBuilderBase &builder, llvm::Value *x);
+
 /// tanh(x) for a float or a vector of floats.
-llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x);
+llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x,
+                               ExpF32 exp = emitInlineExpF32);
 
 /// erf(x) for a float or a vector of floats.
-llvm::Value *emitInlineErfF32(llvm::IRBuilderBase &builder, llvm::Value *x);
+llvm::Value *emitInlineErfF32(llvm::IRBuilderBase &builder, llvm::Value *x,
+                              ExpF32 exp = emitInlineExpF32);
 
 } // namespace kiln::backend

@@ -10,6 +10,14 @@
 
 namespace kiln::backend {
 
+/// An access a kernel makes as one wide vector: aligned where parameter
+/// `parameter`'s address plus `byteOffset` is a multiple of `alignment`.
+struct AlignedAccess {
+  size_t parameter = 0;
+  int64_t byteOffset = 0;
+  unsigned alignment = 1;
+};
+
 /// How one kernel is launched. Its parameters are the addresses of
 /// `buffers` (program buffer numbers), in order.
 struct KernelLaunch {
@@ -18,6 +26,10 @@ struct KernelLaunch {
   std::array<unsigned, 3> block = {1, 1, 1};
   unsigned sharedBytes = 0;
   std::vector<int64_t> buffers;
+  /// Non-empty: `entry` has only its vector body, for launches where every
+  /// one of these accesses is aligned; the others run the step's entry in
+  /// the program's scalar code (generateScalarGpuCode).
+  std::vector<AlignedAccess> aligned;
 };
 
 struct GpuCode {

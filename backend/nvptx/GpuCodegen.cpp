@@ -23,6 +23,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -178,10 +179,14 @@ std::string findLibdevice() {
   return "";
 }
 
-GpuCode generateGpuCode(const loop::Program &program,
-                        const std::string &smArch) {
+namespace {
+
+/// The code of the kernel steps `wanted` accepts, with `bodies`.
+GpuCode generate(const loop::Program &program, const std::string &smArch,
+                 GroupedBodies bodies,
+                 const std::function<bool(size_t step)> &wanted) {
   GpuSchedule schedule = scheduleForGpu(program);
-  if (logEnabled("schedule"))
+  if (logEnabled("schedule") && bodies == GroupedBodies::Vector)
     logArtifact("schedule", schedule.str());
   std::unique_ptr<llvm::TargetMachine> machine = targetMachine(smArch);
   llvm::LLVMContext context;
@@ -197,15 +202,16 @@ GpuCode generateGpuCode(const loop::Program &program,
   std::map<std::string, std::string> entryByText;
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const loop::Step &step = program.steps[s];
-    if (step.kind != loop::Step::Kind::Kernel)
+    if (step.kind != loop::Step::Kind::Kernel || !wanted(s))
       continue;
     const GpuKernelSchedule &record = *schedule.kernels[s];
-    std::string name = "kiln_" + std::to_string(s) + "_" + step.kernel.name;
+    std::string name = "kiln_" + std::to_string(s) + "_" + step.kernel.name +
+                       (bodies == GroupedBodies::Scalar ? "_unaligned" : "");
     for (char &c : name)
       if (!std::isalnum(static_cast<unsigned char>(c)))
         c = '_';
     NvptxKernel kernel =
-        emitNvptxKernel(module, program, step.kernel, record, name);
+        emitNvptxKernel(module, program, step.kernel, record, name, bodies);
     // A kernel whose code equals an earlier one's but for its name (each
     // layer of a transformer) launches that one's entry: the driver then
     // compiles it once. Its own buffers stay its parameters.
@@ -221,6 +227,7 @@ GpuCode generateGpuCode(const loop::Program &program,
     launch.grid = {record.grid, 1, 1};
     launch.block = {record.block, 1, 1};
     launch.buffers = kernel.buffers;
+    launch.aligned = kernel.aligned;
     code.launches[s] = launch;
   }
   std::string problems;
@@ -237,6 +244,24 @@ GpuCode generateGpuCode(const loop::Program &program,
   if (logEnabled("ptx"))
     logArtifact("ptx", code.ptx);
   return code;
+}
+
+} // namespace
+
+GpuCode generateGpuCode(const loop::Program &program,
+                        const std::string &smArch) {
+  return generate(program, smArch, GroupedBodies::Vector,
+                  [](size_t) { return true; });
+}
+
+GpuCode generateScalarGpuCode(const loop::Program &program,
+                              const GpuCode &vectorCode) {
+  return generate(program, vectorCode.computeCapability, GroupedBodies::Scalar,
+                  [&](size_t step) {
+                    const std::optional<KernelLaunch> &launch =
+                        vectorCode.launches.at(step);
+                    return launch && !launch->aligned.empty();
+                  });
 }
 
 } // namespace kiln::backend

@@ -40,7 +40,7 @@ struct GpuKernelSchedule {
   /// t of block b: points b * pointsPerBlock + k * block + t), so that each
   /// has several loads in flight.
   unsigned pointsPerThread = 1;
-  unsigned grid = 0;    // blocks (0: an empty domain, nothing to launch)
+  unsigned grid = 0; // blocks (0: an empty domain, nothing to launch)
   /// Static shared memory for the lanes' partial results (0: none).
   unsigned sharedBytes = 0;
 

@@ -4,13 +4,16 @@
 // their partial reductions (compensated float sums per row lane) combine by
 // warp shuffles, then through shared memory across the warps of a block.
 // Where a kernel's accesses walk memory contiguously, a thread takes 4
-// consecutive positions as one 128-bit load or store (a body of its own,
-// chosen where the buffers are aligned), and lanes' loops take 4 positions
-// (or groups) a step, 8 down columns.
+// consecutive positions as one 128-bit load or store (the vector body,
+// which the host launches where the buffers are aligned; the scalar body is
+// a kernel of its own, for launches where they are not), and lanes' loops
+// take 4 positions (or groups) a step, 8 down columns. float32 exp (and
+// tanh, erf, sigmoid through it) uses the GPU's special-function unit.
 // Depends on backend/nvptx/NvptxKernelEmitter.h, backend/llvm/, ir/, LLVM.
 #include "backend/nvptx/NvptxKernelEmitter.h"
 
 #include "backend/llvm/ExprEmitter.h"
+#include "backend/llvm/InlineMath.h"
 #include "backend/llvm/LoopEmitter.h"
 #include "backend/llvm/ReductionAlgebra.h"
 #include "ir/Error.h"
@@ -19,7 +22,9 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <unordered_set>
 
@@ -31,6 +36,42 @@ using loop::Expr;
 using loop::ReduceOp;
 using loop::UnaryOp;
 
+// exp(x) = 2^k 2^r: k is x log2(e) rounded to an integer, kept within
+// [-126, 126] so that 2^k is a normal float made from its bits; r = x log2(e)
+// - k, with log2(e) in two parts so that r keeps the bits the product rounds
+// away. 2^r comes from the special-function unit (ex2.approx, about 2 ulp;
+// eager's expf on the GPU uses it too); past the clamp r grows, and 2^r
+// then overflows to inf, or the product underflows through the subnormals
+// to 0, as exp does. 11 instructions where the portable polynomial takes
+// 30: kernels of many exps (softmax rows kept in registers) are half as
+// long for the driver to compile. NaN stays NaN through r.
+llvm::Value *emitExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
+  constexpr double kLog2eHigh = 1.44269502162933349609375; // float(log2 e)
+  constexpr double kLog2eLow = 1.925963033500011e-08;      // log2 e - high
+  auto constant = [&](double value) {
+    return llvm::ConstantFP::get(x->getType(), value);
+  };
+  llvm::Value *k =
+      builder.CreateIntrinsic(llvm::Intrinsic::rint, {x->getType()},
+                              {builder.CreateFMul(x, constant(kLog2eHigh))});
+  k = builder.CreateIntrinsic(llvm::Intrinsic::minnum, {x->getType()},
+                              {k, constant(126.0)});
+  k = builder.CreateIntrinsic(llvm::Intrinsic::maxnum, {x->getType()},
+                              {k, constant(-126.0)});
+  llvm::Value *r =
+      builder.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()},
+                              {x, constant(kLog2eHigh), builder.CreateFNeg(k)});
+  r = builder.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()},
+                              {x, constant(kLog2eLow), r});
+  llvm::Value *power =
+      builder.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {r});
+  llvm::Value *biased = builder.CreateAdd(
+      builder.CreateFPToSI(k, builder.getInt32Ty()), builder.getInt32(127));
+  llvm::Value *scale = builder.CreateBitCast(
+      builder.CreateShl(biased, builder.getInt32(23)), x->getType());
+  return builder.CreateFMul(power, scale);
+}
+
 struct Accumulator {
   llvm::AllocaInst *value = nullptr;
   llvm::AllocaInst *index = nullptr;        // ArgMax/ArgMin
@@ -41,9 +82,9 @@ class NvptxKernelEmitter : public ExprEmitter {
 public:
   NvptxKernelEmitter(llvm::Module &module, const loop::Program &program,
                      const loop::Kernel &kernel,
-                     const GpuKernelSchedule &schedule)
+                     const GpuKernelSchedule &schedule, GroupedBodies bodies)
       : ExprEmitter(module, program, "the GPU code generator"), kernel_(kernel),
-        schedule_(schedule), algebra_(*this) {}
+        schedule_(schedule), bodies_(bodies), algebra_(*this) {}
 
   NvptxKernel emitFunction(const std::string &name);
 
@@ -51,6 +92,9 @@ protected:
   llvm::Value *bufferPointer(int64_t buffer) override;
   llvm::Value *callMath(const char *name,
                         std::vector<llvm::Value *> args) override;
+  /// float32 exp (and tanh and erf, built on it) through the GPU's
+  /// special-function unit.
+  llvm::Value *emitMathFunction(UnaryOp op, llvm::Value *x) override;
   /// Kept rows: a value computed at a lane's j-th position of one loop is
   /// the value at that position in the kernel's later loops.
   llvm::Value *reuse(const Expr *expr, bool vector) override;
@@ -102,9 +146,10 @@ private:
   bool grouped(const Expr *index);
   /// The kernel's grouped accesses (buffer, index), loads and stores.
   template <typename Visit> void forEachGroupedAccess(Visit visit);
-  /// Whether every grouped access is aligned to its vector (uniform across
-  /// the grid: its address with every variable 0).
-  llvm::Value *groupsAligned();
+  /// The grouped accesses as the host checks them before a launch: their
+  /// offsets in bytes with every variable 0 (the alignment of a grouped
+  /// access is the same at every point).
+  std::vector<AlignedAccess> hostAlignmentChecks();
   /// The vector type and alignment of a group's access to `dtype`.
   llvm::Type *groupType(DType dtype);
   llvm::Align groupAlign(DType dtype);
@@ -131,6 +176,7 @@ private:
 
   const loop::Kernel &kernel_;
   const GpuKernelSchedule &schedule_;
+  GroupedBodies bodies_;
   ReductionAlgebra algebra_;
   llvm::Function *function_ = nullptr;
   llvm::BasicBlock *entry_ = nullptr;
@@ -341,24 +387,29 @@ llvm::Align NvptxKernelEmitter::groupAlign(DType dtype) {
       std::min<int64_t>(kMaxVectorBytes, kGroup * itemSize(dtype))));
 }
 
-llvm::Value *NvptxKernelEmitter::groupsAligned() {
-  std::vector<llvm::Value *> saved = vars_;
-  for (llvm::Value *&var : vars_)
-    var = builder_.getInt64(0);
-  scopes_.emplace_back();
-  llvm::Value *misaligned = builder_.getInt64(0);
+std::vector<AlignedAccess> NvptxKernelEmitter::hostAlignmentChecks() {
+  std::vector<const Expr *> origin(vars_.size(), program_.exprs->integer(0));
+  std::vector<AlignedAccess> checks;
   forEachGroupedAccess([&](int64_t buffer, const Expr *index) {
+    const Expr *offset = program_.exprs->substituteVars(index, origin);
+    if (!offset->isConstant()) // a size symbol, which emit() refuses too
+      throw Unsupported(generator() + " does not compile sizes that vary "
+                                      "between calls");
     DType dtype = program_.buffers.at(buffer).dtype();
-    llvm::Value *address = builder_.CreatePtrToInt(
-        builder_.CreateGEP(storageType(dtype), bufferPointer(buffer),
-                           emit(index, false)),
-        builder_.getInt64Ty());
-    misaligned = builder_.CreateOr(
-        misaligned, builder_.CreateAnd(address, groupAlign(dtype).value() - 1));
+    AlignedAccess check;
+    check.parameter = static_cast<size_t>(
+        std::find(parameterBuffers_.begin(), parameterBuffers_.end(), buffer) -
+        parameterBuffers_.begin());
+    check.byteOffset = offset->integer() * itemSize(dtype);
+    check.alignment = static_cast<unsigned>(groupAlign(dtype).value());
+    for (const AlignedAccess &known : checks)
+      if (known.parameter == check.parameter &&
+          known.byteOffset == check.byteOffset &&
+          known.alignment == check.alignment)
+        return;
+    checks.push_back(check);
   });
-  scopes_.pop_back();
-  vars_ = saved;
-  return builder_.CreateICmpEQ(misaligned, builder_.getInt64(0));
+  return checks;
 }
 
 llvm::Value *NvptxKernelEmitter::loadElements(const Expr *load, DType dtype,
@@ -418,6 +469,21 @@ llvm::Value *NvptxKernelEmitter::callMath(const char *name,
   llvm::FunctionCallee callee = module_.getOrInsertFunction(
       function, llvm::FunctionType::get(type, types, false));
   return builder_.CreateCall(callee, args);
+}
+
+llvm::Value *NvptxKernelEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
+  if (!x->getType()->isFloatTy())
+    return ExprEmitter::emitMathFunction(op, x);
+  switch (op) {
+  case UnaryOp::Exp:
+    return emitExpF32(builder_, x);
+  case UnaryOp::Tanh:
+    return emitInlineTanhF32(builder_, x, emitExpF32);
+  case UnaryOp::Erf:
+    return emitInlineErfF32(builder_, x, emitExpF32);
+  default:
+    return ExprEmitter::emitMathFunction(op, x);
+  }
 }
 
 llvm::Value *NvptxKernelEmitter::readSpecialRegister(llvm::Intrinsic::ID id) {
@@ -524,24 +590,19 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
     scopes_.pop_back();
   };
   groupVar_ = groupVariable();
-  if (groupVar_ >= 0) {
-    // Two bodies: vector loads and stores where every grouped access is
-    // aligned (a decision uniform across the grid, so barriers stay
-    // uniform), scalar ones where a view's offset is not.
-    llvm::BasicBlock *vectorBody =
-        llvm::BasicBlock::Create(context_, "grouped", function_);
-    llvm::BasicBlock *scalarBody =
-        llvm::BasicBlock::Create(context_, "scalar", function_);
-    builder_.CreateCondBr(groupsAligned(), vectorBody, scalarBody);
-    builder_.SetInsertPoint(vectorBody);
+  std::vector<AlignedAccess> aligned;
+  if (groupVar_ >= 0 && bodies_ == GroupedBodies::Vector) {
+    // The vector body alone: the host launches it where its accesses are
+    // aligned (almost always: torch's allocations are), and the scalar
+    // body, compiled at the first call that needs it, elsewhere.
+    aligned = hostAlignmentChecks();
     grouping_ = true;
-    emitBody();
-    grouping_ = false;
-    builder_.CreateBr(done);
-    builder_.SetInsertPoint(scalarBody);
-    kept_.clear();
+  } else if (bodies_ == GroupedBodies::Scalar && groupVar_ < 0) {
+    throw Error("the GPU code generator: kernel " + name +
+                " has no vector body to stand in for");
   }
   emitBody();
+  grouping_ = false;
   builder_.CreateBr(done);
   builder_.SetInsertPoint(done);
   builder_.CreateRetVoid();
@@ -559,7 +620,7 @@ NvptxKernel NvptxKernelEmitter::emitFunction(const std::string &name) {
   };
   annotate("kernel", 1);
   annotate("maxntidx", schedule_.block);
-  return {name, parameterBuffers_};
+  return {name, parameterBuffers_, std::move(aligned)};
 }
 
 void NvptxKernelEmitter::emitThreadPoints(llvm::Value *blockIndex,
@@ -1058,8 +1119,8 @@ void NvptxKernelEmitter::emitStores(const std::vector<loop::Store> &stores) {
 NvptxKernel emitNvptxKernel(llvm::Module &module, const loop::Program &program,
                             const loop::Kernel &kernel,
                             const GpuKernelSchedule &schedule,
-                            const std::string &name) {
-  NvptxKernelEmitter emitter(module, program, kernel, schedule);
+                            const std::string &name, GroupedBodies bodies) {
+  NvptxKernelEmitter emitter(module, program, kernel, schedule, bodies);
   return emitter.emitFunction(name);
 }
 

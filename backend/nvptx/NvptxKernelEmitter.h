@@ -5,6 +5,7 @@
 // Depends on backend/llvm/, backend/nvptx/GpuSchedule.h, ir/LoopIR.h, LLVM.
 #pragma once
 
+#include "backend/nvptx/GpuCode.h"
 #include "backend/nvptx/GpuSchedule.h"
 #include "ir/LoopIR.h"
 
@@ -22,6 +23,21 @@ struct NvptxKernel {
   std::string entry;
   /// The program buffer each kernel parameter is the address of.
   std::vector<int64_t> buffers;
+  /// The accesses the host checks before launching the vector body alone
+  /// (empty: the kernel needs no check).
+  std::vector<AlignedAccess> aligned;
+};
+
+/// The bodies a kernel whose threads take kGroup consecutive positions at
+/// once (one 128-bit access each where aligned) is given.
+enum class GroupedBodies {
+  /// The vector body alone where the accesses' offsets from their buffers'
+  /// addresses are constants (the host then checks their alignment:
+  /// NvptxKernel::aligned); elsewhere both bodies, chosen in the kernel.
+  Vector,
+  /// The scalar body alone, for launches the host found misaligned; only
+  /// for kernels that Vector gave the vector body alone.
+  Scalar,
 };
 
 /// Emits `kernel` into `module` as kernel entry `name`. Math functions
@@ -30,6 +46,7 @@ struct NvptxKernel {
 NvptxKernel emitNvptxKernel(llvm::Module &module, const loop::Program &program,
                             const loop::Kernel &kernel,
                             const GpuKernelSchedule &schedule,
-                            const std::string &name);
+                            const std::string &name,
+                            GroupedBodies bodies = GroupedBodies::Vector);
 
 } // namespace kiln::backend

@@ -23,6 +23,6 @@ TEST(CudaDriver, MissingDriverIsAClearError) {
   }
   backend::cuda::GpuCode code;
   code.ptx = ".version 7.8\n.target sm_80\n.address_size 64\n";
-  EXPECT_THROW(backend::cuda::CudaKernelCode(code, 0), Error);
+  EXPECT_THROW(backend::cuda::CudaKernelCode(code, 0, nullptr), Error);
   EXPECT_THROW(backend::cuda::check(1, "a test"), Error);
 }

@@ -484,6 +484,63 @@ def test_pointwise_groups_load_four_wide_aligned_or_not(dtype):
         assert _ran_natively(compiled), (layout, kiln.cache_info(compiled)["runners"])
 
 
+def _ulp_errors(actual, truth):
+    """|actual - truth| in units of the float32 spacing at truth (float64),
+    where both are finite; the special values must match exactly."""
+    rounded = truth.float()
+    finite = rounded.isfinite()
+    assert torch.equal(actual.isnan(), rounded.isnan())
+    assert torch.equal(actual[~finite & ~rounded.isnan()], rounded[~finite & ~rounded.isnan()])
+    magnitude = rounded[finite].abs()
+    spacing = (torch.nextafter(magnitude, torch.full_like(magnitude, float("inf"))) - magnitude).double()
+    return ((actual[finite].double() - truth[finite]).abs() / spacing).max().item()
+
+
+@pytest.mark.parametrize("name", ["exp", "tanh", "erf", "sigmoid"])
+def test_float32_math_is_as_accurate_as_eagers_on_the_gpu(name):
+    # Inputs from exp's underflow to its overflow, where tanh, erf and
+    # sigmoid saturate, random ones and special values: kiln's float32 exp
+    # (2^x from the special-function unit after a two-part reduction) and
+    # what builds on it stay within 2 ulps of eager's own error against
+    # float64.
+    fn = getattr(torch, name)
+    x = torch.cat([torch.linspace(-110, 110, 1 << 20), torch.randn(1 << 16) * 4,
+                   torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-30,
+                                 -1e-30, 88.72, 88.73, -87.33, -103.9, -104.0])]).cuda()
+    truth = fn(x.double())
+    compiled = kiln.compile(fn)
+    ours, eagers = _ulp_errors(compiled(x), truth), _ulp_errors(fn(x), truth)
+    assert _ran_natively(compiled), kiln.cache_info(compiled)["runners"]
+    assert ours <= eagers + 2, (name, ours, eagers)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=lambda d: str(d)[6:])
+def test_one_compiled_graph_serves_aligned_and_misaligned_addresses(dtype):
+    # The same sizes and strides at different addresses are one compiled
+    # graph: its vector kernels run where the buffers are 16-byte aligned,
+    # their scalar forms (compiled at the first call that needs them) where
+    # a view starts one element in, in any order.
+    def fn(x, y):
+        return torch.softmax(x * 2, -1) + y
+
+    compiled = kiln.compile(fn)
+    rows, columns = 512, 1024
+    def pair():  # an aligned tensor and a view one element into another
+        flat = torch.randn(rows * columns + 1, device="cuda").to(dtype)
+        return torch.randn(rows, columns, device="cuda").to(dtype), flat[1:].view(rows, columns)
+
+    (aligned, shifted), (other, other_shifted) = pair(), pair()
+    calls = [(aligned, other), (shifted, aligned), (aligned, shifted), (shifted, other_shifted),
+             (other, aligned)]
+    tolerance = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for index, (x, y) in enumerate(calls):
+        torch.testing.assert_close(compiled(x, y), fn(x, y), **tolerance,
+                                   msg=lambda m: f"call {index}: {m}")
+    info = kiln.cache_info(compiled)
+    assert info["entries"] == 1 and info["misses"] == 1, info
+    assert _ran_natively(compiled), info["runners"]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("name", ["softmax", "layer_norm", "rms"])
 def test_kept_row_groups_load_four_wide_aligned_or_not(name, dtype):
