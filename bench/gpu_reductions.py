@@ -1,9 +1,10 @@
 # GPU memory-bound kernels (pointwise chains, reductions, normalisations),
-# kiln against eager, shape by shape: the median of a number of calls (CUDA
-# events around each call, after warm-up) in microseconds, in GB/s of the
-# bytes a call must move (inputs read once, outputs written once) and as a
-# share of the copy bandwidth measured in the same run (torch's copy_ of
-# 256 MiB), with the mapping kiln's GPU schedule chose and where it ran.
+# kiln against eager, shape by shape: microseconds a call (the median over
+# rounds of 10 back-to-back calls between CUDA events, after warm-up), GB/s
+# of the bytes a call must move (inputs read once, outputs written once) and
+# the share of the copy bandwidth measured the same way in the same run
+# (torch's copy_ of 256 MiB), with the mapping kiln's GPU schedule chose and
+# where it ran.
 #   python3 bench/gpu_reductions.py [--calls 200] [--only softmax] [--out FILE]
 # Depends on torch, kiln, and bench/environment.py (the commit measured).
 import argparse
@@ -51,18 +52,24 @@ WORKLOADS = {
 }
 
 
-def median_microseconds(fn, inputs, calls, warmup=20):
+def median_microseconds(fn, inputs, calls, warmup=20, batch=10):
+    """Microseconds a call, the median over rounds of `batch` back-to-back
+    calls between two CUDA events (`calls` in all): the queue stays full, so
+    a round times the GPU's work, not the host's time to launch the first
+    call of it (which a busy host adds to an event pair around each call)."""
     for _ in range(warmup):
         fn(*inputs)
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    rounds = max(5, calls // batch)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rounds)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rounds)]
     for start, end in zip(starts, ends):
         start.record()
-        fn(*inputs)
+        for _ in range(batch):
+            fn(*inputs)
         end.record()
     torch.cuda.synchronize()
-    return 1000.0 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return 1000.0 * statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / batch
 
 
 def copy_bandwidth(calls):
@@ -119,7 +126,8 @@ def main():
         return 1
     copy = copy_bandwidth(options.calls)
     lines = [f"GPU memory-bound kernels on {torch.cuda.get_device_name()}, commit {repository_commit()}, "
-             f"torch {torch.__version__}, median of {options.calls} calls; copy bandwidth "
+             f"torch {torch.__version__}, {options.calls} calls in rounds of 10, median round; "
+             f"copy bandwidth "
              f"(torch copy_ of 256 MiB, read + write) {copy:.0f} GB/s", "",
              "| workload | eager us | eager GB/s | kiln us | kiln GB/s | kiln % of copy | speedup "
              "| kiln ran | check | mapping |",

@@ -104,6 +104,11 @@ struct Handles {
   py::object defaultDictType =
       py::module_::import("collections").attr("defaultdict");
   py::object dequeType = py::module_::import("collections").attr("deque");
+  py::object tupleNew = py::reinterpret_borrow<py::object>(
+                            reinterpret_cast<PyObject *>(&PyTuple_Type))
+                            .attr("__new__");
+  py::object simpleNamespaceType =
+      py::module_::import("types").attr("SimpleNamespace");
 
   Handles() {
     for (const char *name :
@@ -115,7 +120,7 @@ struct Handles {
           "sorted",  "str",     "sum",      "tuple",      "type",
           "getattr", "list",    "dict",     "set",        "enumerate",
           "zip",     "setattr", "iter",     "next",       "hex",
-          "oct",     "bin"})
+          "oct",     "bin",     "vars"})
       pureBuiltins.insert(builtins.attr(name).ptr());
     for (py::object call : {torch.attr("finfo"), torch.attr("iinfo"),
                             torch.attr("promote_types"), torch.attr("can_cast"),
@@ -308,6 +313,9 @@ private:
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
   /// collections.OrderedDict(...) and defaultdict(...) made in the frame.
+  /// OrderedDict.copy() / defaultdict.copy() of `self`, a dict subclass
+  /// instance of the frame or an input: one of its class.
+  VariablePtr copyBuiltinDict(const VariablePtr &self);
   VariablePtr constructBuiltinDict(
       py::handle cls, std::vector<VariablePtr> &args,
       const std::vector<std::pair<std::string, VariablePtr>> &kwargs);

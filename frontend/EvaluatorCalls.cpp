@@ -630,6 +630,15 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       return args[2];
     return loadAttr(args[0], attribute);
   }
+  if (is("vars")) {
+    // vars(obj) is obj.__dict__ (vars() reads the caller's locals: not
+    // modelled).
+    if (args.size() != 1 || !kwargs.empty())
+      unsupported("vars() without one object");
+    if (!truthy(hasAttribute(args[0], "__dict__")))
+      unsupported("vars() of an object without __dict__");
+    return loadAttr(args[0], "__dict__");
+  }
   if (is("dict") && args.size() <= 1 &&
       (args.empty() || !asConstant(args[0]))) {
     // dict(mapping), dict(pairs), dict(**kwargs): a new Dict.
@@ -824,7 +833,7 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
         self->is(Kind::Instance) && self->items.size() > 1) {
       // A builtin base's method of a dict subclass made in the frame acts
       // on its contents; copy() of an OrderedDict or defaultdict makes one
-      // of its class, not modelled. A deque's own methods first.
+      // of its class. A deque's own methods first.
       const Handles &handles = Handles::get();
       if (self->object.is(handles.dequeType)) {
         if (!kwargs.empty())
@@ -836,9 +845,11 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
           (PyObject_IsSubclass(self->object.ptr(),
                                handles.orderedDictType.ptr()) == 1 ||
            PyObject_IsSubclass(self->object.ptr(),
-                               handles.defaultDictType.ptr()) == 1))
-        unsupported(kindNameOf(self->object) +
-                    ".copy (an object of its own class)");
+                               handles.defaultDictType.ptr()) == 1)) {
+        if (!args.empty() || !kwargs.empty())
+          unsupported(kindNameOf(self->object) + ".copy with arguments");
+        return copyBuiltinDict(self);
+      }
       auto contents = Variable::make(Kind::Method);
       contents->name = callable->name;
       contents->items.push_back(self->items[1]);
@@ -981,6 +992,22 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       object->ownedByFrame = true;
       return object;
     }
+    if (function.is(h.tupleNew) && args.size() == 2 && kwargs.empty())
+      if (std::optional<py::object> cls = asConstant(args[0]);
+          cls && PyType_Check(cls->ptr()) &&
+          PyType_IsSubtype(reinterpret_cast<PyTypeObject *>(cls->ptr()),
+                           &PyTuple_Type)) {
+        // tuple.__new__(cls, iterable): a namedtuple's _make. The items
+        // are the fields; a class with its own __new__ or fields of its
+        // own is not modelled.
+        bool plain = cls->ptr() == reinterpret_cast<PyObject *>(&PyTuple_Type);
+        if (!plain && !py::hasattr(*cls, "_fields"))
+          unsupported("tuple.__new__ of " + kindNameOf(*cls));
+        VariablePtr tuple = Variable::sequence(Kind::Tuple, unpack(args[1]));
+        if (!plain)
+          tuple->object = *cls;
+        return tuple;
+      }
     if (py::object model = h.polyfillFor(function)) {
       // functools.reduce, itertools' iterators, map, ...: their Python
       // model, inlined as user code is.

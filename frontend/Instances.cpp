@@ -87,6 +87,19 @@ VariablePtr Evaluator::constructInstance(
     return constructBuiltinDict(cls, args, kwargs);
   if (cls.is(h.dequeType))
     return constructDeque(args, kwargs);
+  if (cls.is(h.simpleNamespaceType)) {
+    // types.SimpleNamespace(**attributes): an object with those attributes
+    // (a mapping passed positionally is Python 3.13's).
+    if (!args.empty())
+      unsupported("types.SimpleNamespace() with a positional argument");
+    auto instance = Variable::make(Kind::Instance);
+    instance->object = py::reinterpret_borrow<py::object>(cls);
+    instance->items.push_back(Variable::make(Kind::Dict));
+    for (const auto &[name, value] : kwargs)
+      setDictItem(instance->items[0], py::str(name), value);
+    madeInstances_ = true;
+    return instance;
+  }
   if (!(reinterpret_cast<PyTypeObject *>(cls.ptr())->tp_flags &
         Py_TPFLAGS_HEAPTYPE))
     return nullptr; // a builtin or extension class itself
@@ -250,6 +263,25 @@ VariablePtr Evaluator::constructBuiltinDict(
   for (const auto &[name, value] : kwargs)
     setDictItem(instance->items[1], py::str(name), value);
   return instance;
+}
+
+VariablePtr Evaluator::copyBuiltinDict(const VariablePtr &self) {
+  // OrderedDict.copy() and defaultdict.copy(): one of the same class with
+  // the contents (and the default_factory), as CPython's copy makes them. A
+  // subclass's copy calls its own constructor: not modelled.
+  const Handles &handles = Handles::get();
+  bool defaults = self->object.is(handles.defaultDictType);
+  if (!defaults && !self->object.is(handles.orderedDictType))
+    unsupported(kindNameOf(self->object) +
+                ".copy (an object of its own class)");
+  std::vector<VariablePtr> args;
+  if (defaults) {
+    int slot = findKey(self->items[0], py::str("default_factory"));
+    args.push_back(slot < 0 ? Variable::constant(py::none())
+                            : self->items[0]->items[static_cast<size_t>(slot)]);
+  }
+  args.push_back(self->items[1]);
+  return constructBuiltinDict(self->object, args, {});
 }
 
 VariablePtr Evaluator::missingItem(const VariablePtr &instance,
@@ -602,8 +634,11 @@ VariablePtr Evaluator::callSlotOnInstance(py::handle slot,
     if (name == "__init__" && args.empty())
       return none; // dict.__init__() of an instance that starts empty
     if (name == "copy" &&
-        owner.ptr() != reinterpret_cast<PyObject *>(&PyDict_Type))
-      unsupported(kindNameOf(owner) + ".copy (an object of its own class)");
+        owner.ptr() != reinterpret_cast<PyObject *>(&PyDict_Type)) {
+      if (!args.empty())
+        unsupported(kindNameOf(owner) + ".copy with arguments");
+      return copyBuiltinDict(self);
+    }
     return callMethodOfContainer(self->items[1], name, args);
   }
   unsupported(py::repr(slot).cast<std::string>() + " on a " +

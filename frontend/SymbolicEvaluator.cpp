@@ -614,6 +614,12 @@ void Evaluator::checkNotInput(const VariablePtr &container, const char *what) {
     return;
   // A list or dict of the caller's: changed here, given its final contents
   // after the graph (planSideEffects).
+  if (container->is(Kind::Dict) &&
+      container->source->kind == Source::Kind::Attr &&
+      container->source->name == "__dict__")
+    unsupported(std::string(what) + " " + container->source->str() +
+                ", the attributes of an object the caller can see (read "
+                "through the object, they are modelled apart)");
   if ((container->is(Kind::List) || container->is(Kind::Dict)) &&
       container->object) {
     if (std::find(changedContainers_.begin(), changedContainers_.end(),
@@ -1038,6 +1044,16 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
           method->object = py::reinterpret_borrow<py::object>(attribute);
           method->items.push_back(base);
           return method;
+        }
+        if (Py_IS_TYPE(attribute, &PyClassMethod_Type)) {
+          // A Python classmethod (_make) bound to the class.
+          py::object function = py::handle(attribute).attr("__func__");
+          if (PyFunction_Check(function.ptr())) {
+            auto method = Variable::make(Kind::Method);
+            method->object = function;
+            method->items.push_back(wrap(base->object, nullptr));
+            return method;
+          }
         }
         if (!lookUpOnType(py::type::of(py::tuple()), name) &&
             isConstantObject(attribute))

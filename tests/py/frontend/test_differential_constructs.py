@@ -1046,8 +1046,18 @@ def nt_equality(x):
 case(nt_build, (R(3),), (R(2, 2),))
 case(nt_kwargs_defaults, (R(4),), (R(7),))
 case(nt_access_unpack, (R(3),), (R(1),))
-# Unsupported under fullgraph: method _make of a Pair (in namedtuple's _replace)
-case(nt_replace_asdict_make, (R(3),), (R(2),), full=False)
+def nt_make_from_generator_and_tuple_new(x):
+    made = Pair._make(v * 2 for v in (x, x + 1))
+    plain = tuple.__new__(tuple, [x, 1])
+    try:
+        Pair._make([x, x, x])
+    except TypeError as error:
+        message = str(error)
+    return made, made.first + made.second, plain, message
+
+
+case(nt_replace_asdict_make, (R(3),), (R(2),))
+case(nt_make_from_generator_and_tuple_new, (R(3),), (R(2),))
 case(nt_input, (Pair(R(3), R(3)),), (Pair(R(2, 1), R(2, 1)),))
 case(nt_torch_return_types, (R(3, 4),), (R(2, 5),))
 case(nt_in_list, (R(3, 2),), (R(2, 4),))
@@ -1474,8 +1484,15 @@ case(bi_iter_consumed_by_list, (R(3),), (R(2),))
 case(bi_zip_same_iterator_pairs, (R(4, 2),), (R(6, 3),))
 case(bi_iter_over_tensor, (R(3, 2),), (R(2, 4),))
 case(bi_hasattr_getattr, (R(3),), (R(1),))
-# Unsupported under fullgraph: a call to <class 'types.SimpleNamespace'>
-case(bi_setattr_fresh_object, (R(3),), (R(2),), full=False)
+def bi_simple_namespace_kwargs_and_vars(x):
+    obj = types.SimpleNamespace(scale=2, bias=x)
+    obj.scale += 1
+    attributes = vars(obj)
+    return x * obj.scale + attributes["bias"], sorted(attributes), obj
+
+
+case(bi_setattr_fresh_object, (R(3),), (R(2),))
+case(bi_simple_namespace_kwargs_and_vars, (R(3),), (R(2, 2),))
 case(bi_setattr_user_object, (R(3),), (R(2, 2),))
 case(bi_callable, (R(2),))
 case(bi_isinstance, (R(3), [R(2)]), (R(2, 2), (1,)))
@@ -2358,8 +2375,24 @@ case(cls_iter_generator_method, (R(3),), (R(2),))
 case(cls_operator_overloads, (R(3),), (R(4),))
 case(cls_return_instance, (R(3),), (R(5),))
 case(cls_mutate_argument, (Counter(), R(3)), (Counter(), R(2, 2)))
-# Unsupported under fullgraph: a call to <built-in function vars>
-case(cls_vars_and_dict, (R(2),), full=False)
+def cls_vars_of_argument(s, x):
+    return x * vars(s)["_scale"] + s.__dict__["bias"], list(vars(s))
+
+
+case(cls_vars_and_dict, (R(2),))
+case(cls_vars_of_argument, (Scaler(2.0), R(3)), (Scaler(3.0), R(2)))
+
+
+def cls_vars_write_then_read_argument(s, x):
+    vars(s)["bias"] = s.bias + 1  # the attribute read after sees it
+    return x * s.bias
+
+
+# Unsupported under fullgraph: assigning into L['s'].__dict__, the attributes
+# of an object the caller can see (read through the object, they are modelled
+# apart)
+case(cls_vars_write_then_read_argument, (Scaler(2.0), R(3)), (Scaler(3.0), R(2)),
+     full=False)
 case(cls_truthiness_len, (R(2),))
 # Unsupported under fullgraph: a dict key that is not a constant
 case(cls_hash_eq_dict_key, (R(3),), (R(2),), full=False)
@@ -3644,8 +3677,17 @@ def od_copy_keeps_its_class(x):
 
 case(od_dd_grouping_and_order, (R(4, 2),), (R(3, 3),))
 case(od_dd_missing_without_factory, (R(3),), (R(2, 2),))
-# Unsupported under fullgraph: OrderedDict.copy (an object of its own class)
-case(od_copy_keeps_its_class, (R(3),), full=False)
+def dd_copy_keeps_factory_shares_values(x):
+    groups = defaultdict(list)
+    groups["a"].append(x)
+    copied = groups.copy()
+    copied["b"].append(x * 2)  # the factory came along
+    copied["a"].append(x + 1)  # a shallow copy: the same list
+    return copied, groups, copied.default_factory is list
+
+
+case(od_copy_keeps_its_class, (R(3),))
+case(dd_copy_keeps_factory_shares_values, (R(3),), (R(2, 2),))
 
 @pytest.mark.parametrize("fn,args,alt,full,state", CASES)
 def test_differential(fn, args, alt, full, state):
