@@ -1001,6 +1001,62 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     frame.stack.push_back(Variable::sequence(Kind::Tuple, std::move(values)));
     return;
   }
+  case Opcode::MATCH_CLASS: {
+    // `case C(p, q, k=r):` below a subject: the attributes the patterns
+    // match (C.__match_args__ for the positional ones, then the keywords)
+    // as a tuple where the subject is a C that has them all, else None.
+    std::optional<py::object> keywords = asConstant(pop(frame));
+    VariablePtr cls = pop(frame);
+    VariablePtr subject = pop(frame);
+    std::optional<py::object> type = asConstant(cls);
+    if (!keywords || !type || !PyType_Check(type->ptr()))
+      unsupported("a class pattern whose class is not a constant");
+    if (!truthy(call(Variable::constant(h.builtin("isinstance")),
+                     {subject, cls}, {}))) {
+      frame.stack.push_back(Variable::constant(py::none()));
+      return;
+    }
+    std::vector<std::string> names;
+    size_t positional = static_cast<size_t>(instruction.arg);
+    std::vector<VariablePtr> values;
+    if (positional > 0) {
+      py::object matchArgs = py::getattr(*type, "__match_args__", py::none());
+      // bool, int, str, list, ... match a single positional pattern against
+      // the subject itself.
+      static const char *const selfMatching[] = {
+          "bool", "bytearray", "bytes", "dict", "float", "frozenset",
+          "int",  "list",      "set",   "str",  "tuple"};
+      bool self = false;
+      for (const char *name : selfMatching)
+        self = self || type->is(h.builtin(name));
+      if (matchArgs.is_none() && self && positional == 1)
+        values.push_back(subject);
+      else if (!PyTuple_Check(matchArgs.ptr()) ||
+               PyTuple_GET_SIZE(matchArgs.ptr()) <
+                   static_cast<Py_ssize_t>(positional))
+        unsupported("a class pattern with more positional patterns than " +
+                    kindNameOf(*type) + " matches (a TypeError)");
+      else
+        for (size_t i = 0; i < positional; ++i)
+          names.push_back(py::str(py::tuple(matchArgs)[i]).cast<std::string>());
+    }
+    for (py::handle name : *keywords)
+      names.push_back(py::str(name).cast<std::string>());
+    for (size_t i = 0; i < names.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (names[i] == names[j])
+          unsupported("a class pattern naming attribute " + names[i] +
+                      " twice (a TypeError)");
+    for (const std::string &name : names) {
+      if (!truthy(hasAttribute(subject, name))) {
+        frame.stack.push_back(Variable::constant(py::none()));
+        return;
+      }
+      values.push_back(loadAttr(subject, name));
+    }
+    frame.stack.push_back(Variable::sequence(Kind::Tuple, std::move(values)));
+    return;
+  }
   case Opcode::DELETE_SUBSCR: {
     VariablePtr key = pop(frame);
     VariablePtr container = builtinContents(pop(frame), "__delitem__");

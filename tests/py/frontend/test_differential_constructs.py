@@ -3481,8 +3481,37 @@ case(ct_dict_merge_symbolic, (R(3),), (R(2, 2),))
 case(ct_tuple_concat_namedtuple, (R(3),), (R(2),))
 case(ct_match_patterns, (R(3), [2, 1.5]), (R(2), [1, 0, 7, 8]))
 case(ct_match_patterns, (R(3), {"scale": 3, "b": 1}), (R(2), {"scale": -1}))
-# Unsupported under fullgraph: a class pattern (MATCH_CLASS)
-case(ct_match_patterns, (R(3), "name"), (R(2), 5), full=False)
+case(ct_match_patterns, (R(3), "name"), (R(2), 5))
+
+
+class _Point:
+    __match_args__ = ("x", "y")
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+
+def ct_match_class_patterns(x, subject):
+    match subject:
+        case ModelOut(logits, loss=None):
+            return x * logits
+        case _Point(x=px, y=0):
+            return x + px
+        case _Point(px, py):
+            return x * px - py
+        case _Pair(a, b=2):
+            return x * a
+        case int(n) if n > 2:
+            return x * n
+        case float(v) | int(v):
+            return x - v
+        case _:
+            return x - 1
+
+
+for _subject, _other in [(ModelOut(R(3)), ModelOut(R(3), loss=R(1))), (_Point(2.0, 0), _Point(3.0, 4)),
+                         (_Pair(3, 2), _Pair(1, 5)), (5, 1), (2.5, None)]:
+    case(ct_match_class_patterns, (R(3), _subject), (R(3), _other))
 case(ct_is_against_objects, (R(3),), (R(2),))
 
 
