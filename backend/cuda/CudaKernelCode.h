@@ -39,8 +39,6 @@ public:
   void runKernel(size_t stepIndex, char *const *buffers,
                  const LaunchContext &context) const override;
   const GpuCode &code() const { return vector_.code; }
-  /// Whether a launch has needed the scalar code yet.
-  bool scalarCodeLoaded() const { return scalar_.load() != nullptr; }
 
 private:
   /// A GpuCode loaded as one module, with its kernel functions by step.
