@@ -453,6 +453,14 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     std::swap(peek(frame, 1), peek(frame, instruction.arg));
     return;
   case Opcode::LOAD_CONST:
+    // A function among the constants is kiln's own (a resume function's
+    // list_iterator_at): inlined as any Python function.
+    if (PyFunction_Check(instruction.argval.ptr())) {
+      auto function = Variable::make(Kind::Function);
+      function->object = instruction.argval;
+      frame.stack.push_back(function);
+      return;
+    }
     frame.stack.push_back(Variable::constant(instruction.argval));
     return;
   case Opcode::RETURN_CONST:

@@ -492,8 +492,8 @@ void CodeCache::makeContinuation(CacheEntry &entry,
     bound.append(py::bool_(local >= 0));
   for (int item : graphBreak.stack)
     nulls.append(py::bool_(item < 0));
-  for (bool iterator : graphBreak.iterated)
-    iterated.append(py::bool_(iterator));
+  for (GraphBreak::Iterated iterator : graphBreak.iterated)
+    iterated.append(py::int_(static_cast<int>(iterator)));
   py::object globals = py::reinterpret_borrow<py::object>(inputs.globals);
   py::object closure = inputs.closure
                            ? py::reinterpret_borrow<py::object>(inputs.closure)

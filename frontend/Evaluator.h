@@ -416,10 +416,10 @@ private:
   Capture captureAtBreak(Frame &frame, bool initialGradMode);
   struct Rebuilder;
   int rebuild(const VariablePtr &value, Rebuilder &rebuilder);
-  /// A loop's iterator on the stack at the break: the tuple of the items
-  /// still to come, which the resume function iterates.
+  /// A loop's iterator on the stack at the break, as `how` says it leaves
+  /// (GraphBreak::Iterated).
   int rebuildLoopIterator(const Frame &frame, const VariablePtr &iterator,
-                          Rebuilder &rebuilder);
+                          Rebuilder &rebuilder, GraphBreak::Iterated &how);
   /// The recorded writes as side effects of the plan, and the guards that
   /// keep their targets apart from other objects.
   void planSideEffects(Rebuilder &rebuilder);

@@ -551,6 +551,17 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
         values.append(*constant);
       return Variable::constant(function(*py::tuple(values)));
     }
+    // Python's enumerate, zip and reversed read a list argument as they go:
+    // the iterator made here holds a spent iterator of the list, which
+    // makes it stale (iteratorIsStale) once the list changes, and keeps a
+    // graph break from leaving it as a tuple of the rest.
+    auto readsList = [&](const VariablePtr &made, const VariablePtr &arg) {
+      if (!arg->is(Kind::List))
+        return;
+      VariablePtr spent = iterate(arg);
+      spent->position = spent->items.size();
+      made->cells.push_back(spent);
+    };
     bool startKeyword = kwargs.size() == 1 && kwargs[0].first == "start";
     if (is("enumerate") &&
         ((args.size() == 1 && (kwargs.empty() || startKeyword)) ||
@@ -571,6 +582,7 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       // reads is stale until the enumerate is done.
       if (args[0]->is(Kind::Iterator))
         args[0]->cells.push_back(iterator);
+      readsList(iterator, args[0]);
       return iterator;
     }
     if (is("zip") && kwargs.empty()) {
@@ -596,15 +608,18 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
         iterator->items.push_back(
             Variable::sequence(Kind::Tuple, std::move(row)));
       }
-      for (const VariablePtr &arg : args)
+      for (const VariablePtr &arg : args) {
         if (arg->is(Kind::Iterator))
           arg->cells.push_back(iterator);
+        readsList(iterator, arg);
+      }
       return iterator;
     }
     if (is("reversed") && args.size() == 1) {
       auto iterator = Variable::make(Kind::Iterator);
       std::vector<VariablePtr> items = unpack(args[0]);
       iterator->items.assign(items.rbegin(), items.rend());
+      readsList(iterator, args[0]);
       return iterator;
     }
     if ((is("list") || is("tuple")) && args.size() <= 1 && kwargs.empty()) {

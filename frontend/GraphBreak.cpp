@@ -234,19 +234,26 @@ bool readsLiveContainer(const Variable &iterator) {
 
 int Evaluator::rebuildLoopIterator(const Frame &frame,
                                    const VariablePtr &iterator,
-                                   Rebuilder &rebuilder) {
+                                   Rebuilder &rebuilder,
+                                   GraphBreak::Iterated &how) {
   // A loop's iterator on the stack leaves as a tuple of the items still to
   // come, and the resume function iterates that tuple (kiln._resume): its
-  // capture then reads the items as any tuple argument's. A list or a
-  // tensor is read as the loop goes, which a tuple would not follow; a
-  // handler around the break would run the loop on in CPython over the
-  // tuple; and an iterator reached another way (a local too) is the same
-  // object there, which a tuple is not.
+  // capture then reads the items as any tuple argument's. A list's own
+  // iterator reads the list as the loop goes, which a tuple would not
+  // follow: it leaves as the list and the position reached, and the resume
+  // function makes the list's iterator again at that position. An
+  // enumerate, zip or reversed over a list stays refused. A
+  // handler around the break would run the loop on in CPython over what
+  // left; and an iterator reached another way (a local too) is the same
+  // object there, which a new one is not.
   if (iteratorIsStale(*iterator))
     unsupported("a live iterator over a list changed since, or one that an "
                 "unfinished enumerate or zip reads");
-  if (readsLiveContainer(*iterator))
-    unsupported("a loop over a list or a tensor is live at the break");
+  bool overList =
+      iterator->cells.size() == 1 && iterator->cells[0]->is(Kind::List);
+  if (!overList && readsLiveContainer(*iterator))
+    unsupported("an enumerate, zip or reversed over a list is live at the "
+                "break");
   if (frame.code->handlerAt(frame.pc))
     unsupported("a loop's iterator is live at a break inside a try or with "
                 "block");
@@ -256,6 +263,14 @@ int Evaluator::rebuildLoopIterator(const Frame &frame,
                   "break");
   RebuildStep step;
   step.kind = RebuildStep::Kind::Tuple;
+  if (overList) {
+    how = GraphBreak::Iterated::AsListPosition;
+    step.items.push_back(rebuild(iterator->cells[0], rebuilder));
+    step.items.push_back(
+        rebuild(Variable::constant(py::int_(iterator->position)), rebuilder));
+    return rebuilder.add(std::move(step));
+  }
+  how = GraphBreak::Iterated::AsTuple;
   for (size_t i = iterator->position; i < iterator->items.size(); ++i)
     step.items.push_back(rebuild(iterator->items[i], rebuilder));
   return rebuilder.add(std::move(step));
@@ -276,13 +291,15 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
   state->reason = breakReason_;
   Rebuilder rebuilder{*state, {}, {}, {}, {}};
   for (const VariablePtr &item : frame.stack) {
-    state->iterated.push_back(item->is(Kind::Iterator));
+    GraphBreak::Iterated iterated = GraphBreak::Iterated::No;
     if (item->is(Kind::Null))
       state->stack.push_back(-1);
     else if (item->is(Kind::Iterator))
-      state->stack.push_back(rebuildLoopIterator(frame, item, rebuilder));
+      state->stack.push_back(
+          rebuildLoopIterator(frame, item, rebuilder, iterated));
     else
       state->stack.push_back(rebuild(item, rebuilder));
+    state->iterated.push_back(iterated);
   }
   for (size_t i = 0; i < frame.locals.size(); ++i) {
     // A free variable's cell comes from the closure the continuation is

@@ -486,8 +486,11 @@ bool iteratorIsStale(const Variable &iterator) {
     if (cell->is(Kind::List) && cell->items != iterator.items)
       return true;
     // An enumerate or zip took this iterator's items when it was made;
-    // Python's takes them as it is advanced.
-    if (cell->is(Kind::Iterator) && cell->position < cell->items.size())
+    // Python's takes them as it is advanced. An iterator this one reads
+    // (a list's, under an enumerate, zip or reversed) is stale when its
+    // list changed.
+    if (cell->is(Kind::Iterator) &&
+        (cell->position < cell->items.size() || iteratorIsStale(*cell)))
       return true;
   }
   return false;

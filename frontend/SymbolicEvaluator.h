@@ -102,9 +102,17 @@ struct GraphBreak : RebuildPlan {
   std::string reason;      // why the instruction could not be captured
   std::vector<int> locals; // value per local slot; -1: unbound
   std::vector<int> stack;  // value per stack item, bottom first; -1: NULL
-  /// Per stack item: a loop's iterator, left as a tuple of the items still
-  /// to come, which the resume function iterates.
-  std::vector<bool> iterated;
+  /// Per stack item: whether it is a loop's iterator, and how it leaves
+  /// (kiln._resume rebuilds it in the resume function).
+  enum class Iterated : int {
+    No = 0,
+    /// the items still to come, as a tuple the resume function iterates
+    AsTuple = 1,
+    /// (the list, the position reached): the resume function makes the
+    /// list's own iterator there, which reads the list as it is then
+    AsListPosition = 2,
+  };
+  std::vector<Iterated> iterated;
   /// The grad mode at the break where a grad-mode block (or a call) set it
   /// apart from the call's: the continuation sets it before the
   /// instruction (the graph leaves grad mode as the call found it).

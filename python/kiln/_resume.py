@@ -119,6 +119,8 @@ def refusal(code, offset):
     """Why a graph break at the instruction at `offset` of `code` cannot be
     made (a message), or None when it can."""
     code, offset = base_of(code, offset)
+    if offset < 0:
+        return "the instruction is in a resume function's prologue"
     if code.co_flags & _CO_GENERATOR_LIKE:
         return "a generator or coroutine frame"
     if code.co_cellvars:
@@ -249,6 +251,24 @@ def _shift_cell_indices(code, added):
     return bytes(raw)
 
 
+# How a loop's iterator on the stack leaves a graph break (the frontend's
+# GraphBreak::Iterated): the items still to come as a tuple, or the list
+# and the position reached.
+_AS_TUPLE, _AS_LIST_POSITION = 1, 2
+
+
+def list_iterator_at(state):
+    """The iterator of a loop over a list that a graph break left at a
+    position: `state` is (the list, the position). It is the list's own
+    iterator, so the rest of the loop reads the list as it is then (and
+    as it changes), as eager's loop does."""
+    items, position = state
+    iterator = iter(items)
+    for _ in range(position):
+        next(iterator, None)
+    return iterator
+
+
 def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
     # Code objects compare equal across files: the file is part of the key.
     key = (code.co_filename, offset, bound, after, iterated)
@@ -258,9 +278,12 @@ def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
     count = len(code.co_varnames)
     temps = tuple(f"__kiln_stack{j}" for j, null in enumerate(after) if not null)
     varnames = code.co_varnames + temps
+    consts = code.co_consts
+    if _AS_LIST_POSITION in iterated:
+        consts = consts + (list_iterator_at,)
     prologue = bytearray()
     _emit_frame_start(prologue, code)
-    _emit_restore(prologue, bound, after, iterated)
+    _emit_restore(prologue, bound, after, iterated, len(code.co_consts))
     for slot in range(count, len(varnames)):
         _emit(prologue, "DELETE_FAST", slot)
     # It lands on the body's `next_offset`, measured from after the jump,
@@ -277,7 +300,9 @@ def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
         co_posonlyargcount=0,
         co_kwonlyargcount=0,
         co_flags=code.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS),
-        co_stacksize=max(code.co_stacksize, len(after)) + 1,
+        co_consts=consts,
+        # A list iterator is made by a call: NULL, the function, its state.
+        co_stacksize=max(code.co_stacksize, len(after)) + 3,
         co_qualname=f"{code.co_qualname}.<resume after line {line}>",
     )
     _bases[resumed] = (weakref.ref(code), len(prologue))
@@ -285,22 +310,30 @@ def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
     return resumed
 
 
-def _emit_restore(code_bytes, bound, nulls, iterated=()):
+def _emit_restore(code_bytes, bound, nulls, iterated=(), list_iterator_index=None):
     """Unbinds the locals `bound` marks unbound and pushes the stack: a NULL
     where `nulls` says so, else the next temporary after the locals, and
-    an iterator over it where `iterated` marks a loop's iterator (the break
-    left the items still to come as a tuple)."""
+    a loop's iterator where `iterated` marks one: an iterator over the
+    tuple of the items still to come, or list_iterator_at (the constant at
+    `list_iterator_index`) of the (list, position) the break left."""
     for slot, is_bound in enumerate(bound):
         if not is_bound:
             _emit(code_bytes, "DELETE_FAST", slot)
     temp = len(bound)
     for index, null in enumerate(nulls):
+        how = iterated[index] if index < len(iterated) else 0
         if null:
             _emit(code_bytes, "PUSH_NULL")
+        elif how == _AS_LIST_POSITION:
+            _emit(code_bytes, "PUSH_NULL")
+            _emit(code_bytes, "LOAD_CONST", list_iterator_index)
+            _emit(code_bytes, "LOAD_FAST", temp)
+            _emit_call(code_bytes, 1)
+            temp += 1
         else:
             _emit(code_bytes, "LOAD_FAST", temp)
             temp += 1
-            if index < len(iterated) and iterated[index]:
+            if how == _AS_TUPLE:
                 _emit(code_bytes, "GET_ITER")
 
 
@@ -335,7 +368,8 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     grad mode to `grad_mode` (unless None), runs the instruction at `offset`
     in CPython and returns what the resume function returns. A stack item
     `iterated` marks is a loop's iterator, passed as a tuple of the items
-    still to come: the instruction leaves it alone (it lies below the
+    still to come (or, for a loop over a list, as the list and the position
+    reached): the instruction leaves it alone (it lies below the
     instruction's operands) and the resume function iterates it. Returns
     (function, resume code, how many locals the function takes: those of
     the original code). A nested function's continuation is made with
@@ -356,7 +390,7 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     bound = tuple(bound[:count])
     stack_nulls = tuple(stack_nulls)
     instruction, prefix, next_offset, after, kept = _stack_after(code, offset, stack_nulls)
-    iterated = tuple(bool(flag) for flag in iterated)
+    iterated = tuple(int(flag) for flag in iterated)
     if any(iterated[kept:]):
         raise ValueError(f"a loop's iterator is an operand of {instruction.opname}")
     iterated = iterated[:kept] if any(iterated) else ()

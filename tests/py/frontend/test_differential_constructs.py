@@ -3515,6 +3515,37 @@ for _subject, _other in [(ModelOut(R(3)), ModelOut(R(3), loss=R(1))), (_Point(2.
 case(ct_is_against_objects, (R(3),), (R(2),))
 
 
+def ct_enumerate_over_a_growing_list(x, items):
+    for i, item in enumerate(items):
+        x = x + item * (i + 1)
+        if len(items) < 4:
+            items.append(item * 2)  # enumerate takes it as it goes
+    return x, len(items)
+
+
+def ct_zip_and_reversed_over_a_growing_list(x, items):
+    for a, b in zip(items, reversed(items)):
+        x = x + a * b
+        if len(items) < 4:
+            items.insert(0, a + 1)
+    return x, items
+
+
+def ct_loop_over_list_with_a_break(x, items):
+    for item in items:
+        x = x * 2 + item
+        print("step")  # a break in the loop: a resume function per step
+    return x
+
+
+# Unsupported under fullgraph: a loop over a list the loop changes
+case(ct_enumerate_over_a_growing_list, (R(3), [R(3), R(3)]), (R(2), [R(2)]), full=False)
+# Unsupported under fullgraph: a loop over a list the loop changes
+case(ct_zip_and_reversed_over_a_growing_list, (R(3), [R(3), R(3)]), (R(2), [R(2)]), full=False)
+# Unsupported under fullgraph: print() (a side effect)
+case(ct_loop_over_list_with_a_break, (R(3), [R(3), R(3), R(3)]), (R(2), [R(2)]), full=False)
+
+
 # --- user classes' operators, Enum lookups, keyword forms of builtins --------
 
 class Money:

@@ -396,6 +396,57 @@ def loop_over_list(x, items):
     return x
 
 
+def loop_over_list_growing(x, items):
+    # The loop grows the list it reads, after the break: the resume
+    # function's iterator is the list's own, so the loop takes the new items
+    # as eager's does.
+    for item in items:
+        x = x * 2 + item
+        print("grow")
+        if len(items) < 5:
+            items.append(item + 1)
+    return x, len(items)
+
+
+def loop_over_list_changing_ahead(x, items):
+    # The resume function changes an item the loop has not reached yet.
+    total = x
+    for item in items:
+        total = total + item
+        print("step")
+        items[-1] = items[-1] * 3
+    return total, items
+
+
+def test_loops_over_lists_resume_with_the_lists_own_iterator(capsys):
+    inputs = lambda: (torch.randn(3), [torch.randn(3), torch.randn(3), torch.randn(3)])
+    compiled = check(loop_over_list, inputs)
+    info = assert_breaks(compiled, 3, 4)  # before the loop, then a step each
+    assert info["entries"] == 1 and info["hits"] == 2, info
+    for fn in (loop_over_list_growing, loop_over_list_changing_ahead):
+        compiled = kiln.compile(fn)
+        for _ in range(3):  # each run changes its own list
+            x, items = inputs()
+            got = compiled(x, list(items))
+            expected = fn(x, list(items))
+            assert_close(got, expected)
+        assert not kiln.cache_info(compiled)["runs_in_cpython"]
+
+
+def zip_over_lists(x, items):
+    for a, b in zip(items, reversed(items)):
+        x = x + a * b
+        print("pair")
+    return x
+
+
+def enumerate_over_list(x, items):
+    for i, item in enumerate(items):
+        x = x + item * i
+        print("item")
+    return x
+
+
 def loop_over_own_iterator(x):
     steps = iter(range(3))
     for i in steps:
@@ -415,10 +466,12 @@ def loop_break_inside_try(x):
 
 
 @pytest.mark.parametrize("fn, make_inputs, refusal", [
-    # A list iterator reads the list as it goes: a tuple of the rest would
-    # not see a change the rest of the loop makes.
-    (loop_over_list, lambda: (torch.randn(3), [torch.randn(3), torch.randn(3)]),
-     "a loop over a list or a tensor is live at the break"),
+    # An enumerate or zip reads its list as it goes: a tuple of the rest
+    # would not see a change.
+    (enumerate_over_list, lambda: (torch.randn(3), [torch.randn(3), torch.randn(3)]),
+     "an enumerate, zip or reversed over a list is live at the break"),
+    (zip_over_lists, lambda: (torch.randn(3), [torch.randn(3), torch.randn(3)]),
+     "an enumerate, zip or reversed over a list is live at the break"),
     (loop_over_own_iterator, lambda: (torch.randn(3),),
      "a loop's iterator that a local also holds"),
     (loop_break_inside_try, lambda: (torch.randn(3),),

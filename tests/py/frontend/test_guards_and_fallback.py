@@ -198,9 +198,8 @@ def inner_helper(x):
 
 
 def outer_with_print(x):
-    items = [0]
-    for _ in items:
-        print("eager part")  # in a loop over a list: the frame runs in CPython
+    for _ in enumerate([0]):
+        print("eager part")  # in an enumerate over a list: the frame runs in CPython
     return inner_helper(x) + inner_helper(x + 1)
 
 
