@@ -82,6 +82,14 @@ struct Handles {
   // Pure-Python models of builtins the evaluator inlines (kiln._polyfills).
   py::object polyfills =
       py::module_::import("kiln._polyfills").attr("POLYFILLS");
+  py::object itemgetterCall =
+      py::module_::import("kiln._polyfills").attr("itemgetter_call");
+  py::object attrgetterCall =
+      py::module_::import("kiln._polyfills").attr("attrgetter_call");
+  py::object itemgetterType =
+      py::module_::import("operator").attr("itemgetter");
+  py::object attrgetterType =
+      py::module_::import("operator").attr("attrgetter");
   /// The model of builtin `function` (an empty object: none).
   py::object polyfillFor(py::handle function) const {
     PyObject *found = PyDict_GetItemWithError(polyfills.ptr(), function.ptr());

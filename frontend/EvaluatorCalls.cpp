@@ -808,6 +808,14 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     }
     if (callable->object && isTorchModuleName(moduleOf(callable->object)))
       return torchCall(callable->object, args, kwargs);
+    if (callable->object)
+      if (py::object model = h.polyfillFor(callable->object)) {
+        // A Python function of the standard library that calls into C
+        // (heapq.nlargest): its model instead.
+        auto inlined = Variable::make(Kind::Function);
+        inlined->object = model;
+        return inlineFunction(inlined, std::move(args), std::move(kwargs));
+      }
     return inlineFunction(callable, std::move(args), std::move(kwargs));
   case Kind::Module:
     return inlineModule(callable, std::move(args), std::move(kwargs));
@@ -1023,6 +1031,16 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
           tuple->object = *cls;
         return tuple;
       }
+    bool itemgetter = py::type::of(function).is(h.itemgetterType);
+    if ((itemgetter || py::type::of(function).is(h.attrgetterType)) &&
+        args.size() == 1 && kwargs.empty()) {
+      // operator.itemgetter(*items)(obj) / attrgetter(*names)(obj): the
+      // items or names from the getter, read by a Python model.
+      py::tuple parts = py::tuple(function.attr("__reduce__")())[1];
+      auto model = Variable::make(Kind::Function);
+      model->object = itemgetter ? h.itemgetterCall : h.attrgetterCall;
+      return inlineFunction(model, {Variable::constant(parts), args[0]}, {});
+    }
     if (py::object model = h.polyfillFor(function)) {
       // functools.reduce, itertools' iterators, map, ...: their Python
       // model, inlined as user code is.
@@ -1166,7 +1184,10 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
           if (constants)
             return setFromObject(result);
         }
-        if (returnsObject) {
+        if (returnsObject || py::type::of(result).is(h.itemgetterType) ||
+            py::type::of(result).is(h.attrgetterType)) {
+          // (operator's getters made of constants: their calls are
+          // modelled, and the real object is what the frame holds)
           keepAlive_.push_back(result);
           VariablePtr object = wrap(result, nullptr);
           object->ownedByFrame = true; // made from constants by this call

@@ -1,7 +1,8 @@
 # Pure-Python models of builtins that kiln's capture runs through its
 # bytecode evaluator instead of refusing: functools.reduce, itertools'
-# iterators, map and filter (functools.partial is a real partial object:
-# frontend/EvaluatorCalls.cpp). Each follows its CPython
+# iterators, map and filter, Counter's counting, heapq's nlargest, and the
+# calls of operator's itemgetter and attrgetter (functools.partial and the
+# getters are real objects: frontend/EvaluatorCalls.cpp). Each follows its CPython
 # documentation's equivalent code, written with what the evaluator models
 # (lists, tuples, loops, generators). Generators made during capture run to
 # exhaustion when called: an infinite one (itertools.count, repeat without
@@ -10,6 +11,7 @@
 # Depends on nothing; read by frontend/EvaluatorCalls.cpp (POLYFILLS).
 import collections
 import functools
+import heapq
 import itertools
 
 _MISSING = object()
@@ -242,6 +244,41 @@ def defaultdict_fromkeys(iterable, value=None):
     return made
 
 
+def count_elements(mapping, iterable):
+    """collections._count_elements, which Counter's update calls."""
+    get = mapping.get
+    for element in iterable:
+        mapping[element] = get(element, 0) + 1
+
+
+def nlargest(n, iterable, key=None):
+    # heapq documents nlargest as equivalent to this.
+    return sorted(iterable, key=key, reverse=True)[:n]
+
+
+def nsmallest(n, iterable, key=None):
+    return sorted(iterable, key=key)[:n]
+
+
+def itemgetter_call(items, obj):
+    """A call of operator.itemgetter(*items) (the real object stays the
+    frame's value; its calls run this)."""
+    if len(items) == 1:
+        return obj[items[0]]
+    return tuple(obj[item] for item in items)
+
+
+def attrgetter_call(names, obj):
+    """A call of operator.attrgetter(*names)."""
+    values = []
+    for name in names:
+        value = obj
+        for part in name.split("."):
+            value = getattr(value, part)
+        values.append(value)
+    return values[0] if len(names) == 1 else tuple(values)
+
+
 def compress(data, selectors):
     for element, selected in zip(data, selectors):
         if selected:
@@ -274,4 +311,7 @@ POLYFILLS = {
     dict.fromkeys: dict_fromkeys,
     collections.OrderedDict.fromkeys: ordered_dict_fromkeys,
     collections.defaultdict.fromkeys: defaultdict_fromkeys,
+    collections._count_elements: count_elements,
+    heapq.nlargest: nlargest,
+    heapq.nsmallest: nsmallest,
 }

@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import enum
 import functools
+import heapq
 import itertools
 import math
 import operator
@@ -70,6 +71,8 @@ def same(got, exp, where="result"):
     elif isinstance(exp, (int, str, bytes, type(None), set, frozenset, range, slice, enum.Enum,
                           torch.Size, torch.dtype, torch.device, type)):
         assert got == exp, f"{where}: {got!r} vs {exp!r}"
+    elif isinstance(exp, (operator.itemgetter, operator.attrgetter)):
+        assert got.__reduce__() == exp.__reduce__(), f"{where}: {got!r} vs {exp!r}"
     elif hasattr(exp, "__dict__") and not callable(exp):
         same(vars(got), vars(exp), f"{where}.__dict__")
     else:
@@ -514,8 +517,17 @@ case(dict_iterate_and_modify_copy, (R(2), {"w": R(3), "b": R(2)}), (R(2), {"w": 
 case(dict_update_keeps_order, (R(3),), (R(2),))
 case(dict_unpack_keys_items, (R(3),), (R(1, 2),))
 case(dict_size_as_key, (R(3, 2),), (R(6, 2),))
-# Unsupported under fullgraph: a call to <built-in function _count_elements>
-case(dict_counter, (R(3),), (R(4, 2),), full=False)
+case(dict_counter, (R(3),), (R(4, 2),))
+
+
+def dict_counter_update_and_heapq(x, words):
+    counts = collections.Counter(words)
+    counts.update(["extra", words[0]])
+    top = counts.most_common(2)
+    return x * counts[words[0]], top, heapq.nsmallest(2, [5, 1, 4, 2]), counts
+
+
+case(dict_counter_update_and_heapq, (R(3), ["a", "b", "a"]), (R(2), ["q", "r", "r", "s"]))
 
 
 # --- set, frozenset -----------------------------------------------------------
@@ -1212,8 +1224,18 @@ case(ft_reduce_initial, (R(3),), (R(2),))
 case(ft_reduce_shape, (R(2, 3),), (R(4, 1, 2),))
 # Unsupported under fullgraph: passing a function to a torch function
 case(ft_wraps_decorator, (R(3),), (R(2),), full=False)
-# Unsupported under fullgraph: a call returning a operator.itemgetter
-case(ft_operator_module, (R(3),), (R(2, 2),), full=False)
+case(ft_operator_module, (R(3),), (R(2, 2),))
+
+
+def ft_getters_sort_and_escape(x, rows):
+    by_second = sorted(rows, key=operator.itemgetter(1))
+    pick = operator.itemgetter(0, 2)
+    shape_of = operator.attrgetter("shape", "dtype.is_floating_point")
+    return by_second, pick(rows[0]), shape_of(x), x * rows[0][0], pick
+
+
+case(ft_getters_sort_and_escape, (R(3), [(2, "b", 1.5), (1, "a", 0.5)]),
+     (R(2, 2), [(0, "z", 1.0), (3, "c", 2.0), (1, "a", -1.0)]))
 
 
 # --- itertools ----------------------------------------------------------------
