@@ -134,8 +134,9 @@ def compile(fn_or_module=None, *, fullgraph=False, dynamic=None, backend="llvm",
     side effects on the caller's objects) is a graph break: that instruction
     runs in CPython between the graph before it and a resume function that
     is captured in turn (inside a loop, the rest of the loop); where kiln
-    cannot resume (a loop over a list, a function making closure cells) the
-    whole function runs in CPython. KILN_LOGS=breaks says where and why.
+    cannot resume (an enumerate over a list, a function making closure
+    cells) the whole function runs in CPython. KILN_LOGS=breaks says where
+    and why.
 
     Args:
         fn_or_module: the function or module; None returns a decorator.
