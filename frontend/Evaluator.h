@@ -304,6 +304,11 @@ private:
   VariablePtr
   inlineFunction(const VariablePtr &function, std::vector<VariablePtr> args,
                  std::vector<std::pair<std::string, VariablePtr>> kwargs);
+  /// A Python model of a builtin or library function (kiln._polyfills),
+  /// inlined as user code is.
+  VariablePtr
+  inlineModel(py::object model, std::vector<VariablePtr> args,
+              std::vector<std::pair<std::string, VariablePtr>> kwargs);
   /// `type(self).<name>(self, *args)` inlined when the object's class
   /// defines that special method in Python (a Mapping's __getitem__ or
   /// __contains__, a __len__); null when it does not.
