@@ -59,8 +59,8 @@ public:
     static PyObject *dtypeAndDevice = keywordNames({"dtype", "device"});
     const Allocation &allocation =
         state_ ? state_->allocations[buffer] : runner_.allocations_[buffer];
+    const TensorMeta &meta = metaOf(buffer);
     if (allocation.pooled) {
-      const TensorMeta &meta = metaOf(buffer);
       py::object tensor = pooledCpuTensor(meta.sizes, meta.strides, meta.dtype,
                                           allocation.bytes);
       if (tensor) {
@@ -71,7 +71,6 @@ public:
     // torch's own constructor through its C functions where it has them
     // (about 1 us a tensor on a GPU, against 2-4 through Python's argument
     // parsing), else torch.empty_strided.
-    const TensorMeta &meta = metaOf(buffer);
     char *data = nullptr;
     py::object direct = emptyStridedDirect(meta.sizes, meta.strides, meta.dtype,
                                            runner_.device_, &data);

@@ -14,6 +14,7 @@
 #include <pybind11/stl.h>
 
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -326,6 +327,11 @@ private:
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
   /// collections.OrderedDict(...) and defaultdict(...) made in the frame.
+  /// A new object of class `cls` made in the frame: its attributes (an
+  /// empty Dict), and a builtin base's contents of kind `contents` (a dict
+  /// subclass's Dict, a deque's List) where it has one.
+  VariablePtr newInstance(py::handle cls,
+                          std::optional<Kind> contents = std::nullopt);
   /// OrderedDict.copy() / defaultdict.copy() of `self`, a dict subclass
   /// instance of the frame or an input: one of its class.
   VariablePtr copyBuiltinDict(const VariablePtr &self);

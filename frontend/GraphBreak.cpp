@@ -220,11 +220,12 @@ void Evaluator::planSideEffects(Rebuilder &rebuilder) {
 
 namespace {
 
-/// Whether the iterator reads a list or a tensor as it goes (itself, or
-/// through the iterator an enumerate or zip of it reads).
+/// Whether the iterator reads a list as it goes (itself, or through the
+/// iterator an enumerate, zip or reversed of it reads). A tensor's rows are
+/// taken when the loop starts (iterate).
 bool readsLiveContainer(const Variable &iterator) {
   for (const VariablePtr &cell : iterator.cells)
-    if (cell->is(Kind::List) || cell->is(Kind::Tensor) ||
+    if (cell->is(Kind::List) ||
         (cell->is(Kind::Iterator) && readsLiveContainer(*cell)))
       return true;
   return false;

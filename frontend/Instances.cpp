@@ -79,6 +79,17 @@ int findKey(const VariablePtr &dict, py::handle key) {
   return -1;
 }
 
+VariablePtr Evaluator::newInstance(py::handle cls,
+                                   std::optional<Kind> contents) {
+  auto instance = Variable::make(Kind::Instance);
+  instance->object = py::reinterpret_borrow<py::object>(cls);
+  instance->items.push_back(Variable::make(Kind::Dict));
+  if (contents)
+    instance->items.push_back(Variable::make(*contents));
+  madeInstances_ = true;
+  return instance;
+}
+
 VariablePtr Evaluator::constructInstance(
     py::handle cls, std::vector<VariablePtr> args,
     std::vector<std::pair<std::string, VariablePtr>> kwargs) {
@@ -92,12 +103,9 @@ VariablePtr Evaluator::constructInstance(
     // (a mapping passed positionally is Python 3.13's).
     if (!args.empty())
       unsupported("types.SimpleNamespace() with a positional argument");
-    auto instance = Variable::make(Kind::Instance);
-    instance->object = py::reinterpret_borrow<py::object>(cls);
-    instance->items.push_back(Variable::make(Kind::Dict));
+    VariablePtr instance = newInstance(cls);
     for (const auto &[name, value] : kwargs)
       setDictItem(instance->items[0], py::str(name), value);
-    madeInstances_ = true;
     return instance;
   }
   if (!(reinterpret_cast<PyTypeObject *>(cls.ptr())->tp_flags &
@@ -110,14 +118,12 @@ VariablePtr Evaluator::constructInstance(
   PyObject *base = modelledBase(cls);
   if (!base)
     return nullptr;
-  auto instance = Variable::make(Kind::Instance);
-  instance->object = py::reinterpret_borrow<py::object>(cls);
-  instance->items.push_back(Variable::make(Kind::Dict));
-  if (base != reinterpret_cast<PyObject *>(&PyBaseObject_Type))
-    instance->items.push_back(Variable::make(Kind::Dict));
+  VariablePtr instance =
+      newInstance(cls, base != reinterpret_cast<PyObject *>(&PyBaseObject_Type)
+                           ? std::optional<Kind>(Kind::Dict)
+                           : std::nullopt);
   if (base == h.orderedDictType.ptr())
     instance->items[1]->flag = true; // OrderedDict's methods
-  madeInstances_ = true;
   PyObject *init = lookUpOnType(cls, "__init__");
   if (init && PyFunction_Check(init)) {
     args.insert(args.begin(), instance);
@@ -154,13 +160,9 @@ VariablePtr Evaluator::constructDeque(
     unsupported("a deque whose maxlen is not a constant int");
   if (!bound->is_none() && bound->cast<int64_t>() < 0)
     raisePython(PyExc_ValueError, py::str("maxlen must be non-negative"));
-  auto instance = Variable::make(Kind::Instance);
-  instance->object = Handles::get().dequeType;
-  instance->items.push_back(Variable::make(Kind::Dict));
-  instance->items.push_back(Variable::make(Kind::List));
+  VariablePtr instance = newInstance(Handles::get().dequeType, Kind::List);
   setDictItem(instance->items[0], py::str("maxlen"),
               Variable::constant(*bound));
-  madeInstances_ = true;
   if (iterable) {
     std::vector<VariablePtr> extend = {iterable};
     callDequeMethod(instance, "extend", extend);
@@ -238,12 +240,8 @@ VariablePtr Evaluator::constructBuiltinDict(
   // OrderedDict(items, **more) and defaultdict(factory, items, **more): an
   // instance whose contents are a dict of the frame; defaultdict's factory
   // is its default_factory attribute (a missing key calls it).
-  auto instance = Variable::make(Kind::Instance);
-  instance->object = py::reinterpret_borrow<py::object>(cls);
-  instance->items.push_back(Variable::make(Kind::Dict));
-  instance->items.push_back(Variable::make(Kind::Dict));
+  VariablePtr instance = newInstance(cls, Kind::Dict);
   instance->items[1]->flag = cls.is(Handles::get().orderedDictType);
-  madeInstances_ = true;
   size_t first = 0;
   if (cls.is(Handles::get().defaultDictType)) {
     VariablePtr factory =

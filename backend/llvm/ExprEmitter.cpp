@@ -3,7 +3,6 @@
 // ir/, LLVM.
 #include "backend/llvm/ExprEmitter.h"
 
-#include "backend/llvm/InlineMath.h"
 #include "backend/llvm/MathFunctionName.h"
 #include "ir/Error.h"
 
@@ -82,11 +81,11 @@ void ExprEmitter::computed(const Expr *, llvm::Value *) {}
 llvm::Value *ExprEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
   bool isFloat = x->getType()->getScalarType()->isFloatTy();
   if (isFloat && op == UnaryOp::Exp)
-    return emitInlineExpF32(builder_, x);
+    return expF32()(builder_, x);
   if (isFloat && op == UnaryOp::Tanh)
-    return emitInlineTanhF32(builder_, x);
+    return emitInlineTanhF32(builder_, x, expF32());
   if (isFloat && op == UnaryOp::Erf)
-    return emitInlineErfF32(builder_, x);
+    return emitInlineErfF32(builder_, x, expF32());
   return callMath(mathFunctionName(op), {x});
 }
 

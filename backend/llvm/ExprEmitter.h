@@ -1,8 +1,10 @@
 // Loop-IR expressions as LLVM IR for any target (XLA's ElementalIrEmitter);
 // hooks for loads, math functions and reuse; stores and loops are targets'.
-// Depends on backend/llvm/{LlvmTypes,LoopEmitter}.h, ir/LoopIR.h, LLVM.
+// Depends on backend/llvm/{InlineMath,LlvmTypes,LoopEmitter}.h, ir/LoopIR.h,
+// LLVM.
 #pragma once
 
+#include "backend/llvm/InlineMath.h"
 #include "backend/llvm/LlvmTypes.h"
 #include "backend/llvm/LoopEmitter.h"
 #include "ir/LoopIR.h"
@@ -58,9 +60,12 @@ protected:
   virtual llvm::Value *callMath(const char *name,
                                 std::vector<llvm::Value *> args) = 0;
   /// A unary op that mathFunctionName names, of a float or double `x`:
-  /// float32 exp, tanh and erf inline (backend/llvm/InlineMath), the rest
-  /// through callMath.
+  /// float32 exp, tanh and erf inline (backend/llvm/InlineMath, tanh and
+  /// erf on expF32's exp), the rest through callMath.
   virtual llvm::Value *emitMathFunction(loop::UnaryOp op, llvm::Value *x);
+  /// The target's float32 exp: InlineMath's portable one, or the target's
+  /// own.
+  virtual ExpF32 expF32() const { return emitInlineExpF32; }
   /// A value the target has kept from an earlier loop (nullptr: compute it),
   /// and the notice of each value computed.
   virtual llvm::Value *reuse(const loop::Expr *expr, bool vector);

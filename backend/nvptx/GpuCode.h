@@ -16,6 +16,11 @@ struct AlignedAccess {
   size_t parameter = 0;
   int64_t byteOffset = 0;
   unsigned alignment = 1;
+
+  bool operator==(const AlignedAccess &other) const {
+    return parameter == other.parameter && byteOffset == other.byteOffset &&
+           alignment == other.alignment;
+  }
 };
 
 /// How one kernel is launched. Its parameters are the addresses of

@@ -13,7 +13,6 @@
 #include "backend/nvptx/NvptxKernelEmitter.h"
 
 #include "backend/llvm/ExprEmitter.h"
-#include "backend/llvm/InlineMath.h"
 #include "backend/llvm/LoopEmitter.h"
 #include "backend/llvm/ReductionAlgebra.h"
 #include "ir/Error.h"
@@ -93,8 +92,8 @@ protected:
   llvm::Value *callMath(const char *name,
                         std::vector<llvm::Value *> args) override;
   /// float32 exp (and tanh and erf, built on it) through the GPU's
-  /// special-function unit.
-  llvm::Value *emitMathFunction(UnaryOp op, llvm::Value *x) override;
+  /// special-function unit (the emitter makes scalars only).
+  ExpF32 expF32() const override { return emitExpF32; }
   /// Kept rows: a value computed at a lane's j-th position of one loop is
   /// the value at that position in the kernel's later loops.
   llvm::Value *reuse(const Expr *expr, bool vector) override;
@@ -402,12 +401,8 @@ std::vector<AlignedAccess> NvptxKernelEmitter::hostAlignmentChecks() {
         parameterBuffers_.begin());
     check.byteOffset = offset->integer() * itemSize(dtype);
     check.alignment = static_cast<unsigned>(groupAlign(dtype).value());
-    for (const AlignedAccess &known : checks)
-      if (known.parameter == check.parameter &&
-          known.byteOffset == check.byteOffset &&
-          known.alignment == check.alignment)
-        return;
-    checks.push_back(check);
+    if (std::find(checks.begin(), checks.end(), check) == checks.end())
+      checks.push_back(check);
   });
   return checks;
 }
@@ -469,21 +464,6 @@ llvm::Value *NvptxKernelEmitter::callMath(const char *name,
   llvm::FunctionCallee callee = module_.getOrInsertFunction(
       function, llvm::FunctionType::get(type, types, false));
   return builder_.CreateCall(callee, args);
-}
-
-llvm::Value *NvptxKernelEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
-  if (!x->getType()->isFloatTy())
-    return ExprEmitter::emitMathFunction(op, x);
-  switch (op) {
-  case UnaryOp::Exp:
-    return emitExpF32(builder_, x);
-  case UnaryOp::Tanh:
-    return emitInlineTanhF32(builder_, x, emitExpF32);
-  case UnaryOp::Erf:
-    return emitInlineErfF32(builder_, x, emitExpF32);
-  default:
-    return ExprEmitter::emitMathFunction(op, x);
-  }
 }
 
 llvm::Value *NvptxKernelEmitter::readSpecialRegister(llvm::Intrinsic::ID id) {

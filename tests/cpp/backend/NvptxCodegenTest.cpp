@@ -768,3 +768,15 @@ TEST(NvptxCodegen, ColumnSumsNoMappingServesSplitTheirRows) {
   loop::Program served = program(DType::Float32, {16384, 1024}, columnSum);
   EXPECT_EQ(splitReductionsForGpu(served), 0);
 }
+
+TEST(NvptxCodegen, Float32ExpTanhAndErfUseTheSpecialFunctionUnit) {
+  // exp's 2^r is one ex2.approx (11 instructions in all, where the portable
+  // polynomial, which has none, takes about 30); tanh and erf build on it.
+  for (const char *name : {"aten::exp", "aten::tanh", "aten::erf"}) {
+    loop::Program p =
+        program(DType::Float32, {64, 64},
+                [&](Graph &g, Value *x) { return op(g, name, {x}); });
+    GpuCode code = generateGpuCode(p, "sm_90");
+    EXPECT_GE(count(code.ptx, "ex2.approx.ftz.f32"), 1u) << name << code.ptx;
+  }
+}
