@@ -321,14 +321,79 @@ int64_t operationCount(const Kernel &kernel) {
   return count;
 }
 
+// How many kernels of `program` read each buffer; outputs count as one
+// more reader.
+std::vector<int> readersOf(const Program &program) {
+  std::vector<int> readers(program.buffers.size(), 0);
+  for (const ProgramOutput &output : program.outputs)
+    if (output.buffer >= 0)
+      ++readers[output.buffer];
+  for (const Step &step : program.steps) {
+    if (step.kind != Step::Kind::Kernel)
+      continue;
+    std::set<int64_t> read;
+    for (const Access &load : loadsOfKernel(step.kernel))
+      read.insert(load.buffer);
+    for (int64_t buffer : read)
+      ++readers[buffer];
+  }
+  return readers;
+}
+
+// A contraction writes its product to a temporary that a pointwise kernel
+// then copies, element for element, into its result (a product with no
+// epilogue that is an output, a view of one, or realised): the contraction
+// writes the result itself and the copy goes. The copy runs over the
+// contraction's points, or (after loop order) over every element of the
+// temporary in order. True where `copy` went.
+bool storeIntoCopy(const Program &program, const std::vector<int> &readers,
+                   Kernel &contraction, const Kernel &copy) {
+  if (!contraction.contraction || !isPointwise(copy) ||
+      copy.loops[0].stores.size() != 1)
+    return false;
+  Store *product = nullptr;
+  for (Loop &loop : contraction.loops)
+    for (Store &store : loop.stores) {
+      if (product)
+        return false;
+      product = &store;
+    }
+  const Store &copied = copy.loops[0].stores[0];
+  const Expr *value = copied.value;
+  if (!product || value->kind() != ExprKind::Load ||
+      value->id() != product->buffer || value->index() != copied.index)
+    return false;
+  const Buffer &temporary = program.buffers[product->buffer];
+  bool samePoints = copy.outerRanges == contraction.outerRanges &&
+                    copied.index == product->index;
+  bool everyElement =
+      !program.isSymbolic() && copy.outerRanges.size() == 1 &&
+      copied.index->kind() == ExprKind::Var && copied.index->id() == 0 &&
+      program.hint(copy.outerRanges.numel()) == temporary.meta.numel() &&
+      program.hint(contraction.outerRanges.numel()) == temporary.meta.numel();
+  if (!samePoints && !everyElement)
+    return false;
+  const Buffer &result = program.buffers[copied.buffer];
+  if (temporary.kind != BufferKind::Temporary ||
+      temporary.dtype() != result.dtype() || readers[product->buffer] != 1)
+    return false;
+  product->buffer = copied.buffer;
+  return true;
+}
+
 } // namespace
 
 void fuseKernels(Program &program) {
+  std::vector<int> readers = readersOf(program);
   std::vector<Step> fused;
   int64_t lastCount = 0; // operationCount of fused.back()'s kernel
   for (Step &step : program.steps) {
     int64_t count =
         step.kind == Step::Kind::Kernel ? operationCount(step.kernel) : 0;
+    if (step.kind == Step::Kind::Kernel && !fused.empty() &&
+        fused.back().kind == Step::Kind::Kernel &&
+        storeIntoCopy(program, readers, fused.back().kernel, step.kernel))
+      continue;
     if (step.kind == Step::Kind::Kernel && !fused.empty() &&
         fused.back().kind == Step::Kind::Kernel && !step.kernel.contraction &&
         !fused.back().kernel.contraction &&

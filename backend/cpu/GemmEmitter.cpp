@@ -96,13 +96,11 @@ GemmPlan planGemm(const GemmSpec &spec, const HostTarget &host) {
               plan.rowBlocks);
   splitExtent(spec.n, ceilDivide(spec.n, maxColumnBlock), plan.columns,
               plan.columnBlock, plan.columnTiles);
-  // A tile packs its KC x NC block of B once for all its row blocks: the
-  // fewer tiles down m, the fewer times B is read and packed (one MC block
-  // per tile ran 2048x4096 @ 4096x4096 at 77 GFLOP/s on one core of the
-  // EPYC, all of m per tile at 92, as fast as MKL). More tiles for the
-  // thread pool first take fewer row blocks each, then smaller blocks (the
-  // larger first: square tiles pack the least per multiply-add) while they
-  // stay large enough to amortise packing.
+  // Consecutive tiles of one column block share its packed B (a thread's
+  // chunk packs each k block of B once), and A is read in place or packed
+  // per column block: more tiles for the thread pool first split the rows
+  // (whole row blocks per tile, then smaller blocks, to at least 48 rows),
+  // and only then the columns, whose every split reads A once more.
   plan.rowTileBlocks = std::max<int64_t>(plan.rowBlocks, 1);
   plan.rowTiles = ceilDivide(plan.rowBlocks, plan.rowTileBlocks);
   while (plan.tiles(spec.batch) < spec.targetTiles) {
@@ -117,21 +115,38 @@ GemmPlan planGemm(const GemmSpec &spec, const HostTarget &host) {
       continue;
     }
     int64_t rowBlock, rowBlocks, columnBlock, columnTiles;
-    bool rowsSplit = splitFurther(spec.m, plan.rowBlocks, plan.rows,
-                                  minRowBlock, rowBlock, rowBlocks);
-    bool columnsSplit = splitFurther(spec.n, plan.columnTiles, plan.columns,
-                                     minColumnBlock, columnBlock, columnTiles);
-    if (columnsSplit && (!rowsSplit || plan.columnBlock > plan.rowBlock)) {
-      plan.columnBlock = columnBlock;
-      plan.columnTiles = columnTiles;
-    } else if (rowsSplit) {
+    if (splitFurther(spec.m, plan.rowBlocks, plan.rows, minRowBlock, rowBlock,
+                     rowBlocks)) {
       plan.rowBlock = rowBlock;
       plan.rowBlocks = plan.rowTiles = rowBlocks;
+    } else if (splitFurther(spec.n, plan.columnTiles, plan.columns,
+                            minColumnBlock, columnBlock, columnTiles)) {
+      plan.columnBlock = columnBlock;
+      plan.columnTiles = columnTiles;
     } else {
       break;
     }
   }
   return plan;
+}
+
+// Whether the micro-kernel reads A where it is, unpacked: where k steps are
+// contiguous (no transposes) and the rows of a panel spread over L1's sets
+// (64-byte lines, 64 sets of 12 ways), at most 3 rows' lines to a set. Row
+// strides of a multiple of 4 KiB put every row in one set: on the 16-core
+// Xeon 1024x1024 @ 1024x1024 ran at 206 GFLOP/s on 2 threads in place and
+// 255 packed; with 3 KiB strides (512x768 @ 768x3072) 269 in place and 220
+// packed.
+bool readsAInPlace(const GemmSpec &spec, const GemmPlan &plan) {
+  if (spec.aCol != 1)
+    return false;
+  if (spec.aRow == 0) // every row the same
+    return true;
+  std::vector<int> perSet(64, 0);
+  for (int64_t row = 0; row < plan.rows; ++row)
+    if (++perSet[(row * std::abs(spec.aRow) * 4 / 64) % 64] > 3)
+      return false;
+  return true;
 }
 
 /// How one operand's block is read into packed panels: a panel is `width`
@@ -164,6 +179,9 @@ private:
   llvm::Value *minimum(llvm::Value *a, llvm::Value *b) {
     return builder_.CreateSelect(builder_.CreateICmpSLT(a, b), a, b);
   }
+  llvm::Value *maximum(llvm::Value *a, llvm::Value *b) {
+    return builder_.CreateSelect(builder_.CreateICmpSLT(a, b), b, a);
+  }
   llvm::Value *multiplyAdd(llvm::Value *a, llvm::Value *b, llvm::Value *c) {
     // fmuladd fuses where the target has FMA and stays a multiply and an
     // add elsewhere (an ahead-of-time target without FMA).
@@ -180,7 +198,7 @@ private:
   std::vector<llvm::Value *>
   transposeInLanes(const std::vector<llvm::Value *> &rows);
 
-  void emitTile(llvm::Value *tile);
+  void emitGroup(llvm::Value *group, llvm::Value *begin, llvm::Value *end);
   void emitDepthBlock(llvm::Value *block);
   void emitRowBlock(llvm::Value *rowBlock);
   void emitPack(const PanelLayout &layout, llvm::Value *source,
@@ -192,9 +210,30 @@ private:
                        llvm::Value *depth, llvm::Value *paddedDepth);
   void emitZeroRows(int width, llvm::Value *packed, llvm::Value *from,
                     llvm::Value *to);
-  std::vector<llvm::Value *> emitMicroKernel(llvm::Value *packedA,
+  /// Where the micro-kernel reads A: element (row r, k step s) of its
+  /// panel at rows[r] + s * stepStride.
+  struct PanelOfA {
+    std::vector<llvm::Value *> rows;
+    int64_t stepStride;
+  };
+  /// The panel of MR rows from `first` on, `stride` elements apart.
+  PanelOfA panelOfA(llvm::Value *first, int64_t stride, int64_t stepStride) {
+    PanelOfA panel{{}, stepStride};
+    for (int row = 0; row < plan_.rows; ++row)
+      panel.rows.push_back(element(first, row * stride));
+    return panel;
+  }
+  std::vector<llvm::Value *> emitMicroKernel(const PanelOfA &a,
                                              llvm::Value *packedB,
-                                             llvm::Value *paddedDepth);
+                                             llvm::Value *wholeDepth,
+                                             llvm::Value *depth);
+  void emitMicroSteps(std::vector<llvm::Value *> &accumulators,
+                      const PanelOfA &a, llvm::Value *packedB,
+                      llvm::Value *start, llvm::Value *end, int unroll);
+  std::vector<llvm::Value *>
+  emitChoice(llvm::Value *condition,
+             llvm::function_ref<std::vector<llvm::Value *>()> whenTrue,
+             llvm::function_ref<std::vector<llvm::Value *>()> whenFalse);
   void emitWrite(const std::vector<llvm::Value *> &accumulators,
                  llvm::Value *row, llvm::Value *column, llvm::Value *validRows,
                  llvm::Value *validColumns, llvm::Value *first,
@@ -221,6 +260,9 @@ private:
   GemmPlan plan_;
   llvm::Type *float_;
   llvm::FixedVectorType *vector_;
+  // A with k contiguous is read in place by the micro-kernel (no packing
+  // and no transposes); only a partial last panel of rows is packed.
+  bool directA_ = false;
 
   llvm::Function *function_ = nullptr;
   llvm::Value *a_ = nullptr, *b_ = nullptr, *c_ = nullptr, *bias_ = nullptr;
@@ -336,31 +378,45 @@ EmittedGemm GemmEmitter::emit(const std::string &name) {
     return buffer;
   };
   int64_t paddedDepth = plan_.paddedDepthBlock();
-  packedA_ = stackFloats(plan_.rowBlock * paddedDepth, "packed_a");
+  directA_ = readsAInPlace(spec_, plan_);
+  if (!directA_)
+    packedA_ = stackFloats(plan_.rowBlock * paddedDepth, "packed_a");
   packedB_ = stackFloats(plan_.columnBlock * paddedDepth, "packed_b");
   scratch_ = stackFloats(plan_.rows * plan_.columns, "edge_tile");
-  emitCountedLoop(builder_, function_->getArg(1), function_->getArg(2), 1,
-                  [&](llvm::Value *tile) { emitTile(tile); });
+  // Tiles [begin, end) as groups of consecutive tiles in one column block
+  // of one batch: a group packs each k block of B once for all its rows.
+  llvm::Value *begin = function_->getArg(1), *end = function_->getArg(2);
+  llvm::Value *rowTiles = constant(plan_.rowTiles);
+  emitCountedLoop(
+      builder_, builder_.CreateUDiv(begin, rowTiles),
+      builder_.CreateUDiv(builder_.CreateAdd(end, constant(plan_.rowTiles - 1)),
+                          rowTiles),
+      1, [&](llvm::Value *group) { emitGroup(group, begin, end); });
   builder_.CreateRetVoid();
   return result;
 }
 
-void GemmEmitter::emitTile(llvm::Value *tile) {
-  // Tiles run batch-major, then row blocks, then column blocks: consecutive
-  // tiles (one thread's chunk) share rows of A.
-  llvm::Value *perBatch = constant(plan_.rowTiles * plan_.columnTiles);
-  llvm::Value *batch = builder_.CreateUDiv(tile, perBatch);
-  llvm::Value *within = builder_.CreateURem(tile, perBatch);
-  llvm::Value *rowTile =
-      builder_.CreateUDiv(within, constant(plan_.columnTiles));
+void GemmEmitter::emitGroup(llvm::Value *group, llvm::Value *begin,
+                            llvm::Value *end) {
+  // Tiles run batch-major, then column blocks, then row tiles: consecutive
+  // tiles (one thread's chunk) share a column block of B.
+  llvm::Value *batch = builder_.CreateUDiv(group, constant(plan_.columnTiles));
   llvm::Value *columnTile =
-      builder_.CreateURem(within, constant(plan_.columnTiles));
+      builder_.CreateURem(group, constant(plan_.columnTiles));
+  llvm::Value *groupStart = builder_.CreateMul(group, constant(plan_.rowTiles));
+  llvm::Value *firstRowTile =
+      builder_.CreateSub(maximum(begin, groupStart), groupStart);
+  llvm::Value *endRowTile = builder_.CreateSub(
+      minimum(end, builder_.CreateAdd(groupStart, constant(plan_.rowTiles))),
+      groupStart);
   llvm::Value *rowStart =
-      builder_.CreateMul(rowTile, constant(plan_.rowTile()), "row_start");
+      builder_.CreateMul(firstRowTile, constant(plan_.rowTile()), "row_start");
+  llvm::Value *rowEnd =
+      minimum(constant(spec_.m),
+              builder_.CreateMul(endRowTile, constant(plan_.rowTile())));
   llvm::Value *columnStart = builder_.CreateMul(
       columnTile, constant(plan_.columnBlock), "column_start");
-  tileRows_ = minimum(constant(plan_.rowTile()),
-                      builder_.CreateSub(constant(spec_.m), rowStart));
+  tileRows_ = builder_.CreateSub(rowEnd, rowStart, "group_rows");
   tileColumns_ = minimum(constant(plan_.columnBlock),
                          builder_.CreateSub(constant(spec_.n), columnStart));
   auto offset = [&](int64_t batchStride, int64_t rowStride,
@@ -372,7 +428,7 @@ void GemmEmitter::emitTile(llvm::Value *tile) {
     return builder_.CreateAdd(
         sum, builder_.CreateMul(columnIndex, constant(columnStride)));
   };
-  // A's tile starts at row rowStart, k 0; B's at k 0, column columnStart.
+  // A's group starts at row rowStart, k 0; B's at k 0, column columnStart.
   tileA_ = element(a_, offset(spec_.aBatch, spec_.aRow, 0, constant(0)));
   tileB_ = element(b_, offset(spec_.bBatch, 0, spec_.bCol, columnStart));
   tileC_ =
@@ -414,7 +470,7 @@ void GemmEmitter::emitDepthBlock(llvm::Value *block) {
               ? builder_.getTrue()
               : builder_.CreateICmpEQ(block, constant(plan_.depthBlocks - 1),
                                       "last");
-  if (plan_.rowTileBlocks == 1) {
+  if (plan_.rowBlocks == 1) {
     emitRowBlock(constant(0));
     return;
   }
@@ -431,17 +487,27 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowBlock) {
       builder_.CreateMul(rowBlock, constant(plan_.rowBlock), "block_row");
   llvm::Value *blockRows = minimum(constant(plan_.rowBlock),
                                    builder_.CreateSub(tileRows_, rowStart));
-  if (spec_.k > 0)
-    emitPack(
-        {rows, spec_.aRow, spec_.aCol},
-        element(blockA_, builder_.CreateMul(rowStart, constant(spec_.aRow))),
-        packedA_, blockRows, spec_.m % rows == 0);
+  llvm::Value *sourceA =
+      element(blockA_, builder_.CreateMul(rowStart, constant(spec_.aRow)));
+  // Only the last panel of rows of A can be partial, where m is not a
+  // multiple of MR.
+  bool edgeRows = spec_.m % rows != 0;
+  if (spec_.k > 0 && !directA_)
+    emitPack({rows, spec_.aRow, spec_.aCol}, sourceA, packedA_, blockRows,
+             !edgeRows);
   auto panels = [&](llvm::Value *extent, int width) {
     return builder_.CreateUDiv(builder_.CreateAdd(extent, constant(width - 1)),
                                constant(width));
   };
   llvm::Value *rowPanels = panels(blockRows, rows);
   llvm::Value *columnPanels = panels(tileColumns_, columns);
+  // Packed panels run the micro-kernel over the padded depth; A in place
+  // over whole unrolled steps, then one step at a time.
+  llvm::Value *wholeDepth =
+      directA_ ? builder_.CreateMul(
+                     builder_.CreateUDiv(depth_, constant(plan_.depthUnroll)),
+                     constant(plan_.depthUnroll))
+               : paddedDepth_;
   // Column panels outside: one KC x NR panel of B stays in L1 while the
   // row panels of A stream past it from L2.
   emitCountedLoop(
@@ -456,13 +522,43 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowBlock) {
             builder_, constant(0), rowPanels, 1, [&](llvm::Value *rowPanel) {
               llvm::Value *row =
                   builder_.CreateMul(rowPanel, constant(rows), "row");
-              llvm::Value *packedA = builder_.CreateInBoundsGEP(
-                  float_, packedA_, builder_.CreateMul(row, paddedDepth_));
               llvm::Value *validRows =
                   minimum(constant(rows), builder_.CreateSub(blockRows, row));
               llvm::Value *cRow = builder_.CreateAdd(rowStart, row);
-              std::vector<llvm::Value *> accumulators =
-                  emitMicroKernel(packedA, packedB, paddedDepth_);
+              std::vector<llvm::Value *> accumulators;
+              if (!directA_) {
+                accumulators = emitMicroKernel(
+                    panelOfA(builder_.CreateInBoundsGEP(
+                                 float_, packedA_,
+                                 builder_.CreateMul(row, paddedDepth_)),
+                             1, rows),
+                    packedB, paddedDepth_, paddedDepth_);
+              } else {
+                // A in place: a whole panel's rows at constant offsets
+                // from its first; a partial one reads its last valid row
+                // again in place of the missing ones (written nowhere).
+                llvm::Value *first = element(
+                    sourceA, builder_.CreateMul(row, constant(spec_.aRow)));
+                auto whole = [&] {
+                  return emitMicroKernel(panelOfA(first, spec_.aRow, 1),
+                                         packedB, wholeDepth, depth_);
+                };
+                auto partial = [&] {
+                  PanelOfA panel{{}, 1};
+                  llvm::Value *lastRow =
+                      builder_.CreateSub(validRows, constant(1));
+                  for (int r = 0; r < rows; ++r)
+                    panel.rows.push_back(element(
+                        first, builder_.CreateMul(minimum(constant(r), lastRow),
+                                                  constant(spec_.aRow))));
+                  return emitMicroKernel(panel, packedB, wholeDepth, depth_);
+                };
+                accumulators =
+                    edgeRows ? emitChoice(builder_.CreateICmpEQ(validRows,
+                                                                constant(rows)),
+                                          whole, partial)
+                             : whole();
+              }
               emitWrite(accumulators, cRow, column, validRows, validColumns,
                         first_, last_);
             });
@@ -673,24 +769,65 @@ void GemmEmitter::emitZeroRows(int width, llvm::Value *packed,
   });
 }
 
-std::vector<llvm::Value *>
-GemmEmitter::emitMicroKernel(llvm::Value *packedA, llvm::Value *packedB,
-                             llvm::Value *paddedDepth) {
-  const int rows = plan_.rows, columns = plan_.columns,
-            columnVectors = plan_.columnVectors, lanes = plan_.lanes;
+std::vector<llvm::Value *> GemmEmitter::emitChoice(
+    llvm::Value *condition,
+    llvm::function_ref<std::vector<llvm::Value *>()> whenTrue,
+    llvm::function_ref<std::vector<llvm::Value *>()> whenFalse) {
+  auto *trueBlock = llvm::BasicBlock::Create(context_, "choice", function_);
+  auto *falseBlock = llvm::BasicBlock::Create(context_, "other", function_);
+  auto *done = llvm::BasicBlock::Create(context_, "chosen", function_);
+  builder_.CreateCondBr(condition, trueBlock, falseBlock);
+  builder_.SetInsertPoint(trueBlock);
+  std::vector<llvm::Value *> first = whenTrue();
+  llvm::BasicBlock *firstEnd = builder_.GetInsertBlock();
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(falseBlock);
+  std::vector<llvm::Value *> second = whenFalse();
+  llvm::BasicBlock *secondEnd = builder_.GetInsertBlock();
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
+  std::vector<llvm::Value *> merged;
+  for (size_t index = 0; index < first.size(); ++index) {
+    llvm::PHINode *phi = builder_.CreatePHI(first[index]->getType(), 2);
+    phi->addIncoming(first[index], firstEnd);
+    phi->addIncoming(second[index], secondEnd);
+    merged.push_back(phi);
+  }
+  return merged;
+}
+
+std::vector<llvm::Value *> GemmEmitter::emitMicroKernel(const PanelOfA &a,
+                                                        llvm::Value *packedB,
+                                                        llvm::Value *wholeDepth,
+                                                        llvm::Value *depth) {
   std::vector<llvm::Value *> accumulators(
-      rows * columnVectors, llvm::Constant::getNullValue(vector_));
+      plan_.rows * plan_.columnVectors, llvm::Constant::getNullValue(vector_));
   if (spec_.k == 0)
     return accumulators;
-  // paddedDepth >= depthUnroll here: the loop runs at least once.
+  emitMicroSteps(accumulators, a, packedB, constant(0), wholeDepth,
+                 plan_.depthUnroll);
+  if (wholeDepth != depth)
+    emitMicroSteps(accumulators, a, packedB, wholeDepth, depth, 1);
+  return accumulators;
+}
+
+// k steps [start, end) (a multiple of `unroll` of them, possibly none) of
+// the micro-kernel, added to `accumulators`.
+void GemmEmitter::emitMicroSteps(std::vector<llvm::Value *> &accumulators,
+                                 const PanelOfA &a, llvm::Value *packedB,
+                                 llvm::Value *start, llvm::Value *end,
+                                 int unroll) {
+  const int rows = plan_.rows, columns = plan_.columns,
+            columnVectors = plan_.columnVectors, lanes = plan_.lanes;
   llvm::BasicBlock *before = builder_.GetInsertBlock();
   auto *loop = llvm::BasicBlock::Create(context_, "micro_kernel", function_);
   auto *exit =
       llvm::BasicBlock::Create(context_, "micro_kernel_done", function_);
-  builder_.CreateBr(loop);
+  builder_.CreateCondBr(builder_.CreateICmpSLT(start, end), loop, exit);
   builder_.SetInsertPoint(loop);
   llvm::PHINode *step = builder_.CreatePHI(builder_.getInt64Ty(), 2, "k");
-  step->addIncoming(constant(0), before);
+  step->addIncoming(start, before);
+  std::vector<llvm::Value *> initial = accumulators;
   std::vector<llvm::PHINode *> phis;
   for (llvm::Value *&accumulator : accumulators) {
     llvm::PHINode *phi = builder_.CreatePHI(vector_, 2, "acc");
@@ -699,12 +836,11 @@ GemmEmitter::emitMicroKernel(llvm::Value *packedA, llvm::Value *packedB,
     accumulator = phi;
   }
   llvm::Align vectorAlign(std::min(64, 4 * lanes));
-  for (int unrolled = 0; unrolled < plan_.depthUnroll; ++unrolled) {
+  for (int unrolled = 0; unrolled < unroll; ++unrolled) {
     llvm::Value *at = builder_.CreateAdd(step, constant(unrolled));
     llvm::Value *bRow = builder_.CreateInBoundsGEP(
         float_, packedB, builder_.CreateMul(at, constant(columns)));
-    llvm::Value *aRow = builder_.CreateInBoundsGEP(
-        float_, packedA, builder_.CreateMul(at, constant(rows)));
+    llvm::Value *aStep = builder_.CreateMul(at, constant(a.stepStride));
     std::vector<llvm::Value *> bVectors(columnVectors);
     for (int vector = 0; vector < columnVectors; ++vector)
       bVectors[vector] = builder_.CreateAlignedLoad(
@@ -712,24 +848,29 @@ GemmEmitter::emitMicroKernel(llvm::Value *packedA, llvm::Value *packedB,
           builder_.CreateInBoundsGEP(float_, bRow, constant(vector * lanes)),
           vectorAlign);
     for (int row = 0; row < rows; ++row) {
-      llvm::Value *a = builder_.CreateVectorSplat(
-          lanes,
-          builder_.CreateAlignedLoad(
-              float_, builder_.CreateInBoundsGEP(float_, aRow, constant(row)),
-              llvm::Align(4)));
+      llvm::Value *element = builder_.CreateAlignedLoad(
+          float_, builder_.CreateInBoundsGEP(float_, a.rows[row], aStep),
+          llvm::Align(4));
+      llvm::Value *broadcast = builder_.CreateVectorSplat(lanes, element);
       for (int vector = 0; vector < columnVectors; ++vector) {
         llvm::Value *&accumulator = accumulators[row * columnVectors + vector];
-        accumulator = multiplyAdd(a, bVectors[vector], accumulator);
+        accumulator = multiplyAdd(broadcast, bVectors[vector], accumulator);
       }
     }
   }
-  llvm::Value *next = builder_.CreateAdd(step, constant(plan_.depthUnroll));
-  step->addIncoming(next, builder_.GetInsertBlock());
+  llvm::Value *next = builder_.CreateAdd(step, constant(unroll));
+  llvm::BasicBlock *latch = builder_.GetInsertBlock();
+  step->addIncoming(next, latch);
   for (size_t index = 0; index < phis.size(); ++index)
-    phis[index]->addIncoming(accumulators[index], builder_.GetInsertBlock());
-  builder_.CreateCondBr(builder_.CreateICmpSLT(next, paddedDepth), loop, exit);
+    phis[index]->addIncoming(accumulators[index], latch);
+  builder_.CreateCondBr(builder_.CreateICmpSLT(next, end), loop, exit);
   builder_.SetInsertPoint(exit);
-  return accumulators;
+  for (size_t index = 0; index < phis.size(); ++index) {
+    llvm::PHINode *result = builder_.CreatePHI(vector_, 2, "acc_out");
+    result->addIncoming(initial[index], before);
+    result->addIncoming(accumulators[index], latch);
+    accumulators[index] = result;
+  }
 }
 
 void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,

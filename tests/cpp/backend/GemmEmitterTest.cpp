@@ -290,14 +290,16 @@ bool hostHasAvx512() {
 
 // Shapes from {0, 1, 7, 63, 65, 1000}: partial micro-tiles in m and n,
 // k below, at and beyond a vector and spanning several k blocks, empty
-// products, and multiples of the micro-tile (no edge code at all).
+// products, and multiples of the micro-tile (no edge code at all); rows of
+// A 4 KiB apart (k = 1024) are packed rather than read in place.
 TEST(GemmEmitter, ShapesWithEveryEdge) {
   const int64_t shapes[][3] = {
-      {0, 7, 7},    {7, 0, 7},      {7, 7, 0},     {0, 0, 0},     {1, 1, 1},
-      {1, 1, 7},    {1, 7, 1},      {7, 1, 1},     {7, 7, 7},     {63, 65, 1},
-      {65, 63, 7},  {63, 63, 63},   {65, 65, 65},  {1, 65, 63},   {65, 1, 65},
-      {48, 64, 8},  {48, 64, 1000}, {1000, 7, 1},  {7, 1000, 63}, {63, 7, 1000},
-      {1, 1, 1000}, {1000, 65, 7},  {65, 1000, 65}};
+      {0, 7, 7},      {7, 0, 7},     {7, 7, 0},      {0, 0, 0},
+      {1, 1, 1},      {1, 1, 7},     {1, 7, 1},      {7, 1, 1},
+      {7, 7, 7},      {63, 65, 1},   {65, 63, 7},    {63, 63, 63},
+      {65, 65, 65},   {1, 65, 63},   {65, 1, 65},    {48, 64, 8},
+      {48, 64, 1000}, {1000, 7, 1},  {7, 1000, 63},  {63, 7, 1000},
+      {1, 1, 1000},   {1000, 65, 7}, {65, 1000, 65}, {65, 40, 1024}};
   for (const auto &shape : shapes)
     checkGemm(rowMajor(shape[0], shape[1], shape[2]), backend::hostTarget());
 }

@@ -326,12 +326,12 @@ TEST(Lowering, SmallMatrixProductIsAKernel) {
 }
 
 TEST(Lowering, ExternReadsARealizedVirtualValue) {
-  // A product too large for a kernel calls torch, which needs x + 1 in a
-  // tensor of its own.
+  // A float64 product too large for a kernel calls torch (float32 ones
+  // are kiln's GEMMs), which needs x + 1 in a tensor of its own.
   constexpr int64_t m = 2, k = 64, n = 128;
   auto graph = newGraph();
-  Value *x = graph->addInput(TensorMeta(DType::Float32, {m, k}));
-  Value *y = graph->addInput(TensorMeta(DType::Float32, {k, n}));
+  Value *x = graph->addInput(TensorMeta(DType::Float64, {m, k}));
+  Value *y = graph->addInput(TensorMeta(DType::Float64, {k, n}));
   Value *shifted = op(*graph, "aten::add.Scalar", {x, Argument(1)});
   Value *product = op(*graph, "aten::mm", {shifted, y});
   Value *out = op(*graph, "aten::relu", {product});

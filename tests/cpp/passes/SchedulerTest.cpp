@@ -106,11 +106,33 @@ TEST(Scheduler, LayerNormIsOneKernel) {
   EXPECT_EQ(kernelsOf(program).size(), 1u) << program.str();
 }
 
+TEST(Scheduler, ProductWithoutEpilogueWritesItsResult) {
+  // A float32 product is a contraction kernel (a GEMM on the CPU); where
+  // its result is an output as it is, or a view of one, the contraction
+  // stores there itself instead of into a temporary that a kernel copies.
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 32, 64}));
+  Value *w = graph->addInput(TensorMeta(DType::Float32, {64, 48}));
+  Value *flat =
+      op(*graph, "aten::view", {x, Argument(std::vector<int64_t>{64, 64})});
+  Value *product = op(*graph, "aten::mm", {flat, w});
+  Value *shaped = op(*graph, "aten::view",
+                     {product, Argument(std::vector<int64_t>{2, 32, 48})});
+  graph->setOutputs({product, shaped});
+  loop::Program program = schedule(graph);
+  ASSERT_EQ(stepKinds(program), "K") << program.str();
+  const loop::Kernel &kernel = program.steps[0].kernel;
+  EXPECT_TRUE(kernel.contraction);
+  EXPECT_EQ(kernel.loops.back().stores.at(0).buffer,
+            program.outputs.at(0).buffer)
+      << program.str();
+}
+
 TEST(Scheduler, NeverFusesAcrossAnExtern) {
   auto graph = std::make_shared<Graph>();
-  // A product large enough to call torch's BLAS.
-  Value *x = graph->addInput(TensorMeta(DType::Float32, {64, 32}));
-  Value *w = graph->addInput(TensorMeta(DType::Float32, {32, 16}));
+  // A float64 product large enough to call torch's BLAS.
+  Value *x = graph->addInput(TensorMeta(DType::Float64, {64, 32}));
+  Value *w = graph->addInput(TensorMeta(DType::Float64, {32, 16}));
   Value *a = op(*graph, "aten::exp", {x});
   Value *d = op(*graph, "aten::sigmoid", {x});
   Value *b = op(*graph, "aten::mm", {a, w});

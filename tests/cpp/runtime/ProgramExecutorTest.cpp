@@ -174,7 +174,7 @@ public:
       : ExecutionHost(program) {}
   char *allocate(int64_t buffer) override {
     memory_.emplace_back(program_.program().buffers[buffer].meta.numel() + 16,
-                         0.0f);
+                         0.0);
     return reinterpret_cast<char *>(memory_.back().data());
   }
   void runExtern(size_t step, std::vector<char *> &addresses) override {
@@ -184,13 +184,13 @@ public:
     std::vector<Value *> operands = external.node->operands();
     const loop::Buffer &a = program.buffers[program.bufferOf.at(operands[0])];
     const loop::Buffer &b = program.buffers[program.bufferOf.at(operands[1])];
-    const float *aData = reinterpret_cast<const float *>(
+    const double *aData = reinterpret_cast<const double *>(
         addresses[program.bufferOf.at(operands[0])]);
-    const float *bData = reinterpret_cast<const float *>(
+    const double *bData = reinterpret_cast<const double *>(
         addresses[program.bufferOf.at(operands[1])]);
     int64_t m = a.meta.sizes[0], k = a.meta.sizes[1], n = b.meta.sizes[1];
-    memory_.emplace_back(m * n, 0.0f);
-    float *out = memory_.back().data();
+    memory_.emplace_back(m * n, 0.0);
+    double *out = memory_.back().data();
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j)
         for (int64_t p = 0; p < k; ++p)
@@ -203,16 +203,16 @@ public:
   int externCalls = 0;
 
 private:
-  std::vector<std::vector<float>> memory_;
+  std::vector<std::vector<double>> memory_;
 };
 
 } // namespace
 
 TEST(ProgramExecutor, ExternStepsRunThroughTheHost) {
-  constexpr int64_t m = 3, k = 48, n = 96; // large enough to stay an extern
+  constexpr int64_t m = 3, k = 48, n = 96; // float64, large: an extern
   auto graph = std::make_shared<Graph>();
-  Value *x = graph->addInput(TensorMeta(DType::Float32, {m, k}));
-  Value *y = graph->addInput(TensorMeta(DType::Float32, {k, n}));
+  Value *x = graph->addInput(TensorMeta(DType::Float64, {m, k}));
+  Value *y = graph->addInput(TensorMeta(DType::Float64, {k, n}));
   Value *shifted = op(*graph, "aten::add.Scalar", {x, Argument(1.0)});
   Value *product = op(*graph, "aten::mm", {shifted, y});
   graph->setOutputs({op(*graph, "aten::relu", {product})});
@@ -222,15 +222,15 @@ TEST(ProgramExecutor, ExternStepsRunThroughTheHost) {
     hasExtern |= step.kind == loop::Step::Kind::Extern;
   ASSERT_TRUE(hasExtern) << program->program().str();
 
-  std::vector<float> xData(m * k), yData(k * n);
+  std::vector<double> xData(m * k), yData(k * n);
   for (int64_t i = 0; i < m * k; ++i)
-    xData[i] = static_cast<float>(i % 5) - 2.0f;
+    xData[i] = static_cast<double>(i % 5) - 2.0;
   for (int64_t i = 0; i < k * n; ++i)
-    yData[i] = static_cast<float>(i % 3) - 1.0f;
+    yData[i] = static_cast<double>(i % 3) - 1.0;
   // Without a host, a program with an extern says what it needs.
   EXPECT_THROW(runtime::runProgram(
-                   *program, {tensor(xData, DType::Float32, {m, k}, {k, 1}),
-                              tensor(yData, DType::Float32, {k, n}, {n, 1})}),
+                   *program, {tensor(xData, DType::Float64, {m, k}, {k, 1}),
+                              tensor(yData, DType::Float64, {k, n}, {n, 1})}),
                Unsupported);
 
   MatmulHost host(*program);
@@ -241,16 +241,16 @@ TEST(ProgramExecutor, ExternStepsRunThroughTheHost) {
   EXPECT_EQ(host.externCalls, 1);
   const loop::Buffer &outBuffer =
       program->program().buffers[program->program().outputs[0].buffer];
-  const float *out = reinterpret_cast<const float *>(
+  const double *out = reinterpret_cast<const double *>(
       addresses[program->program().outputs[0].buffer]);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
-      float expected = 0;
+      double expected = 0;
       for (int64_t p = 0; p < k; ++p)
-        expected += (xData[i * k + p] + 1.0f) * yData[p * n + j];
+        expected += (xData[i * k + p] + 1.0) * yData[p * n + j];
       EXPECT_NEAR(
           out[i * outBuffer.meta.strides[0] + j * outBuffer.meta.strides[1]],
-          std::max(expected, 0.0f), 1e-3);
+          std::max(expected, 0.0), 1e-3);
     }
 }
 
