@@ -305,7 +305,8 @@ class ExportedProgram:
             span = 1 + sum((s - 1) * st for s, st in zip(sizes, strides)) if all(sizes) else 0
             item = torch.empty((), dtype=dtype).element_size()
             raw = (ctypes.c_char * max(1, span * item)).from_address(out.data) if span else b""
-            flat = torch.frombuffer(bytearray(raw), dtype=dtype) if span else torch.empty(0, dtype=dtype)
+            # A view of the program's own output memory, copied once by clone().
+            flat = torch.frombuffer(raw, dtype=dtype) if span else torch.empty(0, dtype=dtype)
             results.append(flat.as_strided(sizes, strides).clone() if span else
                            torch.empty(sizes, dtype=dtype))
         return results
