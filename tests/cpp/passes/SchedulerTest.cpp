@@ -128,6 +128,59 @@ TEST(Scheduler, ProductWithoutEpilogueWritesItsResult) {
       << program.str();
 }
 
+TEST(Scheduler, ProductNeverStoresIntoAnOperand) {
+  // A contraction over [8, 8] into a temporary, copied into `result`: into
+  // a fresh tensor the contraction stores itself; into a view of its own
+  // operand A the copy stays (a GEMM must not write what it reads).
+  for (bool intoOperand : {false, true}) {
+    loop::Program program;
+    loop::ExprContext &e = *program.exprs;
+    auto buffer = [&](BufferKind kind) {
+      loop::Buffer b;
+      b.kind = kind;
+      b.meta = TensorMeta(DType::Float32, {8, 8});
+      if (kind == BufferKind::Input)
+        b.graphInput = program.buffers.size();
+      return program.addBuffer(b);
+    };
+    int64_t a = buffer(BufferKind::Input), b = buffer(BufferKind::Input);
+    int64_t temporary = buffer(BufferKind::Temporary);
+    int64_t result =
+        buffer(intoOperand ? BufferKind::View : BufferKind::Tensor);
+    if (intoOperand)
+      program.buffers[result].base = a;
+    const loop::Expr *v0 = e.var(0), *v1 = e.var(1), *v2 = e.var(2);
+    const loop::Expr *at = e.add(e.mul(v0, e.integer(8)), v1);
+    Step product;
+    product.kernel.name = "mm";
+    product.kernel.outerRanges = {8, 8};
+    product.kernel.contraction = true;
+    loop::Loop sum;
+    sum.ranges = {8};
+    sum.reductions.push_back(
+        {loop::ReduceOp::Sum,
+         e.mul(e.load(a, DType::Float32, e.add(e.mul(v0, e.integer(8)), v2)),
+               e.load(b, DType::Float32, e.add(e.mul(v2, e.integer(8)), v1)))});
+    loop::Loop store;
+    store.stores.push_back(
+        {temporary, at, e.reductionValue(0, DType::Float32)});
+    product.kernel.loops = {sum, store};
+    Step copy;
+    copy.kernel.name = "copy";
+    copy.kernel.outerRanges = {8, 8};
+    loop::Loop copied;
+    copied.stores.push_back(
+        {result, at, e.load(temporary, DType::Float32, at)});
+    copy.kernel.loops = {copied};
+    program.steps = {product, copy};
+    program.outputs.push_back({result, {}});
+    fuseKernels(program);
+    ASSERT_EQ(program.steps.size(), intoOperand ? 2u : 1u) << program.str();
+    EXPECT_EQ(program.steps[0].kernel.loops.back().stores.at(0).buffer,
+              intoOperand ? temporary : result);
+  }
+}
+
 TEST(Scheduler, NeverFusesAcrossAnExtern) {
   auto graph = std::make_shared<Graph>();
   // A float64 product large enough to call torch's BLAS.

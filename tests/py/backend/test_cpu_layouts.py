@@ -303,6 +303,23 @@ def test_large_matrix_products_run_kilns_gemm():
     assert kernels_of(doubles) == (1, 1)
 
 
+def test_product_written_into_its_own_operand():
+    # Products whose results land in one of their own operands match eager
+    # (a GEMM must never store into what it still reads).
+    def into_a(a, b):
+        a.copy_(a @ b)
+        return a
+
+    def into_b(a, b):
+        b[:, :32] = a @ b[:, 32:]
+        return b
+
+    for fn in (into_a, into_b):
+        a, b = torch.randn(64, 64), torch.randn(64, 64)
+        expected = fn(a.clone(), b.clone())
+        assert_close(kiln.compile(fn)(a.clone(), b.clone()), expected)
+
+
 def test_elementwise_results_take_tensoriterators_fast_set_up_layouts():
     # Operands of the result's shape that are all contiguous (size-1 dims
     # ignored), all channels-last, or dense with one set of strides give the
