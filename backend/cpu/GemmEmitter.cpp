@@ -230,14 +230,12 @@ private:
   void emitMicroSteps(std::vector<llvm::Value *> &accumulators,
                       const PanelOfA &a, llvm::Value *packedB,
                       llvm::Value *start, llvm::Value *end, int unroll);
-  std::vector<llvm::Value *>
-  emitChoice(llvm::Value *condition,
-             llvm::function_ref<std::vector<llvm::Value *>()> whenTrue,
-             llvm::function_ref<std::vector<llvm::Value *>()> whenFalse);
+  /// Writes rows [skipped, skipped + validRows) of the micro-tile to rows
+  /// [row, row + validRows) of C (skipped > 0 only where validRows < MR).
   void emitWrite(const std::vector<llvm::Value *> &accumulators,
                  llvm::Value *row, llvm::Value *column, llvm::Value *validRows,
                  llvm::Value *validColumns, llvm::Value *first,
-                 llvm::Value *last);
+                 llvm::Value *last, llvm::Value *skipped);
   void emitVectorWrite(const std::vector<llvm::Value *> &accumulators,
                        llvm::Value *row, llvm::Value *column,
                        llvm::Value *first, llvm::Value *last);
@@ -247,7 +245,8 @@ private:
   void emitScalarWrite(const std::vector<llvm::Value *> &accumulators,
                        llvm::Value *row, llvm::Value *column,
                        llvm::Value *validRows, llvm::Value *validColumns,
-                       llvm::Value *first, llvm::Value *last);
+                       llvm::Value *first, llvm::Value *last,
+                       llvm::Value *skipped);
   bool usesBias() const { return spec_.hasBias && spec_.beta != 0.0; }
   llvm::Value *loadBias(llvm::Value *row, llvm::Value *column, int lanes);
   llvm::Value *applyEpilogue(llvm::Value *value, llvm::Value *bias);
@@ -502,12 +501,16 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowBlock) {
   llvm::Value *rowPanels = panels(blockRows, rows);
   llvm::Value *columnPanels = panels(tileColumns_, columns);
   // Packed panels run the micro-kernel over the padded depth; A in place
-  // over whole unrolled steps, then one step at a time.
+  // over whole unrolled steps, then one step at a time where a k block
+  // can end between them.
+  const int unroll = plan_.depthUnroll;
+  bool wholeSteps = spec_.k % unroll == 0 && plan_.depthBlock % unroll == 0;
   llvm::Value *wholeDepth =
-      directA_ ? builder_.CreateMul(
-                     builder_.CreateUDiv(depth_, constant(plan_.depthUnroll)),
-                     constant(plan_.depthUnroll))
-               : paddedDepth_;
+      !directA_ ? paddedDepth_
+      : wholeSteps
+          ? depth_
+          : builder_.CreateMul(builder_.CreateUDiv(depth_, constant(unroll)),
+                               constant(unroll));
   // Column panels outside: one KC x NR panel of B stays in L1 while the
   // row panels of A stream past it from L2.
   emitCountedLoop(
@@ -526,6 +529,7 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowBlock) {
                   minimum(constant(rows), builder_.CreateSub(blockRows, row));
               llvm::Value *cRow = builder_.CreateAdd(rowStart, row);
               std::vector<llvm::Value *> accumulators;
+              llvm::Value *skippedRows = constant(0);
               if (!directA_) {
                 accumulators = emitMicroKernel(
                     panelOfA(builder_.CreateInBoundsGEP(
@@ -533,34 +537,39 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowBlock) {
                                  builder_.CreateMul(row, paddedDepth_)),
                              1, rows),
                     packedB, paddedDepth_, paddedDepth_);
+              } else if (!edgeRows || spec_.m >= rows) {
+                // A in place: a panel's rows at constant offsets from its
+                // first. The partial last panel (m not a multiple of MR)
+                // moves up to end at A's last row, one code path for all:
+                // its first MR - validRows rows are computed again and
+                // not written.
+                llvm::Value *firstRow =
+                    edgeRows
+                        ? builder_.CreateSub(builder_.CreateAdd(row, validRows),
+                                             constant(rows))
+                        : row;
+                accumulators = emitMicroKernel(
+                    panelOfA(element(sourceA,
+                                     builder_.CreateMul(firstRow,
+                                                        constant(spec_.aRow))),
+                             spec_.aRow, 1),
+                    packedB, wholeDepth, depth_);
+                if (edgeRows)
+                  skippedRows = builder_.CreateSub(constant(rows), validRows);
               } else {
-                // A in place: a whole panel's rows at constant offsets
-                // from its first; a partial one reads its last valid row
-                // again in place of the missing ones (written nowhere).
-                llvm::Value *first = element(
-                    sourceA, builder_.CreateMul(row, constant(spec_.aRow)));
-                auto whole = [&] {
-                  return emitMicroKernel(panelOfA(first, spec_.aRow, 1),
-                                         packedB, wholeDepth, depth_);
-                };
-                auto partial = [&] {
-                  PanelOfA panel{{}, 1};
-                  llvm::Value *lastRow =
-                      builder_.CreateSub(validRows, constant(1));
-                  for (int r = 0; r < rows; ++r)
-                    panel.rows.push_back(element(
-                        first, builder_.CreateMul(minimum(constant(r), lastRow),
+                // Fewer rows than MR: rows past the last read it again.
+                PanelOfA panel{{}, 1};
+                llvm::Value *lastRow =
+                    builder_.CreateSub(validRows, constant(1));
+                for (int r = 0; r < rows; ++r)
+                  panel.rows.push_back(element(
+                      sourceA, builder_.CreateMul(minimum(constant(r), lastRow),
                                                   constant(spec_.aRow))));
-                  return emitMicroKernel(panel, packedB, wholeDepth, depth_);
-                };
                 accumulators =
-                    edgeRows ? emitChoice(builder_.CreateICmpEQ(validRows,
-                                                                constant(rows)),
-                                          whole, partial)
-                             : whole();
+                    emitMicroKernel(panel, packedB, wholeDepth, depth_);
               }
               emitWrite(accumulators, cRow, column, validRows, validColumns,
-                        first_, last_);
+                        first_, last_, skippedRows);
             });
       });
 }
@@ -769,33 +778,6 @@ void GemmEmitter::emitZeroRows(int width, llvm::Value *packed,
   });
 }
 
-std::vector<llvm::Value *> GemmEmitter::emitChoice(
-    llvm::Value *condition,
-    llvm::function_ref<std::vector<llvm::Value *>()> whenTrue,
-    llvm::function_ref<std::vector<llvm::Value *>()> whenFalse) {
-  auto *trueBlock = llvm::BasicBlock::Create(context_, "choice", function_);
-  auto *falseBlock = llvm::BasicBlock::Create(context_, "other", function_);
-  auto *done = llvm::BasicBlock::Create(context_, "chosen", function_);
-  builder_.CreateCondBr(condition, trueBlock, falseBlock);
-  builder_.SetInsertPoint(trueBlock);
-  std::vector<llvm::Value *> first = whenTrue();
-  llvm::BasicBlock *firstEnd = builder_.GetInsertBlock();
-  builder_.CreateBr(done);
-  builder_.SetInsertPoint(falseBlock);
-  std::vector<llvm::Value *> second = whenFalse();
-  llvm::BasicBlock *secondEnd = builder_.GetInsertBlock();
-  builder_.CreateBr(done);
-  builder_.SetInsertPoint(done);
-  std::vector<llvm::Value *> merged;
-  for (size_t index = 0; index < first.size(); ++index) {
-    llvm::PHINode *phi = builder_.CreatePHI(first[index]->getType(), 2);
-    phi->addIncoming(first[index], firstEnd);
-    phi->addIncoming(second[index], secondEnd);
-    merged.push_back(phi);
-  }
-  return merged;
-}
-
 std::vector<llvm::Value *> GemmEmitter::emitMicroKernel(const PanelOfA &a,
                                                         llvm::Value *packedB,
                                                         llvm::Value *wholeDepth,
@@ -876,10 +858,11 @@ void GemmEmitter::emitMicroSteps(std::vector<llvm::Value *> &accumulators,
 void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
                             llvm::Value *row, llvm::Value *column,
                             llvm::Value *validRows, llvm::Value *validColumns,
-                            llvm::Value *first, llvm::Value *last) {
+                            llvm::Value *first, llvm::Value *last,
+                            llvm::Value *skipped) {
   if (spec_.cCol != 1) {
     emitScalarWrite(accumulators, row, column, validRows, validColumns, first,
-                    last);
+                    last, skipped);
     return;
   }
   if (spec_.m % plan_.rows == 0 && spec_.n % plan_.columns == 0) {
@@ -899,7 +882,7 @@ void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
   builder_.CreateBr(done);
   builder_.SetInsertPoint(edge);
   emitScalarWrite(accumulators, row, column, validRows, validColumns, first,
-                  last);
+                  last, skipped);
   builder_.CreateBr(done);
   builder_.SetInsertPoint(done);
 }
@@ -951,7 +934,7 @@ void GemmEmitter::emitVectorWrite(
 void GemmEmitter::emitScalarWrite(
     const std::vector<llvm::Value *> &accumulators, llvm::Value *row,
     llvm::Value *column, llvm::Value *validRows, llvm::Value *validColumns,
-    llvm::Value *first, llvm::Value *last) {
+    llvm::Value *first, llvm::Value *last, llvm::Value *skipped) {
   const int lanes = plan_.lanes, columns = plan_.columns;
   // The micro-tile goes through a stack copy, then element by element to
   // the valid part of C.
@@ -974,7 +957,9 @@ void GemmEmitter::emitScalarWrite(
                   builder_.CreateInBoundsGEP(
                       float_, scratch_,
                       builder_.CreateAdd(
-                          builder_.CreateMul(rowIndex, constant(columns)),
+                          builder_.CreateMul(
+                              builder_.CreateAdd(rowIndex, skipped),
+                              constant(columns)),
                           columnIndex)),
                   llvm::Align(4));
               llvm::Value *pointer = element(

@@ -7,6 +7,8 @@
 #include "backend/cpu/CpuBackend.h"
 #include "backend/cpu/CpuJit.h"
 
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -441,6 +443,33 @@ TEST(GemmEmitter, EveryVectorWidth) {
     transposedA.aRow = 1;
     transposedA.aCol = 31;
     checkGemm(transposedA, host);
+  }
+}
+
+TEST(GemmEmitter, OneMicroKernelPerProduct) {
+  // Partial panels of rows reuse the whole panels' micro-kernel (moved up
+  // to end at the last row, or reading their last row again where m < MR),
+  // and a k that whole unrolled steps cover has no one-step tail: one copy
+  // of the unrolled MR x 2 vectors x 4 steps of multiply-adds, which is
+  // most of a GEMM's compile time.
+  for (int bits : {256, 512}) {
+    int perMicroKernel = (bits == 512 ? 12 : 6) * 2 * 4;
+    for (GemmSpec spec : {rowMajor(64, 64, 256), rowMajor(65, 64, 256),
+                          rowMajor(7, 64, 256), rowMajor(65, 64, 1024)}) {
+      llvm::LLVMContext context;
+      llvm::Module module("count", context);
+      backend::EmittedGemm emitted =
+          backend::emitGemm(module, spec, withVectorBits(bits), "gemm");
+      int multiplyAdds = 0;
+      for (const llvm::BasicBlock &block : *emitted.function)
+        for (const llvm::Instruction &instruction : block)
+          if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&instruction))
+            multiplyAdds += call->getCalledFunction() &&
+                            call->getCalledFunction()->getIntrinsicID() ==
+                                llvm::Intrinsic::fmuladd;
+      EXPECT_EQ(multiplyAdds, perMicroKernel)
+          << describe(spec, withVectorBits(bits));
+    }
   }
 }
 
