@@ -718,6 +718,12 @@ int64_t Kernel::reductionCount() const {
   return count;
 }
 
+int64_t Program::rootOf(int64_t buffer) const {
+  while (buffers.at(buffer).kind == BufferKind::View)
+    buffer = buffers[buffer].base;
+  return buffer;
+}
+
 int64_t Program::addBuffer(Buffer buffer) {
   if (buffer.name.empty())
     buffer.name = "buf" + std::to_string(buffers.size());

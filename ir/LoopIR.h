@@ -389,6 +389,9 @@ struct Program {
   Shape hints(const Ranges &ranges) const;
 
   int64_t addBuffer(Buffer buffer);
+  /// The buffer whose memory `buffer` is: itself, or for a View the end of
+  /// its chain of bases.
+  int64_t rootOf(int64_t buffer) const;
   /// The readable text form (KILN_LOGS=loop_ir).
   std::string str() const;
 };

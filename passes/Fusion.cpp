@@ -379,13 +379,8 @@ bool storeIntoCopy(const Program &program, const std::vector<int> &readers,
     return false;
   // A GEMM must not write what it reads (a result that is a view of an
   // operand, as in a.copy_(a @ b)): the copy kept them apart.
-  auto root = [&](int64_t buffer) {
-    while (program.buffers[buffer].kind == BufferKind::View)
-      buffer = program.buffers[buffer].base;
-    return buffer;
-  };
   for (const Access &load : loadsOfKernel(contraction))
-    if (root(load.buffer) == root(copied.buffer))
+    if (program.rootOf(load.buffer) == program.rootOf(copied.buffer))
       return false;
   product->buffer = copied.buffer;
   return true;

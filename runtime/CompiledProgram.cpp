@@ -49,9 +49,7 @@ CompiledProgram::CompiledProgram(
         allocatedBuffers_.push_back(static_cast<int64_t>(b));
       break;
     case BufferKind::View: {
-      int64_t root = buffer.base;
-      while (program.buffers.at(root).kind == BufferKind::View)
-        root = program.buffers[root].base;
+      int64_t root = program.rootOf(buffer.base);
       viewsReadyAfter_[producedBy[root] + 1].push_back(static_cast<int64_t>(b));
       break;
     }

@@ -259,8 +259,8 @@ private:
   GemmPlan plan_;
   llvm::Type *float_;
   llvm::FixedVectorType *vector_;
-  // A with k contiguous is read in place by the micro-kernel (no packing
-  // and no transposes); only a partial last panel of rows is packed.
+  // A read in place by the micro-kernel (no packing and no transposes):
+  // readsAInPlace.
   bool directA_ = false;
 
   llvm::Function *function_ = nullptr;
