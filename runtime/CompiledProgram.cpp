@@ -3,6 +3,7 @@
 #include "runtime/CompiledProgram.h"
 
 #include "ir/Error.h"
+#include "ir/Logging.h"
 
 #include <sstream>
 
@@ -23,6 +24,9 @@ CompiledProgram::CompiledProgram(
   viewsReadyAfter_.resize(program.steps.size() + 1);
   resultsReadByKernels_.resize(program.steps.size());
   viewLeavesKernels_.assign(count, false);
+  // A GPU step's host time is its launch's: only CPU programs are timed.
+  if (logEnabled("profile") && device.name() == "cpu")
+    profile_ = StepProfile::create(program);
 
   std::vector<int64_t> producedBy(count, -1);
   for (size_t s = 0; s < program.steps.size(); ++s)

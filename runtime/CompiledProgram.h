@@ -7,6 +7,7 @@
 
 #include "backend/Pipeline.h"
 #include "runtime/Device.h"
+#include "runtime/StepProfile.h"
 
 #include <memory>
 #include <vector>
@@ -50,6 +51,9 @@ public:
   }
   /// "native: 2 kernel(s), 1 extern(s) [aten::mm]".
   std::string describe() const;
+  /// Where its steps' times go: set for CPU programs compiled while
+  /// KILN_LOGS names `profile` (StepProfile.h), else null.
+  StepProfile *profile() const { return profile_.get(); }
 
 private:
   std::unique_ptr<backend::CompiledGraph> compiled_;
@@ -59,6 +63,7 @@ private:
   std::vector<std::vector<int64_t>> viewsReadyAfter_;
   std::vector<std::vector<int64_t>> resultsReadByKernels_;
   std::vector<bool> viewLeavesKernels_;
+  std::shared_ptr<StepProfile> profile_;
 };
 
 } // namespace kiln::runtime

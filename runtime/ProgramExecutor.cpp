@@ -125,13 +125,19 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
     }
   };
   readyViews(-1);
+  StepProfile *profile = compiled.profile();
   for (size_t s = 0; s < program.steps.size(); ++s) {
+    StepProfile::Clock::time_point start;
+    if (profile)
+      start = StepProfile::Clock::now();
     if (program.steps[s].kind == Step::Kind::Kernel) {
       compiled.code().runKernel(s, addresses.data(), context);
-      continue;
+    } else {
+      host.runExtern(s, addresses);
+      readyViews(static_cast<int64_t>(s));
     }
-    host.runExtern(s, addresses);
-    readyViews(static_cast<int64_t>(s));
+    if (profile)
+      profile->record(s, start);
   }
 }
 

@@ -56,9 +56,9 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   // the range the two factors cover, and NaN becomes 0 until the end.
   llvm::Value *clamped = builder.CreateSelect(
       builder.CreateFCmpOGT(x, constant(x, 89.0)), constant(x, 89.0), x);
-  clamped =
-      builder.CreateSelect(builder.CreateFCmpOLT(clamped, constant(x, -104.0)),
-                           constant(x, -104.0), clamped);
+  // exp(x) rounds to 0 below about -103.97 (-inf included: a causal mask).
+  llvm::Value *underflows = builder.CreateFCmpOLT(x, constant(x, -104.0));
+  clamped = builder.CreateSelect(underflows, constant(x, -104.0), clamped);
   clamped = builder.CreateSelect(isNan, constant(x, 0.0), clamped);
 
   llvm::Value *rounded = builder.CreateIntrinsic(
@@ -75,8 +75,13 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   llvm::Value *square = builder.CreateFMul(r, r);
   // 1 is added last: r + r^2 (...) has at most 0.42 in magnitude, so its
   // rounding error stays a fraction of the result's ulp.
-  llvm::Value *mantissa =
-      builder.CreateFAdd(constant(x, 1.0), fma(builder, square, tail, r));
+  // Where the result is 0 the mantissa is too, so that the scaling below
+  // multiplies 0 instead of making a subnormal number on its way to 0:
+  // x86 takes a microcode assist for each subnormal result (a softmax
+  // over a causal mask ran 4x slower).
+  llvm::Value *mantissa = builder.CreateSelect(
+      underflows, constant(x, 0.0),
+      builder.CreateFAdd(constant(x, 1.0), fma(builder, square, tail, r)));
 
   llvm::Value *n = builder.CreateFPToSI(rounded, intType);
   llvm::Value *half = builder.CreateAShr(n, llvm::ConstantInt::get(intType, 1));
