@@ -1,6 +1,8 @@
 // Kernel fusion: adjacent kernels merge when every value the later one reads
-// from the earlier one is produced at the same outer point; stores are then
-// forwarded to their loads and dead stores removed.
+// from the earlier one is produced at the same outer point, and a pointwise
+// kernel after a matrix product becomes the value the product stores (its
+// GEMM's epilogue); stores are then forwarded to their loads and dead
+// stores removed.
 // Depends on ir/LoopIR.h, passes/Scheduler.h.
 #include "passes/Scheduler.h"
 
@@ -340,16 +342,88 @@ std::vector<int> readersOf(const Program &program) {
   return readers;
 }
 
-// A contraction writes its product to a temporary that a pointwise kernel
-// then copies, element for element, into its result (a product with no
-// epilogue that is an output, a view of one, or realised): the contraction
-// writes the result itself and the copy goes. The copy runs over the
-// contraction's points, or (after loop order) over every element of the
-// temporary in order. True where `copy` went.
-bool storeIntoCopy(const Program &program, const std::vector<int> &readers,
-                   Kernel &contraction, const Kernel &copy) {
-  if (!contraction.contraction || !isPointwise(copy) ||
-      copy.loops[0].stores.size() != 1)
+bool readsMemoryOrSizes(const Expr *index) {
+  return anyNode(index, [](const Expr *node) {
+    return node->kind() == ExprKind::Load || node->kind() == ExprKind::Symbol;
+  });
+}
+
+// Whether `index` is affine in the outer variables of a kernel over
+// `outer` ranges, with no loads or sizes in it (as a GEMM addresses C).
+bool isAffineOverOuter(const Expr *index, size_t outer) {
+  if (readsMemoryOrSizes(index))
+    return false;
+  for (size_t var = 0; var < outer; ++var)
+    if (!affineCoefficient(index, static_cast<int64_t>(var)))
+      return false;
+  return true;
+}
+
+// The variables of a kernel over `ranges` as expressions over those of a
+// kernel over `target` with the same points in the same order, where each
+// range is the product of consecutive target ranges (ranges of 1 aside):
+// variable i is the row-major offset within the target ranges it covers.
+std::optional<std::vector<const Expr *>>
+pointsOf(const Program &program, const Ranges &ranges, const Ranges &target) {
+  if (program.isSymbolic() || !ranges.isStatic() || !target.isStatic())
+    return std::nullopt;
+  ExprContext &exprs = *program.exprs;
+  Shape sizes = ranges.constants(), targetSizes = target.constants();
+  std::vector<const Expr *> points;
+  size_t next = 0;
+  for (int64_t size : sizes) {
+    const Expr *point = exprs.integer(0);
+    int64_t covered = 1;
+    for (; covered < size && next < targetSizes.size(); ++next) {
+      if (targetSizes[next] == 1)
+        continue;
+      point = exprs.add(exprs.mul(point, exprs.integer(targetSizes[next])),
+                        exprs.var(static_cast<int64_t>(next)));
+      covered *= targetSizes[next];
+    }
+    if (covered != size)
+      return std::nullopt;
+    points.push_back(point);
+  }
+  for (; next < targetSizes.size(); ++next)
+    if (targetSizes[next] != 1)
+      return std::nullopt;
+  return points;
+}
+
+// Whether two indices, affine over a kernel's outer variables, are the same
+// offset at every point of `ranges` (a variable over 1 point is 0).
+bool sameOffsets(ExprContext &exprs, const Expr *a, const Expr *b,
+                 const Ranges &ranges) {
+  if (a == b)
+    return true;
+  if (readsMemoryOrSizes(a) || readsMemoryOrSizes(b) || !ranges.isStatic())
+    return false;
+  Shape sizes = ranges.constants();
+  for (size_t var = 0; var < sizes.size(); ++var) {
+    auto x = affineCoefficient(a, static_cast<int64_t>(var));
+    auto y = affineCoefficient(b, static_cast<int64_t>(var));
+    if (!x || !y || (*x != *y && sizes[var] > 1))
+      return false;
+  }
+  std::vector<const Expr *> zeros(sizes.size(), exprs.integer(0));
+  const Expr *offsetA = exprs.substituteVars(a, zeros);
+  const Expr *offsetB = exprs.substituteVars(b, zeros);
+  return offsetA->isConstant() && offsetB->isConstant() &&
+         offsetA->integer() == offsetB->integer();
+}
+
+// A contraction writes its product to a temporary that the next kernel, a
+// pointwise one, reads only at the point the product was written (a bias,
+// an activation, a residual add, a copy into an output or a view of one):
+// the contraction stores that kernel's value, computed from the sum as the
+// GEMM writes it (its epilogue), and the kernel goes. A plain copy may
+// also run (after loop order) over every element of the temporary in
+// order. True where `next` went.
+bool fuseEpilogue(Program &program, const std::vector<int> &readers,
+                  Kernel &contraction, const Kernel &next) {
+  if (!contraction.contraction || !isPointwise(next) ||
+      next.loops[0].stores.size() != 1)
     return false;
   Store *product = nullptr;
   for (Loop &loop : contraction.loops)
@@ -358,31 +432,76 @@ bool storeIntoCopy(const Program &program, const std::vector<int> &readers,
         return false;
       product = &store;
     }
-  const Store &copied = copy.loops[0].stores[0];
-  const Expr *value = copied.value;
-  if (!product || value->kind() != ExprKind::Load ||
-      value->id() != product->buffer || value->index() != copied.index)
+  if (!product)
     return false;
+  const Store &stored = next.loops[0].stores[0];
   const Buffer &temporary = program.buffers[product->buffer];
-  bool samePoints = copy.outerRanges == contraction.outerRanges &&
-                    copied.index == product->index;
-  bool everyElement =
-      !program.isSymbolic() && copy.outerRanges.size() == 1 &&
-      copied.index->kind() == ExprKind::Var && copied.index->id() == 0 &&
-      program.hint(copy.outerRanges.numel()) == temporary.meta.numel() &&
-      program.hint(contraction.outerRanges.numel()) == temporary.meta.numel();
-  if (!samePoints && !everyElement)
-    return false;
-  const Buffer &result = program.buffers[copied.buffer];
+  const Buffer &result = program.buffers[stored.buffer];
   if (temporary.kind != BufferKind::Temporary ||
-      temporary.dtype() != result.dtype() || readers[product->buffer] != 1)
+      readers[product->buffer] != 1 || stored.value->dtype() != result.dtype())
     return false;
-  // A GEMM must not write what it reads (a result that is a view of an
-  // operand, as in a.copy_(a @ b)): the copy kept them apart.
-  for (const Access &load : loadsOfKernel(contraction))
-    if (program.rootOf(load.buffer) == program.rootOf(copied.buffer))
+  const Expr *value = stored.value;
+  const Expr *storedIndex = stored.index;
+  bool copy = value->kind() == ExprKind::Load &&
+              value->id() == product->buffer && value->index() == stored.index;
+  bool samePoints = next.outerRanges == contraction.outerRanges;
+  if (!copy && !samePoints) {
+    // Loop order merges a pointwise kernel's dims (and drops those of size
+    // 1): its points as the contraction's, each of its variables the
+    // row-major combination of the contraction's it covers.
+    std::optional<std::vector<const Expr *>> points =
+        pointsOf(program, next.outerRanges, contraction.outerRanges);
+    if (!points)
       return false;
-  product->buffer = copied.buffer;
+    value = program.exprs->substituteVars(value, *points);
+    storedIndex = program.exprs->substituteVars(storedIndex, *points);
+    samePoints = true;
+  }
+  if (copy && !samePoints) {
+    // A copy of every element, both kernels over the elements in order.
+    bool everyElement =
+        !program.isSymbolic() && next.outerRanges.size() == 1 &&
+        stored.index->kind() == ExprKind::Var && stored.index->id() == 0 &&
+        program.hint(next.outerRanges.numel()) == temporary.meta.numel() &&
+        program.hint(contraction.outerRanges.numel()) == temporary.meta.numel();
+    if (!everyElement || temporary.dtype() != result.dtype())
+      return false;
+  } else if (!copy) {
+    // The GEMM computes the value as it writes C, a float32 element at an
+    // affine index, from loads at points of C; no bigger than a kernel.
+    if (!samePoints || result.dtype() != DType::Float32 ||
+        !isAffineOverOuter(storedIndex, contraction.outerRanges.size()) ||
+        operationCount(next) > kMaxKernelOperations)
+      return false;
+    for (const Expr *load : loadsOf(storedIndex))
+      if (load->id() == product->buffer)
+        return false;
+  }
+  std::unordered_map<const Expr *, const Expr *> sums;
+  if (samePoints)
+    for (const Expr *load : loadsOf(value))
+      if (load->id() == product->buffer) {
+        if (!sameOffsets(*program.exprs, load->index(), product->index,
+                         contraction.outerRanges))
+          return false;
+        sums[load] = product->value;
+      }
+  // A GEMM must not write what it reads (a result that is a view of an
+  // operand, as in a.copy_(a @ b)); nor what its epilogue reads, since C
+  // holds partial sums before the last k block.
+  int64_t written = program.rootOf(stored.buffer);
+  for (const Access &load : loadsOfKernel(contraction))
+    if (program.rootOf(load.buffer) == written)
+      return false;
+  for (const Expr *load : loadsOf(value))
+    if (load->id() != product->buffer && program.rootOf(load->id()) == written)
+      return false;
+  if (!copy) {
+    product->value = program.exprs->replace(value, sums);
+    product->index = storedIndex;
+    contraction.origin += " + " + next.origin;
+  }
+  product->buffer = stored.buffer;
   return true;
 }
 
@@ -397,7 +516,7 @@ void fuseKernels(Program &program) {
         step.kind == Step::Kind::Kernel ? operationCount(step.kernel) : 0;
     if (step.kind == Step::Kind::Kernel && !fused.empty() &&
         fused.back().kind == Step::Kind::Kernel &&
-        storeIntoCopy(program, readers, fused.back().kernel, step.kernel))
+        fuseEpilogue(program, readers, fused.back().kernel, step.kernel))
       continue;
     if (step.kind == Step::Kind::Kernel && !fused.empty() &&
         fused.back().kind == Step::Kind::Kernel && !step.kernel.contraction &&

@@ -60,8 +60,9 @@ std::shared_ptr<StepProfile> StepProfile::create(const loop::Program &program) {
     Entry entry;
     if (step.kind == loop::Step::Kind::Kernel) {
       const loop::Kernel &kernel = step.kernel;
-      std::string what =
-          kernel.contraction ? "a GEMM" : opsOf(kernel.origin, 60);
+      std::string what = opsOf(kernel.origin, 60);
+      if (kernel.contraction)
+        what = "GEMM" + (what.empty() ? "" : ": " + what);
       entry.label =
           "kernel " + kernel.name + (what.empty() ? "" : " (" + what + ")");
     } else {

@@ -7,7 +7,10 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
+#include <unordered_map>
 
 namespace kiln::backend {
 
@@ -40,6 +43,39 @@ std::optional<AffineIndex> affineIndex(loop::ExprContext &exprs,
   return result;
 }
 
+// `expr` in full for a cache key: every node's kind, dtype and operation,
+// constants' bits, and loads by the argument slot (and dtype) of their
+// buffer, so that equal keys mean equal code.
+void writeExprKey(std::ostream &out, const Expr *expr,
+                  const std::unordered_map<int64_t, int64_t> &slotOf,
+                  const loop::Program &program) {
+  out << '(' << int(expr->kind()) << ':' << int(expr->dtype());
+  switch (expr->kind()) {
+  case ExprKind::Constant: {
+    double real = expr->real();
+    uint64_t bits;
+    std::memcpy(&bits, &real, sizeof bits);
+    out << ':' << bits << ':' << expr->integer();
+    break;
+  }
+  case ExprKind::Load:
+    out << ":slot" << slotOf.at(expr->id()) << ':'
+        << int(program.buffers[expr->id()].dtype());
+    break;
+  case ExprKind::Unary:
+    out << ":u" << int(expr->unaryOp());
+    break;
+  case ExprKind::Binary:
+    out << ":b" << int(expr->binaryOp());
+    break;
+  default:
+    out << ':' << expr->id();
+  }
+  for (const Expr *operand : expr->operands())
+    writeExprKey(out, operand, slotOf, program);
+  out << ')';
+}
+
 } // namespace
 
 std::optional<MatchedContraction> matchContraction(const loop::Program &program,
@@ -67,11 +103,30 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
   const Expr *x = product->operand(0), *y = product->operand(1);
   const loop::Store &store = last.stores[0];
   if (x->kind() != ExprKind::Load || y->kind() != ExprKind::Load ||
-      store.value->kind() != ExprKind::ReductionValue || store.value->id() != 0)
+      store.value->dtype() != DType::Float32)
     return std::nullopt;
   for (int64_t buffer : {x->id(), y->id(), store.buffer})
     if (program.buffers[buffer].dtype() != DType::Float32)
       return std::nullopt;
+  // The stored value: the sum, or an epilogue over it that reads no other
+  // reduction and nothing C's memory holds (a k block's partial sums are
+  // kept in C until the last).
+  MatchedContraction match;
+  if (store.value->kind() != ExprKind::ReductionValue ||
+      store.value->id() != 0) {
+    if (loop::anyNode(store.value, [](const Expr *node) {
+          return node->kind() == ExprKind::ReductionValue && node->id() != 0;
+        }))
+      return std::nullopt;
+    for (const Expr *load : loop::loadsOf(store.value)) {
+      if (program.rootOf(load->id()) == program.rootOf(store.buffer))
+        return std::nullopt;
+      if (std::find(match.epilogueBuffers.begin(), match.epilogueBuffers.end(),
+                    load->id()) == match.epilogueBuffers.end())
+        match.epilogueBuffers.push_back(load->id());
+    }
+    match.epilogue = store.value;
+  }
 
   loop::ExprContext &exprs = *program.exprs;
   size_t varCount = outer + 1;
@@ -93,7 +148,6 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
   const AffineIndex &a = xIsA ? *xIndex : *yIndex;
   const AffineIndex &b = xIsA ? *yIndex : *xIndex;
 
-  MatchedContraction match;
   GemmSpec &spec = match.spec;
   bool batched = outer == 3;
   Shape outerRanges = kernel.outerRanges.constants();
@@ -122,12 +176,27 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
 std::optional<EmittedKernel>
 emitContraction(llvm::Module &module, const loop::Program &program,
                 const loop::Kernel &kernel, const std::string &name,
-                const HostTarget &host, int64_t targetTiles) {
+                const HostTarget &host, const MathLibrary &math,
+                int64_t targetTiles) {
   std::optional<MatchedContraction> match = matchContraction(program, kernel);
   if (!match)
     return std::nullopt;
   match->spec.targetTiles = std::max<int64_t>(targetTiles, 1);
-  EmittedGemm gemm = emitGemm(module, match->spec, host, name + "_gemm");
+  // The GEMM's buffers: A, B, C, then the epilogue's (its slot 3, the
+  // bias, unused).
+  std::vector<int64_t> buffers = {match->a, match->b, match->c};
+  std::unordered_map<int64_t, int64_t> slotOf;
+  GemmEpilogue epilogue;
+  if (match->epilogue) {
+    for (int64_t buffer : match->epilogueBuffers) {
+      slotOf[buffer] = static_cast<int64_t>(buffers.size()) + 1;
+      buffers.push_back(buffer);
+    }
+    epilogue = contractionEpilogue(module, program, kernel, match->epilogue,
+                                   slotOf, host, math);
+  }
+  EmittedGemm gemm =
+      emitGemm(module, match->spec, host, name + "_gemm", epilogue);
   gemm.function->setLinkage(llvm::GlobalValue::InternalLinkage);
 
   // The kernel: the GEMM on its operands' first elements.
@@ -143,18 +212,21 @@ emitContraction(llvm::Module &module, const loop::Program &program,
   function->addFnAttr("target-features", host.features);
   function->setDoesNotThrow();
   builder.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", function));
-  llvm::Value *buffers = function->getArg(0);
-  llvm::Value *operands = builder.CreateAlloca(llvm::ArrayType::get(pointer, 3),
-                                               nullptr, "operands");
+  // The operands' first elements; the epilogue's buffers as they are (its
+  // loads' indices are from the data pointers).
+  llvm::Value *arguments = function->getArg(0);
+  auto *slots = llvm::ArrayType::get(pointer, buffers.size() + 1);
+  llvm::Value *operands = builder.CreateAlloca(slots, nullptr, "operands");
   int64_t offsets[] = {match->aOffset, match->bOffset, match->cOffset};
-  for (int slot = 0; slot < 3; ++slot) {
+  for (size_t argument = 0; argument < buffers.size(); ++argument) {
     llvm::Value *base = builder.CreateLoad(
-        pointer, builder.CreateConstGEP1_64(pointer, buffers, slot));
-    llvm::Value *first =
-        builder.CreateConstGEP1_64(builder.getFloatTy(), base, offsets[slot]);
-    builder.CreateStore(
-        first, builder.CreateConstGEP2_64(llvm::ArrayType::get(pointer, 3),
-                                          operands, 0, slot));
+        pointer, builder.CreateConstGEP1_64(pointer, arguments, argument));
+    size_t slot = argument < 3 ? argument : argument + 1;
+    if (argument < 3)
+      base = builder.CreateConstGEP1_64(builder.getFloatTy(), base,
+                                        offsets[argument]);
+    builder.CreateStore(base,
+                        builder.CreateConstGEP2_64(slots, operands, 0, slot));
   }
   builder.CreateCall(gemm.function,
                      {operands, function->getArg(1), function->getArg(2)});
@@ -162,7 +234,7 @@ emitContraction(llvm::Module &module, const loop::Program &program,
 
   EmittedKernel emitted;
   emitted.function = function;
-  emitted.buffers = {match->a, match->b, match->c};
+  emitted.buffers = buffers;
   emitted.parallelRange = size::constant(gemm.parallelRange);
   const GemmSpec &spec = match->spec;
   emitted.work = size::constant(spec.batch * spec.m * spec.n *
@@ -176,6 +248,10 @@ emitContraction(llvm::Module &module, const loop::Program &program,
       << match->aOffset << ' ' << match->bOffset << ' ' << match->cOffset << ' '
       << spec.targetTiles << ' ' << host.vectorBits << ' ' << host.cpuName
       << ' ' << host.features;
+  if (match->epilogue) {
+    key << " epilogue ";
+    writeExprKey(key, match->epilogue, slotOf, program);
+  }
   emitted.key = key.str();
   return emitted;
 }
@@ -186,8 +262,8 @@ EmittedKernel emitCpuStep(llvm::Module &module, const loop::Program &program,
                           const std::string &name, const HostTarget &host,
                           const MathLibrary &math, int64_t targetTiles) {
   if (kernel.contraction)
-    if (std::optional<EmittedKernel> gemm =
-            emitContraction(module, program, kernel, name, host, targetTiles))
+    if (std::optional<EmittedKernel> gemm = emitContraction(
+            module, program, kernel, name, host, math, targetTiles))
       return std::move(*gemm); // its tiles are its own
   EmittedKernel emitted =
       emitCpuKernel(module, program, kernel, schedule, name, host, math);

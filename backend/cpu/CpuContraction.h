@@ -16,23 +16,30 @@ namespace kiln::backend {
 
 /// The GEMM a contraction kernel computes: its spec (strides in elements),
 /// the element offset of each operand from its buffer's data pointer, and
-/// the buffers of A, B and C. Nullopt where the kernel is not a float32
-/// product of strided operands (the loop emitter compiles it then).
+/// the buffers of A, B and C, and what the kernel stores there. Nullopt
+/// where the kernel is not a float32 product of strided operands (the loop
+/// emitter compiles it then).
 struct MatchedContraction {
   GemmSpec spec;
   int64_t aOffset = 0, bOffset = 0, cOffset = 0;
   int64_t a = -1, b = -1, c = -1; // program buffers
+  /// What C's elements are where not the sum itself (a bias, an activation,
+  /// a residual added: fused into the product): an expression over the sum
+  /// (reduction 0), the outer variables and loads of `epilogueBuffers`.
+  const loop::Expr *epilogue = nullptr;
+  std::vector<int64_t> epilogueBuffers;
 };
 std::optional<MatchedContraction> matchContraction(const loop::Program &program,
                                                    const loop::Kernel &kernel);
 
 /// Emits `kernel` as a GEMM when matchContraction recognises it: a
-/// function `name` with the loop kernels' ABI, its buffers A, B, C, its own
-/// parallel range (about `targetTiles` tiles) and work.
+/// function `name` with the loop kernels' ABI, its buffers A, B, C and the
+/// epilogue's, its own parallel range (about `targetTiles` tiles) and work.
 std::optional<EmittedKernel>
 emitContraction(llvm::Module &module, const loop::Program &program,
                 const loop::Kernel &kernel, const std::string &name,
-                const HostTarget &host, int64_t targetTiles);
+                const HostTarget &host, const MathLibrary &math,
+                int64_t targetTiles);
 
 /// One kernel step for the CPU, as the JIT and export both emit it: a GEMM
 /// where `kernel` is a contraction emitContraction recognises, else the loop

@@ -847,7 +847,74 @@ EmittedKernel CpuKernelEmitter::emitFunction(const std::string &name) {
   return emitted;
 }
 
+/// A contraction's stored value at one point of its GEMM's write: the
+/// loop emitter's expressions (vector loads, gathers, math) with buffers
+/// read from the GEMM's argument slots, the outer variables and the sum
+/// given by the GEMM.
+class EpilogueEmitter : public CpuKernelEmitter {
+public:
+  EpilogueEmitter(llvm::Module &module, const loop::Program &program,
+                  const loop::Kernel &kernel, const HostTarget &host,
+                  const MathLibrary &math,
+                  const std::unordered_map<int64_t, int64_t> &slotOf,
+                  llvm::Value *buffers)
+      : CpuKernelEmitter(module, program, kernel, noSchedule(), host, math),
+        slotOf_(slotOf), buffers_(buffers) {}
+
+  llvm::Value *emitAt(llvm::IRBuilder<> &outer, const Expr *value,
+                      const std::vector<llvm::Value *> &outerVars,
+                      llvm::Value *sum, int lanes) {
+    builder_.SetInsertPoint(outer.GetInsertBlock());
+    vars_ = outerVars;
+    vars_.push_back(nullptr); // k: summed over already
+    reductionValues_ = {sum};
+    scopes_.assign(1, {});
+    if (lanes > 1)
+      enterVector(static_cast<int64_t>(outerVars.size()) - 1, lanes);
+    llvm::Value *result = emit(value, lanes > 1);
+    outer.SetInsertPoint(builder_.GetInsertBlock());
+    return result;
+  }
+
+protected:
+  llvm::Value *bufferPointer(int64_t buffer) override {
+    return builder_.CreateLoad(builder_.getPtrTy(),
+                               builder_.CreateConstGEP1_64(builder_.getPtrTy(),
+                                                           buffers_,
+                                                           slotOf_.at(buffer)));
+  }
+
+private:
+  static const KernelSchedule &noSchedule() {
+    static const KernelSchedule schedule;
+    return schedule;
+  }
+  const std::unordered_map<int64_t, int64_t> &slotOf_;
+  llvm::Value *buffers_;
+};
+
 } // namespace
+
+GemmEpilogue
+contractionEpilogue(llvm::Module &module, const loop::Program &program,
+                    const loop::Kernel &kernel, const loop::Expr *value,
+                    std::unordered_map<int64_t, int64_t> slotOf,
+                    const HostTarget &host, const MathLibrary &math) {
+  bool batched = kernel.outerRanges.size() == 3;
+  return [&module, &program, &kernel, value, slotOf = std::move(slotOf), &host,
+          &math, batched](llvm::IRBuilder<> &builder, llvm::Value *buffers,
+                          llvm::Value *sum, llvm::Value *batch,
+                          llvm::Value *row, llvm::Value *column, int lanes) {
+    EpilogueEmitter emitter(module, program, kernel, host, math, slotOf,
+                            buffers);
+    std::vector<llvm::Value *> vars;
+    if (batched)
+      vars.push_back(batch);
+    vars.push_back(row);
+    vars.push_back(column);
+    return emitter.emitAt(builder, value, vars, sum, lanes);
+  };
+}
 
 EmittedKernel emitCpuKernel(llvm::Module &module, const loop::Program &program,
                             const loop::Kernel &kernel,

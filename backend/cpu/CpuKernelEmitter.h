@@ -4,11 +4,13 @@
 #pragma once
 
 #include "backend/cpu/CpuSchedule.h"
+#include "backend/cpu/GemmEmitter.h"
 #include "backend/cpu/HostTarget.h"
 #include "ir/LoopIR.h"
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace llvm {
@@ -51,5 +53,16 @@ EmittedKernel emitCpuKernel(llvm::Module &module, const loop::Program &program,
                             const KernelSchedule &schedule,
                             const std::string &name, const HostTarget &host,
                             const MathLibrary &math);
+
+/// The GEMM epilogue (GemmEmitter.h) of a contraction kernel whose one
+/// store writes `value`, an expression over the kernel's sum (reduction 0),
+/// its outer variables ([batch,] row, column) and loads of buffers that
+/// `slotOf` maps to slots of the GEMM's buffers argument. The references
+/// must outlive the GEMM's emission.
+GemmEpilogue
+contractionEpilogue(llvm::Module &module, const loop::Program &program,
+                    const loop::Kernel &kernel, const loop::Expr *value,
+                    std::unordered_map<int64_t, int64_t> slotOf,
+                    const HostTarget &host, const MathLibrary &math);
 
 } // namespace kiln::backend

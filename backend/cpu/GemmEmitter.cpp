@@ -160,8 +160,8 @@ struct PanelLayout {
 class GemmEmitter {
 public:
   GemmEmitter(llvm::Module &module, const GemmSpec &spec,
-              const HostTarget &host)
-      : module_(module), spec_(spec), host_(host),
+              const HostTarget &host, const GemmEpilogue &epilogue)
+      : module_(module), spec_(spec), host_(host), epilogue_(epilogue),
         context_(module.getContext()), builder_(context_),
         plan_(planGemm(spec, host)), float_(builder_.getFloatTy()),
         vector_(llvm::FixedVectorType::get(float_, plan_.lanes)) {}
@@ -236,12 +236,18 @@ private:
                  llvm::Value *row, llvm::Value *column, llvm::Value *validRows,
                  llvm::Value *validColumns, llvm::Value *first,
                  llvm::Value *last, llvm::Value *skipped);
+  void emitTileWrite(const std::vector<llvm::Value *> &accumulators,
+                     llvm::Value *row, llvm::Value *column,
+                     llvm::Value *validRows, llvm::Value *validColumns,
+                     llvm::Value *first, llvm::Value *last,
+                     llvm::Value *skipped);
   void emitVectorWrite(const std::vector<llvm::Value *> &accumulators,
                        llvm::Value *row, llvm::Value *column,
                        llvm::Value *first, llvm::Value *last);
+  /// C's new value at (row, column) of the tile, from `accumulator`.
   llvm::Value *combine(llvm::Value *accumulator, llvm::Value *pointer,
-                       llvm::Value *bias, llvm::Value *first,
-                       llvm::Value *last);
+                       llvm::Value *bias, llvm::Value *first, llvm::Value *last,
+                       llvm::Value *row, llvm::Value *column);
   void emitScalarWrite(const std::vector<llvm::Value *> &accumulators,
                        llvm::Value *row, llvm::Value *column,
                        llvm::Value *validRows, llvm::Value *validColumns,
@@ -254,6 +260,7 @@ private:
   llvm::Module &module_;
   const GemmSpec &spec_;
   const HostTarget &host_;
+  const GemmEpilogue &epilogue_;
   llvm::LLVMContext &context_;
   llvm::IRBuilder<> builder_;
   GemmPlan plan_;
@@ -266,6 +273,9 @@ private:
   llvm::Function *function_ = nullptr;
   llvm::Value *a_ = nullptr, *b_ = nullptr, *c_ = nullptr, *bias_ = nullptr;
   llvm::Value *packedA_ = nullptr, *packedB_ = nullptr, *scratch_ = nullptr;
+  // The current group of tiles: its batch, first row and first column.
+  llvm::Value *groupBatch_ = nullptr, *groupRow_ = nullptr,
+              *groupColumn_ = nullptr;
   // The current tile: its operands' first elements, its extent in C.
   llvm::Value *tileA_ = nullptr, *tileB_ = nullptr, *tileC_ = nullptr,
               *tileBias_ = nullptr, *tileRows_ = nullptr,
@@ -416,6 +426,9 @@ void GemmEmitter::emitGroup(llvm::Value *group, llvm::Value *begin,
   llvm::Value *columnStart = builder_.CreateMul(
       columnTile, constant(plan_.columnBlock), "column_start");
   tileRows_ = builder_.CreateSub(rowEnd, rowStart, "group_rows");
+  groupBatch_ = batch;
+  groupRow_ = rowStart;
+  groupColumn_ = columnStart;
   tileColumns_ = minimum(constant(plan_.columnBlock),
                          builder_.CreateSub(constant(spec_.n), columnStart));
   auto offset = [&](int64_t batchStride, int64_t rowStride,
@@ -860,6 +873,34 @@ void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
                             llvm::Value *validRows, llvm::Value *validColumns,
                             llvm::Value *first, llvm::Value *last,
                             llvm::Value *skipped) {
+  if (!epilogue_ || isTrue(last)) {
+    emitTileWrite(accumulators, row, column, validRows, validColumns, first,
+                  last, skipped);
+    return;
+  }
+  // An epilogue of the user's (an activation, a residual add) runs in the
+  // last k block only: a branch, not a select that would compute it in
+  // every block.
+  auto *finish = llvm::BasicBlock::Create(context_, "last_block", function_);
+  auto *partial = llvm::BasicBlock::Create(context_, "partial_sum", function_);
+  auto *done = llvm::BasicBlock::Create(context_, "tile_written", function_);
+  builder_.CreateCondBr(last, finish, partial);
+  builder_.SetInsertPoint(finish);
+  emitTileWrite(accumulators, row, column, validRows, validColumns, first,
+                builder_.getTrue(), skipped);
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(partial);
+  emitTileWrite(accumulators, row, column, validRows, validColumns, first,
+                builder_.getFalse(), skipped);
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
+}
+
+void GemmEmitter::emitTileWrite(const std::vector<llvm::Value *> &accumulators,
+                                llvm::Value *row, llvm::Value *column,
+                                llvm::Value *validRows,
+                                llvm::Value *validColumns, llvm::Value *first,
+                                llvm::Value *last, llvm::Value *skipped) {
   if (spec_.cCol != 1) {
     emitScalarWrite(accumulators, row, column, validRows, validColumns, first,
                     last, skipped);
@@ -892,15 +933,23 @@ void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
 // tile's write is cheap next to its k loop.
 llvm::Value *GemmEmitter::combine(llvm::Value *accumulator,
                                   llvm::Value *pointer, llvm::Value *bias,
-                                  llvm::Value *first, llvm::Value *last) {
+                                  llvm::Value *first, llvm::Value *last,
+                                  llvm::Value *row, llvm::Value *column) {
   llvm::Value *value = accumulator;
-  if (!isTrue(first)) {
-    int lanes = llvm::isa<llvm::FixedVectorType>(accumulator->getType())
-                    ? plan_.lanes
-                    : 1;
+  int lanes = llvm::isa<llvm::FixedVectorType>(accumulator->getType())
+                  ? plan_.lanes
+                  : 1;
+  if (!isTrue(first))
     value = builder_.CreateSelect(
         first, accumulator,
         builder_.CreateFAdd(loadFloats(pointer, lanes), accumulator));
+  if (epilogue_) {
+    // emitWrite made `last` a constant.
+    if (!isTrue(last))
+      return value;
+    return epilogue_(builder_, function_->getArg(0), value, groupBatch_,
+                     builder_.CreateAdd(groupRow_, row),
+                     builder_.CreateAdd(groupColumn_, column), lanes);
   }
   llvm::Value *finished = applyEpilogue(value, bias);
   return isTrue(last) ? finished : builder_.CreateSelect(last, finished, value);
@@ -925,7 +974,8 @@ void GemmEmitter::emitVectorWrite(
               : nullptr;
       builder_.CreateAlignedStore(
           combine(accumulators[rowIndex * plan_.columnVectors + vector],
-                  pointer, bias, first, last),
+                  pointer, bias, first, last, cRow,
+                  builder_.CreateAdd(column, constant(vector * lanes))),
           pointer, llvm::Align(4));
     }
   }
@@ -970,7 +1020,7 @@ void GemmEmitter::emitScalarWrite(
               llvm::Value *bias =
                   usesBias() ? loadBias(cRow, cColumn, 1) : nullptr;
               llvm::Value *finished =
-                  combine(value, pointer, bias, first, last);
+                  combine(value, pointer, bias, first, last, cRow, cColumn);
               builder_.CreateAlignedStore(finished, pointer, llvm::Align(4));
             });
       });
@@ -1011,13 +1061,14 @@ llvm::Value *GemmEmitter::applyEpilogue(llvm::Value *value, llvm::Value *bias) {
 } // namespace
 
 EmittedGemm emitGemm(llvm::Module &module, const GemmSpec &spec,
-                     const HostTarget &host, const std::string &name) {
+                     const HostTarget &host, const std::string &name,
+                     const GemmEpilogue &epilogue) {
   if (spec.batch < 0 || spec.m < 0 || spec.n < 0 || spec.k < 0)
     throw Error("emitGemm: negative extent in a " + std::to_string(spec.batch) +
                 " x " + std::to_string(spec.m) + " x " +
                 std::to_string(spec.n) + " x " + std::to_string(spec.k) +
                 " product");
-  GemmEmitter emitter(module, spec, host);
+  GemmEmitter emitter(module, spec, host, epilogue);
   return emitter.emit(name);
 }
 

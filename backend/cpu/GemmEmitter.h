@@ -5,13 +5,11 @@
 
 #include "backend/cpu/HostTarget.h"
 
-#include <cstdint>
-#include <string>
+#include <llvm/IR/IRBuilder.h>
 
-namespace llvm {
-class Function;
-class Module;
-} // namespace llvm
+#include <cstdint>
+#include <functional>
+#include <string>
 
 namespace kiln::backend {
 
@@ -53,6 +51,16 @@ struct EmittedGemm {
   int64_t stackBytes = 0;
 };
 
+/// What C's element is, from the finished sum (a float, or a vector of
+/// `lanes` floats of consecutive columns) at C[batch][row][column...]
+/// (int64 values, the first column for a vector): code emitted with
+/// `builder` at its insertion point, which it may move (new blocks);
+/// `buffers` is the GEMM function's argument, whose slots from 3 on the
+/// epilogue may read. In place of alpha, beta and the bias.
+using GemmEpilogue = std::function<llvm::Value *(
+    llvm::IRBuilder<> &builder, llvm::Value *buffers, llvm::Value *sum,
+    llvm::Value *batch, llvm::Value *row, llvm::Value *column, int lanes)>;
+
 /// Emits `void name(char *const *buffers, int64_t begin, int64_t end)` into
 /// `module`: buffers[0] = A, [1] = B, [2] = C, [3] = bias when spec.hasBias
 /// (data pointers). Code for `host` (its vectorBits 128/256/512, cpuName,
@@ -60,6 +68,7 @@ struct EmittedGemm {
 /// The IR is vectorised and unrolled explicitly: it expects the CPU
 /// backend's pipeline (optimiseCpuModule), not LLVM's vectorisers.
 EmittedGemm emitGemm(llvm::Module &module, const GemmSpec &spec,
-                     const HostTarget &host, const std::string &name);
+                     const HostTarget &host, const std::string &name,
+                     const GemmEpilogue &epilogue = {});
 
 } // namespace kiln::backend

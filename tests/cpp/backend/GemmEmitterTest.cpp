@@ -45,14 +45,16 @@ struct CompiledGemm {
 
 /// Emits, verifies, optimises (as the CPU backend's compileModule does) and
 /// JIT-compiles one GEMM.
-CompiledGemm compileGemm(const GemmSpec &spec, const HostTarget &host) {
+CompiledGemm compileGemm(const GemmSpec &spec, const HostTarget &host,
+                         const backend::GemmEpilogue &epilogue = {}) {
   static int count = 0;
   std::string name = "gemm_test_" + std::to_string(count++);
   backend::CpuJit &jit = backend::CpuJit::instance();
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>(name, *context);
   jit.prepare(*module);
-  backend::EmittedGemm emitted = backend::emitGemm(*module, spec, host, name);
+  backend::EmittedGemm emitted =
+      backend::emitGemm(*module, spec, host, name, epilogue);
   std::string problems;
   llvm::raw_string_ostream stream(problems);
   EXPECT_FALSE(llvm::verifyModule(*module, &stream)) << problems;
@@ -419,6 +421,82 @@ TEST(GemmEmitter, BiasEpilogues) {
   empty.biasCol = 1;
   empty.beta = 0.25;
   checkGemm(empty, backend::hostTarget());
+}
+
+// An epilogue computes C from the finished sum at each element's batch,
+// row and column (here 2 * sum + extra[column] + row + 1000 * batch, extra
+// read from the buffers argument's slot 4) once, after the last k block:
+// over edges, k blocks, transposed A and chunks run in any order.
+TEST(GemmEmitter, EpiloguesSeeEachElementsIndices) {
+  backend::GemmEpilogue epilogue =
+      [](llvm::IRBuilder<> &builder, llvm::Value *buffers, llvm::Value *sum,
+         llvm::Value *batch, llvm::Value *row, llvm::Value *column,
+         int lanes) -> llvm::Value * {
+    llvm::Type *type = sum->getType();
+    auto asFloat = [&](llvm::Value *index) {
+      llvm::Value *value = builder.CreateSIToFP(index, builder.getFloatTy());
+      return lanes == 1 ? value : builder.CreateVectorSplat(lanes, value);
+    };
+    llvm::Value *extra = builder.CreateLoad(
+        builder.getPtrTy(),
+        builder.CreateConstGEP1_64(builder.getPtrTy(), buffers, 4));
+    llvm::Value *extras = builder.CreateLoad(
+        type, builder.CreateGEP(builder.getFloatTy(), extra, column));
+    llvm::Value *value =
+        builder.CreateFMul(sum, llvm::ConstantFP::get(type, 2.0));
+    value = builder.CreateFAdd(value, extras);
+    value = builder.CreateFAdd(value, asFloat(row));
+    llvm::Value *thousand =
+        builder.CreateFMul(asFloat(batch), llvm::ConstantFP::get(type, 1000.0));
+    return builder.CreateFAdd(value, thousand);
+  };
+  std::vector<GemmSpec> specs = {rowMajor(37, 70, 600), rowMajor(5, 100, 300),
+                                 rowMajor(64, 64, 1000)};
+  GemmSpec transposed = rowMajor(65, 40, 257);
+  transposed.aRow = 1;
+  transposed.aCol = 65;
+  specs.push_back(transposed);
+  GemmSpec batched = rowMajor(13, 33, 300);
+  batched.batch = 3;
+  batched.aBatch = 13 * 300;
+  batched.bBatch = 300 * 33;
+  batched.cBatch = 13 * 33;
+  specs.push_back(batched);
+  for (GemmSpec spec : specs) {
+    spec.targetTiles = 7;
+    SCOPED_TRACE(describe(spec, backend::hostTarget()));
+    CompiledGemm gemm = compileGemm(spec, backend::hostTarget(), epilogue);
+    Operands operands(spec, 11, false);
+    std::vector<float> extra(spec.n + 64);
+    for (size_t j = 0; j < extra.size(); ++j)
+      extra[j] = 0.25f * static_cast<float>(j);
+    std::vector<char *> buffers = operands.buffers();
+    buffers.push_back(reinterpret_cast<char *>(extra.data()));
+    for (int64_t tile = gemm.parallelRange; tile-- > 0;)
+      gemm.function(buffers.data(), tile, tile + 1);
+    int failures = 0;
+    for (int64_t batch = 0; batch < spec.batch; ++batch)
+      for (int64_t i = 0; i < spec.m; ++i)
+        for (int64_t j = 0; j < spec.n; ++j) {
+          double sum = 0, magnitude = 0;
+          for (int64_t p = 0; p < spec.k; ++p) {
+            double product = double(operands.a[batch * spec.aBatch +
+                                               i * spec.aRow + p * spec.aCol]) *
+                             double(operands.b[batch * spec.bBatch +
+                                               p * spec.bRow + j * spec.bCol]);
+            sum += product;
+            magnitude += std::abs(product);
+          }
+          double expected = 2 * sum + extra[j] + i + 1000.0 * batch;
+          double actual = operands.c[operands.cOffset(spec, batch, i, j)];
+          if (!(std::abs(actual - expected) <=
+                6e-5 * magnitude + 1e-6 * std::abs(expected)) &&
+              failures++ < 5)
+            ADD_FAILURE() << "C[" << batch << "][" << i << "][" << j
+                          << "] = " << actual << ", expected " << expected;
+        }
+    EXPECT_EQ(failures, 0);
+  }
 }
 
 TEST(GemmEmitter, EveryVectorWidth) {

@@ -181,6 +181,80 @@ TEST(Scheduler, ProductNeverStoresIntoAnOperand) {
   }
 }
 
+TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
+  // relu(a @ b) + r: the pointwise kernel reading the product's temporary
+  // at the points it was written becomes the contraction's stored value
+  // (the GEMM computes it as it writes C). Not where it reads the product
+  // elsewhere (a transpose), reads the product twice, or reads what it
+  // writes (C holds partial sums until the last k block).
+  enum Case { Fused, Transposed, ReadTwice, ReadsResult };
+  for (Case c : {Fused, Transposed, ReadTwice, ReadsResult}) {
+    loop::Program program;
+    loop::ExprContext &e = *program.exprs;
+    auto buffer = [&](BufferKind kind) {
+      loop::Buffer b;
+      b.kind = kind;
+      b.meta = TensorMeta(DType::Float32, {8, 8});
+      if (kind == BufferKind::Input)
+        b.graphInput = program.buffers.size();
+      return program.addBuffer(b);
+    };
+    int64_t a = buffer(BufferKind::Input), b = buffer(BufferKind::Input);
+    int64_t r = buffer(BufferKind::Input);
+    int64_t temporary = buffer(BufferKind::Temporary);
+    int64_t result = c == ReadsResult ? r : buffer(BufferKind::Tensor);
+    const loop::Expr *v0 = e.var(0), *v1 = e.var(1), *v2 = e.var(2);
+    const loop::Expr *at = e.add(e.mul(v0, e.integer(8)), v1);
+    const loop::Expr *swapped = e.add(e.mul(v1, e.integer(8)), v0);
+    Step product;
+    product.kernel.name = "mm";
+    product.kernel.outerRanges = {8, 8};
+    product.kernel.contraction = true;
+    loop::Loop sum;
+    sum.ranges = {8};
+    sum.reductions.push_back(
+        {loop::ReduceOp::Sum,
+         e.mul(e.load(a, DType::Float32, e.add(e.mul(v0, e.integer(8)), v2)),
+               e.load(b, DType::Float32, e.add(e.mul(v2, e.integer(8)), v1)))});
+    loop::Loop store;
+    store.stores.push_back(
+        {temporary, at, e.reductionValue(0, DType::Float32)});
+    product.kernel.loops = {sum, store};
+    Step epilogue;
+    epilogue.kernel.name = "epilogue";
+    epilogue.kernel.outerRanges = {8, 8};
+    const loop::Expr *value =
+        e.load(temporary, DType::Float32, c == Transposed ? swapped : at);
+    value = e.add(
+        e.binary(loop::BinaryOp::Max, value, e.constant(0, DType::Float32)),
+        e.load(r, DType::Float32, at));
+    loop::Loop written;
+    written.stores.push_back({result, at, value});
+    epilogue.kernel.loops = {written};
+    program.steps = {product, epilogue};
+    if (c == ReadTwice) {
+      Step again = epilogue;
+      again.kernel.loops[0].stores[0].buffer = buffer(BufferKind::Tensor);
+      program.steps.push_back(again);
+      program.outputs.push_back({again.kernel.loops[0].stores[0].buffer, {}});
+    }
+    program.outputs.push_back({result, {}});
+    fuseKernels(program);
+    // (The two readers of ReadTwice merge with each other.)
+    ASSERT_EQ(program.steps.size(), c == Fused ? 1u : 2u) << c << "\n"
+                                                          << program.str();
+    const loop::Store &stored = program.steps[0].kernel.loops.back().stores[0];
+    EXPECT_TRUE(program.steps[0].kernel.contraction);
+    if (c == Fused) {
+      EXPECT_EQ(stored.buffer, result);
+      EXPECT_EQ(loop::exprToString(stored.value),
+                "add(max(red0, 0:f32), load(buf2, ((v0*8) + v1)))");
+    } else {
+      EXPECT_EQ(stored.buffer, temporary);
+    }
+  }
+}
+
 TEST(Scheduler, NeverFusesAcrossAnExtern) {
   auto graph = std::make_shared<Graph>();
   // A float64 product large enough to call torch's BLAS.

@@ -287,13 +287,13 @@ def test_small_matrix_products_are_fused_kernels(dtype):
 
 
 def test_large_matrix_products_run_kilns_gemm():
-    # float32 products are kiln's GEMM kernels (the relu a kernel after it);
-    # a product with nothing after it writes the result itself, no copy;
-    # other dtypes call torch's BLAS.
+    # float32 products are kiln's GEMM kernels (the relu computed as the GEMM
+    # writes its result); a product with nothing after it writes the result
+    # itself, no copy; other dtypes call torch's BLAS.
     a, b = torch.randn(128, 64), torch.randn(64, 96)
     compiled = kiln.compile(lambda a, b: torch.relu(a @ b), fullgraph=True)
     assert_close(compiled(a, b), torch.relu(a @ b))
-    assert kernels_of(compiled) == (2, 0)
+    assert kernels_of(compiled) == (1, 0)
     plain = kiln.compile(lambda a, b: a @ b.t(), fullgraph=True)
     bt = torch.randn(96, 64)
     assert_close(plain(a, bt), a @ bt.t())
@@ -301,6 +301,40 @@ def test_large_matrix_products_run_kilns_gemm():
     doubles = kiln.compile(lambda a, b: torch.relu(a @ b), fullgraph=True)
     assert_close(doubles(a.double(), b.double()), torch.relu(a.double() @ b.double()))
     assert kernels_of(doubles) == (1, 1)
+
+
+def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
+    # A bias, an activation and a residual add after a float32 product are
+    # computed as kiln's GEMM writes its result (one kernel), at odd sizes,
+    # with k split in blocks (1000), transposed and broadcast operands; where
+    # the epilogue reads the tensor the product lands in, it stays apart.
+    def mlp(x, w, b):
+        return F.gelu(F.linear(x, w, b))
+
+    def residual(x, w, r):
+        return torch.tanh(x @ w) * r + 1
+
+    def scaled(a, b, bias):
+        return torch.bmm(a, b) * 0.125 + bias
+
+    for m, k, n in [(1, 64, 300), (7, 1000, 65), (65, 257, 33), (13, 7, 1000)]:
+        x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+        r = torch.randn(m, n)
+        cases = [(mlp, (x, w, b)), (residual, (x, w.t(), r)),
+                 (residual, (x.t().contiguous().t(), w.t().contiguous(), r[:1])),
+                 (scaled, (torch.randn(3, m, k), torch.randn(3, k, n), torch.randn(m, n)))]
+        for fn, args in cases:
+            compiled = kiln.compile(fn, fullgraph=True)
+            assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-4)
+            assert kernels_of(compiled) == (1, 0), (fn.__name__, m, k, n)
+
+    def into_residual(x, w):
+        x.add_(torch.relu(x @ w))
+        return x
+
+    x, w = torch.randn(64, 64), torch.randn(64, 64)
+    expected = into_residual(x.clone(), w)
+    assert_close(kiln.compile(into_residual)(x.clone(), w), expected)
 
 
 def test_product_written_into_its_own_operand():
