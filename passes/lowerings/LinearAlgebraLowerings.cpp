@@ -4,8 +4,8 @@
 // becomes a contraction kernel that the CPU backend emits as kiln's GEMM,
 // in the JIT and in exports (on the 16-core Xeon it runs at 0.74-1.43x
 // torch's MKL sgemm, and the JIT's threads no longer wait on OpenMP's),
-// with its bias and what follows pointwise (an activation, a residual add)
-// computed as it writes its result (passes/Fusion.cpp);
+// with its bias and a cheap pointwise kernel after it (a ReLU, a scale, a
+// residual add) computed as it writes its result (passes/Fusion.cpp);
 // other products above kMaxNativeWork multiply-adds stay externs that call
 // torch's BLAS, or loop kernels where the program runs without torch.
 // Depends on passes/lowerings/Lowerer.h.

@@ -304,29 +304,34 @@ def test_large_matrix_products_run_kilns_gemm():
 
 
 def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
-    # A bias, an activation and a residual add after a float32 product are
+    # A bias, a ReLU, a scale and a residual add after a float32 product are
     # computed as kiln's GEMM writes its result (one kernel), at odd sizes,
-    # with k split in blocks (1000), transposed and broadcast operands; where
-    # the epilogue reads the tensor the product lands in, it stays apart.
-    def mlp(x, w, b):
-        return F.gelu(F.linear(x, w, b))
+    # with k split in blocks (1000), transposed and broadcast operands; GELU
+    # (division and exp) stays a kernel of its own; where the epilogue reads
+    # the tensor the product lands in, it stays apart.
+    def relu_mlp(x, w, b):
+        return F.relu(F.linear(x, w, b))
 
     def residual(x, w, r):
-        return torch.tanh(x @ w) * r + 1
+        return torch.clamp(x @ w, -1, 1) * r + 1
 
     def scaled(a, b, bias):
         return torch.bmm(a, b) * 0.125 + bias
 
+    def gelu_mlp(x, w, b):
+        return F.gelu(F.linear(x, w, b))
+
     for m, k, n in [(1, 64, 300), (7, 1000, 65), (65, 257, 33), (13, 7, 1000)]:
         x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
         r = torch.randn(m, n)
-        cases = [(mlp, (x, w, b)), (residual, (x, w.t(), r)),
-                 (residual, (x.t().contiguous().t(), w.t().contiguous(), r[:1])),
-                 (scaled, (torch.randn(3, m, k), torch.randn(3, k, n), torch.randn(m, n)))]
-        for fn, args in cases:
+        cases = [(relu_mlp, (x, w, b), 1), (residual, (x, w.t(), r), 1),
+                 (residual, (x.t().contiguous().t(), w.t().contiguous(), r[:1]), 1),
+                 (scaled, (torch.randn(3, m, k), torch.randn(3, k, n), torch.randn(m, n)), 1),
+                 (gelu_mlp, (x, w, b), 2)]
+        for fn, args, kernels in cases:
             compiled = kiln.compile(fn, fullgraph=True)
             assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-4)
-            assert kernels_of(compiled) == (1, 0), (fn.__name__, m, k, n)
+            assert kernels_of(compiled) == (kernels, 0), (fn.__name__, m, k, n)
 
     def into_residual(x, w):
         x.add_(torch.relu(x @ w))
