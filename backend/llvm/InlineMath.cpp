@@ -47,11 +47,7 @@ llvm::Value *powerOfTwo(llvm::IRBuilderBase &builder, llvm::Value *n,
 // [-ln2/2, ln2/2], n ln 2 subtracted in two parts (Cody and Waite) so that r
 // is exact to float precision; e^r from its Taylor series to r^7, whose
 // truncation error (< 6e-9) is below half an ulp. 2^n is applied as two
-// factors (n up to 128). Results below the smallest normal float (x below
-// ln FLT_MIN, -87.34; -inf included: a causal mask) are 0: x86 takes a
-// microcode assist for each instruction that makes or reads a subnormal
-// number, which made a masked softmax 4x and GELU's erfc of wide inputs 5x
-// slower; eager's subnormal results there are below 1.2e-38.
+// factors so that results down to the smallest subnormal round once.
 llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   llvm::Type *floatType = x->getType();
   llvm::Type *intType = floatType->getWithNewType(builder.getInt32Ty());
@@ -60,8 +56,9 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   // the range the two factors cover, and NaN becomes 0 until the end.
   llvm::Value *clamped = builder.CreateSelect(
       builder.CreateFCmpOGT(x, constant(x, 89.0)), constant(x, 89.0), x);
-  llvm::Value *underflows = builder.CreateFCmpOLT(x, constant(x, -87.33654));
-  clamped = builder.CreateSelect(underflows, constant(x, -87.0), clamped);
+  // exp(x) rounds to 0 below about -103.97 (-inf included: a causal mask).
+  llvm::Value *underflows = builder.CreateFCmpOLT(x, constant(x, -104.0));
+  clamped = builder.CreateSelect(underflows, constant(x, -104.0), clamped);
   clamped = builder.CreateSelect(isNan, constant(x, 0.0), clamped);
 
   llvm::Value *rounded = builder.CreateIntrinsic(
@@ -78,7 +75,10 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   llvm::Value *square = builder.CreateFMul(r, r);
   // 1 is added last: r + r^2 (...) has at most 0.42 in magnitude, so its
   // rounding error stays a fraction of the result's ulp.
-  // Where the result is 0 the mantissa is too.
+  // Where the result is 0 the mantissa is too, so that the scaling below
+  // multiplies 0 instead of making a subnormal number on its way to 0:
+  // x86 takes a microcode assist for each subnormal result (a softmax
+  // over a causal mask ran 4x slower).
   llvm::Value *mantissa = builder.CreateSelect(
       underflows, constant(x, 0.0),
       builder.CreateFAdd(constant(x, 1.0), fma(builder, square, tail, r)));
