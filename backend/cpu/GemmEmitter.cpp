@@ -878,7 +878,7 @@ void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
                   last, skipped);
     return;
   }
-  // An epilogue of the user's (an activation, a residual add) runs in the
+  // An epilogue of the user's (a bias, a ReLU, a residual add) runs in the
   // last k block only: a branch, not a select that would compute it in
   // every block.
   auto *finish = llvm::BasicBlock::Create(context_, "last_block", function_);

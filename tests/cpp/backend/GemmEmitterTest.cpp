@@ -174,6 +174,23 @@ struct Operands {
   }
 };
 
+/// A[b][i][:] . B[b][:][j] in double precision; `magnitude` gets the sum of
+/// its terms' magnitudes (what rounding errors scale with).
+double referenceSum(const GemmSpec &spec, const Operands &operands,
+                    int64_t batch, int64_t i, int64_t j, double &magnitude) {
+  double sum = 0;
+  magnitude = 0;
+  for (int64_t p = 0; p < spec.k; ++p) {
+    double product =
+        double(
+            operands.a[batch * spec.aBatch + i * spec.aRow + p * spec.aCol]) *
+        double(operands.b[batch * spec.bBatch + p * spec.bRow + j * spec.bCol]);
+    sum += product;
+    magnitude += std::abs(product);
+  }
+  return sum;
+}
+
 /// Checks C against a double-precision reference: each element within
 /// 3e-5 of the magnitude of what it sums (float32 accumulation over up to
 /// 1000 products stays well inside), and C untouched elsewhere.
@@ -184,16 +201,9 @@ void expectProduct(const GemmSpec &spec, const Operands &operands,
   for (int64_t batch = 0; batch < spec.batch; ++batch)
     for (int64_t i = 0; i < spec.m; ++i)
       for (int64_t j = 0; j < spec.n; ++j) {
-        double sum = 0, magnitude = 0;
-        for (int64_t p = 0; p < spec.k; ++p) {
-          double product = double(operands.a[batch * spec.aBatch +
-                                             i * spec.aRow + p * spec.aCol]) *
-                           double(operands.b[batch * spec.bBatch +
-                                             p * spec.bRow + j * spec.bCol]);
-          sum += product;
-          magnitude += std::abs(product);
-        }
-        double expected = spec.alpha * sum;
+        double magnitude;
+        double expected =
+            spec.alpha * referenceSum(spec, operands, batch, i, j, magnitude);
         magnitude *= std::abs(spec.alpha);
         if (spec.hasBias && spec.beta != 0.0) {
           double bias =
@@ -478,16 +488,10 @@ TEST(GemmEmitter, EpiloguesSeeEachElementsIndices) {
     for (int64_t batch = 0; batch < spec.batch; ++batch)
       for (int64_t i = 0; i < spec.m; ++i)
         for (int64_t j = 0; j < spec.n; ++j) {
-          double sum = 0, magnitude = 0;
-          for (int64_t p = 0; p < spec.k; ++p) {
-            double product = double(operands.a[batch * spec.aBatch +
-                                               i * spec.aRow + p * spec.aCol]) *
-                             double(operands.b[batch * spec.bBatch +
-                                               p * spec.bRow + j * spec.bCol]);
-            sum += product;
-            magnitude += std::abs(product);
-          }
-          double expected = 2 * sum + extra[j] + i + 1000.0 * batch;
+          double magnitude;
+          double expected =
+              2 * referenceSum(spec, operands, batch, i, j, magnitude) +
+              extra[j] + i + 1000.0 * batch;
           double actual = operands.c[operands.cOffset(spec, batch, i, j)];
           if (!(std::abs(actual - expected) <=
                 6e-5 * magnitude + 1e-6 * std::abs(expected)) &&

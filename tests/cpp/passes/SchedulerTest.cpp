@@ -128,29 +128,22 @@ TEST(Scheduler, ProductWithoutEpilogueWritesItsResult) {
       << program.str();
 }
 
-TEST(Scheduler, ProductNeverStoresIntoAnOperand) {
-  // A contraction over [8, 8] into a temporary, copied into `result`: into
-  // a fresh tensor the contraction stores itself; into a view of its own
-  // operand A the copy stays (a GEMM must not write what it reads).
-  for (bool intoOperand : {false, true}) {
-    loop::Program program;
+namespace {
+
+/// A hand-built program of 8 x 8 float32 buffers around one contraction
+/// kernel, temporary = a @ b, for fusion tests.
+struct ProductProgram {
+  loop::Program program;
+  int64_t a = -1, b = -1, temporary = -1;
+  const loop::Expr *at = nullptr; // (v0, v1) row-major
+
+  ProductProgram() {
+    a = buffer(BufferKind::Input);
+    b = buffer(BufferKind::Input);
+    temporary = buffer(BufferKind::Temporary);
     loop::ExprContext &e = *program.exprs;
-    auto buffer = [&](BufferKind kind) {
-      loop::Buffer b;
-      b.kind = kind;
-      b.meta = TensorMeta(DType::Float32, {8, 8});
-      if (kind == BufferKind::Input)
-        b.graphInput = program.buffers.size();
-      return program.addBuffer(b);
-    };
-    int64_t a = buffer(BufferKind::Input), b = buffer(BufferKind::Input);
-    int64_t temporary = buffer(BufferKind::Temporary);
-    int64_t result =
-        buffer(intoOperand ? BufferKind::View : BufferKind::Tensor);
-    if (intoOperand)
-      program.buffers[result].base = a;
     const loop::Expr *v0 = e.var(0), *v1 = e.var(1), *v2 = e.var(2);
-    const loop::Expr *at = e.add(e.mul(v0, e.integer(8)), v1);
+    at = e.add(e.mul(v0, e.integer(8)), v1);
     Step product;
     product.kernel.name = "mm";
     product.kernel.outerRanges = {8, 8};
@@ -165,19 +158,49 @@ TEST(Scheduler, ProductNeverStoresIntoAnOperand) {
     store.stores.push_back(
         {temporary, at, e.reductionValue(0, DType::Float32)});
     product.kernel.loops = {sum, store};
-    Step copy;
-    copy.kernel.name = "copy";
-    copy.kernel.outerRanges = {8, 8};
-    loop::Loop copied;
-    copied.stores.push_back(
-        {result, at, e.load(temporary, DType::Float32, at)});
-    copy.kernel.loops = {copied};
-    program.steps = {product, copy};
+    program.steps.push_back(product);
+  }
+  int64_t buffer(BufferKind kind) {
+    loop::Buffer b;
+    b.kind = kind;
+    b.meta = TensorMeta(DType::Float32, {8, 8});
+    if (kind == BufferKind::Input)
+      b.graphInput = program.buffers.size();
+    return program.addBuffer(b);
+  }
+  /// A pointwise kernel over the product's points storing `value` at
+  /// `result[at]`.
+  void addPointwise(int64_t result, const loop::Expr *value) {
+    Step step;
+    step.kernel.name = "pointwise";
+    step.kernel.outerRanges = {8, 8};
+    loop::Loop loop;
+    loop.stores.push_back({result, at, value});
+    step.kernel.loops = {loop};
+    program.steps.push_back(step);
+  }
+};
+
+} // namespace
+
+TEST(Scheduler, ProductNeverStoresIntoAnOperand) {
+  // A contraction over [8, 8] into a temporary, copied into `result`: into
+  // a fresh tensor the contraction stores itself; into a view of its own
+  // operand A the copy stays (a GEMM must not write what it reads).
+  for (bool intoOperand : {false, true}) {
+    ProductProgram test;
+    loop::Program &program = test.program;
+    int64_t result =
+        test.buffer(intoOperand ? BufferKind::View : BufferKind::Tensor);
+    if (intoOperand)
+      program.buffers[result].base = test.a;
+    test.addPointwise(
+        result, program.exprs->load(test.temporary, DType::Float32, test.at));
     program.outputs.push_back({result, {}});
     fuseKernels(program);
     ASSERT_EQ(program.steps.size(), intoOperand ? 2u : 1u) << program.str();
     EXPECT_EQ(program.steps[0].kernel.loops.back().stores.at(0).buffer,
-              intoOperand ? temporary : result);
+              intoOperand ? test.temporary : result);
   }
 }
 
@@ -185,58 +208,28 @@ TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
   // relu(a @ b) + r: the pointwise kernel reading the product's temporary
   // at the points it was written becomes the contraction's stored value
   // (the GEMM computes it as it writes C). Not where it reads the product
-  // elsewhere (a transpose), reads the product twice, or reads what it
-  // writes (C holds partial sums until the last k block).
-  enum Case { Fused, Transposed, ReadTwice, ReadsResult };
-  for (Case c : {Fused, Transposed, ReadTwice, ReadsResult}) {
-    loop::Program program;
+  // elsewhere (a transpose), reads the product twice, reads what it writes
+  // (C holds partial sums until the last k block), or is costly (exp).
+  enum Case { Fused, Transposed, ReadTwice, ReadsResult, Costly };
+  for (Case c : {Fused, Transposed, ReadTwice, ReadsResult, Costly}) {
+    ProductProgram test;
+    loop::Program &program = test.program;
     loop::ExprContext &e = *program.exprs;
-    auto buffer = [&](BufferKind kind) {
-      loop::Buffer b;
-      b.kind = kind;
-      b.meta = TensorMeta(DType::Float32, {8, 8});
-      if (kind == BufferKind::Input)
-        b.graphInput = program.buffers.size();
-      return program.addBuffer(b);
-    };
-    int64_t a = buffer(BufferKind::Input), b = buffer(BufferKind::Input);
-    int64_t r = buffer(BufferKind::Input);
-    int64_t temporary = buffer(BufferKind::Temporary);
-    int64_t result = c == ReadsResult ? r : buffer(BufferKind::Tensor);
-    const loop::Expr *v0 = e.var(0), *v1 = e.var(1), *v2 = e.var(2);
-    const loop::Expr *at = e.add(e.mul(v0, e.integer(8)), v1);
-    const loop::Expr *swapped = e.add(e.mul(v1, e.integer(8)), v0);
-    Step product;
-    product.kernel.name = "mm";
-    product.kernel.outerRanges = {8, 8};
-    product.kernel.contraction = true;
-    loop::Loop sum;
-    sum.ranges = {8};
-    sum.reductions.push_back(
-        {loop::ReduceOp::Sum,
-         e.mul(e.load(a, DType::Float32, e.add(e.mul(v0, e.integer(8)), v2)),
-               e.load(b, DType::Float32, e.add(e.mul(v2, e.integer(8)), v1)))});
-    loop::Loop store;
-    store.stores.push_back(
-        {temporary, at, e.reductionValue(0, DType::Float32)});
-    product.kernel.loops = {sum, store};
-    Step epilogue;
-    epilogue.kernel.name = "epilogue";
-    epilogue.kernel.outerRanges = {8, 8};
-    const loop::Expr *value =
-        e.load(temporary, DType::Float32, c == Transposed ? swapped : at);
+    int64_t r = test.buffer(BufferKind::Input);
+    int64_t result = c == ReadsResult ? r : test.buffer(BufferKind::Tensor);
+    const loop::Expr *swapped = e.add(e.mul(e.var(1), e.integer(8)), e.var(0));
+    const loop::Expr *value = e.load(test.temporary, DType::Float32,
+                                     c == Transposed ? swapped : test.at);
+    if (c == Costly)
+      value = e.unary(loop::UnaryOp::Exp, value);
     value = e.add(
         e.binary(loop::BinaryOp::Max, value, e.constant(0, DType::Float32)),
-        e.load(r, DType::Float32, at));
-    loop::Loop written;
-    written.stores.push_back({result, at, value});
-    epilogue.kernel.loops = {written};
-    program.steps = {product, epilogue};
+        e.load(r, DType::Float32, test.at));
+    test.addPointwise(result, value);
     if (c == ReadTwice) {
-      Step again = epilogue;
-      again.kernel.loops[0].stores[0].buffer = buffer(BufferKind::Tensor);
-      program.steps.push_back(again);
-      program.outputs.push_back({again.kernel.loops[0].stores[0].buffer, {}});
+      int64_t again = test.buffer(BufferKind::Tensor);
+      test.addPointwise(again, value);
+      program.outputs.push_back({again, {}});
     }
     program.outputs.push_back({result, {}});
     fuseKernels(program);
@@ -248,9 +241,9 @@ TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
     if (c == Fused) {
       EXPECT_EQ(stored.buffer, result);
       EXPECT_EQ(loop::exprToString(stored.value),
-                "add(max(red0, 0:f32), load(buf2, ((v0*8) + v1)))");
+                "add(max(red0, 0:f32), load(buf3, ((v0*8) + v1)))");
     } else {
-      EXPECT_EQ(stored.buffer, temporary);
+      EXPECT_EQ(stored.buffer, test.temporary);
     }
   }
 }
