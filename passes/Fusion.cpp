@@ -534,6 +534,10 @@ bool fuseEpilogue(Program &program, const std::vector<int> &readers,
           return false;
         sums[load] = product->value;
       }
+  // A kernel that does not read the product is no epilogue of it (the
+  // product's one reader comes later).
+  if (!copy && sums.empty())
+    return false;
   // A GEMM must not write what it reads (a result that is a view of an
   // operand, as in a.copy_(a @ b)); nor what its epilogue reads, since C
   // holds partial sums before the last k block.

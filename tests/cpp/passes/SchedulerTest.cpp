@@ -210,8 +210,9 @@ TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
   // (the GEMM computes it as it writes C). Not where it reads the product
   // elsewhere (a transpose), reads the product twice, reads what it writes
   // (C holds partial sums until the last k block), or is costly (exp).
-  enum Case { Fused, Transposed, ReadTwice, ReadsResult, Costly };
-  for (Case c : {Fused, Transposed, ReadTwice, ReadsResult, Costly}) {
+  enum Case { Fused, Transposed, ReadTwice, ReadsResult, Costly, Unrelated };
+  for (Case c :
+       {Fused, Transposed, ReadTwice, ReadsResult, Costly, Unrelated}) {
     ProductProgram test;
     loop::Program &program = test.program;
     loop::ExprContext &e = *program.exprs;
@@ -222,18 +223,20 @@ TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
                                      c == Transposed ? swapped : test.at);
     if (c == Costly)
       value = e.unary(loop::UnaryOp::Exp, value);
+    if (c == Unrelated) // the next kernel reads only r; a later one the product
+      value = e.load(r, DType::Float32, test.at);
     value = e.add(
         e.binary(loop::BinaryOp::Max, value, e.constant(0, DType::Float32)),
         e.load(r, DType::Float32, test.at));
     test.addPointwise(result, value);
-    if (c == ReadTwice) {
+    if (c == ReadTwice || c == Unrelated) {
       int64_t again = test.buffer(BufferKind::Tensor);
-      test.addPointwise(again, value);
+      test.addPointwise(again, e.load(test.temporary, DType::Float32, test.at));
       program.outputs.push_back({again, {}});
     }
     program.outputs.push_back({result, {}});
     fuseKernels(program);
-    // (The two readers of ReadTwice merge with each other.)
+    // (The two kernels after the product merge with each other.)
     ASSERT_EQ(program.steps.size(), c == Fused ? 1u : 2u) << c << "\n"
                                                           << program.str();
     const loop::Store &stored = program.steps[0].kernel.loops.back().stores[0];

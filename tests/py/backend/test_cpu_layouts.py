@@ -333,6 +333,16 @@ def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
             assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-4)
             assert kernels_of(compiled) == (kernels, 0), (fn.__name__, m, k, n)
 
+    def unrelated_between(x, w, a):
+        # The kernel right after the product does not read it: no epilogue
+        # (its reader, the transpose copy, comes later).
+        y = x @ w
+        return a * 2, y.t().contiguous()
+
+    x, w, a = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 64)
+    for actual, expected in zip(kiln.compile(unrelated_between)(x, w, a), unrelated_between(x, w, a)):
+        assert_close(actual, expected)
+
     def into_residual(x, w):
         x.add_(torch.relu(x @ w))
         return x
