@@ -535,9 +535,14 @@ bool fuseEpilogue(Program &program, const std::vector<int> &readers,
         sums[load] = product->value;
       }
   // A kernel that does not read the product is no epilogue of it (the
-  // product's one reader comes later).
+  // product's one reader comes later); nor is any where a view of the
+  // product is read besides.
   if (!copy && sums.empty())
     return false;
+  for (size_t buffer = 0; buffer < program.buffers.size(); ++buffer)
+    if (program.buffers[buffer].kind == BufferKind::View &&
+        program.rootOf(static_cast<int64_t>(buffer)) == product->buffer)
+      return false;
   // A GEMM must not write what it reads (a result that is a view of an
   // operand, as in a.copy_(a @ b)); nor what its epilogue reads, since C
   // holds partial sums before the last k block.
