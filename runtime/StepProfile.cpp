@@ -81,9 +81,11 @@ std::shared_ptr<StepProfile> StepProfile::create(const loop::Program &program) {
 }
 
 void StepProfile::record(size_t step, Clock::time_point start) {
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mutex_);
   Entry &entry = entries_[step];
   ++entry.runs;
-  entry.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  entry.seconds += seconds;
 }
 
 std::string StepProfile::report(size_t limit) {
@@ -101,6 +103,7 @@ std::string StepProfile::report(size_t limit) {
     text << "time in the steps of " << all.profiles.size()
          << " compiled program(s), slowest first\n";
     for (const auto &profile : all.profiles) {
+      std::lock_guard<std::mutex> counts(profile->mutex_);
       for (size_t step = 0; step < profile->entries_.size(); ++step) {
         const Entry &entry = profile->entries_[step];
         if (entry.runs == 0)

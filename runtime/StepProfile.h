@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,8 @@ public:
   static std::shared_ptr<StepProfile> create(const loop::Program &program);
 
   using Clock = std::chrono::steady_clock;
-  /// Adds one run of step `step` that began at `start` and ended now.
+  /// Adds one run of step `step` that began at `start` and ended now
+  /// (thread-safe: a program may run on several threads at once).
   void record(size_t step, Clock::time_point start);
   /// The table over every registered profile, slowest steps first, the
   /// `limit` slowest of them (the rest summed in one line).
@@ -33,12 +35,13 @@ public:
 
 private:
   struct Entry {
-    std::string label; // "kernel fused_add_3 (12 ops)", "extern aten::mm"
+    std::string label; // "kernel kernel_add_3 (aten::add.Tensor)"
     bool isKernel = true;
     int64_t runs = 0;
     double seconds = 0;
   };
   int64_t number_ = 0;         // order of creation, named in the table
+  std::mutex mutex_;           // guards the entries' counts
   std::vector<Entry> entries_; // by step
 };
 
