@@ -236,11 +236,6 @@ private:
                  llvm::Value *row, llvm::Value *column, llvm::Value *validRows,
                  llvm::Value *validColumns, llvm::Value *first,
                  llvm::Value *last, llvm::Value *skipped);
-  void emitTileWrite(const std::vector<llvm::Value *> &accumulators,
-                     llvm::Value *row, llvm::Value *column,
-                     llvm::Value *validRows, llvm::Value *validColumns,
-                     llvm::Value *first, llvm::Value *last,
-                     llvm::Value *skipped);
   void emitVectorWrite(const std::vector<llvm::Value *> &accumulators,
                        llvm::Value *row, llvm::Value *column,
                        llvm::Value *first, llvm::Value *last);
@@ -873,34 +868,6 @@ void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
                             llvm::Value *validRows, llvm::Value *validColumns,
                             llvm::Value *first, llvm::Value *last,
                             llvm::Value *skipped) {
-  if (!epilogue_ || isTrue(last)) {
-    emitTileWrite(accumulators, row, column, validRows, validColumns, first,
-                  last, skipped);
-    return;
-  }
-  // An epilogue of the user's (a bias, a ReLU, a residual add) runs in the
-  // last k block only: a branch, not a select that would compute it in
-  // every block.
-  auto *finish = llvm::BasicBlock::Create(context_, "last_block", function_);
-  auto *partial = llvm::BasicBlock::Create(context_, "partial_sum", function_);
-  auto *done = llvm::BasicBlock::Create(context_, "tile_written", function_);
-  builder_.CreateCondBr(last, finish, partial);
-  builder_.SetInsertPoint(finish);
-  emitTileWrite(accumulators, row, column, validRows, validColumns, first,
-                builder_.getTrue(), skipped);
-  builder_.CreateBr(done);
-  builder_.SetInsertPoint(partial);
-  emitTileWrite(accumulators, row, column, validRows, validColumns, first,
-                builder_.getFalse(), skipped);
-  builder_.CreateBr(done);
-  builder_.SetInsertPoint(done);
-}
-
-void GemmEmitter::emitTileWrite(const std::vector<llvm::Value *> &accumulators,
-                                llvm::Value *row, llvm::Value *column,
-                                llvm::Value *validRows,
-                                llvm::Value *validColumns, llvm::Value *first,
-                                llvm::Value *last, llvm::Value *skipped) {
   if (spec_.cCol != 1) {
     emitScalarWrite(accumulators, row, column, validRows, validColumns, first,
                     last, skipped);
@@ -943,15 +910,13 @@ llvm::Value *GemmEmitter::combine(llvm::Value *accumulator,
     value = builder_.CreateSelect(
         first, accumulator,
         builder_.CreateFAdd(loadFloats(pointer, lanes), accumulator));
-  if (epilogue_) {
-    // emitWrite made `last` a constant.
-    if (!isTrue(last))
-      return value;
-    return epilogue_(builder_, function_->getArg(0), value, groupBatch_,
-                     builder_.CreateAdd(groupRow_, row),
-                     builder_.CreateAdd(groupColumn_, column), lanes);
-  }
-  llvm::Value *finished = applyEpilogue(value, bias);
+  // A user's epilogue is cheap (passes/Fusion.cpp keeps costly ones out),
+  // so it too is computed in every k block and selected in the last.
+  llvm::Value *finished =
+      epilogue_ ? epilogue_(builder_, function_->getArg(0), value, groupBatch_,
+                            builder_.CreateAdd(groupRow_, row),
+                            builder_.CreateAdd(groupColumn_, column), lanes)
+                : applyEpilogue(value, bias);
   return isTrue(last) ? finished : builder_.CreateSelect(last, finished, value);
 }
 

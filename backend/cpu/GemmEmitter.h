@@ -56,7 +56,9 @@ struct EmittedGemm {
 /// (int64 values, the first column for a vector): code emitted with
 /// `builder` at its insertion point, which it may move (new blocks);
 /// `buffers` is the GEMM function's argument, whose slots from 3 on the
-/// epilogue may read. In place of alpha, beta and the bias.
+/// epilogue may read. In place of alpha, beta and the bias. It runs on the
+/// partial sums of every k block too (the last block's result is stored),
+/// so it must be cheap and must not read C.
 using GemmEpilogue = std::function<llvm::Value *(
     llvm::IRBuilder<> &builder, llvm::Value *buffers, llvm::Value *sum,
     llvm::Value *batch, llvm::Value *row, llvm::Value *column, int lanes)>;

@@ -435,7 +435,7 @@ TEST(GemmEmitter, BiasEpilogues) {
 
 // An epilogue computes C from the finished sum at each element's batch,
 // row and column (here 2 * sum + extra[column] + row + 1000 * batch, extra
-// read from the buffers argument's slot 4) once, after the last k block:
+// read from the buffers argument's slot 4), stored after the last k block:
 // over edges, k blocks, transposed A and chunks run in any order.
 TEST(GemmEmitter, EpiloguesSeeEachElementsIndices) {
   backend::GemmEpilogue epilogue =
