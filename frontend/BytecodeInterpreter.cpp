@@ -454,7 +454,7 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     return;
   case Opcode::LOAD_CONST:
     // A function among the constants is kiln's own (a resume function's
-    // list_iterator_at): inlined as any Python function.
+    // iterator_at): inlined as any Python function.
     if (PyFunction_Check(instruction.argval.ptr())) {
       auto function = Variable::make(Kind::Function);
       function->object = instruction.argval;

@@ -25,10 +25,11 @@ struct CacheEntry {
   std::string graphText;
   /// A capture that ended at a graph break: the frame's state there, the
   /// continuation that runs the break's instruction in CPython and calls
-  /// the resume function, and that function's code.
+  /// the resume function, and the codes of the resume functions (two
+  /// after a conditional jump: the next instruction's, the target's).
   std::shared_ptr<const GraphBreak> graphBreak;
   py::object continuation;
-  py::object resumeCode;
+  std::vector<py::object> resumeCodes;
   /// How many of the frame's locals the continuation takes (a resume
   /// function's stack temporaries, unbound after its prologue, are not).
   size_t continuationLocals = 0;
@@ -506,7 +507,8 @@ void CodeCache::makeContinuation(CacheEntry &entry,
           .attr("continuation")(graphBreak.code, graphBreak.offset, bound,
                                 nulls, globals, closure, gradMode, iterated);
   entry.continuation = made[0];
-  entry.resumeCode = made[1];
+  for (py::handle code : made[3])
+    entry.resumeCodes.push_back(py::reinterpret_borrow<py::object>(code));
   entry.continuationLocals = made[2].cast<size_t>();
   entry.globals = inputs.globals;
   skipCodeInHook(entry.continuation.attr("__code__").ptr());
@@ -531,29 +533,35 @@ py::dict CodeCache::info() const {
     item["reason"] = graphBreak.reason;
     item["location"] = graphBreak.location;
     item["instruction"] = graphBreak.instruction;
-    item["resume"] = entry->resumeCode;
+    item["resume"] = entry->resumeCodes.at(0);
+    py::tuple resumes(entry->resumeCodes.size());
+    for (size_t i = 0; i < entry->resumeCodes.size(); ++i)
+      resumes[i] = entry->resumeCodes[i];
+    item["resumes"] = resumes;
     breaks.append(item);
     breakReasons.append(py::str(graphBreak.reason));
-    PyObject *resume = entry->resumeCode.ptr();
-    // A break inside a loop resumes in a function that breaks at the same
-    // instruction again: its own resume code, counted once.
-    static thread_local std::vector<PyObject *> counting;
-    if (std::find(resumeCodes.begin(), resumeCodes.end(), resume) !=
-            resumeCodes.end() ||
-        std::find(counting.begin(), counting.end(), resume) != counting.end())
-      continue;
-    resumeCodes.push_back(resume);
-    counting.push_back(resume);
-    py::object resumed =
-        py::reinterpret_steal<py::object>(codeCacheInfo(resume));
-    counting.pop_back();
-    if (!resumed)
-      throw py::error_already_set();
-    if (resumed.is_none())
-      continue;
-    graphCount += resumed["graph_count"].cast<long>();
-    for (py::handle reason : resumed["break_reasons"])
-      breakReasons.append(reason);
+    for (const py::object &code : entry->resumeCodes) {
+      PyObject *resume = code.ptr();
+      // A break inside a loop resumes in a function that breaks at the same
+      // instruction again: its own resume code, counted once.
+      static thread_local std::vector<PyObject *> counting;
+      if (std::find(resumeCodes.begin(), resumeCodes.end(), resume) !=
+              resumeCodes.end() ||
+          std::find(counting.begin(), counting.end(), resume) != counting.end())
+        continue;
+      resumeCodes.push_back(resume);
+      counting.push_back(resume);
+      py::object resumed =
+          py::reinterpret_steal<py::object>(codeCacheInfo(resume));
+      counting.pop_back();
+      if (!resumed)
+        throw py::error_already_set();
+      if (resumed.is_none())
+        continue;
+      graphCount += resumed["graph_count"].cast<long>();
+      for (py::handle reason : resumed["break_reasons"])
+        breakReasons.append(reason);
+    }
   }
   py::dict info;
   info["entries"] = py::int_(entries->size());

@@ -176,6 +176,9 @@ bool isTorchModuleName(const std::string &name);
 /// capture's snapshot: its list changed, or an enumerate or zip made over it
 /// (which took its items at once) has items left.
 bool iteratorIsStale(const Variable &iterator);
+/// The lists an iterator reads as it goes (its own, or those of the
+/// iterators an enumerate, zip or reversed of it reads), into `lists`.
+void listsReadBy(const Variable &iterator, std::vector<VariablePtr> &lists);
 /// The position of `key` among a dict variable's keys, or -1.
 int findKey(const VariablePtr &dict, py::handle key);
 /// The maxlen (a constant: None or an int) of a deque made in the frame.
@@ -439,6 +442,10 @@ private:
   /// (GraphBreak::Iterated).
   int rebuildLoopIterator(const Frame &frame, const VariablePtr &iterator,
                           Rebuilder &rebuilder, GraphBreak::Iterated &how);
+  /// The state kiln._resume.iterator_at makes a live iterator again from,
+  /// once it has given `position` items.
+  int rebuildIteratorState(const VariablePtr &iterator, size_t position,
+                           Rebuilder &rebuilder);
   /// The recorded writes as side effects of the plan, and the guards that
   /// keep their targets apart from other objects.
   void planSideEffects(Rebuilder &rebuilder);
@@ -569,6 +576,9 @@ struct Evaluator::Rebuilder {
   std::unordered_map<const Variable *, int> byVariable;
   std::unordered_map<Value *, int> byTensor;
   std::unordered_set<const Variable *> inProgress;
+  /// The iterators made again at the break: one read twice (by two live
+  /// loops) would become two.
+  std::unordered_set<const Variable *> iterators;
 
   int add(RebuildStep step) {
     state.steps.push_back(std::move(step));

@@ -555,12 +555,26 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
     // the iterator made here holds a spent iterator of the list, which
     // makes it stale (iteratorIsStale) once the list changes, and keeps a
     // graph break from leaving it as a tuple of the rest.
+    // An iterator argument reads its lists the same way (a list's own, an
+    // enumerate or zip of lists): the one made here reads them too.
     auto readsList = [&](const VariablePtr &made, const VariablePtr &arg) {
-      if (!arg->is(Kind::List))
-        return;
-      VariablePtr spent = iterate(arg);
-      spent->position = spent->items.size();
-      made->cells.push_back(spent);
+      std::vector<VariablePtr> lists;
+      if (arg->is(Kind::List))
+        lists.push_back(arg);
+      else if (arg->is(Kind::Iterator))
+        listsReadBy(*arg, lists);
+      for (const VariablePtr &list : lists) {
+        VariablePtr spent = iterate(list);
+        spent->position = spent->items.size();
+        made->cells.push_back(spent);
+      }
+    };
+    // What a graph break makes the iterator again from: a list or an
+    // iterator as it is, anything else as an iterator over its items.
+    auto recipeSource = [&](Variable::Recipe &recipe, const VariablePtr &arg) {
+      bool live = arg->is(Kind::List) || arg->is(Kind::Iterator);
+      recipe.sources.push_back(live ? arg : iterate(arg));
+      recipe.from.push_back(arg->is(Kind::Iterator) ? arg->position : 0);
     };
     bool startKeyword = kwargs.size() == 1 && kwargs[0].first == "start";
     if (is("enumerate") &&
@@ -575,6 +589,11 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
         unsupported("enumerate with a start that is not a constant int");
       int64_t start = from->cast<int64_t>();
       auto iterator = Variable::make(Kind::Iterator);
+      auto recipe = std::make_shared<Variable::Recipe>();
+      recipe->how = "enumerate";
+      recipe->start = start;
+      recipeSource(*recipe, args[0]);
+      iterator->recipe = recipe;
       for (const VariablePtr &item : unpack(args[0]))
         iterator->items.push_back(Variable::sequence(
             Kind::Tuple, {Variable::constant(py::int_(start++)), item}));
@@ -590,12 +609,17 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       // stops at the first that is exhausted (the items taken in that round
       // are lost); zip(it, it) pairs an iterator's items.
       std::vector<VariablePtr> sources;
+      auto iterator = Variable::make(Kind::Iterator);
+      auto recipe = std::make_shared<Variable::Recipe>();
+      recipe->how = "zip";
       for (const VariablePtr &arg : args) {
         if (arg->is(Kind::Iterator) && iteratorIsStale(*arg))
           unsupported("zip of an iterator over a list changed since");
         sources.push_back(arg->is(Kind::Iterator) ? arg : iterate(arg));
+        recipe->sources.push_back(arg->is(Kind::List) ? arg : sources.back());
+        recipe->from.push_back(sources.back()->position);
       }
-      auto iterator = Variable::make(Kind::Iterator);
+      iterator->recipe = recipe;
       while (!sources.empty()) {
         std::vector<VariablePtr> row;
         for (const VariablePtr &source : sources) {
@@ -619,6 +643,12 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       auto iterator = Variable::make(Kind::Iterator);
       std::vector<VariablePtr> items = unpack(args[0]);
       iterator->items.assign(items.rbegin(), items.rend());
+      if (args[0]->is(Kind::List)) {
+        auto recipe = std::make_shared<Variable::Recipe>();
+        recipe->how = "reversed";
+        recipe->sources.push_back(args[0]);
+        iterator->recipe = recipe;
+      }
       readsList(iterator, args[0]);
       return iterator;
     }

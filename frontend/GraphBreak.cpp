@@ -82,6 +82,22 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
       read();
       break;
     }
+    if (value->is(Kind::Function) && !value->object) {
+      // A function the frame defined: made again from its code, globals and
+      // defaults, as the frame's MAKE_FUNCTION made it.
+      if (!value->cells.empty())
+        unsupported("a function defined in the frame with a closure is live "
+                    "at the break");
+      for (const VariablePtr &item : value->items)
+        step.items.push_back(rebuild(item, rebuilder));
+      step.kind = RebuildStep::Kind::Struct;
+      step.object =
+          py::module_::import("functools")
+              .attr("partial")(
+                  py::module_::import("kiln._resume").attr("make_function"),
+                  value->code, value->globals, value->kwdefaults);
+      break;
+    }
     if (!value->object)
       unsupported("a function defined in the frame is live at the break");
     step.kind = RebuildStep::Kind::Constant;
@@ -233,28 +249,84 @@ bool readsLiveContainer(const Variable &iterator) {
 
 } // namespace
 
+int Evaluator::rebuildIteratorState(const VariablePtr &iterator,
+                                    size_t position, Rebuilder &rebuilder) {
+  if (!rebuilder.iterators.insert(iterator.get()).second)
+    unsupported("an iterator that two live iterators read is live at the "
+                "break");
+  // Constants are steps of their own: rebuild() would remember a
+  // temporary variable by its address, which the next one may reuse.
+  auto constant = [&](py::object value) {
+    RebuildStep step;
+    step.kind = RebuildStep::Kind::Constant;
+    step.object = std::move(value);
+    return rebuilder.add(std::move(step));
+  };
+  auto tagged = [&](const char *tag, std::vector<int> items) {
+    RebuildStep step;
+    step.kind = RebuildStep::Kind::Tuple;
+    step.items.push_back(constant(py::str(tag)));
+    step.items.insert(step.items.end(), items.begin(), items.end());
+    return rebuilder.add(std::move(step));
+  };
+  auto count = [&](int64_t value) { return constant(py::int_(value)); };
+  if (iterator->recipe) {
+    const Variable::Recipe &recipe = *iterator->recipe;
+    auto sourceState = [&](size_t i) {
+      const VariablePtr &source = recipe.sources[i];
+      size_t at = recipe.from[i] + position;
+      if (source->is(Kind::List))
+        return tagged("list", {rebuild(source, rebuilder),
+                               count(static_cast<int64_t>(at))});
+      return rebuildIteratorState(source, at, rebuilder);
+    };
+    if (recipe.how == "enumerate")
+      return tagged("enumerate",
+                    {sourceState(0),
+                     count(recipe.start + static_cast<int64_t>(position))});
+    if (recipe.how == "zip") {
+      RebuildStep sources;
+      sources.kind = RebuildStep::Kind::Tuple;
+      for (size_t i = 0; i < recipe.sources.size(); ++i)
+        sources.items.push_back(sourceState(i));
+      return tagged("zip", {rebuilder.add(std::move(sources))});
+    }
+    // reversed(list): the index of the next item it gives.
+    return tagged("reversed",
+                  {rebuild(recipe.sources[0], rebuilder),
+                   count(static_cast<int64_t>(iterator->items.size()) - 1 -
+                         static_cast<int64_t>(position))});
+  }
+  for (const VariablePtr &cell : iterator->cells)
+    if (cell->is(Kind::List))
+      return tagged("list", {rebuild(cell, rebuilder),
+                             count(static_cast<int64_t>(position))});
+  // Items taken when it was made (a tuple's, a range's, a dict's keys):
+  // the rest of them.
+  RebuildStep rest;
+  rest.kind = RebuildStep::Kind::Tuple;
+  for (size_t i = position; i < iterator->items.size(); ++i)
+    rest.items.push_back(rebuild(iterator->items[i], rebuilder));
+  return tagged("tuple", {rebuilder.add(std::move(rest))});
+}
+
 int Evaluator::rebuildLoopIterator(const Frame &frame,
                                    const VariablePtr &iterator,
                                    Rebuilder &rebuilder,
                                    GraphBreak::Iterated &how) {
   // A loop's iterator on the stack leaves as a tuple of the items still to
   // come, and the resume function iterates that tuple (kiln._resume): its
-  // capture then reads the items as any tuple argument's. A list's own
-  // iterator reads the list as the loop goes, which a tuple would not
-  // follow: it leaves as the list and the position reached, and the resume
-  // function makes the list's iterator again at that position. An
-  // enumerate, zip or reversed over a list stays refused. A
-  // handler around the break would run the loop on in CPython over what
-  // left; and an iterator reached another way (a local too) is the same
-  // object there, which a new one is not.
+  // capture then reads the items as any tuple argument's. One that reads a
+  // list as the loop goes (the list's own, an enumerate, zip or reversed
+  // of it), which a tuple would not follow, leaves as a state the resume
+  // function makes it again from: the list and the position reached, and
+  // how an enumerate, zip or reversed was made over that. A handler
+  // around the break would run the loop on in CPython over what left; and
+  // an iterator reached another way (a local too) is the same object
+  // there, which a new one is not.
   if (iteratorIsStale(*iterator))
     unsupported("a live iterator over a list changed since, or one that an "
                 "unfinished enumerate or zip reads");
-  bool overList =
-      iterator->cells.size() == 1 && iterator->cells[0]->is(Kind::List);
-  if (!overList && readsLiveContainer(*iterator))
-    unsupported("an enumerate, zip or reversed over a list is live at the "
-                "break");
   if (frame.code->handlerAt(frame.pc))
     unsupported("a loop's iterator is live at a break inside a try or with "
                 "block");
@@ -262,16 +334,13 @@ int Evaluator::rebuildLoopIterator(const Frame &frame,
     if (local == iterator)
       unsupported("a loop's iterator that a local also holds is live at the "
                   "break");
-  RebuildStep step;
-  step.kind = RebuildStep::Kind::Tuple;
-  if (overList) {
-    how = GraphBreak::Iterated::AsListPosition;
-    step.items.push_back(rebuild(iterator->cells[0], rebuilder));
-    step.items.push_back(
-        rebuild(Variable::constant(py::int_(iterator->position)), rebuilder));
-    return rebuilder.add(std::move(step));
+  if (readsLiveContainer(*iterator)) {
+    how = GraphBreak::Iterated::AsState;
+    return rebuildIteratorState(iterator, iterator->position, rebuilder);
   }
   how = GraphBreak::Iterated::AsTuple;
+  RebuildStep step;
+  step.kind = RebuildStep::Kind::Tuple;
   for (size_t i = iterator->position; i < iterator->items.size(); ++i)
     step.items.push_back(rebuild(iterator->items[i], rebuilder));
   return rebuilder.add(std::move(step));
@@ -290,7 +359,7 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
   state->location =
       frame.code->filename + ":" + std::to_string(instruction.line);
   state->reason = breakReason_;
-  Rebuilder rebuilder{*state, {}, {}, {}, {}};
+  Rebuilder rebuilder{*state, {}, {}, {}, {}, {}};
   for (const VariablePtr &item : frame.stack) {
     GraphBreak::Iterated iterated = GraphBreak::Iterated::No;
     if (item->is(Kind::Null))

@@ -481,6 +481,20 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
   }
 }
 
+void listsReadBy(const Variable &iterator, std::vector<VariablePtr> &lists) {
+  // A list's iterator holds its list; an iterator an enumerate, zip or
+  // reversed made holds a spent iterator of each list it reads. An
+  // iterator with a recipe among the cells is one that reads this one.
+  for (const VariablePtr &cell : iterator.cells) {
+    if (cell->is(Kind::List))
+      lists.push_back(cell);
+    else if (cell->is(Kind::Iterator) && !cell->recipe)
+      for (const VariablePtr &list : cell->cells)
+        if (list->is(Kind::List))
+          lists.push_back(list);
+  }
+}
+
 bool iteratorIsStale(const Variable &iterator) {
   for (const VariablePtr &cell : iterator.cells) {
     if (cell->is(Kind::List) && cell->items != iterator.items)
@@ -1243,7 +1257,7 @@ Capture Evaluator::run(py::handle function) {
     graph_->setOutputs(std::move(outputs));
   } else {
     auto plan = std::make_shared<RebuildPlan>();
-    Rebuilder rebuilder{*plan, {}, {}, {}, {}};
+    Rebuilder rebuilder{*plan, {}, {}, {}, {}, {}};
     plan->result = rebuild(returned, rebuilder);
     planSideEffects(rebuilder);
     graph_->setOutputs(std::move(rebuilder.outputs));

@@ -108,9 +108,11 @@ struct GraphBreak : RebuildPlan {
     No = 0,
     /// the items still to come, as a tuple the resume function iterates
     AsTuple = 1,
-    /// (the list, the position reached): the resume function makes the
-    /// list's own iterator there, which reads the list as it is then
-    AsListPosition = 2,
+    /// a state (kiln._resume.iterator_at) the resume function makes the
+    /// iterator again from: a list's own iterator at the position reached,
+    /// which reads the list as it is then; an enumerate, zip or reversed
+    /// over such iterators
+    AsState = 2,
   };
   std::vector<Iterated> iterated;
   /// The grad mode at the break where a grad-mode block (or a call) set it

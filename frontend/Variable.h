@@ -66,6 +66,18 @@ struct Variable {
   /// Tensor read from a source: its exact class (Tensor, Parameter,
   /// Buffer), which its guard checks; null for tensors the graph computes.
   py::object tensorClass;
+  /// An Iterator an enumerate, zip or reversed made: what it reads (Lists
+  /// and Iterators; other iterables as an Iterator over their items), where
+  /// each of those stood when it was made, and an enumerate's start. A
+  /// graph break with it live makes it again from these
+  /// (kiln._resume.iterator_at).
+  struct Recipe {
+    std::string how; // "enumerate", "zip" or "reversed"
+    std::vector<VariablePtr> sources;
+    std::vector<size_t> from;
+    int64_t start = 0;
+  };
+  std::shared_ptr<const Recipe> recipe;
   /// A container the call itself made (the *args tuple and **kwargs dict of
   /// the compiled function): guarded through its source, yet mutating it is
   /// no side effect the caller could see.

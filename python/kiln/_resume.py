@@ -13,7 +13,7 @@ import sys
 import types
 import weakref
 
-__all__ = ["refusal", "continuation", "base_of", "GRAD_MODE_EXITS"]
+__all__ = ["refusal", "continuation", "base_of", "make_function", "GRAD_MODE_EXITS"]
 
 _OP = opcode.opmap
 _CACHES = opcode._inline_cache_entries
@@ -59,6 +59,22 @@ else:
 # Instructions that set up a CALL and run with it: 3.11's KW_NAMES and
 # PRECALL, 3.12's KW_NAMES.
 _CALL_PREFIX = {"KW_NAMES", "PRECALL"}
+
+# Conditional jumps a break may stop at (a tensor's truth deciding the
+# branch): the forward jump of the same sense that the continuation's
+# prologue runs in their place, and whether the jump keeps its operand
+# (3.11's `a or b` in value context).
+_CONDITIONAL = {}
+for _sense in ("FALSE", "TRUE"):
+    if _PY311:
+        for _direction in ("FORWARD", "BACKWARD"):
+            _CONDITIONAL[f"POP_JUMP_{_direction}_IF_{_sense}"] = (
+                f"POP_JUMP_FORWARD_IF_{_sense}", False)
+        _CONDITIONAL[f"JUMP_IF_{_sense}_OR_POP"] = (f"JUMP_IF_{_sense}_OR_POP", True)
+    else:
+        _CONDITIONAL[f"POP_JUMP_IF_{_sense}"] = (f"POP_JUMP_IF_{_sense}", False)
+for _name in _CONDITIONAL:
+    _BREAKABLE[_name] = lambda arg: (1, 0)
 
 # Resume code objects: (base code, offset, layout) -> R's code, so that a
 # recompile finds the code (and the frame hook's cache on it) it made before.
@@ -130,7 +146,16 @@ def refusal(code, offset):
     effect = _BREAKABLE.get(instruction.opname)
     if effect is None or effect(instruction.arg or 0) is None:
         return f"kiln cannot resume after a {instruction.opname} instruction"
+    if instruction.opname in _CONDITIONAL and _inside_handler(code, offset):
+        # The continuation's prologue decides the branch, outside the
+        # handlers an exception of bool() would reach in eager.
+        return "a branch on a tensor's truth inside a try or with block"
     return None
+
+
+def _inside_handler(code, offset):
+    return any(entry.start <= offset < entry.end
+               for entry in dis._parse_exception_table(code))
 
 
 def _emit(code_bytes, name, arg=0):
@@ -252,26 +277,53 @@ def _shift_cell_indices(code, added):
 
 
 # How a loop's iterator on the stack leaves a graph break (the frontend's
-# GraphBreak::Iterated): the items still to come as a tuple, or the list
-# and the position reached.
-_AS_TUPLE, _AS_LIST_POSITION = 1, 2
+# GraphBreak::Iterated): the items still to come as a tuple, or a state
+# iterator_at makes it again from.
+_AS_TUPLE, _AS_STATE = 1, 2
 
 
-def list_iterator_at(state):
-    """The iterator of a loop over a list that a graph break left at a
-    position: `state` is (the list, the position). It is the list's own
-    iterator, so the rest of the loop reads the list as it is then (and
-    as it changes), as eager's loop does."""
-    items, position = state
-    iterator = iter(items)
-    for _ in range(position):
-        next(iterator, None)
-    return iterator
+def iterator_at(state):
+    """The iterator of a loop that a graph break left as `state`:
+    ("list", the list, the position reached) is the list's own iterator
+    there, so the rest of the loop reads the list as it is then (and as it
+    changes), as eager's loop does; ("tuple", the items still to come);
+    ("enumerate", a state, the next count); ("zip", the states of its
+    iterators); ("reversed", the list, the index of the next item)."""
+    how = state[0]
+    if how == "list":
+        iterator = iter(state[1])
+        for _ in range(state[2]):
+            next(iterator, None)
+        return iterator
+    if how == "enumerate":
+        return enumerate(iterator_at(state[1]), state[2])
+    if how == "zip":
+        return zip(*[iterator_at(part) for part in state[1]])
+    if how == "reversed":
+        items = state[1]
+        iterator = reversed(items)
+        # A reversed list iterator gives the item at its index while the
+        # list is that long, and stops for good at the first that is not.
+        if state[2] >= len(items):
+            return iter(())
+        for _ in range(len(items) - 1 - state[2]):
+            next(iterator, None)
+        return iterator
+    return iter(state[1])
+
+
+def make_function(code, globals_, kwdefaults, defaults):
+    """A function without a closure that a frame defined (MAKE_FUNCTION),
+    made again after a graph break: `defaults` is the tuple of its
+    positional defaults (empty for none)."""
+    function = types.FunctionType(code, globals_, code.co_name, defaults or None)
+    function.__kwdefaults__ = kwdefaults
+    return function
 
 
 def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
     # Code objects compare equal across files: the file is part of the key.
-    key = (code.co_filename, offset, bound, after, iterated)
+    key = (code.co_filename, offset, next_offset, bound, after, iterated)
     per_code = _resume_codes.setdefault(code, {})
     if key in per_code:
         return per_code[key]
@@ -279,8 +331,8 @@ def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
     temps = tuple(f"__kiln_stack{j}" for j, null in enumerate(after) if not null)
     varnames = code.co_varnames + temps
     consts = code.co_consts
-    if _AS_LIST_POSITION in iterated:
-        consts = consts + (list_iterator_at,)
+    if _AS_STATE in iterated:
+        consts = consts + (iterator_at,)
     prologue = bytearray()
     _emit_frame_start(prologue, code)
     _emit_restore(prologue, bound, after, iterated, len(code.co_consts))
@@ -314,8 +366,8 @@ def _emit_restore(code_bytes, bound, nulls, iterated=(), list_iterator_index=Non
     """Unbinds the locals `bound` marks unbound and pushes the stack: a NULL
     where `nulls` says so, else the next temporary after the locals, and
     a loop's iterator where `iterated` marks one: an iterator over the
-    tuple of the items still to come, or list_iterator_at (the constant at
-    `list_iterator_index`) of the (list, position) the break left."""
+    tuple of the items still to come, or iterator_at (the constant at
+    `list_iterator_index`) of the state the break left."""
     for slot, is_bound in enumerate(bound):
         if not is_bound:
             _emit(code_bytes, "DELETE_FAST", slot)
@@ -324,7 +376,7 @@ def _emit_restore(code_bytes, bound, nulls, iterated=(), list_iterator_index=Non
         how = iterated[index] if index < len(iterated) else 0
         if null:
             _emit(code_bytes, "PUSH_NULL")
-        elif how == _AS_LIST_POSITION:
+        elif how == _AS_STATE:
             _emit(code_bytes, "PUSH_NULL")
             _emit(code_bytes, "LOAD_CONST", list_iterator_index)
             _emit(code_bytes, "LOAD_FAST", temp)
@@ -368,21 +420,25 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     grad mode to `grad_mode` (unless None), runs the instruction at `offset`
     in CPython and returns what the resume function returns. A stack item
     `iterated` marks is a loop's iterator, passed as a tuple of the items
-    still to come (or, for a loop over a list, as the list and the position
-    reached): the instruction leaves it alone (it lies below the
+    still to come (or, for one that reads a list as it goes, as a state
+    iterator_at makes it again from): the instruction leaves it alone (it lies below the
     instruction's operands) and the resume function iterates it. Returns
     (function, resume code, how many locals the function takes: those of
-    the original code). A nested function's continuation is made with
-    `closure`, the frame's closure; a cache hit makes it again with its own
-    frame's.
+    the original code, every resume code). A conditional jump has two
+    resume codes: the instruction after it, then its target. A nested
+    function's continuation is made with `closure`, the frame's closure; a
+    cache hit makes it again with its own frame's.
 
     Its code is the original code behind a prologue: [frame start, a jump
-    over the trampoline] [the trampoline: the stack after the instruction
-    into temporaries, then R called with the locals and those] [restore the
-    locals and stack, set grad mode, jump to the instruction]. The
-    instruction after the break is overwritten by a jump back to the
-    trampoline; the rest of the original code runs only where an exception
-    of the instruction is handled by a try or with block around it."""
+    over the trampolines] [a trampoline per resume code: the stack after
+    the instruction into temporaries, then R called with the locals and
+    those] [restore the locals and stack, set grad mode, jump to the
+    instruction]. The instruction after the break is overwritten by a jump
+    back to the trampoline; the rest of the original code runs only where
+    an exception of the instruction is handled by a try or with block. A
+    conditional jump is not run in the body: the restore ends with a
+    forward jump of the same sense onto a jump back to the target's
+    trampoline, after a jump back to the next instruction's."""
     code, offset = base_of(code, offset)
     count = len(code.co_varnames)
     if any(bound[count:]):
@@ -396,56 +452,74 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     iterated = iterated[:kept] if any(iterated) else ()
     line = instruction.positions.lineno if instruction.positions else None
     line = line or code.co_firstlineno
-    resume = _resume_code(code, offset, next_offset, bound, after, line, iterated)
+    # Where the frame goes on after the instruction, with its stack there.
+    successors = [(next_offset, after)]
+    conditional = _CONDITIONAL.get(instruction.opname)
+    if conditional:
+        successors.append((instruction.argval, stack_nulls if conditional[1] else after))
+    resumes = tuple(_resume_code(code, offset, target, bound, stack, line, iterated)
+                    for target, stack in successors)
 
     inputs = tuple(f"__kiln_in{j}" for j, null in enumerate(stack_nulls) if not null)
-    outputs = tuple(f"__kiln_out{j}" for j, null in enumerate(after) if not null)
+    most = max(sum(not null for null in stack) for _, stack in successors)
+    outputs = tuple(f"__kiln_out{j}" for j in range(most))
     varnames = code.co_varnames + inputs + outputs + ("__kiln_null",)
     # A nested function's B makes R from its own closure on every call (B is
     # made per call with the frame's closure); otherwise R is one constant.
-    resume_constant = resume if code.co_freevars else types.FunctionType(resume, globals_)
     first = len(code.co_consts)
-    consts = code.co_consts + (resume_constant, None)
-    resume_index, none_index = first, first + 1
+    consts = code.co_consts + (None,) + tuple(
+        resume if code.co_freevars else types.FunctionType(resume, globals_)
+        for resume in resumes)
+    none_index = first
     if grad_mode is not None:
         import torch
 
         consts += (torch._C._set_grad_enabled, bool(grad_mode))
-        set_grad_index, flag_index = first + 2, first + 3
+        set_grad_index, flag_index = len(consts) - 2, len(consts) - 1
 
-    # The trampoline: the stack after the instruction, top first, into
+    # The trampolines: the stack after the instruction, top first, into
     # temporaries (a NULL, a call's, into a scratch local: POP_TOP cannot
     # take it), then R(locals..., stack...).
-    trampoline = bytearray()
+    trampolines = []
     null_slot = len(varnames) - 1
-    out_slot = count + len(inputs) + len(outputs)
-    for null in reversed(after):
-        if null:
-            _emit(trampoline, "STORE_FAST", null_slot)
+    for number, (_, stack) in enumerate(successors):
+        trampoline = bytearray()
+        items = sum(not null for null in stack)
+        out_slot = count + len(inputs) + items
+        for null in reversed(stack):
+            if null:
+                _emit(trampoline, "STORE_FAST", null_slot)
+            else:
+                out_slot -= 1
+                _emit(trampoline, "STORE_FAST", out_slot)
+        _emit(trampoline, "PUSH_NULL")
+        resume_index = first + 1 + number
+        if code.co_freevars:
+            first_free = len(varnames) + len(code.co_cellvars)
+            for free in range(len(code.co_freevars)):
+                _emit(trampoline, "LOAD_CLOSURE", first_free + free)
+            _emit(trampoline, "BUILD_TUPLE", len(code.co_freevars))
+            _emit(trampoline, "LOAD_CONST", resume_index)
+            _emit(trampoline, "MAKE_FUNCTION", 0x08)
         else:
-            out_slot -= 1
-            _emit(trampoline, "STORE_FAST", out_slot)
-    _emit(trampoline, "PUSH_NULL")
-    if code.co_freevars:
-        first_free = len(varnames) + len(code.co_cellvars)
-        for free in range(len(code.co_freevars)):
-            _emit(trampoline, "LOAD_CLOSURE", first_free + free)
-        _emit(trampoline, "BUILD_TUPLE", len(code.co_freevars))
-        _emit(trampoline, "LOAD_CONST", resume_index)
-        _emit(trampoline, "MAKE_FUNCTION", 0x08)
-    else:
-        _emit(trampoline, "LOAD_CONST", resume_index)
-    for slot in range(count):
-        _emit(trampoline, "LOAD_FAST" if bound[slot] else "LOAD_CONST",
-              slot if bound[slot] else none_index)
-    for slot in range(count + len(inputs), count + len(inputs) + len(outputs)):
-        _emit(trampoline, "LOAD_FAST", slot)
-    _emit_call(trampoline, count + len(outputs))
-    _emit(trampoline, "RETURN_VALUE")
+            _emit(trampoline, "LOAD_CONST", resume_index)
+        for slot in range(count):
+            _emit(trampoline, "LOAD_FAST" if bound[slot] else "LOAD_CONST",
+                  slot if bound[slot] else none_index)
+        for slot in range(count + len(inputs), count + len(inputs) + items):
+            _emit(trampoline, "LOAD_FAST", slot)
+        _emit_call(trampoline, count + items)
+        _emit(trampoline, "RETURN_VALUE")
+        trampolines.append(trampoline)
 
     head = bytearray()
     _emit_frame_start(head, code)
-    head += _fixed_jump("JUMP_FORWARD", len(trampoline) // 2)
+    starts = []  # each trampoline's first code unit
+    unit = len(head) // 2 + 4  # after the fixed jump
+    for trampoline in trampolines:
+        starts.append(unit)
+        unit += len(trampoline) // 2
+    head += _fixed_jump("JUMP_FORWARD", unit - len(head) // 2 - 4)
 
     restore = bytearray()
     if grad_mode is not None:
@@ -455,27 +529,40 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
         _emit_call(restore, 1)
         _emit(restore, "POP_TOP")
     _emit_restore(restore, bound, stack_nulls)
-    # Into the body, at the instruction (at the KW_NAMES or PRECALL that
-    # set its call up, which run with it).
-    entry = prefix[0].offset if prefix else offset
-    restore += _fixed_jump("JUMP_FORWARD", entry // 2)
+    if conditional:
+        # [jump if (not) true to the second] [back to the next
+        # instruction's trampoline] [back to the target's].
+        jump = bytearray()
+        _emit(jump, conditional[0], 0)
+        at = unit + (len(restore) + len(jump)) // 2
+        to_next = _backward_jump(at, starts[0])
+        _emit(restore, conditional[0], len(to_next) // 2)
+        restore += to_next
+        restore += _backward_jump(unit + len(restore) // 2, starts[1])
+    else:
+        # Into the body, at the instruction (at the KW_NAMES or PRECALL that
+        # set its call up, which run with it).
+        entry = prefix[0].offset if prefix else offset
+        restore += _fixed_jump("JUMP_FORWARD", entry // 2)
 
-    prologue_units = (len(head) + len(trampoline) + len(restore)) // 2
+    prologue_units = unit + len(restore) // 2
     body = bytearray(_shift_cell_indices(code, len(varnames) - count))
-    back = _backward_jump(prologue_units + next_offset // 2, len(head) // 2)
-    if next_offset + len(back) > len(body):
-        raise ValueError("no room after the break instruction")
-    body[next_offset:next_offset + len(back)] = back
-    # The frame start on the function's first line, the trampoline on the
+    if not conditional:
+        back = _backward_jump(prologue_units + next_offset // 2, starts[0])
+        if next_offset + len(back) > len(body):
+            raise ValueError("no room after the break instruction")
+        body[next_offset:next_offset + len(back)] = back
+    # The frame start on the function's first line, the trampolines on the
     # break's (a traceback through R's call shows the user's statement),
     # the restore back on the first line, where the body's table starts.
     first_line = code.co_firstlineno
+    trampoline_units = unit - len(head) // 2
     linetable = (_line_entries(len(head) // 2, 0)
-                 + _line_entries(len(trampoline) // 2, line - first_line)
+                 + _line_entries(trampoline_units, line - first_line)
                  + _line_entries(len(restore) // 2, first_line - line)
                  + code.co_linetable)
     continued = code.replace(
-        co_code=bytes(head + trampoline + restore + body),
+        co_code=bytes(head + b"".join(trampolines) + restore + body),
         co_linetable=bytes(linetable),
         co_exceptiontable=_shifted_exception_table(code, prologue_units),
         co_consts=consts,
@@ -485,8 +572,9 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
         co_posonlyargcount=0,
         co_kwonlyargcount=0,
         co_flags=code.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS),
-        co_stacksize=(code.co_stacksize + len(stack_nulls) + count + len(after)
+        co_stacksize=(code.co_stacksize + len(stack_nulls) + count + len(stack_nulls)
                       + len(code.co_freevars) + 4),
         co_qualname=f"{code.co_qualname}.<graph break at line {line}>",
     )
-    return types.FunctionType(continued, globals_, closure=closure), resume, count
+    function = types.FunctionType(continued, globals_, closure=closure)
+    return function, resumes[0], count, resumes

@@ -3774,3 +3774,109 @@ case(dd_copy_keeps_factory_shares_values, (R(3),), (R(2, 2),))
 @pytest.mark.parametrize("fn,args,alt,full,state", CASES)
 def test_differential(fn, args, alt, full, state):
     check(fn, args, alt, fullgraph=full, state=state)
+
+
+# --- branches on a tensor's truth and live enumerate/zip/reversed at breaks ---
+# Unsupported under fullgraph: a branch on a tensor's values is a graph break.
+
+def br_if_else_on_a_sum(x):
+    y = x * 2
+    if y.sum() > 0:
+        y = y + 1
+    else:
+        y = torch.tanh(y)
+    return y, y.shape
+
+
+def br_elif_chain(x, w):
+    if (x @ w).mean() > 0.5:
+        label = "high"
+    elif (x @ w).mean() > -0.5:
+        label = "mid"
+    else:
+        label = "low"
+    return x * 2, label
+
+
+def br_and_of_two_conditions(x):
+    if x.max() > 0 and x.min() < 0:
+        return x.abs()
+    return x
+
+
+def br_not_any(x):
+    if not torch.isfinite(x).all():
+        return torch.zeros_like(x)
+    return x.softmax(-1)
+
+
+def br_while_halving(x):
+    steps = 0
+    while x.abs().max() > 1 and steps < 20:
+        x = x / 2
+        steps += 1
+    return x, steps
+
+
+def br_in_a_loop_over_a_list(x, items):
+    for item in items:
+        if (item > 0).sum() > item.numel() // 2:
+            x = x + item
+        else:
+            x = x - item
+    return x
+
+
+def br_early_return_in_a_helper(x):
+    def clipped(t):
+        if t.norm() > 3:
+            return t / t.norm() * 3
+        return t
+    return clipped(x) + clipped(x * 4)
+
+
+def br_branch_writes_a_list_arg(x, log):
+    if x.sum() > 0:
+        log.append("positive")
+    else:
+        log.append("negative")
+    return x + len(log)
+
+
+def br_enumerate_list_with_print(x, items):
+    for i, item in enumerate(items):
+        x = x + item * i
+        print("enumerate", i)
+    return x
+
+
+def br_zip_reversed_growing(x, items):
+    for a, b in zip(items, reversed(items)):
+        x = x + a * b
+        print("zip")
+        if len(items) < 4:
+            items.append(a - b)
+    return x, len(items)
+
+
+def br_enumerate_growing_from_two(x, items):
+    for i, item in enumerate(items, 2):
+        x = x * i + item
+        print("grow")
+        if len(items) < 4:
+            items.insert(0, item * 2)  # before the position reached
+    return x, items
+
+
+for _x in ((R(3, 4),), (-R(3, 4).abs(),), (R(3, 4).abs(),)):
+    case(br_if_else_on_a_sum, _x, full=False)
+case(br_elif_chain, (R(3, 4), R(4, 2)), (R(2, 4), R(4, 3)), full=False)
+case(br_and_of_two_conditions, (R(5),), (R(5).abs(),), full=False)
+case(br_not_any, (R(2, 3),), (torch.tensor([[1.0, float("inf")]]),), full=False)
+case(br_while_halving, (R(4) * 10,), (R(2) * 0.1,), full=False)
+case(br_in_a_loop_over_a_list, (R(3), [R(3), R(3)]), (R(2), [R(2), R(2), R(2)]), full=False)
+case(br_early_return_in_a_helper, (R(4),), (R(3) * 5,), full=False)
+case(br_branch_writes_a_list_arg, (R(3), ["start"]), (-R(3).abs(), []), full=False)
+case(br_enumerate_list_with_print, (R(3), [R(3), R(3), R(3)]), (R(2), [R(2)]), full=False)
+case(br_zip_reversed_growing, (R(3), [R(3), R(3)]), (R(2), [R(2)]), full=False)
+case(br_enumerate_growing_from_two, (R(3), [R(3), R(3)]), (R(2), [R(2)]), full=False)

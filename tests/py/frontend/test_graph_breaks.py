@@ -465,13 +465,65 @@ def loop_break_inside_try(x):
     return x
 
 
+def enumerate_over_list_growing(x, items):
+    for i, item in enumerate(items, 1):
+        x = x * 2 + item * i
+        print("grow")
+        if len(items) < 5:
+            items.append(item + 1)
+    return x, len(items)
+
+
+def reversed_over_list_growing(x, items):
+    # A reversed list iterator goes on from its index: the items appended
+    # are never reached.
+    for item in reversed(items):
+        x = x * 2 + item
+        print("reversed")
+        if len(items) < 5:
+            items.append(item + 1)
+    return x, len(items)
+
+
+def zip_of_a_list_and_a_longer_tuple(x, items):
+    # The tuple's items past the list's end are taken once the list grows.
+    for a, b in zip(items, (1.0, 2.0, 3.0, 4.0, 5.0)):
+        x = x * b + a
+        print("zip")
+        if len(items) < 4:
+            items.append(a * 2)
+    return x, len(items)
+
+
+def enumerate_of_zip_of_lists(x, items):
+    for i, (a, b) in enumerate(zip(items, items[1:])):
+        x = x + a - b * i
+        print(i)
+    return x
+
+
+def test_enumerate_zip_and_reversed_over_lists_resume_in_the_loop(capsys):
+    # An enumerate, zip or reversed reads its lists as the loop goes: the
+    # resume function makes it again over the lists at the positions
+    # reached (kiln._resume.iterator_at), so changes to the lists reach the
+    # rest of the loop as they reach eager's.
+    inputs = lambda: (torch.randn(3), [torch.randn(3), torch.randn(3), torch.randn(3)])
+    for fn, breaks in ((enumerate_over_list, 3), (zip_over_lists, 3),
+                       (enumerate_of_zip_of_lists, 2)):
+        compiled = check(fn, inputs)
+        assert_breaks(compiled, breaks, breaks + 1)
+    for fn in (enumerate_over_list_growing, reversed_over_list_growing,
+               zip_of_a_list_and_a_longer_tuple):
+        compiled = kiln.compile(fn)
+        for _ in range(3):  # each run changes its own list
+            x, items = inputs()
+            assert_close(compiled(x, list(items)), fn(x, list(items)))
+        info = kiln.cache_info(compiled)
+        assert not info["runs_in_cpython"] and info["breaks"], info
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("fn, make_inputs, refusal", [
-    # An enumerate or zip reads its list as it goes: a tuple of the rest
-    # would not see a change.
-    (enumerate_over_list, lambda: (torch.randn(3), [torch.randn(3), torch.randn(3)]),
-     "an enumerate, zip or reversed over a list is live at the break"),
-    (zip_over_lists, lambda: (torch.randn(3), [torch.randn(3), torch.randn(3)]),
-     "an enumerate, zip or reversed over a list is live at the break"),
     (loop_over_own_iterator, lambda: (torch.randn(3),),
      "a loop's iterator that a local also holds"),
     (loop_break_inside_try, lambda: (torch.randn(3),),
@@ -865,3 +917,131 @@ def test_break_inside_an_except_block_runs_the_frame_in_cpython():
     compiled = kiln.compile(after)
     torch.testing.assert_close(compiled(x, {}), after(x, {}))
     assert len(kiln.cache_info(compiled)["breaks"]) == 1
+
+
+def branch_on_a_sum(x):
+    y = x * 2
+    if y.sum() > 0:
+        y = y + 1
+    else:
+        y = y - 1
+    return y * 3
+
+
+def branch_on_any(x):
+    if torch.isnan(x).any() or (x > 1.5).all():
+        return x * 0
+    return x.relu()
+
+
+def value_of_an_or(x):
+    y = (x > 0).all() or x.sum()  # 3.11: JUMP_IF_TRUE_OR_POP keeps its operand
+    return x + y
+
+
+def while_on_a_norm(x):
+    while x.norm() > 1:
+        x = x / 2
+    return x
+
+
+def branch_in_a_loop(x):
+    for i in range(3):
+        if x.mean() > 0:
+            x = x - i
+        else:
+            x = x + i
+    return x
+
+
+def conditional_expression(x):
+    return x * 2 if x.max() > 0.5 else x * 3
+
+
+def assert_on_values(x):
+    assert (x < 100).all(), "too large"
+    return x + 1
+
+
+def branch_with_a_local_function_live(x):
+    def inner(t, scale=2.0):
+        return t * scale
+    if x.sum() > 0:
+        return inner(x)
+    return inner(x, 3.0)
+
+
+def branch_in_try(x):
+    try:
+        if x.sum() > 0:
+            x = x + 1
+    except RuntimeError:
+        pass
+    return x
+
+
+# A branch on a tensor's truth is a graph break: the graph before it
+# computes the condition, CPython decides the branch, and each side
+# resumes in a function of its own (captured when its side is taken).
+@pytest.mark.parametrize("fn, breaks", [
+    (branch_on_a_sum, 1), (branch_on_any, None), (value_of_an_or, 1), (while_on_a_norm, None),
+    (branch_in_a_loop, None), (conditional_expression, 1), (assert_on_values, 1),
+    (branch_with_a_local_function_live, 1)])
+def test_a_branch_on_a_tensor_is_a_graph_break(fn, breaks):
+    compiled = kiln.compile(fn)
+    for i in range(6):  # both sides of each branch, alternating
+        x = torch.randn(3, 4) * (i + 1) * (1 if i % 2 else -1)
+        assert_close(compiled(x), fn(x))
+    info = kiln.cache_info(compiled)
+    assert not info["runs_in_cpython"], info["fallback_reason"]
+    if breaks is not None:
+        assert len(info["breaks"]) == breaks and info["breaks"][0]["instruction"].startswith(
+            ("POP_JUMP", "JUMP_IF")), info["breaks"]
+        # The next instruction's resume function, then the target's.
+        resumes = info["breaks"][0]["resumes"]
+        assert len(resumes) == 2 and resumes[0] is not resumes[1]
+    assert "a tensor's values" in info["break_reasons"][0]
+
+
+def branch_both_sides(x):
+    if x.sum() > 0:
+        x = x + 1
+    else:
+        x = x - 1
+    return x * 3
+
+
+def test_a_branch_on_a_tensor_both_sides_captured():
+    compiled = kiln.compile(branch_both_sides)
+    compiled(torch.ones(3))
+    compiled(-torch.ones(3))
+    info = kiln.cache_info(compiled)
+    taken, not_taken = (kiln.code_cache_info(code) for code in info["breaks"][0]["resumes"])
+    assert taken["entries"] == 1 and not_taken["entries"] == 1
+    assert "aten::add" in taken["graphs"][0] and "aten::sub" in not_taken["graphs"][0]
+    assert info["graph_count"] == 3
+
+
+def test_a_branch_on_a_tensor_inside_a_try_falls_back():
+    # The continuation decides the branch outside the handlers an error of
+    # bool() would reach in eager: no break there.
+    compiled = check(branch_in_try, lambda: (torch.randn(3),))
+    info = kiln.cache_info(compiled)
+    assert info["runs_in_cpython"]
+    assert "a branch on a tensor's truth inside a try or with block" in info["fallback_reason"]
+
+
+def ambiguous_condition(x):
+    y = x + 1
+    if y > 0:  # more than one value: bool() raises
+        return y
+    return -y
+
+
+def test_an_ambiguous_tensor_condition_raises_as_eager_does():
+    compiled = kiln.compile(ambiguous_condition)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="ambiguous"):
+            compiled(torch.randn(3))
+    assert_close(compiled(torch.tensor([2.0])), ambiguous_condition(torch.tensor([2.0])))
+    assert not kiln.cache_info(compiled)["runs_in_cpython"]
