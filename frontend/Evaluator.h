@@ -113,6 +113,12 @@ struct Handles {
   py::object defaultDictType =
       py::module_::import("collections").attr("defaultdict");
   py::object dequeType = py::module_::import("collections").attr("deque");
+  py::object autocastType =
+      py::module_::import("torch.amp.autocast_mode").attr("autocast");
+  py::object autocastEnabled =
+      py::module_::import("kiln._polyfills").attr("autocast_enabled");
+  py::object nullContextType =
+      py::module_::import("contextlib").attr("nullcontext");
   py::object tupleNew = py::reinterpret_borrow<py::object>(
                             reinterpret_cast<PyObject *>(&PyTuple_Type))
                             .attr("__new__");

@@ -1078,6 +1078,32 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       inlined->object = model;
       return inlineFunction(inlined, std::move(args), std::move(kwargs));
     }
+    if (PyType_Check(function.ptr()) &&
+        PyObject_IsSubclass(function.ptr(), h.autocastType.ptr()) == 1) {
+      // torch.autocast(...), torch.cpu.amp.autocast(...): a frame runs
+      // compiled only while autocast is off (CodeCache), so a block that
+      // keeps it off changes nothing and a nullcontext stands in. One that
+      // turns it on would change the dtypes of the calls in it.
+      py::list constantArgs;
+      py::dict constantKwargs;
+      for (const VariablePtr &arg : args) {
+        std::optional<py::object> constant = asConstant(arg);
+        if (!constant)
+          unsupported("torch.autocast with arguments that are not constants");
+        constantArgs.append(*constant);
+      }
+      for (const auto &[name, value] : kwargs) {
+        std::optional<py::object> constant = asConstant(value);
+        if (!constant)
+          unsupported("torch.autocast with arguments that are not constants");
+        constantKwargs[py::str(name)] = *constant;
+      }
+      if (h.autocastEnabled(function, py::tuple(constantArgs), constantKwargs)
+              .cast<bool>())
+        unsupported("torch.autocast turned on inside the compiled function");
+      if (VariablePtr instance = constructInstance(h.nullContextType, {}, {}))
+        return instance;
+    }
     if (PyType_Check(function.ptr()))
       if (VariablePtr instance = constructInstance(function, args, kwargs))
         return instance;

@@ -12,6 +12,7 @@
 import collections
 import functools
 import heapq
+import inspect
 import itertools
 
 _MISSING = object()
@@ -315,3 +316,12 @@ POLYFILLS = {
     heapq.nlargest: nlargest,
     heapq.nsmallest: nsmallest,
 }
+
+
+def autocast_enabled(cls, args, kwargs):
+    """Whether `cls(*args, **kwargs)` (torch.autocast, torch.cpu.amp.autocast,
+    ...; constant arguments) turns autocast on. Called by the capture, not
+    run through the evaluator."""
+    bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+    bound.apply_defaults()
+    return bool(bound.arguments["enabled"])

@@ -52,6 +52,38 @@ def test_autocast_calls_give_autocasts_dtypes():
     assert not kiln.cache_info(f)["runs_in_cpython"]
 
 
+def rotary_in_float32(x, inv_freq):
+    # The pattern of transformers' rotary embeddings: autocast kept off for
+    # the block, whatever spelling.
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        freqs = (inv_freq[:, None] @ x.float()[None, :]).t()
+    with torch.amp.autocast("cpu", enabled=False):
+        freqs = freqs * 2
+    return torch.cat((freqs, freqs), -1).cos()
+
+
+def turns_autocast_on(a, b):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return a @ b
+
+
+def test_an_autocast_block_that_keeps_it_off_is_captured():
+    f = kiln.compile(rotary_in_float32)
+    for n in (5, 5, 7):
+        x, inv_freq = torch.randn(n), torch.rand(4)
+        torch.testing.assert_close(f(x, inv_freq), rotary_in_float32(x, inv_freq))
+    info = kiln.cache_info(f)
+    assert not info["runs_in_cpython"] and not info["breaks"], info["fallback_reason"]
+    # One that turns it on would change the dtypes of the calls in it: a
+    # graph break makes it, and the block runs in CPython.
+    g = kiln.compile(turns_autocast_on)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    actual, expected = g(a, b), turns_autocast_on(a, b)
+    assert actual.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(actual, expected)
+    assert "torch.autocast turned on" in kiln.cache_info(g)["break_reasons"][0]
+
+
 def test_xor_of_tensors():
     fn = lambda a, b: (a ^ b, a ^ 3)  # noqa: E731
     a, b = torch.randint(0, 10, (5,)), torch.randint(0, 10, (5,))
