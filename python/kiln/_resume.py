@@ -147,10 +147,21 @@ def refusal(code, offset):
     if effect is None or effect(instruction.arg or 0) is None:
         return f"kiln cannot resume after a {instruction.opname} instruction"
     if instruction.opname in _CONDITIONAL and _inside_handler(code, offset):
-        # The continuation's prologue decides the branch, outside the
-        # handlers an exception of bool() would reach in eager.
-        return "a branch on a tensor's truth inside a try or with block"
+        # Inside a try or with block the jump runs in the body, under the
+        # handlers bool() may raise into, and both sides are overwritten by
+        # jumps back to their trampolines: those may not overlap.
+        index = _at(instructions, offset)
+        windows = sorted([(offset, instructions[index + 1].offset)] + [
+            (start, start + _LONGEST_BACKWARD_JUMP)
+            for start in (instructions[index + 1].offset, instruction.argval)])
+        if any(a[1] > b[0] for a, b in zip(windows, windows[1:])):
+            return "the two sides of a branch inside a try or with block are too close"
     return None
+
+
+# Bytes of the longest JUMP_BACKWARD a continuation writes (three
+# EXTENDED_ARGs, the jump and its cache entries).
+_LONGEST_BACKWARD_JUMP = 2 * (4 + _CACHES[_OP["JUMP_BACKWARD"]])
 
 
 def _inside_handler(code, offset):
@@ -433,9 +444,10 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     over the trampolines] [a trampoline per resume code: the stack after
     the instruction into temporaries, then R called with the locals and
     those] [restore the locals and stack, set grad mode, jump to the
-    instruction]. The instruction after the break is overwritten by a jump
-    back to the trampoline; the rest of the original code runs only where
-    an exception of the instruction is handled by a try or with block. A
+    instruction]. The instruction after the break (and a conditional
+    jump's target) is overwritten by a jump back to its trampoline; the
+    rest of the original code runs only where an exception of the
+    instruction is handled by a try or with block. Outside those, a
     conditional jump is not run in the body: the restore ends with a
     forward jump of the same sense onto a jump back to the target's
     trampoline, after a jump back to the next instruction's."""
@@ -529,7 +541,8 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
         _emit_call(restore, 1)
         _emit(restore, "POP_TOP")
     _emit_restore(restore, bound, stack_nulls)
-    if conditional:
+    in_body = not conditional or _inside_handler(code, offset)
+    if not in_body:
         # [jump if (not) true to the second] [back to the next
         # instruction's trampoline] [back to the target's].
         jump = bytearray()
@@ -547,11 +560,25 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
 
     prologue_units = unit + len(restore) // 2
     body = bytearray(_shift_cell_indices(code, len(varnames) - count))
-    if not conditional:
-        back = _backward_jump(prologue_units + next_offset // 2, starts[0])
-        if next_offset + len(back) > len(body):
-            raise ValueError("no room after the break instruction")
-        body[next_offset:next_offset + len(back)] = back
+    if in_body:
+        # Each side's first instruction becomes a jump back to its
+        # trampoline; the instruction itself stays.
+        # A handler's code may run on into a side (and then resumes there, as
+        # it would), but not into the middle of a jump written over one.
+        landings = {entry.target for entry in dis._parse_exception_table(code)}
+        landings.update(item.argval for item in _instructions(code)
+                        if item.opcode in dis.hasjrel or item.opcode in dis.hasjabs)
+        written = [((prefix[0].offset if prefix else offset), next_offset)]
+        for (target, _), start in zip(successors, starts):
+            back = _backward_jump(prologue_units + target // 2, start)
+            if target + len(back) > len(body):
+                raise ValueError("no room after the break instruction")
+            if any(target < end and begin < target + len(back) for begin, end in written):
+                raise ValueError("the sides of a branch overlap")
+            if any(target < landing < target + len(back) for landing in landings):
+                raise ValueError("a jump lands inside the instructions a resume jump overwrites")
+            body[target:target + len(back)] = back
+            written.append((target, target + len(back)))
     # The frame start on the function's first line, the trampolines on the
     # break's (a traceback through R's call shows the user's statement),
     # the restore back on the first line, where the body's table starts.

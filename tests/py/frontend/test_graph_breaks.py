@@ -1022,13 +1022,37 @@ def test_a_branch_on_a_tensor_both_sides_captured():
     assert info["graph_count"] == 3
 
 
-def test_a_branch_on_a_tensor_inside_a_try_falls_back():
-    # The continuation decides the branch outside the handlers an error of
-    # bool() would reach in eager: no break there.
-    compiled = check(branch_in_try, lambda: (torch.randn(3),))
-    info = kiln.cache_info(compiled)
-    assert info["runs_in_cpython"]
-    assert "a branch on a tensor's truth inside a try or with block" in info["fallback_reason"]
+def branch_under_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        if y.sum() > 0:
+            y = y + 1
+        z = y * 3
+    return z, torch.is_grad_enabled()
+
+
+def ambiguous_branch_caught(x):
+    with torch.no_grad():
+        try:
+            if x > 0:  # more than one value: bool() raises in the try
+                x = x + 1
+        except RuntimeError:
+            x = x - 1
+    return x, torch.is_grad_enabled()
+
+
+def test_a_branch_on_a_tensor_inside_try_and_with_blocks():
+    # There the jump runs in the body under the blocks' handlers (which an
+    # error of bool() reaches as in eager), and each side's first
+    # instruction is a jump back to its trampoline.
+    for fn in (branch_in_try, branch_under_no_grad, ambiguous_branch_caught):
+        compiled = kiln.compile(fn)
+        for i in range(4):
+            x = torch.randn(3) * (1 if i % 2 else -1)
+            assert_close(compiled(x), fn(x))
+        assert torch.is_grad_enabled()
+        info = kiln.cache_info(compiled)
+        assert not info["runs_in_cpython"] and len(info["breaks"]) == 1, info
 
 
 def ambiguous_condition(x):
