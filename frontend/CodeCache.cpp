@@ -185,7 +185,7 @@ bool CodeCache::addEntry(std::shared_ptr<const CacheEntry> entry) {
   // the entries they add, counted under the lock.
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<const EntryList> current = std::atomic_load(&entries_);
-  if (static_cast<int>(current->size()) >= options_.cacheLimit)
+  if (static_cast<int>(current->size()) >= entryLimit())
     return false;
   auto updated = std::make_shared<EntryList>(*current);
   updated->push_back(std::move(entry));
@@ -270,13 +270,12 @@ CodeCache::lookUpOrCapture(PyObject *function, const FrameInputs &inputs,
   }
   misses_++;
   std::string name = qualifiedNameOf(function);
-  if (static_cast<int>(entries->size()) >= options_.cacheLimit) {
-    fallBack("cache limit (" + std::to_string(options_.cacheLimit) +
+  if (static_cast<int>(entries->size()) >= entryLimit()) {
+    fallBack("cache limit (" + std::to_string(entryLimit()) +
              ") reached; last failed guard: " + firstFailure);
-    std::string warning = "kiln: " + name + " was recompiled " +
-                          std::to_string(options_.cacheLimit) +
-                          " times; it runs in CPython from now on (" +
-                          firstFailure + ")";
+    std::string warning =
+        "kiln: " + name + " was recompiled " + std::to_string(entryLimit()) +
+        " times; it runs in CPython from now on (" + firstFailure + ")";
     if (PyErr_WarnEx(PyExc_UserWarning, warning.c_str(), 1) < 0)
       return nullptr;
     return nullptr;
@@ -487,7 +486,7 @@ bool CodeCache::learnDynamicDims(const CacheEntry &entry) const {
 
 void CodeCache::makeContinuation(CacheEntry &entry,
                                  const GraphBreak &graphBreak,
-                                 const FrameInputs &inputs) {
+                                 const FrameInputs &inputs) const {
   py::list bound, nulls, iterated;
   for (int local : graphBreak.locals)
     bound.append(py::bool_(local >= 0));
@@ -507,8 +506,12 @@ void CodeCache::makeContinuation(CacheEntry &entry,
           .attr("continuation")(graphBreak.code, graphBreak.offset, bound,
                                 nulls, globals, closure, gradMode, iterated);
   entry.continuation = made[0];
-  for (py::handle code : made[3])
+  for (py::handle code : made[3]) {
     entry.resumeCodes.push_back(py::reinterpret_borrow<py::object>(code));
+    if (graphBreak.loopSteps > 0)
+      frontend::allowLoopSteps(code.ptr(), options_,
+                               static_cast<int>(graphBreak.loopSteps));
+  }
   entry.continuationLocals = made[2].cast<size_t>();
   entry.globals = inputs.globals;
   skipCodeInHook(entry.continuation.attr("__code__").ptr());

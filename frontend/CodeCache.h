@@ -11,6 +11,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,9 @@ struct CacheOptions {
   std::string mode = "default";
   /// kiln.compile's `dynamic`: None (Automatic), True (Always), False.
   DynamicPolicy::Mode dynamic = DynamicPolicy::Mode::Automatic;
+  /// Entries kept beyond cacheLimit: a resume function's that runs the rest
+  /// of a loop keeps one a step (CodeCache::allowLoopSteps).
+  int loopSteps = 0;
 };
 
 struct CacheEntry;
@@ -51,6 +55,11 @@ public:
   py::dict info() const;
   void reset();
   const CacheOptions &options() const { return options_; }
+  /// Keeps `steps` entries more than the limit (a resume function's that
+  /// runs the rest of a loop, a step each).
+  void allowLoopSteps(int steps) {
+    options_.loopSteps = std::max(options_.loopSteps, steps);
+  }
 
 private:
   std::unique_ptr<python::GraphRunner>
@@ -78,8 +87,8 @@ private:
                std::vector<py::object> &reads) const;
   /// Makes the continuation of a capture that ended at `graphBreak` (its
   /// code, once per entry, by kiln._resume).
-  static void makeContinuation(CacheEntry &entry, const GraphBreak &graphBreak,
-                               const FrameInputs &inputs);
+  void makeContinuation(CacheEntry &entry, const GraphBreak &graphBreak,
+                        const FrameInputs &inputs) const;
   /// Captures with the dims the policy makes symbolic where it makes any,
   /// else (or where that capture fails) with static shapes.
   Capture capture(PyObject *function, const FrameInputs &inputs,
@@ -93,6 +102,7 @@ private:
   bool learnDynamicDims(const CacheEntry &entry) const;
   /// The entries now (threads replace the list as a whole, atomically).
   std::shared_ptr<const EntryList> entries() const;
+  int entryLimit() const { return options_.cacheLimit + options_.loopSteps; }
   /// Adds `entry` unless the cache limit is reached; says whether it did.
   bool addEntry(std::shared_ptr<const CacheEntry> entry);
   /// From now on every call runs in CPython, for `reason`.

@@ -242,6 +242,15 @@ PyObject *codeCacheInfo(PyObject *code) {
   return static_cast<CodeExtra *>(extra)->cache.info().release().ptr();
 }
 
+void allowLoopSteps(PyObject *code, const CacheOptions &options, int steps) {
+  const CacheOptions *previous = activeOptions;
+  activeOptions = &options;
+  CodeExtra *extra = extraOf(reinterpret_cast<PyCodeObject *>(code));
+  activeOptions = previous;
+  if (extra)
+    extra->cache.allowLoopSteps(steps);
+}
+
 void skipCodeInHook(PyObject *code) {
   if (CodeExtra *extra = extraOf(reinterpret_cast<PyCodeObject *>(code)))
     extra->skip = true;

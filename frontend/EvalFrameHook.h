@@ -50,6 +50,12 @@ bool isSkippedFile(const char *filename);
 /// The cache the hook keeps on `code` (entries, hits, ...), or None.
 PyObject *codeCacheInfo(PyObject *code);
 
+/// A resume function's code that runs the rest of a loop, a step per
+/// capture (its break's constants differ each step): its cache keeps
+/// `steps` entries more than the limit. Made with `options` (those of the
+/// code whose break made it) unless the hook has met it already.
+void allowLoopSteps(PyObject *code, const CacheOptions &options, int steps);
+
 /// Makes the hook leave every frame of `code` to CPython (a graph break's
 /// continuation, which runs the instruction kiln could not capture).
 void skipCodeInHook(PyObject *code);

@@ -7,6 +7,9 @@
 
 namespace kiln::frontend::evaluation {
 
+// The most loop steps a break's resume function keeps entries for.
+constexpr size_t kMostLoopSteps = 1024;
+
 // CPython's co_localspluskinds flag of a free variable (CO_FAST_FREE in
 // 3.11 and 3.12's internal headers).
 constexpr uint8_t kFreeVariableKind = 0x80;
@@ -364,10 +367,14 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
     GraphBreak::Iterated iterated = GraphBreak::Iterated::No;
     if (item->is(Kind::Null))
       state->stack.push_back(-1);
-    else if (item->is(Kind::Iterator))
+    else if (item->is(Kind::Iterator)) {
       state->stack.push_back(
           rebuildLoopIterator(frame, item, rebuilder, iterated));
-    else
+      size_t left =
+          item->items.size() - std::min(item->position, item->items.size());
+      state->loopSteps = std::min<size_t>(
+          std::max<size_t>(state->loopSteps, 1) * (left + 1), kMostLoopSteps);
+    } else
       state->stack.push_back(rebuild(item, rebuilder));
     state->iterated.push_back(iterated);
   }

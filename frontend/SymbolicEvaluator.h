@@ -115,6 +115,9 @@ struct GraphBreak : RebuildPlan {
     AsState = 2,
   };
   std::vector<Iterated> iterated;
+  /// How many loop steps may still break here: the product over the live
+  /// loops of their items left plus one (0: no loop is live).
+  size_t loopSteps = 0;
   /// The grad mode at the break where a grad-mode block (or a call) set it
   /// apart from the call's: the continuation sets it before the
   /// instruction (the graph leaves grad mode as the call found it).

@@ -9,6 +9,7 @@ import functools
 import os
 import sys
 import traceback
+import warnings
 
 import pytest
 import torch
@@ -1069,3 +1070,48 @@ def test_an_ambiguous_tensor_condition_raises_as_eager_does():
             compiled(torch.randn(3))
     assert_close(compiled(torch.tensor([2.0])), ambiguous_condition(torch.tensor([2.0])))
     assert not kiln.cache_info(compiled)["runs_in_cpython"]
+
+
+def long_loop_with_a_print(x, n):
+    for i in range(n):
+        x = x * 0.5 + i
+        print("step", i)
+    return x
+
+
+class DeepStackWithABranch(nn.Module):
+    def __init__(self, depth):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+            if x.mean() > 100:  # data-dependent: a break in every layer
+                x = x / 2
+        return x
+
+
+def test_a_loop_longer_than_the_cache_limit_breaks_at_every_step(capsys):
+    # A loop's resume function takes one entry a step (the position is a
+    # guarded constant): its cache keeps as many beyond the limit as the
+    # loop has steps left, so no step of a 20-step loop runs in CPython.
+    compiled = kiln.compile(long_loop_with_a_print)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "recompiled N times" warning
+        for _ in range(2):
+            x = torch.randn(3)
+            assert_close(compiled(x, 20), long_loop_with_a_print(x, 20))
+    info = kiln.cache_info(compiled)
+    assert info["graph_count"] == 21 and not info["runs_in_cpython"], info
+    assert kiln.code_cache_info(info["breaks"][0]["resume"])["entries"] == 20
+    model = DeepStackWithABranch(12).eval()
+    compiled = kiln.compile(model)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            x = torch.randn(2, 8)
+            assert_close(compiled(x), model(x))
+    info = kiln.cache_info(compiled)
+    assert info["graph_count"] == 13 and not info["runs_in_cpython"], info
+    capsys.readouterr()
