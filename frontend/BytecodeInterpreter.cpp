@@ -484,6 +484,18 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     // The slot no longer holds its argument (root frames read arguments
     // lazily).
     clearLocal(frame, instruction.arg);
+    if (value->object && PyCell_Check(value->object.ptr()) && value->source &&
+        (frame.localKinds.at(instruction.arg) & kCellVariableKind)) {
+      // A resume function's prologue puts the cells the frame had at the
+      // break into their slots: the cell object read from its argument,
+      // its contents read (and written) through that.
+      auto cell = Variable::make(Kind::Cell);
+      cell->object = value->object;
+      cell->source = Source::attr(value->source, "cell_contents");
+      cell->cells = {value};
+      frame.locals.at(instruction.arg) = cell;
+      return;
+    }
     if (!value->is(Kind::Null))
       frame.locals.at(instruction.arg) = value;
     return;
@@ -565,6 +577,13 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     VariablePtr cell = frame.locals.at(instruction.arg);
     if (!cell || !cell->is(Kind::Cell))
       unsupported("free variable '" + frame.localNames[instruction.arg] + "'");
+    if (cell->object && !written_.empty()) {
+      // A cell written in this capture (nonlocal, or a resume function's)
+      // reads back its new value, through whichever function reached it.
+      auto it = written_.find({cell->object.ptr(), "cell_contents"});
+      if (it != written_.end())
+        cell->items.assign(1, it->second);
+    }
     if (cell->items.empty() && cell->object) {
       py::object contents =
           py::reinterpret_steal<py::object>(PyCell_Get(cell->object.ptr()));
@@ -583,10 +602,25 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
   }
   case Opcode::STORE_DEREF: {
     VariablePtr cell = frame.locals.at(instruction.arg);
+    if (cell && cell->is(Kind::Cell) && cell->object && !cell->cells.empty()) {
+      // A cell passed into a resume function: a write to an outside object,
+      // replayed after the graph (closures made before the break see it).
+      writeCellContents(cell, pop(frame));
+      return;
+    }
     if (!cell || !cell->is(Kind::Cell) || cell->object)
       unsupported("assigning nonlocal '" + frame.localNames[instruction.arg] +
                   "' of an enclosing function");
     cell->items.assign(1, pop(frame));
+    if (cell->realCell) {
+      std::optional<py::object> constant = asConstant(cell->items[0]);
+      if (!constant)
+        unsupported("assigning a " + kindNameOf(pythonTypeOf(cell->items[0])) +
+                    " to '" + frame.localNames[instruction.arg] +
+                    "', which a class defined in the frame reads");
+      if (PyCell_Set(cell->realCell.ptr(), constant->ptr()) < 0)
+        throw py::error_already_set();
+    }
     return;
   }
   case Opcode::BINARY_OP:
@@ -1467,6 +1501,11 @@ void Evaluator::execute(Frame &frame, const Instruction &instruction) {
     frame.stack.push_back(Variable::constant(py::none()));
     return;
   }
+  case Opcode::LOAD_BUILD_CLASS:
+    // A class statement: builtins.__build_class__(body, name, *bases),
+    // which the call dispatch runs as defineClass.
+    frame.stack.push_back(wrap(h.builtin("__build_class__"), nullptr));
+    return;
   case Opcode::LOAD_ASSERTION_ERROR:
     frame.stack.push_back(wrap(h.builtin("AssertionError"), nullptr));
     return;

@@ -33,6 +33,9 @@ struct CacheEntry {
   /// How many of the frame's locals the continuation takes (a resume
   /// function's stack temporaries, unbound after its prologue, are not).
   size_t continuationLocals = 0;
+  /// The frame's locals passed after the stack items: its cells that are
+  /// not arguments.
+  std::vector<int> continuationCells;
   /// The globals the continuation runs with (it holds them).
   PyObject *globals = nullptr;
   /// The sizes of the graph inputs in the capturing call, by source
@@ -89,6 +92,8 @@ PyObject *runEntry(const CacheEntry &entry,
   for (int item : entry.graphBreak->stack)
     if (item >= 0)
       arguments.push_back(values[item].ptr());
+  for (int slot : entry.continuationCells)
+    arguments.push_back(values.at(locals.at(slot)).ptr());
   // A nested function's continuation reads this call's closure cells.
   py::object continuation = entry.continuation;
   if (frame.closure && PyFunction_GET_CLOSURE(continuation.ptr()) &&
@@ -513,6 +518,8 @@ void CodeCache::makeContinuation(CacheEntry &entry,
                                static_cast<int>(graphBreak.loopSteps));
   }
   entry.continuationLocals = made[2].cast<size_t>();
+  for (py::handle slot : made[4])
+    entry.continuationCells.push_back(slot.cast<int>());
   entry.globals = inputs.globals;
   skipCodeInHook(entry.continuation.attr("__code__").ptr());
 }

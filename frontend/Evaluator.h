@@ -182,6 +182,13 @@ bool isTorchModuleName(const std::string &name);
 /// capture's snapshot: its list changed, or an enumerate or zip made over it
 /// (which took its items at once) has items left.
 bool iteratorIsStale(const Variable &iterator);
+/// Whether `function` is a Python function defined inside another (its
+/// code flagged CO_NESTED): each call of its maker makes a new one.
+bool isNestedFunction(py::handle function);
+/// CPython's co_localspluskinds flags of a cell and of a free variable
+/// (CO_FAST_CELL, CO_FAST_FREE in 3.11 and 3.12's internal headers).
+constexpr uint8_t kCellVariableKind = 0x40;
+constexpr uint8_t kFreeVariableKind = 0x80;
 /// The lists an iterator reads as it goes (its own, or those of the
 /// iterators an enumerate, zip or reversed of it reads), into `lists`.
 void listsReadBy(const Variable &iterator, std::vector<VariablePtr> &lists);
@@ -336,6 +343,12 @@ private:
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
   /// collections.OrderedDict(...) and defaultdict(...) made in the frame.
+  /// A class statement in the frame (__build_class__(body, name,
+  /// *bases)): the class is made at capture, its body run in CPython, and
+  /// every call of the capture uses it.
+  VariablePtr
+  defineClass(const std::vector<VariablePtr> &args,
+              const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
   /// A new object of class `cls` made in the frame: its attributes (an
   /// empty Dict), and a builtin base's contents of kind `contents` (a dict
   /// subclass's Dict, a deque's List) where it has one.
@@ -452,6 +465,10 @@ private:
   /// once it has given `position` items.
   int rebuildIteratorState(const VariablePtr &iterator, size_t position,
                            Rebuilder &rebuilder);
+  /// `cell.cell_contents = value` for a cell passed into a resume function
+  /// (Cell with the cell object's variable in cells[0]): recorded as an
+  /// attribute write, replayed after the graph.
+  void writeCellContents(const VariablePtr &cell, const VariablePtr &value);
   /// The recorded writes as side effects of the plan, and the guards that
   /// keep their targets apart from other objects.
   void planSideEffects(Rebuilder &rebuilder);

@@ -1114,6 +1114,8 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       std::vector<VariablePtr> rest(args.begin() + 1, args.end());
       return callSlotOnInstance(function, args[0], rest);
     }
+    if (function.is(h.builtin("__build_class__")))
+      return defineClass(args, kwargs);
     if (function.is(h.builtin("super")) && args.empty())
       unsupported("super() needs the enclosing method");
     if (function.is(h.builtin("super")) && args.size() == 2 && kwargs.empty()) {
@@ -1467,8 +1469,16 @@ VariablePtr Evaluator::inlineFunction(
     globals = fn.attr("__globals__");
     defaults = fn.attr("__defaults__");
     kwdefaults = fn.attr("__kwdefaults__");
-    SourcePtr fnSource = Source::fixed(
-        fn, "F[" + std::to_string(reinterpret_cast<uintptr_t>(fn.ptr())) + "]");
+    // A nested function read from a source is guarded by its code (wrap):
+    // what else it brings is read through that source.
+    bool throughSource = function->source && isNestedFunction(fn);
+    SourcePtr fnSource =
+        throughSource
+            ? function->source
+            : Source::fixed(
+                  fn,
+                  "F[" + std::to_string(reinterpret_cast<uintptr_t>(fn.ptr())) +
+                      "]");
     if (!defaults.is_none()) {
       int i = 0;
       for (py::handle item : defaults)
@@ -1478,17 +1488,26 @@ VariablePtr Evaluator::inlineFunction(
     }
     py::object closure = fn.attr("__closure__");
     if (!closure.is_none()) {
+      int i = 0;
       for (py::handle cell : closure) {
         auto cellVariable = Variable::make(Kind::Cell);
         cellVariable->object = py::reinterpret_borrow<py::object>(cell);
-        cellVariable->source = Source::attr(
-            Source::fixed(
-                cellVariable->object,
-                "Cell[" +
-                    std::to_string(reinterpret_cast<uintptr_t>(cell.ptr())) +
-                    "]"),
-            "cell_contents");
+        SourcePtr cellSource =
+            throughSource
+                ? Source::item(Source::attr(fnSource, "__closure__"),
+                               py::int_(i))
+                : Source::fixed(cellVariable->object,
+                                "Cell[" +
+                                    std::to_string(reinterpret_cast<uintptr_t>(
+                                        cell.ptr())) +
+                                    "]");
+        cellVariable->source = Source::attr(cellSource, "cell_contents");
+        // Read through its function's source, the cell may be written
+        // (nonlocal): a write to an outside object, replayed after the graph.
+        if (throughSource)
+          cellVariable->cells = {wrap(cell, cellSource)};
         frame.freeCells.push_back(cellVariable);
+        ++i;
       }
     }
   } else {
@@ -1552,7 +1571,13 @@ VariablePtr Evaluator::inlineFunction(
       continue;
     py::object name = py::str(frame.localNames[i]);
     if (!kwdefaults.is_none() && kwdefaults.contains(name))
-      frame.locals[i] = wrap(kwdefaults[name], nullptr);
+      frame.locals[i] = wrap(
+          kwdefaults[name],
+          function->object && function->source &&
+                  isNestedFunction(function->object)
+              ? Source::item(Source::attr(function->source, "__kwdefaults__"),
+                             py::str(name))
+              : nullptr);
     else
       unsupported(frame.code->name + "() missing keyword-only argument '" +
                   frame.localNames[i] + "'");

@@ -10,10 +10,6 @@ namespace kiln::frontend::evaluation {
 // The most loop steps a break's resume function keeps entries for.
 constexpr size_t kMostLoopSteps = 1024;
 
-// CPython's co_localspluskinds flag of a free variable (CO_FAST_FREE in
-// 3.11 and 3.12's internal headers).
-constexpr uint8_t kFreeVariableKind = 0x80;
-
 int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
   auto known = rebuilder.byVariable.find(value.get());
   if (known != rebuilder.byVariable.end())
@@ -86,19 +82,23 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
       break;
     }
     if (value->is(Kind::Function) && !value->object) {
-      // A function the frame defined: made again from its code, globals and
-      // defaults, as the frame's MAKE_FUNCTION made it.
-      if (!value->cells.empty())
-        unsupported("a function defined in the frame with a closure is live "
-                    "at the break");
+      // A function the frame defined: made again from its code, globals,
+      // defaults and closure cells, as the frame's MAKE_FUNCTION made it.
       for (const VariablePtr &item : value->items)
         step.items.push_back(rebuild(item, rebuilder));
+      for (const VariablePtr &cell : value->cells) {
+        if (!cell->is(Kind::Cell))
+          unsupported("a function defined in the frame with a closure of a " +
+                      kindNameOf(pythonTypeOf(cell)) + " is live at the break");
+        step.items.push_back(rebuild(cell, rebuilder));
+      }
       step.kind = RebuildStep::Kind::Struct;
       step.object =
           py::module_::import("functools")
               .attr("partial")(
                   py::module_::import("kiln._resume").attr("make_function"),
-                  value->code, value->globals, value->kwdefaults);
+                  value->code, value->globals, value->kwdefaults,
+                  py::int_(value->items.size()));
       break;
     }
     if (!value->object)
@@ -172,6 +172,35 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
     step.kind = RebuildStep::Kind::Constant;
     step.object = Handles::get().gradModeExits[value->flag ? 1 : 0];
     break;
+  case Kind::Cell: {
+    // A closure cell of the frame: the cell the call passed in (a resume
+    // function's), the one a class defined in the frame closes over, or a
+    // new one per call with the cell's value, which the frame's functions
+    // rebuilt with it share.
+    if (value->object) {
+      const VariablePtr passed =
+          value->cells.empty() ? VariablePtr() : value->cells[0];
+      if (!passed || !passed->source)
+        unsupported("a closure cell of an enclosing function is live at the "
+                    "break");
+      int index = rebuild(passed, rebuilder);
+      rebuilder.byVariable[value.get()] = index;
+      return index;
+    }
+    if (value->realCell) {
+      step.kind = RebuildStep::Kind::Constant;
+      step.object = value->realCell;
+      break;
+    }
+    step.kind = RebuildStep::Kind::Cell;
+    int index = rebuilder.add(std::move(step));
+    rebuilder.byVariable[value.get()] = index;
+    if (!value->items.empty()) {
+      int contents = rebuild(value->items[0], rebuilder);
+      rebuilder.state.steps[index].items.push_back(contents);
+    }
+    return index;
+  }
   case Kind::Iterator:
     unsupported("a live iterator (an iter() around the break, or a loop's "
                 "held elsewhere too)");
@@ -386,8 +415,6 @@ Capture Evaluator::captureAtBreak(Frame &frame, bool initialGradMode) {
       continue;
     }
     if (frame.locals[i]) {
-      if (frame.locals[i]->is(Kind::Cell))
-        unsupported("a closure cell is live at the break");
       state->locals.push_back(rebuild(frame.locals[i], rebuilder));
     } else if (i < frame.rootArguments.size() && frame.rootArguments[i]) {
       // An argument the capture never read: this call's, as it is.
@@ -494,8 +521,15 @@ RebuildPlan::rebuild(PyObject *const *outputs,
       // A copy keeps the set's table, so eager's iteration order.
       values.push_back(step.object.attr("copy")());
       break;
+    case RebuildStep::Kind::Cell:
+      values.push_back(py::reinterpret_steal<py::object>(PyCell_New(nullptr)));
+      break;
     }
   }
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (steps[i].kind == RebuildStep::Kind::Cell && !steps[i].items.empty() &&
+        PyCell_Set(values[i].ptr(), values[steps[i].items[0]].ptr()) < 0)
+      throw py::error_already_set();
   for (const SideEffect &effect : effects) {
     py::object target = values[effect.target];
     if (!effect.contents) {

@@ -6,6 +6,8 @@
 // (object.__setattr__, dict.__setitem__) act on the model. An instance that
 // outlives the graph is rebuilt after it from its class and state.
 // Depends on frontend/Evaluator.h, pybind11, CPython.
+#include "bridge/PythonConversion.h"
+#include "frontend/EvalFrameHook.h"
 #include "frontend/Evaluator.h"
 
 #include <algorithm>
@@ -77,6 +79,86 @@ int findKey(const VariablePtr &dict, py::handle key) {
     if (dict->keys[i].equal(key))
       return static_cast<int>(i);
   return -1;
+}
+
+VariablePtr Evaluator::defineClass(
+    const std::vector<VariablePtr> &args,
+    const std::vector<std::pair<std::string, VariablePtr>> &kwargs) {
+  // A class statement makes a new class each time it runs; the capture
+  // makes one and its calls share it. The class cannot change under them:
+  // its attributes are never written (storeAttr refuses a class), and the
+  // function's locals it closes over must be constants (the class itself,
+  // named in its methods), so the body's only inputs are its code, those
+  // constants and the globals it reads, which are guarded as the frame's
+  // own global reads are.
+  if (!kwargs.empty())
+    unsupported("a class statement with keywords (a metaclass)");
+  if (args.size() < 2 || !args[0]->is(Kind::Function) || args[0]->object)
+    unsupported("__build_class__ called outside a class statement");
+  const VariablePtr &body = args[0];
+  // The body's closure: a cell of an enclosing function is real already;
+  // one the frame made (its methods name the class, or a constant of the
+  // frame) gets a real cell kept equal to it (STORE_DEREF).
+  py::tuple closure(body->cells.size());
+  for (size_t i = 0; i < body->cells.size(); ++i) {
+    const VariablePtr &cell = body->cells[i];
+    if (!cell->is(Kind::Cell))
+      unsupported("a class statement with a closure of a " +
+                  kindNameOf(pythonTypeOf(cell)));
+    if (cell->object) {
+      closure[i] = cell->object;
+      continue;
+    }
+    if (!cell->realCell) {
+      cell->realCell = py::reinterpret_steal<py::object>(PyCell_New(nullptr));
+      if (!cell->items.empty()) {
+        std::optional<py::object> constant = asConstant(cell->items[0]);
+        if (!constant)
+          unsupported("a class statement whose body or methods read a " +
+                      kindNameOf(pythonTypeOf(cell->items[0])) +
+                      " of the function (a closure)");
+        PyCell_Set(cell->realCell.ptr(), constant->ptr());
+      }
+    }
+    closure[i] = cell->realCell;
+  }
+  std::optional<py::object> name = asConstant(args[1]);
+  if (!name || !PyUnicode_Check(name->ptr()))
+    unsupported("a class statement without a constant name");
+  py::list bases;
+  for (size_t i = 2; i < args.size(); ++i) {
+    std::optional<py::object> base = asConstant(args[i]);
+    if (!base || !PyType_Check(base->ptr()))
+      unsupported("a class statement whose bases are not classes");
+    bases.append(*base);
+  }
+  py::dict globals = py::reinterpret_borrow<py::dict>(body->globals);
+  bool rootGlobals = globals.ptr() == inputs_.globals;
+  for (py::handle item : body->code.attr("co_names")) {
+    py::str key = py::reinterpret_borrow<py::str>(item);
+    if (PyDict_Contains(globals.ptr(), key.ptr()) != 1 ||
+        python::isTensor(globals[key]))
+      continue;
+    wrap(globals[key],
+         rootGlobals
+             ? Source::global(key.cast<std::string>())
+             : Source::item(Source::fixed(globals, globalsName(globals)), key));
+  }
+  py::object cls;
+  {
+    HookSuspension suspension; // the body's frames run as they are
+    try {
+      py::object function = py::module_::import("types").attr("FunctionType")(
+          body->code, globals, *name, py::none(),
+          body->cells.empty() ? py::object(py::none()) : py::object(closure));
+      cls = Handles::get().builtin("__build_class__")(function, *name,
+                                                      *py::tuple(bases));
+    } catch (py::error_already_set &error) {
+      unsupported("the body of class " + name->cast<std::string>() +
+                  " raised " + error.what());
+    }
+  }
+  return wrap(cls, nullptr);
 }
 
 VariablePtr Evaluator::newInstance(py::handle cls,

@@ -94,6 +94,15 @@ void Evaluator::storeAttr(const VariablePtr &target, const std::string &name,
   written_[{object.ptr(), name}] = value;
 }
 
+void Evaluator::writeCellContents(const VariablePtr &cell,
+                                  const VariablePtr &value) {
+  const VariablePtr &object = cell->cells.at(0);
+  writtenObjects_.emplace(object->object.ptr(), object);
+  writes_.push_back({object, "cell_contents", value});
+  written_[{object->object.ptr(), "cell_contents"}] = value;
+  cell->items.assign(1, value);
+}
+
 VariablePtr Evaluator::writtenAttribute(const VariablePtr &base,
                                         const std::string &name) {
   if (!base->object || writtenObjects_.empty())

@@ -203,7 +203,19 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
     result->object = py::reinterpret_borrow<py::object>(object);
   } else if (py::isinstance(object, h.functionType) &&
              !h.pureObjectCalls.count(object.ptr())) {
-    guard(identity(object));
+    if (source && isNestedFunction(object)) {
+      // Each call of the function that defines it makes it anew (a lambda
+      // passed in, a closure a graph break passed on): guarded by its code
+      // and globals; inlining reads its defaults and closure through the
+      // source.
+      guard(typeIs(py::type::of(object)));
+      guards_.addCheck(Source::attr(source, "__code__"),
+                       identity(object.attr("__code__")));
+      guards_.addCheck(Source::attr(source, "__globals__"),
+                       identity(object.attr("__globals__")));
+    } else {
+      guard(identity(object));
+    }
     result = Variable::make(Kind::Function);
     result->object = py::reinterpret_borrow<py::object>(object);
   } else if (Py_TYPE(object.ptr()) ==
@@ -479,6 +491,13 @@ VariablePtr Evaluator::iterate(const VariablePtr &iterable) {
     PyErr_Clear();
     unsupported("iteration over a " + kindNameOf(pythonTypeOf(iterable)));
   }
+}
+
+bool isNestedFunction(py::handle function) {
+  return PyFunction_Check(function.ptr()) &&
+         (reinterpret_cast<PyCodeObject *>(PyFunction_GET_CODE(function.ptr()))
+              ->co_flags &
+          CO_NESTED);
 }
 
 void listsReadBy(const Variable &iterator, std::vector<VariablePtr> &lists) {

@@ -51,6 +51,9 @@ struct RebuildStep {
                  // `index` items set as attributes named by `keys`, the rest
                  // as its builtin dict base's items under the other keys
     Set,         // a copy of the set `object` (of constants)
+    Cell,        // a new closure cell; given the value items[0] (if any)
+                 // once every value is built (a function in it may close
+                 // over the cell itself)
   };
   Kind kind = Kind::Constant;
   int index = 0;

@@ -62,6 +62,10 @@ struct Variable {
   py::object code;    // nested Function: code object
   py::object globals; // nested Function: its globals
   std::vector<VariablePtr> cells; // nested Function: closure cells
+  /// A Cell made in the frame that a class defined in the frame closes
+  /// over (its methods name the class): the real cell they read, kept
+  /// equal to items[0], which must be a constant.
+  py::object realCell;
   py::object kwdefaults; // nested Function: kw-only defaults dict or None
   /// Tensor read from a source: its exact class (Tensor, Parameter,
   /// Buffer), which its guard checks; null for tensors the graph computes.

@@ -139,8 +139,6 @@ def refusal(code, offset):
         return "the instruction is in a resume function's prologue"
     if code.co_flags & _CO_GENERATOR_LIKE:
         return "a generator or coroutine frame"
-    if code.co_cellvars:
-        return "the function makes closure cells (" + ", ".join(code.co_cellvars) + ")"
     instructions = _instructions(code)
     instruction = instructions[_at(instructions, offset)]
     effect = _BREAKABLE.get(instruction.opname)
@@ -269,14 +267,29 @@ _CELL_OPS = {_OP[name] for name in ("LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF",
                                      "LOAD_FROM_DICT_OR_DEREF") if name in _OP}
 
 
+def _cell_slots(code, plain=None):
+    """The slots of `code`'s cell variables (co_cellvars order) among its
+    locals: an argument that is a cell keeps its own slot; the others
+    follow the `plain` locals (co_varnames, or more appended to them)."""
+    slots, after = [], len(code.co_varnames) if plain is None else plain
+    for name in code.co_cellvars:
+        if name in code.co_varnames:
+            slots.append(code.co_varnames.index(name))
+        else:
+            slots.append(after)
+            after += 1
+    return slots
+
+
 def _shift_cell_indices(code, added):
-    """`code`'s bytecode with its cell and free variable indices moved by
-    `added` (locals appended before them)."""
+    """`code`'s bytecode with the indices of its cell and free variables
+    that follow the plain locals moved by `added` (locals appended before
+    them); an argument that is a cell keeps its slot."""
     raw = bytearray(code.co_code)
     if not added or not (code.co_cellvars or code.co_freevars):
         return bytes(raw)
     for instruction in dis.get_instructions(code):
-        if instruction.opcode not in _CELL_OPS:
+        if instruction.opcode not in _CELL_OPS or instruction.arg < len(code.co_varnames):
             continue
         start = instruction.offset
         if start >= 2 and raw[start - 2] == _OP["EXTENDED_ARG"]:
@@ -323,11 +336,13 @@ def iterator_at(state):
     return iter(state[1])
 
 
-def make_function(code, globals_, kwdefaults, defaults):
-    """A function without a closure that a frame defined (MAKE_FUNCTION),
-    made again after a graph break: `defaults` is the tuple of its
-    positional defaults (empty for none)."""
-    function = types.FunctionType(code, globals_, code.co_name, defaults or None)
+def make_function(code, globals_, kwdefaults, count, parts):
+    """A function that a frame defined (MAKE_FUNCTION), made again after a
+    graph break: `parts` is its `count` positional defaults, then the cells
+    of its closure."""
+    defaults, cells = tuple(parts[:count]), tuple(parts[count:])
+    function = types.FunctionType(code, globals_, code.co_name, defaults or None,
+                                  cells or None)
     function.__kwdefaults__ = kwdefaults
     return function
 
@@ -340,13 +355,20 @@ def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
         return per_code[key]
     count = len(code.co_varnames)
     temps = tuple(f"__kiln_stack{j}" for j, null in enumerate(after) if not null)
-    varnames = code.co_varnames + temps
+    # The frame's cells come as arguments after the stack (the cell
+    # objects: closures made before the break share them) and go into
+    # their slots, as the skipped MAKE_CELLs would have made them.
+    cells = tuple(f"__kiln_cell{j}" for j in range(len(code.co_cellvars)))
+    varnames = code.co_varnames + temps + cells
     consts = code.co_consts
     if _AS_STATE in iterated:
         consts = consts + (iterator_at,)
     prologue = bytearray()
     _emit_frame_start(prologue, code)
     _emit_restore(prologue, bound, after, iterated, len(code.co_consts))
+    for j, slot in enumerate(_cell_slots(code, len(varnames))):
+        _emit(prologue, "LOAD_FAST", count + len(temps) + j)
+        _emit(prologue, "STORE_FAST", slot)
     for slot in range(count, len(varnames)):
         _emit(prologue, "DELETE_FAST", slot)
     # It lands on the body's `next_offset`, measured from after the jump,
@@ -354,7 +376,7 @@ def _resume_code(code, offset, next_offset, bound, after, line, iterated=()):
     prologue += _fixed_jump("JUMP_FORWARD", next_offset // 2)
     units = len(prologue) // 2
     resumed = code.replace(
-        co_code=bytes(prologue) + _shift_cell_indices(code, len(temps)),
+        co_code=bytes(prologue) + _shift_cell_indices(code, len(temps) + len(cells)),
         co_linetable=bytes(_line_entries(units, 0)) + code.co_linetable,
         co_exceptiontable=_shifted_exception_table(code, units),
         co_varnames=varnames,
@@ -451,9 +473,14 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     conditional jump is not run in the body: the restore ends with a
     forward jump of the same sense onto a jump back to the target's
     trampoline, after a jump back to the next instruction's."""
+    # The frame's cells that are not arguments sit after its plain locals
+    # (a resume function's temporaries among them): their cells are passed
+    # after the stack items, from these slots of the frame's locals.
+    frame_plain = len(code.co_varnames)
+    cell_locals = tuple(slot for slot in _cell_slots(code) if slot >= frame_plain)
     code, offset = base_of(code, offset)
     count = len(code.co_varnames)
-    if any(bound[count:]):
+    if any(bound[count:frame_plain]):
         raise ValueError("a resume function's stack temporary is live")
     bound = tuple(bound[:count])
     stack_nulls = tuple(stack_nulls)
@@ -473,9 +500,12 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
                     for target, stack in successors)
 
     inputs = tuple(f"__kiln_in{j}" for j, null in enumerate(stack_nulls) if not null)
+    inputs += tuple(f"__kiln_cellin{j}" for j in range(len(cell_locals)))
     most = max(sum(not null for null in stack) for _, stack in successors)
     outputs = tuple(f"__kiln_out{j}" for j in range(most))
     varnames = code.co_varnames + inputs + outputs + ("__kiln_null",)
+    cell_slots = _cell_slots(code, len(varnames))
+    arg_cells = {slot for slot in cell_slots if slot < count}
     # A nested function's B makes R from its own closure on every call (B is
     # made per call with the frame's closure); otherwise R is one constant.
     first = len(code.co_consts)
@@ -507,7 +537,7 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
         _emit(trampoline, "PUSH_NULL")
         resume_index = first + 1 + number
         if code.co_freevars:
-            first_free = len(varnames) + len(code.co_cellvars)
+            first_free = len(varnames) + len(cell_slots) - len(arg_cells)
             for free in range(len(code.co_freevars)):
                 _emit(trampoline, "LOAD_CLOSURE", first_free + free)
             _emit(trampoline, "BUILD_TUPLE", len(code.co_freevars))
@@ -515,12 +545,17 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
             _emit(trampoline, "MAKE_FUNCTION", 0x08)
         else:
             _emit(trampoline, "LOAD_CONST", resume_index)
+        # R(locals..., stack..., cells...): an argument that is a cell goes
+        # as its cell, after the stack, as the others do.
         for slot in range(count):
-            _emit(trampoline, "LOAD_FAST" if bound[slot] else "LOAD_CONST",
-                  slot if bound[slot] else none_index)
+            passed = bound[slot] and slot not in arg_cells
+            _emit(trampoline, "LOAD_FAST" if passed else "LOAD_CONST",
+                  slot if passed else none_index)
         for slot in range(count + len(inputs), count + len(inputs) + items):
             _emit(trampoline, "LOAD_FAST", slot)
-        _emit_call(trampoline, count + items)
+        for slot in cell_slots:
+            _emit(trampoline, "LOAD_CLOSURE", slot)
+        _emit_call(trampoline, count + items + len(cell_slots))
         _emit(trampoline, "RETURN_VALUE")
         trampolines.append(trampoline)
 
@@ -541,6 +576,11 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
         _emit_call(restore, 1)
         _emit(restore, "POP_TOP")
     _emit_restore(restore, bound, stack_nulls)
+    # The cells that are not arguments, into their slots.
+    cell_inputs = count + len(inputs) - len(cell_locals)
+    for j, slot in enumerate(slot for slot in cell_slots if slot >= count):
+        _emit(restore, "LOAD_FAST", cell_inputs + j)
+        _emit(restore, "STORE_FAST", slot)
     in_body = not conditional or _inside_handler(code, offset)
     if not in_body:
         # [jump if (not) true to the second] [back to the next
@@ -600,8 +640,9 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
         co_kwonlyargcount=0,
         co_flags=code.co_flags & ~(_CO_VARARGS | _CO_VARKEYWORDS),
         co_stacksize=(code.co_stacksize + len(stack_nulls) + count + len(stack_nulls)
+                      + len(cell_slots)
                       + len(code.co_freevars) + 4),
         co_qualname=f"{code.co_qualname}.<graph break at line {line}>",
     )
     function = types.FunctionType(continued, globals_, closure=closure)
-    return function, resumes[0], count, resumes
+    return function, resumes[0], count, resumes, cell_locals

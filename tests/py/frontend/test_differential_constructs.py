@@ -3880,3 +3880,61 @@ case(br_branch_writes_a_list_arg, (R(3), ["start"]), (-R(3).abs(), []), full=Fal
 case(br_enumerate_list_with_print, (R(3), [R(3), R(3), R(3)]), (R(2), [R(2)]), full=False)
 case(br_zip_reversed_growing, (R(3), [R(3), R(3)]), (R(2), [R(2)]), full=False)
 case(br_enumerate_growing_from_two, (R(3), [R(3), R(3)]), (R(2), [R(2)]), full=False)
+
+
+# --- class statements inside the compiled function ----------------------------
+
+def cls_plain_with_init_and_method(x):
+    class Box:
+        def __init__(self, t):
+            self.t = t
+
+        def doubled(self):
+            return self.t * 2
+    return Box(x).doubled() + 1
+
+
+def cls_names_itself_in_a_method(x):
+    class Vec:
+        def __init__(self, t):
+            self.t = t
+
+        def __add__(self, other):
+            return Vec(self.t + other.t)
+    return (Vec(x) + Vec(x * 3)).t
+
+
+def cls_inherits_with_super(x):
+    class Base:
+        def f(self, t):
+            return t + 1
+
+    class Child(Base):
+        def f(self, t):
+            return super().f(t) * 2
+    return Child().f(x)
+
+
+def cls_class_attribute_and_classmethod(x, n):
+    class Counter:
+        start = n
+
+        @classmethod
+        def shifted(cls, t):
+            return t + cls.start
+    return Counter.shifted(x), Counter.start
+
+
+def cls_nn_functional_in_a_static_method(x):
+    class Act:
+        @staticmethod
+        def apply(t):
+            return torch.nn.functional.gelu(t)
+    return Act.apply(x) - Act().apply(x * 0)
+
+
+case(cls_plain_with_init_and_method, (R(3),), (R(2, 2),))
+case(cls_names_itself_in_a_method, (R(3),), (R(4),))
+case(cls_inherits_with_super, (R(3),), (R(1),))
+case(cls_class_attribute_and_classmethod, (R(3), 2), (R(2), 5))
+case(cls_nn_functional_in_a_static_method, (R(5),), (R(2, 3),))

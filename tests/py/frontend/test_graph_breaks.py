@@ -1115,3 +1115,79 @@ def test_a_loop_longer_than_the_cache_limit_breaks_at_every_step(capsys):
     info = kiln.cache_info(compiled)
     assert info["graph_count"] == 13 and not info["runs_in_cpython"], info
     capsys.readouterr()
+
+
+def comprehension_over_a_local(x, n):
+    scale = 2.0  # a cell on 3.11: the comprehension is a closure over it
+    ys = [x * scale for _ in range(n)]
+    print("comprehension")
+    return sum(ys) * scale
+
+
+def closure_sees_a_rebinding_after_the_break(x):
+    k = 3.0
+    f = lambda t: t * k  # noqa: E731
+    y = f(x)
+    print("mid")
+    k = 5.0  # the closure made before the break reads the new value
+    return f(y) + k
+
+
+def argument_that_is_a_cell(x, w):
+    g = lambda: x * w  # noqa: E731
+    print("argument cell")
+    x = x + 1  # rebinds the cell g reads
+    return g() + x
+
+
+def nonlocal_counter_across_a_break(x):
+    count = 0
+
+    def bump(t):
+        nonlocal count
+        count += 1
+        return t + count
+    y = bump(x)
+    print("counter")
+    y = bump(y)
+    return y, count
+
+
+def recursive_local_function(x):
+    def fact(n):
+        return 1 if n <= 1 else n * fact(n - 1)
+    print("recursive")
+    return x * fact(4)
+
+
+def test_breaks_in_functions_with_closure_cells(capsys):
+    # A function whose locals closures read (comprehensions on 3.11,
+    # lambdas, nested functions) breaks like any other: its cells go to the
+    # resume function as the cell objects, so closures made before the
+    # break and the code after it share them, writes included. The nested
+    # functions passed on are guarded by their code, not their identity:
+    # one entry serves every call.
+    for fn, make_inputs in (
+            (comprehension_over_a_local, lambda: (torch.randn(3), 3)),
+            (closure_sees_a_rebinding_after_the_break, lambda: (torch.randn(3),)),
+            (argument_that_is_a_cell, lambda: (torch.randn(3), torch.randn(3))),
+            (nonlocal_counter_across_a_break, lambda: (torch.randn(3),)),
+            (recursive_local_function, lambda: (torch.randn(3),))):
+        compiled = check(fn, make_inputs, calls=4)
+        info = assert_breaks(compiled, 1, 2)
+        assert info["entries"] == 1 and info["hits"] == 3, info
+        assert kiln.code_cache_info(info["breaks"][0]["resume"])["entries"] == 1
+    capsys.readouterr()
+
+
+def test_a_fresh_lambda_of_the_same_code_reuses_the_capture():
+    def apply(f, x):
+        return f(x) * 2
+
+    compiled = kiln.compile(apply)
+    for k in (1.0, 2.0, 2.0):
+        f = lambda t: t + k  # noqa: E731  (a new function object each time)
+        x = torch.randn(3)
+        assert_close(compiled(f, x), apply(f, x))
+    # The closure's value is guarded: k=1 and k=2 are two entries.
+    assert kiln.cache_info(compiled)["entries"] == 2

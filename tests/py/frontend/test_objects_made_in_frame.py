@@ -228,3 +228,77 @@ def test_a_module_with_parameters_built_in_the_frame_is_refused():
     assert shape == (2, 3)
     reasons = kiln.cache_info(compiled)["break_reasons"]
     assert len(reasons) == 1 and "owns parameters or buffers" in reasons[0]
+
+
+SHIFT = 1.0
+
+
+def classes_defined_in_the_frame(x):
+    class Scaler:
+        factor = 3.0
+
+        def __init__(self, t):
+            self.t = t
+
+        @property
+        def scaled(self):
+            return self.t * self.factor
+
+        @staticmethod
+        def twice(t):
+            return t * 2
+
+        @classmethod
+        def make(cls, t):
+            return cls(t + SHIFT)  # a global the class reads when called
+
+        def __add__(self, other):
+            return Scaler(self.t + other.t)
+
+        def __len__(self):
+            return 2
+
+    class Shifted(Scaler):
+        def __init__(self, t):
+            super().__init__(t)
+            self.t = self.t - 1
+
+    a = Scaler.make(x) + Scaler(x)
+    b = Shifted(x)
+    return a.scaled + Scaler.twice(b.t) * len(a), isinstance(b, Scaler)
+
+
+def class_body_reads_a_global(x):
+    class Config:
+        shift = SHIFT * 2
+    return x + Config.shift
+
+
+def class_body_reads_a_local(x, k):
+    class Config:
+        shift = k  # a closure over the frame's local
+    return x + Config.shift
+
+
+def test_classes_defined_in_the_frame_are_made_at_capture():
+    # A class statement runs its body once, at capture; every call of the
+    # capture uses that class (a Python class statement would make a new
+    # one each call: the one observable difference).
+    info = check(classes_defined_in_the_frame, lambda: (torch.randn(3),), graphs=1)
+    assert info["entries"] == 1 and info["hits"] == 2
+    global SHIFT
+    compiled = kiln.compile(class_body_reads_a_global)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x + 2.0)
+    try:
+        SHIFT = 5.0  # the body's global is guarded: a new capture
+        torch.testing.assert_close(compiled(x), x + 10.0)
+    finally:
+        SHIFT = 1.0
+    assert kiln.cache_info(compiled)["entries"] == 2
+    # A class that closes over a constant local is made with it (guarded as
+    # the argument it came from); over a tensor, the class statement is a
+    # graph break (its cell passed on to the resume function).
+    info = check(class_body_reads_a_local, lambda: (torch.randn(3), 2.0), graphs=1)
+    info = check(class_body_reads_a_local, lambda: (torch.randn(3), torch.randn(3)))
+    assert not info["runs_in_cpython"] and "(a closure)" in info["break_reasons"][0]

@@ -46,7 +46,7 @@ def test_break_at_a_keyword_call():
     offset = calls(subject.__code__)[0]
     assert resume.refusal(subject.__code__, offset) is None
     # Locals x, y, k, a bound, total not; stack [NULL, show, "mid", a, "|"].
-    function, resume_code, count, _ = resume.continuation(
+    function, resume_code, count, *_ = resume.continuation(
         subject.__code__, offset, (True, True, True, True, False),
         (True, False, False, False, False), subject.__globals__)
     assert count == 5 and resume_code.co_argcount == 5 + 1  # the call's result
@@ -59,7 +59,7 @@ def test_break_with_nulls_below_the_call():
     x, y = 0.5, -4.0
     offset = calls(subject.__code__)[1]
     # Stack [NULL, fsum, a, NULL, double, y]: the break is double(y).
-    function, resume_code, _, _ = resume.continuation(
+    function, resume_code, *_ = resume.continuation(
         subject.__code__, offset, (True, True, True, True, False),
         (True, False, False, True, False, False), subject.__globals__)
     a = x + 1
@@ -125,7 +125,7 @@ def test_an_exception_at_a_break_inside_try_meets_its_handlers():
     code = in_try_raising.__code__
     offset = calls(code)[0]
     # Locals x bound, y not; stack [NULL, refuse, x].
-    function, _, _, _ = resume.continuation(code, offset, (True, False), (True, False, False),
+    function, *_ = resume.continuation(code, offset, (True, False), (True, False, False),
                                          in_try_raising.__globals__)
     assert function("a", None, refuse, "a") == in_try_raising("a") == "handled a"
     assert PRINTED == ["finally", "finally"]
