@@ -119,6 +119,10 @@ struct Handles {
       py::module_::import("kiln._polyfills").attr("autocast_enabled");
   py::object nullContextType =
       py::module_::import("contextlib").attr("nullcontext");
+  py::object partialModel =
+      py::module_::import("kiln._polyfills").attr("partial");
+  py::object gradModeWrapper =
+      py::module_::import("kiln._polyfills").attr("grad_mode_wrapper");
   py::object tupleNew = py::reinterpret_borrow<py::object>(
                             reinterpret_cast<PyObject *>(&PyTuple_Type))
                             .attr("__new__");

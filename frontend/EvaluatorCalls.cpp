@@ -962,6 +962,16 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
   case Kind::GradRestore:
     setGradMode(callable->flag);
     return Variable::constant(py::none());
+  case Kind::GradContext: {
+    // torch.no_grad() / enable_grad() as a decorator: a function that runs
+    // the decorated one under the mode (kiln._polyfills.grad_mode_wrapper).
+    if (args.size() != 1 || !kwargs.empty() || !callable->name.empty())
+      unsupported("calling a grad-mode context with other than one function");
+    auto model = Variable::make(Kind::Function);
+    model->object = Handles::get().gradModeWrapper;
+    return inlineFunction(
+        model, {Variable::constant(py::bool_(callable->flag)), args[0]}, {});
+  }
   case Kind::Callable:
   case Kind::Constant: {
     py::object function = callable->object;
@@ -1024,21 +1034,34 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       // isinstance, type and its attributes are Python's; calls read it.
       py::list realArgs;
       py::dict realKwargs;
-      auto real = [&](const VariablePtr &value) -> py::object {
+      auto real = [&](const VariablePtr &value) -> std::optional<py::object> {
         if (std::optional<py::object> constant = asConstant(value))
-          return *constant;
+          return constant;
         if (value->object && !value->is(Kind::Tensor) &&
             (value->is(Kind::Function) || value->is(Kind::Callable) ||
              value->is(Kind::PythonModule) ||
              (value->is(Kind::Object) && !value->source)))
           return value->object;
-        unsupported("functools.partial over a " +
-                    kindNameOf(pythonTypeOf(value)) + " of the frame");
+        return std::nullopt;
       };
+      bool allReal = true;
       for (const VariablePtr &arg : args)
-        realArgs.append(real(arg));
+        if (std::optional<py::object> value = real(arg))
+          realArgs.append(*value);
+        else
+          allReal = false;
       for (const auto &[name, value] : kwargs)
-        realKwargs[py::str(name)] = real(value);
+        if (std::optional<py::object> item = real(value))
+          realKwargs[py::str(name)] = *item;
+        else
+          allReal = false;
+      if (!allReal) {
+        // Over a tensor or a function the frame made: a closure that calls
+        // func with the bound arguments first (kiln._polyfills.partial).
+        auto model = Variable::make(Kind::Function);
+        model->object = h.partialModel;
+        return inlineFunction(model, std::move(args), std::move(kwargs));
+      }
       py::object made = function(*realArgs, **realKwargs);
       keepAlive_.push_back(made);
       VariablePtr object = wrap(made, nullptr);
@@ -1155,11 +1178,22 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
     bool enumLookup =
         PyType_Check(function.ptr()) &&
         PyObject_IsSubclass(function.ptr(), h.enumType.ptr()) == 1;
-    // A builtin exception made to be raised (or compared).
-    bool exceptionClass =
-        PyExceptionClass_Check(function.ptr()) &&
-        !(reinterpret_cast<PyTypeObject *>(function.ptr())->tp_flags &
-          Py_TPFLAGS_HEAPTYPE);
+    // An exception made to be raised (or compared): a builtin one, or a
+    // user's class whose construction is the builtin base's (no Python
+    // __init__ or __new__ of its own).
+    bool exceptionClass = false;
+    if (PyExceptionClass_Check(function.ptr())) {
+      exceptionClass = true;
+      if (reinterpret_cast<PyTypeObject *>(function.ptr())->tp_flags &
+          Py_TPFLAGS_HEAPTYPE)
+        for (const char *method : {"__init__", "__new__"}) {
+          PyObject *found = lookUpOnType(function, method);
+          if (!found || PyFunction_Check(found) ||
+              Py_TYPE(found) == &PyStaticMethod_Type ||
+              Py_TYPE(found) == &PyClassMethod_Type)
+            exceptionClass = false;
+        }
+    }
     bool pure = callable->flag || h.pureBuiltins.count(function.ptr()) ||
                 returnsObject || enumLookup || exceptionClass ||
                 constantMethod || module == "math" || module == "operator" ||

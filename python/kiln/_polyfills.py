@@ -325,3 +325,24 @@ def autocast_enabled(cls, args, kwargs):
     bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
     bound.apply_defaults()
     return bool(bound.arguments["enabled"])
+
+
+def grad_mode_wrapper(enabled, function):
+    """torch.no_grad()(function) (enabled False) or enable_grad()(function):
+    run through the evaluator, so `with` is its modelled grad-mode block."""
+    import torch
+
+    def wrapper(*args, **kwargs):
+        with (torch.enable_grad() if enabled else torch.no_grad()):
+            return function(*args, **kwargs)
+    return wrapper
+
+
+def partial(function, /, *bound, **bound_keywords):
+    """functools.partial over a tensor or a function the frame made (the
+    real partial object stands for the others): a closure that calls
+    `function` with the bound arguments first, keywords given at the call
+    overriding the bound ones."""
+    def call(*args, **keywords):
+        return function(*bound, *args, **{**bound_keywords, **keywords})
+    return call

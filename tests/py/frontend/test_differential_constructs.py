@@ -3938,3 +3938,71 @@ case(cls_names_itself_in_a_method, (R(3),), (R(4),))
 case(cls_inherits_with_super, (R(3),), (R(1),))
 case(cls_class_attribute_and_classmethod, (R(3), 2), (R(2), 5))
 case(cls_nn_functional_in_a_static_method, (R(5),), (R(2, 3),))
+
+
+# --- user exception classes, grad-mode decorators on local functions ----------
+
+class ShapeError(ValueError):
+    pass
+
+
+def exc_user_class_raised_and_caught(x):
+    try:
+        if x.dim() > 1:
+            raise ShapeError("too many dims", x.dim())
+        y = x + 1
+    except ShapeError as error:
+        y = x.flatten() * len(error.args)
+    return y
+
+
+def exc_user_class_in_a_helper(x):
+    def check(t):
+        if t.shape[0] > 2:
+            raise ShapeError(f"{t.shape[0]} rows")
+        return t
+    try:
+        return check(x) * 2
+    except ValueError as error:  # caught as its base class
+        return x - len(str(error))
+
+
+def dec_no_grad_local_function(x, w):
+    @torch.no_grad()
+    def frozen(t):
+        return t @ w
+
+    return frozen(x) + x.sum(), torch.is_grad_enabled()
+
+
+def dec_enable_grad_inside_no_grad(x):
+    @torch.enable_grad()
+    def tracked(t):
+        return t * 2, torch.is_grad_enabled()
+
+    with torch.no_grad():
+        y, inside = tracked(x)
+    return y + 1, inside, torch.is_grad_enabled()
+
+
+case(exc_user_class_raised_and_caught, (R(3),), (R(2, 3),))
+case(exc_user_class_in_a_helper, (R(2),), (R(4, 2),))
+case(dec_no_grad_local_function, (R(2, 3), R(3, 3)), (R(1, 3), R(3, 3)))
+case(dec_enable_grad_inside_no_grad, (R(3),), (R(2, 2),))
+
+
+def partial_over_a_tensor(x, w):
+    scaled = functools.partial(torch.mul, w)
+    shifted = functools.partial(torch.add, other=x)
+    return shifted(scaled(x)), scaled(x)
+
+
+def partial_over_a_local_function(x):
+    def affine(t, a, b=0.0):
+        return t * a + b
+    half = functools.partial(affine, a=0.5)
+    return half(x), half(x, b=x), half(x, a=2.0)
+
+
+case(partial_over_a_tensor, (R(3), R(3)), (R(2, 2), R(2, 2)))
+case(partial_over_a_local_function, (R(4),), (R(1),))
