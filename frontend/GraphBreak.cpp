@@ -163,6 +163,10 @@ int Evaluator::rebuild(const VariablePtr &value, Rebuilder &rebuilder) {
     break;
   }
   case Kind::Set:
+    if (value->source) { // the caller's (a change reaches it as an effect)
+      read();
+      break;
+    }
     step.kind = RebuildStep::Kind::Set;
     step.object = value->object;
     break;
@@ -238,11 +242,16 @@ void Evaluator::planSideEffects(Rebuilder &rebuilder) {
     effect.contents = true;
     effect.target = rebuild(container, rebuilder); // the caller's, read
     RebuildStep contents;
-    contents.kind = container->is(Kind::List) ? RebuildStep::Kind::List
-                                              : RebuildStep::Kind::Dict;
-    for (const VariablePtr &item : container->items)
-      contents.items.push_back(rebuild(item, rebuilder));
-    contents.keys = container->keys;
+    if (container->is(Kind::Set)) {
+      contents.kind = RebuildStep::Kind::Set; // a copy of the model
+      contents.object = container->object;
+    } else {
+      contents.kind = container->is(Kind::List) ? RebuildStep::Kind::List
+                                                : RebuildStep::Kind::Dict;
+      for (const VariablePtr &item : container->items)
+        contents.items.push_back(rebuild(item, rebuilder));
+      contents.keys = container->keys;
+    }
     effect.value = rebuilder.add(std::move(contents));
     rebuilder.state.effects.push_back(std::move(effect));
   }

@@ -792,6 +792,9 @@ VariablePtr Evaluator::callMethodOfSet(const VariablePtr &self,
       "__contains__", "__len__",      "clear"};
   for (const char *method : methods)
     if (name == method) {
+      if (name == "add" || name == "update" || name == "discard" ||
+          name == "remove" || name == "clear")
+        checkNotInput(self, "changing");
       py::object result;
       try {
         result = self->object.attr(name.c_str())(*py::tuple(constants));

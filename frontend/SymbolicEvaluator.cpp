@@ -181,6 +181,20 @@ VariablePtr Evaluator::wrap(py::handle object, SourcePtr source) {
         Variable::sequence(isList ? Kind::List : Kind::Tuple, std::move(items));
     if (isList) // the caller's list, should the frame change it
       result->object = py::reinterpret_borrow<py::object>(object);
+  } else if (PySet_CheckExact(object.ptr()) && [&] {
+               for (py::handle element : object)
+                 if (!isConstantObject(element))
+                   return false;
+               return true;
+             }()) {
+    // A set of constants of the caller's: guarded by its contents, modelled
+    // on a copy; a change to it is given to the caller's set after the
+    // graph (checkNotInput, planSideEffects).
+    guard(typeIs(py::type::of(object)));
+    guard(equalsConstant(
+        py::reinterpret_steal<py::object>(PySet_New(object.ptr()))));
+    result = setFromObject(
+        py::reinterpret_steal<py::object>(PySet_New(object.ptr())));
   } else if (PyDict_CheckExact(object.ptr())) {
     guard(typeIs(py::type::of(object)));
     GuardCheck keys{GuardCheck::Kind::DictKeys, {}, {}};
@@ -648,15 +662,16 @@ py::object Evaluator::pythonTypeOf(const VariablePtr &value) {
 void Evaluator::checkNotInput(const VariablePtr &container, const char *what) {
   if (!container->source || container->ownedByFrame)
     return;
-  // A list or dict of the caller's: changed here, given its final contents
-  // after the graph (planSideEffects).
+  // A list, dict or set of the caller's: changed here, given its final
+  // contents after the graph (planSideEffects).
   if (container->is(Kind::Dict) &&
       container->source->kind == Source::Kind::Attr &&
       container->source->name == "__dict__")
     unsupported(std::string(what) + " " + container->source->str() +
                 ", the attributes of an object the caller can see (read "
                 "through the object, they are modelled apart)");
-  if ((container->is(Kind::List) || container->is(Kind::Dict)) &&
+  if ((container->is(Kind::List) || container->is(Kind::Dict) ||
+       container->is(Kind::Set)) &&
       container->object) {
     if (std::find(changedContainers_.begin(), changedContainers_.end(),
                   container) == changedContainers_.end())

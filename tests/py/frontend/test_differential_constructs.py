@@ -4006,3 +4006,30 @@ def partial_over_a_local_function(x):
 
 case(partial_over_a_tensor, (R(3), R(3)), (R(2, 2), R(2, 2)))
 case(partial_over_a_local_function, (R(4),), (R(1),))
+
+
+# --- sets of the caller's: read, and changed as a side effect -----------------
+
+def callerset_membership_and_size(x, names):
+    scale = 2.0 if "double" in names else 1.0
+    return x * scale + len(names), sorted(names)
+
+
+def callerset_changed(x, seen):
+    seen.add("visited")
+    seen.discard("stale")
+    seen.update({"a", "b"})
+    return x + len(seen), "a" in seen
+
+
+def callerset_cleared_then_filled(x, tags):
+    n = len(tags)
+    tags.clear()
+    for i in range(3):
+        tags.add(i)
+    return x * n, tags
+
+
+case(callerset_membership_and_size, (R(3), {"double", "x"}), (R(2), {"y"}))
+case(callerset_changed, (R(3), {"stale", "c"}), (R(2), set()))
+case(callerset_cleared_then_filled, (R(3), {5, 6}), (R(2), {7}))
