@@ -347,6 +347,53 @@ void Evaluator::compareOp(Frame &frame, const std::string &op) {
         frame.stack.push_back(result);
         return;
       }
+  if (op == "==" || op == "!=") {
+    // Keys views compare as the sets of their keys (with sets, too).
+    auto keySet = [&](const VariablePtr &value,
+                      const std::optional<py::object> &constant)
+        -> std::optional<py::object> {
+      if (value->is(Kind::DictView) && value->name == "keys") {
+        py::set keys;
+        for (const py::object &key : value->items[0]->keys)
+          keys.add(key);
+        return py::object(keys);
+      }
+      if (value->is(Kind::Set))
+        return value->object;
+      if (constant && PyAnySet_Check(constant->ptr()))
+        return constant;
+      return std::nullopt;
+    };
+    std::optional<py::object> leftKeys = keySet(left, a),
+                              rightKeys = keySet(right, b);
+    if (leftKeys && rightKeys &&
+        (left->is(Kind::DictView) || right->is(Kind::DictView))) {
+      bool equal = leftKeys->equal(*rightKeys);
+      frame.stack.push_back(
+          Variable::constant(py::bool_(op == "==" ? equal : !equal)));
+      return;
+    }
+    // Objects whose class compares by identity (object.__eq__): the same
+    // object or not.
+    auto byIdentity = [&](const VariablePtr &value) {
+      if (!value->is(Kind::Instance) && !value->is(Kind::Object))
+        return false;
+      py::object type = pythonTypeOf(value);
+      return lookUpOnType(type, "__eq__") ==
+                 lookUpOnType(h.builtin("object"), "__eq__") &&
+             lookUpOnType(type, "__ne__") ==
+                 lookUpOnType(h.builtin("object"), "__ne__");
+    };
+    // (Two objects from the caller would need a guard on their identity:
+    // left to the code below.)
+    if (byIdentity(left) && byIdentity(right) &&
+        (left->is(Kind::Instance) || right->is(Kind::Instance))) {
+      bool same = left == right; // an object made in the frame is itself
+      frame.stack.push_back(
+          Variable::constant(py::bool_(op == "==" ? same : !same)));
+      return;
+    }
+  }
   if ((op == "==" || op == "!=") && (a || b)) {
     // A symbolic container or object against a constant (usually None).
     bool equal = false;

@@ -119,6 +119,12 @@ struct Handles {
       py::module_::import("kiln._polyfills").attr("autocast_enabled");
   py::object nullContextType =
       py::module_::import("contextlib").attr("nullcontext");
+  py::object lruCacheWrapperType =
+      py::type::of(py::module_::import("functools")
+                       .attr("lru_cache")(py::none())(
+                           py::module_::import("operator").attr("neg")));
+  py::object incomparableKey =
+      py::module_::import("kiln._polyfills").attr("Incomparable");
   py::object partialModel =
       py::module_::import("kiln._polyfills").attr("partial");
   py::object gradModeWrapper =
@@ -141,6 +147,8 @@ struct Handles {
           "zip",     "setattr", "iter",     "next",       "hex",
           "oct",     "bin",     "vars"})
       pureBuiltins.insert(builtins.attr(name).ptr());
+    // torch.device("cpu"), torch.device("cuda", 0): a constant.
+    pureBuiltins.insert(torch.attr("device").ptr());
     for (py::object call : {torch.attr("finfo"), torch.attr("iinfo"),
                             torch.attr("promote_types"), torch.attr("can_cast"),
                             py::module_::import("inspect").attr("signature")})

@@ -105,18 +105,45 @@ std::vector<VariablePtr> Evaluator::sortedItems(
   // The keys (the items, or what the key function gives for each, called
   // once per item in order as Python does) must be constants; Python's own
   // sort orders them, stably.
+  // A tuple key with a tensor after constants (sorted(d.items()) of a
+  // dict of tensors) sorts as long as the constants decide: the tensor
+  // stands as an object that raises when compared (one per key, so that
+  // no identity shortcut compares two as equal).
+  const Handles &h = Handles::get();
+  auto incomparable = [&]() {
+    unsupported("sorting by values that are not constants (tensors: "
+                "data-dependent)");
+  };
   py::list keys;
   for (const VariablePtr &item : items) {
     VariablePtr keyValue = key ? call(key, {item}, {}) : item;
     std::optional<py::object> constant = asConstant(keyValue);
-    if (!constant || keyValue->is(Kind::Module))
-      unsupported("sorting by values that are not constants (tensors: "
-                  "data-dependent)");
-    keys.append(*constant);
+    if (constant && !keyValue->is(Kind::Module)) {
+      keys.append(*constant);
+      continue;
+    }
+    if (!keyValue->is(Kind::Tuple) ||
+        (keyValue->object && !keyValue->object.is_none()))
+      incomparable();
+    py::list parts;
+    for (const VariablePtr &part : keyValue->items) {
+      std::optional<py::object> value = asConstant(part);
+      if (!value || part->is(Kind::Module)) {
+        parts.append(h.incomparableKey());
+        break;
+      }
+      parts.append(*value);
+    }
+    keys.append(py::tuple(parts));
   }
-  py::object order = Handles::get().builtin("sorted")(
-      Handles::get().builtin("range")(items.size()),
-      py::arg("key") = keys.attr("__getitem__"), py::arg("reverse") = reverse);
+  py::object order;
+  try {
+    order = h.builtin("sorted")(h.builtin("range")(items.size()),
+                                py::arg("key") = keys.attr("__getitem__"),
+                                py::arg("reverse") = reverse);
+  } catch (py::error_already_set &) {
+    incomparable();
+  }
   std::vector<VariablePtr> sorted;
   for (py::handle index : order)
     sorted.push_back(items.at(index.cast<size_t>()));
@@ -1093,6 +1120,15 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       auto model = Variable::make(Kind::Function);
       model->object = itemgetter ? h.itemgetterCall : h.attrgetterCall;
       return inlineFunction(model, {Variable::constant(parts), args[0]}, {});
+    }
+    if (py::type::of(function).is(h.lruCacheWrapperType) &&
+        PyFunction_Check(
+            py::getattr(function, "__wrapped__", py::none()).ptr())) {
+      // A functools.lru_cache'd function: its body, inlined (what it
+      // computes from the same arguments is the same, cached or not).
+      auto wrapped = Variable::make(Kind::Function);
+      wrapped->object = function.attr("__wrapped__");
+      return inlineFunction(wrapped, std::move(args), std::move(kwargs));
     }
     if (py::object model = h.polyfillFor(function)) {
       // functools.reduce, itertools' iterators, map, ...: their Python

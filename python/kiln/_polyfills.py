@@ -346,3 +346,16 @@ def partial(function, /, *bound, **bound_keywords):
     def call(*args, **keywords):
         return function(*bound, *args, **{**bound_keywords, **keywords})
     return call
+
+
+class Incomparable:
+    """Stands for a value the capture cannot order (a tensor) in a sort key:
+    comparing it raises, so a sort that reaches it is refused."""
+
+    __slots__ = ()
+    __hash__ = None
+
+    def _refuse(self, other):
+        raise TypeError("kiln: a sort key compared a value it cannot order")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse

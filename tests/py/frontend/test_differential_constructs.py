@@ -4033,3 +4033,43 @@ def callerset_cleared_then_filled(x, tags):
 case(callerset_membership_and_size, (R(3), {"double", "x"}), (R(2), {"y"}))
 case(callerset_changed, (R(3), {"stale", "c"}), (R(2), set()))
 case(callerset_cleared_then_filled, (R(3), {5, 6}), (R(2), {7}))
+
+
+# --- keys views compared, identity equality, sorted items, small library calls -
+
+class PlainToken:
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def cached_scale(n, bias=0.5):
+    return n * 2 + bias
+
+
+def misc_keys_views_compared(x):
+    d = {3: x}
+    keys = d.keys()
+    d[4] = x + 1
+    return 3 in keys, 4 in keys, {3: 2, 4: "aa"}.keys() == keys, keys != {3}, x * len(keys)
+
+
+def misc_identity_equality_of_objects(x):
+    a, b = PlainToken(), PlainToken()
+    same = a == a
+    return x + 1 if (same and a != b and not (a == b) and a != None) else x  # noqa: E711
+
+
+def misc_sorted_items_with_tensor_values(x):
+    d = {"b": x, "a": x * 2, "c": x - 1}
+    return [v for _, v in sorted(d.items())], [k for k, _ in sorted(d.items(), reverse=True)]
+
+
+def misc_device_and_lru_cache(x):
+    on = torch.device("cpu")
+    return x.to(on) * cached_scale(3) + torch.ones(1, device=torch.device("cpu"))
+
+
+case(misc_keys_views_compared, (R(3),), (R(2, 2),))
+case(misc_identity_equality_of_objects, (R(3),))
+case(misc_sorted_items_with_tensor_values, (R(3),), (R(1),))
+case(misc_device_and_lru_cache, (R(3),), (R(2),))
