@@ -518,8 +518,13 @@ void CodeCache::makeContinuation(CacheEntry &entry,
                                static_cast<int>(graphBreak.loopSteps));
   }
   entry.continuationLocals = made[2].cast<size_t>();
-  for (py::handle slot : made[4])
-    entry.continuationCells.push_back(slot.cast<int>());
+  for (py::handle slot : made[4]) {
+    int index = slot.cast<int>();
+    if (index < 0 || index >= static_cast<int>(graphBreak.locals.size()) ||
+        graphBreak.locals[index] < 0)
+      throw Unsupported("a closure cell of the frame is unbound at the break");
+    entry.continuationCells.push_back(index);
+  }
   entry.globals = inputs.globals;
   skipCodeInHook(entry.continuation.attr("__code__").ptr());
 }

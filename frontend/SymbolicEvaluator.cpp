@@ -1067,6 +1067,11 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
          Py_TPFLAGS_HEAPTYPE) &&
         !isTorchModuleName(moduleOf(type)))
       return wrap(attribute, attrSource());
+    // A nested function is guarded by its code only: its name, defaults
+    // and other attributes are read through its source.
+    if (base->is(Kind::Function) && base->source &&
+        isNestedFunction(base->object))
+      return wrap(attribute, attrSource());
     if (isConstantObject(attribute))
       return Variable::constant(attribute);
     if (base->kind == Kind::Constant && PyCallable_Check(attribute.ptr())) {

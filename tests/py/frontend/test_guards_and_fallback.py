@@ -1,6 +1,7 @@
 # Guards (hit, miss, recompile, cache limit), fallback to CPython for what
 # cannot be captured (with kiln.Unsupported under fullgraph), side effects,
 # the frame hook, thread safety and reference counts.
+import functools
 import gc
 import sys
 import threading
@@ -395,3 +396,39 @@ def test_is_between_input_tensors_is_guarded_both_ways():
         identical, total = compiled(x, y)
         assert identical is (x is y)
         torch.testing.assert_close(total, x + y)
+
+
+def _decorated(fn):
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return fn(*args)
+    return wrapper
+
+
+@_decorated
+def _alpha(x):
+    return x + 1
+
+
+@_decorated
+def _beta(x):
+    return x - 1
+
+
+def _apply_by_name(fn, x):
+    return fn(x) * 2 if fn.__name__ == "_alpha" else fn(x) * 3
+
+
+def test_nested_functions_are_guarded_by_code_and_what_is_read_of_them():
+    # Two wrappers of one decorator share their code: the capture is
+    # reused only where what it read of them (the name functools.wraps
+    # set, the function in the closure) is the same.
+    compiled = kiln.compile(_apply_by_name)
+    x = torch.randn(3)
+    for fn in (_alpha, _beta, _alpha, _beta):
+        torch.testing.assert_close(compiled(fn, x), _apply_by_name(fn, x))
+    info = kiln.cache_info(compiled)
+    assert info["entries"] == 2 and info["hits"] == 2, info
+    fresh = _decorated(_alpha.__wrapped__)  # a new wrapper of the same function
+    torch.testing.assert_close(compiled(fresh, x), _apply_by_name(fresh, x))
+    assert kiln.cache_info(compiled)["entries"] == 2
