@@ -117,6 +117,8 @@ struct Handles {
       py::module_::import("torch.amp.autocast_mode").attr("autocast");
   py::object autocastEnabled =
       py::module_::import("kiln._polyfills").attr("autocast_enabled");
+  py::object recordFunctionType =
+      py::module_::import("torch.autograd.profiler").attr("record_function");
   py::object nullContextType =
       py::module_::import("contextlib").attr("nullcontext");
   py::object lruCacheWrapperType =

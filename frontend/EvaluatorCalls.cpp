@@ -1138,6 +1138,13 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       return inlineFunction(inlined, std::move(args), std::move(kwargs));
     }
     if (PyType_Check(function.ptr()) &&
+        PyObject_IsSubclass(function.ptr(), h.recordFunctionType.ptr()) == 1) {
+      // torch.profiler.record_function(name): a label for a profiler's
+      // trace, which the compiled graph has no place for: a nullcontext.
+      if (VariablePtr instance = constructInstance(h.nullContextType, {}, {}))
+        return instance;
+    }
+    if (PyType_Check(function.ptr()) &&
         PyObject_IsSubclass(function.ptr(), h.autocastType.ptr()) == 1) {
       // torch.autocast(...), torch.cpu.amp.autocast(...): a frame runs
       // compiled only while autocast is off (CodeCache), so a block that

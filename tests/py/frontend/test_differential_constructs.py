@@ -4073,3 +4073,13 @@ case(misc_keys_views_compared, (R(3),), (R(2, 2),))
 case(misc_identity_equality_of_objects, (R(3),))
 case(misc_sorted_items_with_tensor_values, (R(3),), (R(1),))
 case(misc_device_and_lru_cache, (R(3),), (R(2),))
+
+
+def misc_record_function_block(x):
+    with torch.profiler.record_function("attention"):
+        y = x.softmax(-1) * 2
+    with torch.autograd.profiler.record_function("mlp"):
+        return y.relu() + 1
+
+
+case(misc_record_function_block, (R(3, 4),), (R(2, 5),))
