@@ -2,13 +2,18 @@
 # bytecode evaluator instead of refusing: functools.reduce, itertools'
 # iterators, map and filter, Counter's counting, heapq's nlargest, and the
 # calls of operator's itemgetter and attrgetter (functools.partial and the
-# getters are real objects: frontend/EvaluatorCalls.cpp). Each follows its CPython
-# documentation's equivalent code, written with what the evaluator models
-# (lists, tuples, loops, generators). Generators made during capture run to
-# exhaustion when called: an infinite one (itertools.count, repeat without
-# times) ends the capture at the evaluator's instruction limit, and the
-# frame runs in CPython.
-# Depends on nothing; read by frontend/EvaluatorCalls.cpp (POLYFILLS).
+# getters are real objects: frontend/EvaluatorCalls.cpp; a partial over a
+# tensor is the `partial` closure here), grad-mode decorators. Each follows
+# its CPython documentation's equivalent code, written with what the
+# evaluator models (lists, tuples, loops, generators). Generators made
+# during capture run to exhaustion when called: an infinite one
+# (itertools.count, repeat without times) ends the capture at the
+# evaluator's instruction limit, and the frame runs in CPython. Two helpers
+# the capture calls directly rather than through the evaluator: how an
+# autocast call's arguments bind, and the stand-in for a value a sort key
+# cannot order.
+# Depends on nothing; read by frontend/EvaluatorCalls.cpp (POLYFILLS) and
+# frontend/Evaluator.h (Handles).
 import collections
 import functools
 import heapq
