@@ -821,6 +821,44 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
       }
       return total;
     }
+    bool keyed =
+        !kwargs.empty() &&
+        std::all_of(kwargs.begin(), kwargs.end(), [](const auto &kwarg) {
+          return kwarg.first == "key" || kwarg.first == "default";
+        });
+    if ((is("max") || is("min")) && !args.empty() && keyed) {
+      // max(items, key=f) / max(a, b, key=f): the first item whose key (a
+      // constant, f called once per item in order) is the largest.
+      std::vector<VariablePtr> items =
+          args.size() == 1 ? unpack(args[0]) : args;
+      VariablePtr key, fallback;
+      for (const auto &[name, value] : kwargs)
+        (name == "key" ? key : fallback) = value;
+      if (fallback && args.size() != 1)
+        unsupported("max/min with a default and several arguments");
+      if (items.empty()) {
+        if (!fallback)
+          raisePython(PyExc_ValueError,
+                      py::str(std::string(is("max") ? "max" : "min") +
+                              "() iterable argument is empty"));
+        return fallback;
+      }
+      py::list keys;
+      for (const VariablePtr &item : items) {
+        VariablePtr keyValue =
+            key && !(key->is(Kind::Constant) && key->object.is_none())
+                ? call(key, {item}, {})
+                : item;
+        std::optional<py::object> constant = asConstant(keyValue);
+        if (!constant || keyValue->is(Kind::Module))
+          unsupported("max/min by keys that are not constants "
+                      "(data-dependent)");
+        keys.append(*constant);
+      }
+      py::object index = function(h.builtin("range")(items.size()),
+                                  py::arg("key") = keys.attr("__getitem__"));
+      return items.at(index.cast<size_t>());
+    }
     if ((is("max") || is("min")) && args.size() == 1 && kwargs.empty()) {
       std::vector<VariablePtr> items = unpack(args[0]);
       py::list values;

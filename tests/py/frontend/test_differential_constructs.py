@@ -4083,3 +4083,14 @@ def misc_record_function_block(x):
 
 
 case(misc_record_function_block, (R(3, 4),), (R(2, 5),))
+
+
+def misc_max_min_with_a_key(x, y, z):
+    widest = max([x, y, z], key=lambda t: t.shape[-1])
+    first_shortest = min(x, y, z, key=lambda t: t.dim())
+    named = max({"a": x, "bb": y}.items(), key=lambda kv: len(kv[0]))[1]
+    empty = max([], key=len, default=None)
+    return widest * 2, first_shortest + 1, named, empty
+
+
+case(misc_max_min_with_a_key, (R(2, 3), R(2, 5), R(4)), (R(1, 1), R(1, 1), R(1, 2)))
