@@ -585,10 +585,8 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     if not in_body:
         # [jump if (not) true to the second] [back to the next
         # instruction's trampoline] [back to the target's].
-        jump = bytearray()
-        _emit(jump, conditional[0], 0)
-        at = unit + (len(restore) + len(jump)) // 2
-        to_next = _backward_jump(at, starts[0])
+        jump_units = 1 + _CACHES[_OP[conditional[0]]]  # its argument is small
+        to_next = _backward_jump(unit + len(restore) // 2 + jump_units, starts[0])
         _emit(restore, conditional[0], len(to_next) // 2)
         restore += to_next
         restore += _backward_jump(unit + len(restore) // 2, starts[1])
