@@ -94,20 +94,22 @@ VariablePtr Evaluator::loadGlobal(Frame &frame, const std::string &name) {
     if (!module.is_none() && it != written_.end())
       return it->second;
   }
-  bool rootGlobals = frame.globals.ptr() == inputs_.globals;
-  if (PyDict_Contains(frame.globals.ptr(), key.ptr()) == 1) {
-    SourcePtr source =
-        rootGlobals ? Source::global(name)
-                    : Source::item(Source::fixed(frame.globals,
-                                                 globalsName(frame.globals)),
-                                   key);
-    return wrap(frame.globals[key], source);
-  }
+  if (PyDict_Contains(frame.globals.ptr(), key.ptr()) == 1)
+    return wrap(frame.globals[key], globalSource(frame.globals, name));
   if (PyDict_Contains(frame.builtins.ptr(), key.ptr()) == 1) {
+    bool rootGlobals = frame.globals.ptr() == inputs_.globals;
     SourcePtr source = rootGlobals ? Source::builtin(name) : nullptr;
     return wrap(frame.builtins[key], source);
   }
   unsupported("name '" + name + "' is not defined");
+}
+
+SourcePtr Evaluator::globalSource(const py::object &globals,
+                                  const std::string &name) {
+  if (globals.ptr() == inputs_.globals)
+    return Source::global(name);
+  return Source::item(Source::fixed(globals, globalsName(globals)),
+                      py::str(name));
 }
 
 void Evaluator::doCall(Frame &frame, size_t argumentCount) {

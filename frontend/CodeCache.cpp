@@ -511,14 +511,14 @@ void CodeCache::makeContinuation(CacheEntry &entry,
           .attr("continuation")(graphBreak.code, graphBreak.offset, bound,
                                 nulls, globals, closure, gradMode, iterated);
   entry.continuation = made[0];
-  for (py::handle code : made[3]) {
+  for (py::handle code : made[1]) {
     entry.resumeCodes.push_back(py::reinterpret_borrow<py::object>(code));
     if (graphBreak.loopSteps > 0)
       frontend::allowLoopSteps(code.ptr(), options_,
                                static_cast<int>(graphBreak.loopSteps));
   }
   entry.continuationLocals = made[2].cast<size_t>();
-  for (py::handle slot : made[4]) {
+  for (py::handle slot : made[3]) {
     int index = slot.cast<int>();
     if (index < 0 || index >= static_cast<int>(graphBreak.locals.size()) ||
         graphBreak.locals[index] < 0)

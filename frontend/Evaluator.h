@@ -81,12 +81,10 @@ struct Handles {
   py::object environment = py::module_::import("os").attr("environ");
   py::object partialType = py::module_::import("functools").attr("partial");
   // Pure-Python models of builtins the evaluator inlines (kiln._polyfills).
-  py::object polyfills =
-      py::module_::import("kiln._polyfills").attr("POLYFILLS");
-  py::object itemgetterCall =
-      py::module_::import("kiln._polyfills").attr("itemgetter_call");
-  py::object attrgetterCall =
-      py::module_::import("kiln._polyfills").attr("attrgetter_call");
+  py::module_ polyfillModule = py::module_::import("kiln._polyfills");
+  py::object polyfills = polyfillModule.attr("POLYFILLS");
+  py::object itemgetterCall = polyfillModule.attr("itemgetter_call");
+  py::object attrgetterCall = polyfillModule.attr("attrgetter_call");
   py::object itemgetterType =
       py::module_::import("operator").attr("itemgetter");
   py::object attrgetterType =
@@ -115,22 +113,16 @@ struct Handles {
   py::object dequeType = py::module_::import("collections").attr("deque");
   py::object autocastType =
       py::module_::import("torch.amp.autocast_mode").attr("autocast");
-  py::object autocastEnabled =
-      py::module_::import("kiln._polyfills").attr("autocast_enabled");
+  py::object autocastEnabled = polyfillModule.attr("autocast_enabled");
   py::object recordFunctionType =
       py::module_::import("torch.autograd.profiler").attr("record_function");
   py::object nullContextType =
       py::module_::import("contextlib").attr("nullcontext");
   py::object lruCacheWrapperType =
-      py::type::of(py::module_::import("functools")
-                       .attr("lru_cache")(py::none())(
-                           py::module_::import("operator").attr("neg")));
-  py::object incomparableKey =
-      py::module_::import("kiln._polyfills").attr("Incomparable");
-  py::object partialModel =
-      py::module_::import("kiln._polyfills").attr("partial");
-  py::object gradModeWrapper =
-      py::module_::import("kiln._polyfills").attr("grad_mode_wrapper");
+      py::module_::import("functools").attr("_lru_cache_wrapper");
+  py::object incomparableKey = polyfillModule.attr("Incomparable");
+  py::object partialModel = polyfillModule.attr("partial");
+  py::object gradModeWrapper = polyfillModule.attr("grad_mode_wrapper");
   py::object tupleNew = py::reinterpret_borrow<py::object>(
                             reinterpret_cast<PyObject *>(&PyTuple_Type))
                             .attr("__new__");
@@ -199,6 +191,10 @@ bool iteratorIsStale(const Variable &iterator);
 /// Whether `function` is a Python function defined inside another (its
 /// code flagged CO_NESTED): each call of its maker makes a new one.
 bool isNestedFunction(py::handle function);
+/// Whether a Function variable is such a function read from a source: it is
+/// guarded by its code, and what else it brings (defaults, closure,
+/// attributes) is read through that source.
+bool readThroughSource(const Variable &function);
 /// CPython's co_localspluskinds flags of a cell and of a free variable
 /// (CO_FAST_CELL, CO_FAST_FREE in 3.11 and 3.12's internal headers).
 constexpr uint8_t kCellVariableKind = 0x40;
@@ -301,6 +297,10 @@ private:
   }
   VariablePtr local(Frame &frame, int index);
   VariablePtr loadGlobal(Frame &frame, const std::string &name);
+  /// Where a global `name` of the module whose dict is `globals` is read
+  /// from: G['name'] for the compiled function's own module, else an item
+  /// of that module's dict.
+  SourcePtr globalSource(const py::object &globals, const std::string &name);
   /// The module whose namespace the frame's globals are, as a guarded
   /// variable (unsupported(`what`...) for exec'd code).
   VariablePtr globalsModule(Frame &frame, const std::string &what);
@@ -354,6 +354,12 @@ private:
   VariablePtr
   torchCall(py::handle function, const std::vector<VariablePtr> &args,
             const std::vector<std::pair<std::string, VariablePtr>> &kwargs);
+  /// A call's arguments as Python objects, each a constant; `refusal` if
+  /// one is not.
+  std::pair<py::list, py::dict> constantArguments(
+      const std::vector<VariablePtr> &args,
+      const std::vector<std::pair<std::string, VariablePtr>> &kwargs,
+      const std::string &refusal);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
   /// collections.OrderedDict(...) and defaultdict(...) made in the frame.

@@ -150,6 +150,27 @@ std::vector<VariablePtr> Evaluator::sortedItems(
   return sorted;
 }
 
+std::pair<py::list, py::dict> Evaluator::constantArguments(
+    const std::vector<VariablePtr> &args,
+    const std::vector<std::pair<std::string, VariablePtr>> &kwargs,
+    const std::string &refusal) {
+  py::list constantArgs;
+  py::dict constantKwargs;
+  for (const VariablePtr &arg : args) {
+    std::optional<py::object> constant = asConstant(arg);
+    if (!constant)
+      unsupported(refusal);
+    constantArgs.append(*constant);
+  }
+  for (const auto &[name, value] : kwargs) {
+    std::optional<py::object> constant = asConstant(value);
+    if (!constant)
+      unsupported(refusal);
+    constantKwargs[py::str(name)] = *constant;
+  }
+  return {constantArgs, constantKwargs};
+}
+
 VariablePtr Evaluator::callMethodOfContainer(const VariablePtr &self,
                                              const std::string &name,
                                              std::vector<VariablePtr> &args) {
@@ -1188,20 +1209,8 @@ Evaluator::call(const VariablePtr &callable, std::vector<VariablePtr> args,
       // compiled only while autocast is off (CodeCache), so a block that
       // keeps it off changes nothing and a nullcontext stands in. One that
       // turns it on would change the dtypes of the calls in it.
-      py::list constantArgs;
-      py::dict constantKwargs;
-      for (const VariablePtr &arg : args) {
-        std::optional<py::object> constant = asConstant(arg);
-        if (!constant)
-          unsupported("torch.autocast with arguments that are not constants");
-        constantArgs.append(*constant);
-      }
-      for (const auto &[name, value] : kwargs) {
-        std::optional<py::object> constant = asConstant(value);
-        if (!constant)
-          unsupported("torch.autocast with arguments that are not constants");
-        constantKwargs[py::str(name)] = *constant;
-      }
+      auto [constantArgs, constantKwargs] = constantArguments(
+          args, kwargs, "torch.autocast with arguments that are not constants");
       if (h.autocastEnabled(function, py::tuple(constantArgs), constantKwargs)
               .cast<bool>())
         unsupported("torch.autocast turned on inside the compiled function");
@@ -1572,6 +1581,9 @@ VariablePtr Evaluator::inlineFunction(
   py::object defaults = py::none();
   py::object kwdefaults = py::none();
   std::vector<VariablePtr> defaultVariables;
+  // A nested function read from a source is guarded by its code (wrap):
+  // what else it brings is read through that source.
+  bool throughSource = readThroughSource(*function);
   Frame frame;
   if (function->object) {
     py::object fn = function->object;
@@ -1584,9 +1596,6 @@ VariablePtr Evaluator::inlineFunction(
     globals = fn.attr("__globals__");
     defaults = fn.attr("__defaults__");
     kwdefaults = fn.attr("__kwdefaults__");
-    // A nested function read from a source is guarded by its code (wrap):
-    // what else it brings is read through that source.
-    bool throughSource = function->source && isNestedFunction(fn);
     SourcePtr fnSource =
         throughSource
             ? function->source
@@ -1686,13 +1695,12 @@ VariablePtr Evaluator::inlineFunction(
       continue;
     py::object name = py::str(frame.localNames[i]);
     if (!kwdefaults.is_none() && kwdefaults.contains(name))
-      frame.locals[i] = wrap(
-          kwdefaults[name],
-          function->object && function->source &&
-                  isNestedFunction(function->object)
-              ? Source::item(Source::attr(function->source, "__kwdefaults__"),
-                             py::str(name))
-              : nullptr);
+      frame.locals[i] =
+          wrap(kwdefaults[name],
+               throughSource
+                   ? Source::item(
+                         Source::attr(function->source, "__kwdefaults__"), name)
+                   : nullptr);
     else
       unsupported(frame.code->name + "() missing keyword-only argument '" +
                   frame.localNames[i] + "'");
@@ -1748,24 +1756,11 @@ VariablePtr Evaluator::moduleStructureCall(
       method = name, named = namedForm;
   if (!method || !module->source || !module->object)
     return nullptr;
-  py::list constantArgs;
-  py::dict constantKwargs;
-  for (const VariablePtr &arg : args) {
-    std::optional<py::object> constant = asConstant(arg);
-    if (!constant)
-      unsupported(std::string("module.") + method +
-                  "() with an argument "
-                  "that is not a constant");
-    constantArgs.append(*constant);
-  }
-  for (const auto &[name, value] : kwargs) {
-    std::optional<py::object> constant = asConstant(value);
-    if (!constant)
-      unsupported(std::string("module.") + method +
-                  "() with an argument "
-                  "that is not a constant");
-    constantKwargs[py::str(name)] = *constant;
-  }
+  auto [constantArgs, constantKwargs] =
+      constantArguments(args, kwargs,
+                        std::string("module.") + method +
+                            "() with an argument that is not a "
+                            "constant");
   if (std::string(method) != named && py::len(constantArgs) > 0) {
     // parameters(recurse) and buffers(recurse): the named forms take the
     // prefix first.

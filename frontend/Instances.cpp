@@ -133,16 +133,12 @@ VariablePtr Evaluator::defineClass(
     bases.append(*base);
   }
   py::dict globals = py::reinterpret_borrow<py::dict>(body->globals);
-  bool rootGlobals = globals.ptr() == inputs_.globals;
   for (py::handle item : body->code.attr("co_names")) {
     py::str key = py::reinterpret_borrow<py::str>(item);
     if (PyDict_Contains(globals.ptr(), key.ptr()) != 1 ||
         python::isTensor(globals[key]))
       continue;
-    wrap(globals[key],
-         rootGlobals
-             ? Source::global(key.cast<std::string>())
-             : Source::item(Source::fixed(globals, globalsName(globals)), key));
+    wrap(globals[key], globalSource(globals, key.cast<std::string>()));
   }
   py::object cls;
   {

@@ -514,6 +514,11 @@ bool isNestedFunction(py::handle function) {
           CO_NESTED);
 }
 
+bool readThroughSource(const Variable &function) {
+  return function.is(Kind::Function) && function.object && function.source &&
+         isNestedFunction(function.object);
+}
+
 void listsReadBy(const Variable &iterator, std::vector<VariablePtr> &lists) {
   // A list's iterator holds its list; an iterator an enumerate, zip or
   // reversed made holds a spent iterator of each list it reads. An
@@ -1069,8 +1074,7 @@ VariablePtr Evaluator::loadAttr(const VariablePtr &base,
       return wrap(attribute, attrSource());
     // A nested function is guarded by its code only: its name, defaults
     // and other attributes are read through its source.
-    if (base->is(Kind::Function) && base->source &&
-        isNestedFunction(base->object))
+    if (readThroughSource(*base))
       return wrap(attribute, attrSource());
     if (isConstantObject(attribute))
       return Variable::constant(attribute);

@@ -456,9 +456,10 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
     still to come (or, for one that reads a list as it goes, as a state
     iterator_at makes it again from): the instruction leaves it alone (it lies below the
     instruction's operands) and the resume function iterates it. Returns
-    (function, resume code, how many locals the function takes: those of
-    the original code, every resume code). A conditional jump has two
-    resume codes: the instruction after it, then its target. A nested
+    (function, the resume codes, how many locals the function takes: those
+    of the original code, the slots of the frame's locals whose cells it
+    takes after the stack items). A conditional jump has two resume codes:
+    the instruction after it, then its target. A nested
     function's continuation is made with `closure`, the frame's closure; a
     cache hit makes it again with its own frame's.
 
@@ -521,7 +522,7 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
 
     # The trampolines: the stack after the instruction, top first, into
     # temporaries (a NULL, a call's, into a scratch local: POP_TOP cannot
-    # take it), then R(locals..., stack...).
+    # take it), then R(locals..., stack..., cells...).
     trampolines = []
     null_slot = len(varnames) - 1
     for number, (_, stack) in enumerate(successors):
@@ -643,4 +644,4 @@ def continuation(code, offset, bound, stack_nulls, globals_, closure=None, grad_
         co_qualname=f"{code.co_qualname}.<graph break at line {line}>",
     )
     function = types.FunctionType(continued, globals_, closure=closure)
-    return function, resumes[0], count, resumes, cell_locals
+    return function, resumes, count, cell_locals

@@ -46,7 +46,7 @@ def test_break_at_a_keyword_call():
     offset = calls(subject.__code__)[0]
     assert resume.refusal(subject.__code__, offset) is None
     # Locals x, y, k, a bound, total not; stack [NULL, show, "mid", a, "|"].
-    function, resume_code, count, *_ = resume.continuation(
+    function, (resume_code,), count, _ = resume.continuation(
         subject.__code__, offset, (True, True, True, True, False),
         (True, False, False, False, False), subject.__globals__)
     assert count == 5 and resume_code.co_argcount == 5 + 1  # the call's result
@@ -59,7 +59,7 @@ def test_break_with_nulls_below_the_call():
     x, y = 0.5, -4.0
     offset = calls(subject.__code__)[1]
     # Stack [NULL, fsum, a, NULL, double, y]: the break is double(y).
-    function, resume_code, *_ = resume.continuation(
+    function, (resume_code,), *_ = resume.continuation(
         subject.__code__, offset, (True, True, True, True, False),
         (True, False, False, True, False, False), subject.__globals__)
     a = x + 1
@@ -78,7 +78,7 @@ def test_break_with_nulls_below_the_call():
     # The same break makes the same resume code.
     again = resume.continuation(subject.__code__, offset, (True, True, True, True, False),
                                 (True, False, False, True, False, False), subject.__globals__)
-    assert again[1] is resume_code
+    assert again[1][0] is resume_code
     # A break inside the resume function maps back to the original code.
     code, base_offset = resume.base_of(resume_code, offset + 2)
     assert code is subject.__code__
