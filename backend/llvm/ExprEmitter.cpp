@@ -78,6 +78,27 @@ llvm::Value *ExprEmitter::reuse(const Expr *, bool) { return nullptr; }
 
 void ExprEmitter::computed(const Expr *, llvm::Value *) {}
 
+namespace {
+
+// Whether `value` is a constant of at least `bound`, also through a cast
+// (torch.clamp's bound is a float64 scalar cast to the tensor's type).
+bool constantAtLeast(const Expr *value, double bound) {
+  if (value->kind() == ExprKind::Cast)
+    value = value->operand(0);
+  return value->isConstant() && value->real() >= bound;
+}
+
+// Whether `value` is at least `bound` or NaN: a maximum with a constant of
+// at least `bound` (GELU's exponent, torch.clamp), or such a constant.
+bool clampedFromBelow(const Expr *value, double bound) {
+  if (value->kind() == ExprKind::Binary && value->binaryOp() == BinaryOp::Max)
+    return constantAtLeast(value->operand(0), bound) ||
+           constantAtLeast(value->operand(1), bound);
+  return constantAtLeast(value, bound);
+}
+
+} // namespace
+
 llvm::Value *ExprEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
   bool isFloat = x->getType()->getScalarType()->isFloatTy();
   if (isFloat && op == UnaryOp::Exp)
@@ -188,8 +209,12 @@ llvm::Value *ExprEmitter::emitNode(const Expr *expr, bool vector) {
     return emitLoad(expr, vector);
   case ExprKind::Unary: {
     DType dtype = expr->operand(0)->dtype();
-    llvm::Value *result =
-        emitUnary(expr->unaryOp(), emit(expr->operand(0), vector), dtype);
+    llvm::Value *operand = emit(expr->operand(0), vector);
+    llvm::Value *result = expr->unaryOp() == UnaryOp::Exp &&
+                                  dtype == DType::Float32 &&
+                                  clampedFromBelow(expr->operand(0), -86.0)
+                              ? normalExpF32()(builder_, operand)
+                              : emitUnary(expr->unaryOp(), operand, dtype);
     return roundTo(expr->dtype(), result);
   }
   case ExprKind::Binary: {

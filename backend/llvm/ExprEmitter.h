@@ -66,6 +66,10 @@ protected:
   /// The target's float32 exp: InlineMath's portable one, or the target's
   /// own.
   virtual ExpF32 expF32() const { return emitInlineExpF32; }
+  /// The target's float32 exp of arguments clamped from below to at least
+  /// -86 (emitInlineNormalExpF32's domain; a target without a cheaper one
+  /// gives expF32's).
+  virtual ExpF32 normalExpF32() const { return emitInlineNormalExpF32; }
   /// A value the target has kept from an earlier loop (nullptr: compute it),
   /// and the notice of each value computed.
   virtual llvm::Value *reuse(const loop::Expr *expr, bool vector);

@@ -41,13 +41,34 @@ llvm::Value *powerOfTwo(llvm::IRBuilderBase &builder, llvm::Value *n,
   return builder.CreateBitCast(bits, floatType);
 }
 
+// The reduction of both exps: x = n ln 2 + r with n = round(x / ln 2) and r
+// in [-ln2/2, ln2/2], n ln 2 subtracted in two parts (Cody and Waite) so
+// that r is exact to float precision; gives e^r (from its Taylor series to
+// r^7, whose truncation error, < 6e-9, is below half an ulp) and n as a
+// float.
+llvm::Value *reducedExp(llvm::IRBuilderBase &builder, llvm::Value *x,
+                        llvm::Value *&rounded) {
+  rounded = builder.CreateIntrinsic(
+      llvm::Intrinsic::rint, {x->getType()},
+      {builder.CreateFMul(x, constant(x, 1.4426950408889634))});
+  constexpr double kLn2High = 0.693145751953125; // 16 significant bits
+  constexpr double kLn2Low = 1.4286068203094172321e-6;
+  llvm::Value *r = fma(builder, rounded, constant(x, -kLn2High), x);
+  r = fma(builder, rounded, constant(x, -kLn2Low), r);
+  // e^r = 1 + r + r^2 (1/2 + r/6 + ... + r^5/5040); 1 is added last:
+  // r + r^2 (...) has at most 0.42 in magnitude, so its rounding error stays
+  // a fraction of the result's ulp.
+  llvm::Value *tail = polynomial(
+      builder, r,
+      {1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040});
+  llvm::Value *square = builder.CreateFMul(r, r);
+  return builder.CreateFAdd(constant(x, 1.0), fma(builder, square, tail, r));
+}
+
 } // namespace
 
-// exp(x) = 2^n * e^r with n = round(x / ln 2) and r = x - n ln 2 in
-// [-ln2/2, ln2/2], n ln 2 subtracted in two parts (Cody and Waite) so that r
-// is exact to float precision; e^r from its Taylor series to r^7, whose
-// truncation error (< 6e-9) is below half an ulp. 2^n is applied as two
-// factors so that results down to the smallest subnormal round once.
+// exp(x) = 2^n * e^r (reducedExp). 2^n is applied as two factors so that
+// results down to the smallest subnormal round once.
 llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   llvm::Type *floatType = x->getType();
   llvm::Type *intType = floatType->getWithNewType(builder.getInt32Ty());
@@ -60,29 +81,14 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   llvm::Value *underflows = builder.CreateFCmpOLT(x, constant(x, -104.0));
   clamped = builder.CreateSelect(underflows, constant(x, -104.0), clamped);
   clamped = builder.CreateSelect(isNan, constant(x, 0.0), clamped);
-
-  llvm::Value *rounded = builder.CreateIntrinsic(
-      llvm::Intrinsic::rint, {floatType},
-      {builder.CreateFMul(clamped, constant(x, 1.4426950408889634))});
-  constexpr double kLn2High = 0.693145751953125; // 16 significant bits
-  constexpr double kLn2Low = 1.4286068203094172321e-6;
-  llvm::Value *r = fma(builder, rounded, constant(x, -kLn2High), clamped);
-  r = fma(builder, rounded, constant(x, -kLn2Low), r);
-  // e^r = 1 + r + r^2 (1/2 + r/6 + ... + r^5/5040)
-  llvm::Value *tail = polynomial(
-      builder, r,
-      {1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040});
-  llvm::Value *square = builder.CreateFMul(r, r);
-  // 1 is added last: r + r^2 (...) has at most 0.42 in magnitude, so its
-  // rounding error stays a fraction of the result's ulp.
+  llvm::Value *rounded;
+  llvm::Value *reduced = reducedExp(builder, clamped, rounded);
   // Where the result is 0 the mantissa is too, so that the scaling below
   // multiplies 0 instead of making a subnormal number on its way to 0:
   // x86 takes a microcode assist for each subnormal result (a softmax
   // over a causal mask ran 4x slower).
-  llvm::Value *mantissa = builder.CreateSelect(
-      underflows, constant(x, 0.0),
-      builder.CreateFAdd(constant(x, 1.0), fma(builder, square, tail, r)));
-
+  llvm::Value *mantissa =
+      builder.CreateSelect(underflows, constant(x, 0.0), reduced);
   llvm::Value *n = builder.CreateFPToSI(rounded, intType);
   llvm::Value *half = builder.CreateAShr(n, llvm::ConstantInt::get(intType, 1));
   llvm::Value *rest = builder.CreateSub(n, half);
@@ -90,6 +96,27 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
       builder.CreateFMul(mantissa, powerOfTwo(builder, half, floatType)),
       powerOfTwo(builder, rest, floatType));
   return builder.CreateSelect(isNan, x, result);
+}
+
+// exp(x) = 2^(n - 1) * e^r * 2 (reducedExp) for x >= -86: n >= -124, so
+// 2^(n - 1) is a normal float; x clamped to 89 above (+inf included) keeps
+// n - 1 at most 127, and the last doubling overflows to inf where exp
+// does. A NaN x gives a NaN e^r, whatever n its conversion gives (frozen:
+// LLVM's conversion of NaN is poison).
+llvm::Value *emitInlineNormalExpF32(llvm::IRBuilderBase &builder,
+                                    llvm::Value *x) {
+  llvm::Type *floatType = x->getType();
+  llvm::Type *intType = floatType->getWithNewType(builder.getInt32Ty());
+  llvm::Value *clamped = builder.CreateSelect(
+      builder.CreateFCmpOGT(x, constant(x, 89.0)), constant(x, 89.0), x);
+  llvm::Value *rounded;
+  llvm::Value *mantissa = reducedExp(builder, clamped, rounded);
+  llvm::Value *n = builder.CreateFreeze(builder.CreateFPToSI(rounded, intType));
+  llvm::Value *scale = powerOfTwo(
+      builder, builder.CreateSub(n, llvm::ConstantInt::get(intType, 1)),
+      floatType);
+  return builder.CreateFMul(builder.CreateFMul(mantissa, scale),
+                            constant(x, 2.0));
 }
 
 // tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)) where the subtraction loses

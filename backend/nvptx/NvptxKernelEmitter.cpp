@@ -94,6 +94,7 @@ protected:
   /// float32 exp (and tanh and erf, built on it) through the GPU's
   /// special-function unit (the emitter makes scalars only).
   ExpF32 expF32() const override { return emitExpF32; }
+  ExpF32 normalExpF32() const override { return emitExpF32; }
   /// Kept rows: a value computed at a lane's j-th position of one loop is
   /// the value at that position in the kernel's later loops.
   llvm::Value *reuse(const Expr *expr, bool vector) override;

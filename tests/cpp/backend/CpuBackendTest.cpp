@@ -3,6 +3,7 @@
 // Depends on backend/cpu/CpuBackend.h, ir/LoopIR.h, GoogleTest.
 #include "backend/cpu/CpuBackend.h"
 #include "ir/Error.h"
+#include "ir/Logging.h"
 #include "tests/cpp/TorchReference.h"
 
 #include <llvm/ADT/StringMap.h>
@@ -275,6 +276,58 @@ TEST(CpuMath, Float32ExpOfVeryNegativeMakesNoSubnormal) {
     EXPECT_EQ(underflowed, mayUnderflow);
     for (int64_t i = 0; i < size; ++i)
       EXPECT_EQ(test.data<float>(out)[i], std::exp(values[i])) << values[i];
+  }
+}
+
+// exp of a value clamped from below to at least -86 (GELU's exponent) is
+// the normal-range exp, without the underflow and NaN handling of the
+// general one (its underflow bound, -104, is absent from the kernel's IR);
+// its results are those of the C library, NaN, inf and overflow included.
+// A clamp lower than -86 keeps the general exp.
+TEST(CpuMath, Float32ExpOfAClampedValueIsTheNormalRangeExp) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> values = {-200.0f, -87.0f, -86.0f, -85.9f,  -60.0f,
+                               -1.5f,   -0.0f,  1e-3f,  0.3466f, 10.0f,
+                               88.0f,   88.37f, 88.5f,  88.7f,   88.73f,
+                               89.5f,   200.0f, inf,    -inf,    nan};
+  for (float bound : {-86.0f, -100.0f}) {
+    auto more = randomFloats(45, -90, 89);
+    std::vector<float> inputs = values;
+    inputs.insert(inputs.end(), more.begin(), more.end());
+    int64_t size = static_cast<int64_t>(inputs.size());
+    TestProgram test;
+    int64_t in = test.buffer(DType::Float32, size);
+    int64_t out = test.buffer(DType::Float32, size);
+    auto &e = test.exprs();
+    test.addKernel(
+        pointwise(test, size, out,
+                  e.unary(UnaryOp::Exp,
+                          e.binary(BinaryOp::Max, test.load(in, test.var(0)),
+                                   e.constant(bound, DType::Float32)))));
+    test.fill(in, inputs);
+    startLogCapture({"llvm"});
+    auto compiled = backend::CpuProgram::compile(test.program);
+    std::string ir;
+    for (const auto &[name, text] : stopLogCapture())
+      ir += text;
+    EXPECT_EQ(ir.find("-1.040000e+02") == std::string::npos, bound >= -86.0f)
+        << "clamped at " << bound;
+    test.runAgain(*compiled);
+    for (int64_t i = 0; i < size; ++i) {
+      float x = std::isnan(inputs[i]) ? inputs[i] : std::max(inputs[i], bound);
+      double expected = std::exp(static_cast<double>(x));
+      float actual = test.data<float>(out)[i];
+      if (std::isnan(x)) {
+        EXPECT_TRUE(std::isnan(actual)) << inputs[i];
+      } else if (expected > std::numeric_limits<float>::max()) {
+        EXPECT_EQ(actual, inf) << inputs[i];
+      } else {
+        // Below about -87.3 the results are subnormal: an ulp of 2^-149.
+        EXPECT_NEAR(actual, expected, 2.4e-7 * expected + 0x1p-149)
+            << inputs[i];
+      }
+    }
   }
 }
 
