@@ -104,7 +104,8 @@ llvm::Value *ExprEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
   if (isFloat && op == UnaryOp::Exp)
     return expF32()(builder_, x);
   if (isFloat && op == UnaryOp::Tanh)
-    return emitInlineTanhF32(builder_, x, expF32());
+    // tanh takes exp of 2|x|, never below 0.
+    return emitInlineTanhF32(builder_, x, normalExpF32());
   if (isFloat && op == UnaryOp::Erf)
     return emitInlineErfF32(builder_, x, expF32());
   return callMath(mathFunctionName(op), {x});

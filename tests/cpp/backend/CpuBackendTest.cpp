@@ -331,6 +331,25 @@ TEST(CpuMath, Float32ExpOfAClampedValueIsTheNormalRangeExp) {
   }
 }
 
+// tanh's exp (of 2|x|, never below 0) is the normal-range exp too: the
+// general exp's underflow bound is absent from its kernel (the results are
+// checked against the C library's above and in tests/py/backend).
+TEST(CpuMath, Float32TanhUsesTheNormalRangeExp) {
+  TestProgram test;
+  int64_t in = test.buffer(DType::Float32, 64);
+  int64_t out = test.buffer(DType::Float32, 64);
+  test.addKernel(
+      pointwise(test, 64, out,
+                test.exprs().unary(UnaryOp::Tanh, test.load(in, test.var(0)))));
+  startLogCapture({"llvm"});
+  backend::CpuProgram::compile(test.program);
+  std::string ir;
+  for (const auto &[name, text] : stopLogCapture())
+    ir += text;
+  EXPECT_NE(ir.find("8.900000e+01"), std::string::npos); // an exp
+  EXPECT_EQ(ir.find("-1.040000e+02"), std::string::npos);
+}
+
 TEST(CpuTypes, Float16AndBFloat16RoundAfterEveryOperation) {
   const int64_t size = 19;
   auto values = randomFloats(size, -100, 100),
