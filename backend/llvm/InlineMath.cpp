@@ -31,11 +31,12 @@ llvm::Value *polynomial(llvm::IRBuilderBase &builder, llvm::Value *x,
   return result;
 }
 
-// 2^n for integers n in [-126, 127], as float bits.
+// 2^n for integers n in [-126, 127], as float bits (other n, as a NaN's
+// conversion gives, make some float: no poison).
 llvm::Value *powerOfTwo(llvm::IRBuilderBase &builder, llvm::Value *n,
                         llvm::Type *floatType) {
-  llvm::Value *biased = builder.CreateAdd(
-      n, llvm::ConstantInt::get(n->getType(), 127), "", false, true);
+  llvm::Value *biased =
+      builder.CreateAdd(n, llvm::ConstantInt::get(n->getType(), 127));
   llvm::Value *bits =
       builder.CreateShl(biased, llvm::ConstantInt::get(n->getType(), 23));
   return builder.CreateBitCast(bits, floatType);
@@ -68,19 +69,19 @@ llvm::Value *reducedExp(llvm::IRBuilderBase &builder, llvm::Value *x,
 } // namespace
 
 // exp(x) = 2^n * e^r (reducedExp). 2^n is applied as two factors so that
-// results down to the smallest subnormal round once.
+// results down to the smallest subnormal round once. A NaN x gives a NaN
+// e^r, whatever n its conversion gives (frozen: LLVM's conversion of NaN is
+// poison).
 llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   llvm::Type *floatType = x->getType();
   llvm::Type *intType = floatType->getWithNewType(builder.getInt32Ty());
-  llvm::Value *isNan = builder.CreateFCmpUNO(x, x);
   // Beyond these bounds the result is inf or 0 anyway; clamping keeps n in
-  // the range the two factors cover, and NaN becomes 0 until the end.
+  // the range the two factors cover. NaN compares false and stays.
   llvm::Value *clamped = builder.CreateSelect(
       builder.CreateFCmpOGT(x, constant(x, 89.0)), constant(x, 89.0), x);
   // exp(x) rounds to 0 below about -103.97 (-inf included: a causal mask).
   llvm::Value *underflows = builder.CreateFCmpOLT(x, constant(x, -104.0));
   clamped = builder.CreateSelect(underflows, constant(x, -104.0), clamped);
-  clamped = builder.CreateSelect(isNan, constant(x, 0.0), clamped);
   llvm::Value *rounded;
   llvm::Value *reduced = reducedExp(builder, clamped, rounded);
   // Where the result is 0 the mantissa is too, so that the scaling below
@@ -89,13 +90,12 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
   // over a causal mask ran 4x slower).
   llvm::Value *mantissa =
       builder.CreateSelect(underflows, constant(x, 0.0), reduced);
-  llvm::Value *n = builder.CreateFPToSI(rounded, intType);
+  llvm::Value *n = builder.CreateFreeze(builder.CreateFPToSI(rounded, intType));
   llvm::Value *half = builder.CreateAShr(n, llvm::ConstantInt::get(intType, 1));
   llvm::Value *rest = builder.CreateSub(n, half);
-  llvm::Value *result = builder.CreateFMul(
+  return builder.CreateFMul(
       builder.CreateFMul(mantissa, powerOfTwo(builder, half, floatType)),
       powerOfTwo(builder, rest, floatType));
-  return builder.CreateSelect(isNan, x, result);
 }
 
 // exp(x) = 2^(n - 1) * e^r * 2 (reducedExp) for x >= -86: n >= -124, so

@@ -17,8 +17,9 @@ llvm::Value *emitInlineExpF32(llvm::IRBuilderBase &builder, llvm::Value *x);
 
 /// exp(x) where x is at least -86 or NaN (the code that makes x clamps it
 /// from below): every result is a normal float, inf or NaN, so it needs
-/// neither the underflow handling nor the NaN select of emitInlineExpF32
-/// (about 10 of its 28 vector instructions). Same accuracy there.
+/// neither the underflow handling nor the two-factor scaling of
+/// emitInlineExpF32 (about 7 of its 25 vector instructions). Same accuracy
+/// there.
 llvm::Value *emitInlineNormalExpF32(llvm::IRBuilderBase &builder,
                                     llvm::Value *x);
 
