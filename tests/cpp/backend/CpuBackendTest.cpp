@@ -279,6 +279,21 @@ TEST(CpuMath, Float32ExpOfVeryNegativeMakesNoSubnormal) {
   }
 }
 
+namespace {
+
+// The test's program compiled, with its kernels' LLVM IR (before
+// optimisation) in `ir`.
+std::unique_ptr<backend::CpuProgram> compileWithIr(TestProgram &test,
+                                                   std::string &ir) {
+  startLogCapture({"llvm"});
+  auto compiled = backend::CpuProgram::compile(test.program);
+  for (const auto &[name, text] : stopLogCapture())
+    ir += text;
+  return compiled;
+}
+
+} // namespace
+
 // exp of a value clamped from below to at least -86 (GELU's exponent) is
 // the normal-range exp, without the underflow and NaN handling of the
 // general one (its underflow bound, -104, is absent from the kernel's IR);
@@ -306,11 +321,8 @@ TEST(CpuMath, Float32ExpOfAClampedValueIsTheNormalRangeExp) {
                           e.binary(BinaryOp::Max, test.load(in, test.var(0)),
                                    e.constant(bound, DType::Float32)))));
     test.fill(in, inputs);
-    startLogCapture({"llvm"});
-    auto compiled = backend::CpuProgram::compile(test.program);
     std::string ir;
-    for (const auto &[name, text] : stopLogCapture())
-      ir += text;
+    auto compiled = compileWithIr(test, ir);
     EXPECT_EQ(ir.find("-1.040000e+02") == std::string::npos, bound >= -86.0f)
         << "clamped at " << bound;
     test.runAgain(*compiled);
@@ -341,11 +353,8 @@ TEST(CpuMath, Float32TanhUsesTheNormalRangeExp) {
   test.addKernel(
       pointwise(test, 64, out,
                 test.exprs().unary(UnaryOp::Tanh, test.load(in, test.var(0)))));
-  startLogCapture({"llvm"});
-  backend::CpuProgram::compile(test.program);
   std::string ir;
-  for (const auto &[name, text] : stopLogCapture())
-    ir += text;
+  compileWithIr(test, ir);
   EXPECT_NE(ir.find("8.900000e+01"), std::string::npos); // an exp
   EXPECT_EQ(ir.find("-1.040000e+02"), std::string::npos);
 }
