@@ -360,6 +360,13 @@ private:
       const std::vector<VariablePtr> &args,
       const std::vector<std::pair<std::string, VariablePtr>> &kwargs,
       const std::string &refusal);
+  /// The sort or max/min key of `item`: what `key` gives for it (called
+  /// once, as Python calls it; null `key`: the item itself), in
+  /// `keyValue`, and that as a constant, nullopt where it is none (a
+  /// module counts as none).
+  std::optional<py::object> constantKey(const VariablePtr &item,
+                                        const VariablePtr &key,
+                                        VariablePtr &keyValue);
   VariablePtr iterate(const VariablePtr &iterable);
   std::vector<VariablePtr> unpack(const VariablePtr &sequence);
   /// collections.OrderedDict(...) and defaultdict(...) made in the frame.

@@ -116,9 +116,8 @@ std::vector<VariablePtr> Evaluator::sortedItems(
   };
   py::list keys;
   for (const VariablePtr &item : items) {
-    VariablePtr keyValue = key ? call(key, {item}, {}) : item;
-    std::optional<py::object> constant = asConstant(keyValue);
-    if (constant && !keyValue->is(Kind::Module)) {
+    VariablePtr keyValue;
+    if (std::optional<py::object> constant = constantKey(item, key, keyValue)) {
       keys.append(*constant);
       continue;
     }
@@ -148,6 +147,16 @@ std::vector<VariablePtr> Evaluator::sortedItems(
   for (py::handle index : order)
     sorted.push_back(items.at(index.cast<size_t>()));
   return sorted;
+}
+
+std::optional<py::object> Evaluator::constantKey(const VariablePtr &item,
+                                                 const VariablePtr &key,
+                                                 VariablePtr &keyValue) {
+  keyValue = key ? call(key, {item}, {}) : item;
+  std::optional<py::object> constant = asConstant(keyValue);
+  if (keyValue->is(Kind::Module))
+    return std::nullopt;
+  return constant;
 }
 
 std::pair<py::list, py::dict> Evaluator::constantArguments(
@@ -864,14 +873,13 @@ Evaluator::callBuiltin(py::handle function, std::vector<VariablePtr> &args,
                               "() iterable argument is empty"));
         return fallback;
       }
+      if (key && key->is(Kind::Constant) && key->object.is_none())
+        key = nullptr; // key=None: the items themselves
       py::list keys;
       for (const VariablePtr &item : items) {
-        VariablePtr keyValue =
-            key && !(key->is(Kind::Constant) && key->object.is_none())
-                ? call(key, {item}, {})
-                : item;
-        std::optional<py::object> constant = asConstant(keyValue);
-        if (!constant || keyValue->is(Kind::Module))
+        VariablePtr keyValue;
+        std::optional<py::object> constant = constantKey(item, key, keyValue);
+        if (!constant)
           unsupported("max/min by keys that are not constants "
                       "(data-dependent)");
         keys.append(*constant);
