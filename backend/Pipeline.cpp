@@ -87,6 +87,8 @@ loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   simplifyIndices(program);
   times.lap("index simplification");
   logLoopIr(program, "index simplification", false);
+  chooseOperandLayouts(program);
+  times.lap("operand layouts");
   fuseKernels(program);
   times.lap("fusion");
   logLoopIr(program, "fusion", false);

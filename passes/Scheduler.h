@@ -25,6 +25,12 @@ void fuseKernels(loop::Program &program);
 /// become affine where they are.
 void simplifyIndices(loop::Program &program);
 
+/// Lays out each temporary that only matrix products read (a GEMM takes any
+/// strides) so that its one pointwise writer stores in the order it reads
+/// its sources: a transposed operand is then written by a copy in order,
+/// and the GEMM reads it transposed.
+void chooseOperandLayouts(loop::Program &program);
+
 /// Reorders the outer loops of pointwise kernels so that the innermost has
 /// the smallest stride, and coalesces adjacent loops (outer and inner) that
 /// every index walks as one, so a contiguous tensor becomes one long loop.

@@ -492,3 +492,109 @@ TEST(Scheduler, RangesThatVaryStaySymbolicThroughTheScheduler) {
   EXPECT_EQ(loop::rangesToString(kernel.outerRanges, 0),
             "[v0 < " + kernel.outerRanges[0]->str() + "]");
 }
+
+namespace {
+
+/// The program of `graph` through the scheduler's passes up to loop order,
+/// operand layouts included (`withLayouts`).
+loop::Program scheduleWithOperandLayouts(std::shared_ptr<Graph> graph,
+                                         bool withLayouts = true) {
+  loop::Program program = lowerGraph(std::move(graph));
+  simplifyIndices(program);
+  if (withLayouts)
+    chooseOperandLayouts(program);
+  fuseKernels(program);
+  chooseLoopOrder(program);
+  simplifyIndices(program);
+  return program;
+}
+
+/// The one kernel that stores into a temporary a contraction reads.
+const loop::Kernel *operandWriter(const loop::Program &program,
+                                  int64_t &buffer) {
+  for (const Step &step : program.steps)
+    if (step.kind == Step::Kind::Kernel && !step.kernel.contraction)
+      for (const loop::Store &store : step.kernel.loops.back().stores)
+        if (program.buffers[store.buffer].kind == BufferKind::Temporary) {
+          buffer = store.buffer;
+          return &step.kernel;
+        }
+  return nullptr;
+}
+
+} // namespace
+
+TEST(Scheduler, TransposedMatrixOperandIsWrittenInItsSourcesOrder) {
+  // bmm(q, exp(k)^T): the operand exp(k)^T is computed into a temporary
+  // for the GEMM. Laid out as its logical [2, 64, 32] row-major, writing it
+  // would read k down its columns; laid out as k is ([2, 64, 32] with
+  // strides [2048, 1, 64]), the writer walks k and the temporary in order,
+  // and the GEMM reads B transposed.
+  for (bool withLayouts : {false, true}) {
+    auto graph = std::make_shared<Graph>();
+    Value *q = graph->addInput(TensorMeta(DType::Float32, {2, 16, 64}));
+    Value *k = graph->addInput(TensorMeta(DType::Float32, {2, 32, 64}));
+    Value *keys = op(*graph, "aten::transpose.int",
+                     {op(*graph, "aten::exp", {k}), int64_t(1), int64_t(2)});
+    graph->setOutputs({op(*graph, "aten::bmm", {q, keys})});
+    loop::Program program = scheduleWithOperandLayouts(graph, withLayouts);
+    int64_t operand = -1;
+    const loop::Kernel *writer = operandWriter(program, operand);
+    ASSERT_NE(writer, nullptr) << program.str();
+    EXPECT_EQ(program.buffers[operand].meta.strides,
+              withLayouts ? Shape({2048, 1, 64}) : Shape({2048, 32, 1}))
+        << program.str();
+    // The writer's innermost variable walks both k and the operand in
+    // order only with the chosen layout.
+    const loop::Store &store = writer->loops.back().stores.at(0);
+    int64_t last = static_cast<int64_t>(writer->outerRanges.size()) - 1;
+    const loop::Expr *load = loop::loadsOf(store.value).at(0);
+    EXPECT_EQ(loop::affineCoefficient(store.index, last), 1) << program.str();
+    EXPECT_EQ(loop::affineCoefficient(load->index(), last) == 1, withLayouts)
+        << program.str();
+    // The contraction reads the operand where the writer put it.
+    for (const Step &step : program.steps)
+      if (step.kernel.contraction)
+        for (const loop::Expr *read :
+             loop::loadsOf(step.kernel.loops[0].reductions[0].value))
+          if (read->id() == operand) {
+            // B[b][p][j] = operand[b][p][j]: p (the sum's variable) steps
+            // by the operand's stride of dimension 1.
+            EXPECT_EQ(loop::affineCoefficient(read->index(), 3),
+                      program.buffers[operand].meta.strides[1]);
+          }
+  }
+}
+
+TEST(Scheduler, OperandLayoutKeepsWhatItsWriterReadsInOrder) {
+  // softmax(scores) @ v: the probabilities' writer reads the scores along
+  // their rows, and the rows' maximum and sum (constant along a row):
+  // nothing reads better in another order, so the layout stays.
+  auto graph = std::make_shared<Graph>();
+  Value *scores = graph->addInput(TensorMeta(DType::Float32, {2, 32, 32}));
+  Value *v = graph->addInput(TensorMeta(DType::Float32, {2, 32, 64}));
+  Value *probabilities =
+      op(*graph, "aten::_softmax", {scores, int64_t(-1), false});
+  graph->setOutputs({op(*graph, "aten::bmm", {probabilities, v})});
+  loop::Program program = scheduleWithOperandLayouts(graph);
+  int64_t operand = -1;
+  ASSERT_NE(operandWriter(program, operand), nullptr) << program.str();
+  EXPECT_EQ(program.buffers[operand].meta.strides, Shape({1024, 32, 1}))
+      << program.str();
+}
+
+TEST(Scheduler, OperandLayoutLeavesTemporariesOthersRead) {
+  // exp(k) is read by the product (transposed) and by an add: its layout
+  // is the add's concern too, so it stays row-major.
+  auto graph = std::make_shared<Graph>();
+  Value *q = graph->addInput(TensorMeta(DType::Float32, {2, 16, 64}));
+  Value *k = graph->addInput(TensorMeta(DType::Float32, {2, 32, 64}));
+  Value *keys = op(*graph, "aten::exp", {k});
+  Value *product = op(
+      *graph, "aten::bmm",
+      {q, op(*graph, "aten::transpose.int", {keys, int64_t(1), int64_t(2)})});
+  graph->setOutputs({product, op(*graph, "aten::add.Tensor", {keys, k})});
+  loop::Program program = scheduleWithOperandLayouts(graph);
+  for (const loop::Buffer &buffer : program.buffers)
+    EXPECT_TRUE(buffer.meta.isContiguous()) << program.str();
+}

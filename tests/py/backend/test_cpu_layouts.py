@@ -303,6 +303,37 @@ def test_large_matrix_products_run_kilns_gemm():
     assert kernels_of(doubles) == (1, 1)
 
 
+def rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+@pytest.mark.parametrize("batch, heads, kv_heads, length, width", [
+    (2, 4, 2, 32, 16), (1, 3, 3, 7, 8), (2, 2, 1, 65, 4), (1, 1, 1, 1, 2)])
+def test_attention_operands_computed_in_their_sources_order(batch, heads, kv_heads, length, width):
+    # Attention with rotary embeddings and grouped keys, as transformers
+    # write it: k's rotated, repeated transpose is computed into the GEMM's
+    # operand in k's own order (the GEMM then reads it transposed), so the
+    # results must match eager for every shape, odd and size-1 ones included.
+    def attention(q, k, v, cos, sin):
+        q = rotary(q, cos, sin)
+        k = rotary(k, cos, sin)
+        groups = q.shape[1] // k.shape[1]
+        k = k[:, :, None].expand(-1, -1, groups, -1, -1).reshape(q.shape[0], -1, *k.shape[2:])
+        v = v[:, :, None].expand(-1, -1, groups, -1, -1).reshape(q.shape[0], -1, *v.shape[2:])
+        scores = (q @ k.transpose(-1, -2)) * width ** -0.5
+        return scores.softmax(-1) @ v
+    compiled = kiln.compile(attention, fullgraph=True)
+    for _ in range(2):
+        # q, k and v as a projection's output viewed as heads: transposed.
+        q = torch.randn(batch, length, heads, width).transpose(1, 2)
+        k = torch.randn(batch, length, kv_heads, width).transpose(1, 2)
+        v = torch.randn(batch, length, kv_heads, width).transpose(1, 2)
+        cos, sin = torch.randn(length, width), torch.randn(length, width)
+        assert_close(compiled(q, k, v, cos, sin), attention(q, k, v, cos, sin),
+                     rtol=1e-5, atol=1e-5)
+
+
 def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
     # A bias, a ReLU, a scale and a residual add after a float32 product are
     # computed as kiln's GEMM writes its result (one kernel), at odd sizes,
