@@ -199,6 +199,17 @@ KernelCache &kernelCache() {
   return *cache;
 }
 
+// The tiles a GEMM aims at on `threads` threads. Four per thread let the
+// pool balance uneven progress, but each tile packs its k blocks of B
+// again: on one or two threads, where a tile is a large share of the work,
+// two per thread pack B half as often. On the 16-core Xeon at 2 threads
+// 512x1024 @ 1024x256 ran at 257-274 GFLOP/s with two, 221-239 with four
+// (256x2048 @ 2048x512: 245-255 against 229-232; other transformer shapes
+// within 3%); at 8 and 16 threads two per thread lost up to 20%.
+int64_t gemmTargetTiles(int threads) {
+  return (threads <= 2 ? 2 : 4) * int64_t(std::max(threads, 1));
+}
+
 struct CompiledKernel {
   KernelFunction function = nullptr;
   // The [begin, end) the function takes, and the elements the kernel
@@ -283,11 +294,10 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
         pending.module =
             std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
         jit.prepare(*pending.module);
-        // GEMMs get about four tiles per thread.
         EmittedKernel emitted = emitCpuStep(
             *pending.module, program, kernel, schedule.kernel(stepIndex),
             names[stepIndex], jit.host(), math,
-            4 * int64_t(ThreadPool::instance().threadCount()));
+            gemmTargetTiles(ThreadPool::instance().threadCount()));
         CompiledKernel &compiled = *result->impl_->kernels[stepIndex];
         compiled.buffers = emitted.buffers;
         compiled.parallelRange = emitted.parallelRange;

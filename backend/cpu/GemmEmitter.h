@@ -30,10 +30,10 @@ struct GemmSpec {
   bool hasBias = false;
   int64_t biasBatch = 0, biasRow = 0, biasCol = 0;
   double alpha = 1.0, beta = 1.0;
-  /// Tiles the grid aims at: about 4 per thread of the pool that runs it
-  /// (64 for 16 threads), 1 for one thread (the largest, fastest tiles:
-  /// smaller ones pack A and B more often). Tiles first cover fewer row
-  /// blocks, then blocks shrink, never below sizes that amortise packing.
+  /// Tiles the grid aims at: a few per thread of the pool that runs it
+  /// (64 for 16 threads; fewer, larger tiles pack A and B less often).
+  /// Tiles first cover fewer row blocks, then blocks shrink, never below
+  /// sizes that amortise packing.
   int64_t targetTiles = 64;
 };
 
