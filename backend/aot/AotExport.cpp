@@ -38,6 +38,7 @@
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
+#include <unordered_set>
 
 namespace kiln::backend {
 
@@ -329,8 +330,10 @@ typedef struct kiln_tensor_info {
   std::string p = "kiln_" + name;
   out << "typedef struct " << p << " " << p << ";\n\n"
       << "/* Loads and checks the weights (NULL: the embedded ones, where the\n"
-         "   export embedded them) and starts `num_threads` threads (0: "
-         "$KILN_NUM_THREADS,\n   else every core). */\n"
+         "   export embedded them), starts `num_threads` threads (0: "
+         "$KILN_NUM_THREADS,\n   else every core) and packs the weights of "
+         "matrix products for them\n   (a second copy of those weights, "
+         "read by every run). */\n"
       << "KILN_AOT_EXPORT kiln_status " << p
       << "_create(const char *weights_path, int num_threads,\n    " << p
       << " **model);\n\n"
@@ -741,6 +744,16 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
   const MathLibrary &math = MathLibrary::cLibraryOnly();
   std::ostringstream steps, slots, declarations;
   int64_t slotCount = 0, maxSlots = 0, kernelCount = 0;
+  // The weights: their contents are fixed for the artifact's life, so the
+  // GEMMs that read them pack them once, when a model is created.
+  std::unordered_set<int64_t> weightBuffers;
+  for (size_t b = 0; b < program.buffers.size(); ++b) {
+    const Buffer &buffer = program.buffers[b];
+    if (buffer.kind == BufferKind::Constant ||
+        (buffer.kind == BufferKind::Input &&
+         weightOfGraphInput[buffer.graphInput] >= 0))
+      weightBuffers.insert(static_cast<int64_t>(b));
+  }
   steps << "static const kiln_step_desc STEPS[] = {\n";
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const loop::Kernel &kernel = program.steps[s].kernel;
@@ -748,23 +761,32 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
     // About four GEMM tiles per thread of a 16-core machine.
     EmittedKernel emitted =
         emitCpuStep(module, program, kernel, schedule.kernel(s), function,
-                    aot.host, math, 64);
+                    aot.host, math, 64, &weightBuffers);
     emitted.function->setVisibility(llvm::GlobalValue::HiddenVisibility);
     declarations << "void " << function
                  << "(char *const *, int64_t, int64_t);\n";
-    steps << "  {" << function << ", " << slotCount << ", "
+    std::string packB = "0";
+    if (emitted.packB) {
+      emitted.packB->setVisibility(llvm::GlobalValue::HiddenVisibility);
+      packB = emitted.packB->getName().str();
+      declarations << "void " << packB
+                   << "(char *const *, int64_t, int64_t);\n";
+    }
+    steps << "  {" << function << ", " << packB << ", " << slotCount << ", "
           << emitted.buffers.size() << ", "
           << constantSize(emitted.parallelRange, "a parallel range") << "LL, "
+          << emitted.packRange << "LL, " << emitted.packedBBytes << "LL, "
           << emitted.alignment << "LL, "
           << constantSize(emitted.work, "a kernel's work") << "LL}, /* "
           << kernel.name << " */\n";
+    static_assert(kPackedBSlot == -2, "AotRuntime.c's PACKED_B_SLOT");
     for (int64_t buffer : emitted.buffers)
       slots << buffer << ", ";
     slotCount += static_cast<int64_t>(emitted.buffers.size());
     maxSlots = std::max<int64_t>(maxSlots, emitted.buffers.size());
     ++kernelCount;
   }
-  steps << "  {0, 0, 0, 0, 0, 0}};\n";
+  steps << "  {0, 0, 0, 0, 0, 0, 0, 0, 0}};\n";
 
   for (size_t o = 0; o < program.outputs.size(); ++o) {
     int64_t buffer = program.outputs[o].buffer;

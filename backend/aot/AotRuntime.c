@@ -33,13 +33,21 @@ typedef struct {
   int64_t bytes;
 } kiln_buffer_desc;
 
+/* A STEP_SLOTS entry that stands for the step's B packed ahead. */
+#define PACKED_B_SLOT (-2)
+
 typedef struct {
   kiln_kernel kernel;
+  /* A GEMM on a weight: packs the weight once, at create, over
+     [0, pack_range) into packed_b_bytes that the kernel reads; or NULL. */
+  kiln_kernel pack_b;
   int32_t first_slot; /* into STEP_SLOTS: the buffer of each argument */
   int32_t slot_count;
   int64_t parallel_range; /* the kernel runs [0, parallel_range) */
-  int64_t alignment;      /* chunk boundaries are multiples of it */
-  int64_t work;           /* elements touched, roughly */
+  int64_t pack_range;
+  int64_t packed_b_bytes;
+  int64_t alignment; /* chunk boundaries are multiples of it */
+  int64_t work;      /* elements touched, roughly */
 } kiln_step_desc;
 
 typedef struct {
@@ -174,22 +182,22 @@ static kiln_status pool_start(kiln_pool *pool, int threads) {
   return KILN_OK;
 }
 
-/* Runs one step as kiln's JIT does: inline when small, else about four
-   chunks per thread on boundaries that keep vector loops whole. */
-static void run_step(kiln_pool *pool, const kiln_step_desc *step,
-                     char *const *arguments) {
-  int64_t range = step->parallel_range;
+/* Runs `kernel` of `step` over [0, range) as kiln's JIT does: inline when
+   the step is small, else about four chunks per thread on boundaries that
+   keep vector loops whole. */
+static void run_parallel(kiln_pool *pool, const kiln_step_desc *step,
+                         kiln_kernel kernel, int64_t range, int64_t alignment,
+                         char *const *arguments) {
   if (pool->threads <= 1 || step->work < 32768 || range < 2) {
-    step->kernel(arguments, 0, range);
+    kernel(arguments, 0, range);
     return;
   }
   int64_t chunk_count = (int64_t)pool->threads * 4;
   if (chunk_count > range)
     chunk_count = range;
   int64_t chunk_size = (range + chunk_count - 1) / chunk_count;
-  chunk_size =
-      (chunk_size + step->alignment - 1) / step->alignment * step->alignment;
-  pool->kernel = step->kernel;
+  chunk_size = (chunk_size + alignment - 1) / alignment * alignment;
+  pool->kernel = kernel;
   pool->arguments = arguments;
   pool->range = range;
   pool->chunk_size = chunk_size;
@@ -337,6 +345,7 @@ struct KILN_HANDLE {
   unsigned char *weights_image; /* the file's contents, or NULL (embedded) */
   const unsigned char *weights[WEIGHT_COUNT + 1];
   char *workspace;
+  char *packed_b[STEP_COUNT + 1]; /* by step: its weight B packed ahead */
   char *owned[BUFFER_COUNT];
   char *addresses[BUFFER_COUNT];
   char *arguments[MAX_SLOTS + 1];
@@ -351,6 +360,8 @@ void KILN_API(destroy)(KILN_HANDLE *model) {
   for (int b = 0; b < BUFFER_COUNT; ++b)
     free(model->owned[b]);
   free(model->workspace);
+  for (int s = 0; s < STEP_COUNT; ++s)
+    free(model->packed_b[s]);
   free(model->weights_image);
   free(model);
 }
@@ -360,6 +371,66 @@ static char *allocate(int64_t bytes) {
   if (posix_memalign(&memory, 64, (size_t)(bytes > 0 ? bytes : 1)) != 0)
     return NULL;
   return (char *)memory;
+}
+
+/* Points model->addresses at every buffer: the caller's inputs (NULL
+   where `inputs` is NULL, and views of them), the weights, the workspace
+   and the model's own memory. */
+static void bind_addresses(KILN_HANDLE *model, const kiln_tensor *inputs) {
+  char **addresses = model->addresses;
+  for (int b = 0; b < BUFFER_COUNT; ++b) {
+    const kiln_buffer_desc *buffer = &BUFFERS[b];
+    switch (buffer->kind) {
+    case BUFFER_INPUT:
+      addresses[b] = inputs ? (char *)inputs[buffer->index].data : NULL;
+      break;
+    case BUFFER_WEIGHT:
+      addresses[b] = (char *)model->weights[buffer->index];
+      break;
+    case BUFFER_WORKSPACE:
+      addresses[b] = model->workspace + buffer->offset;
+      break;
+    case BUFFER_OWNED:
+      addresses[b] = model->owned[b];
+      break;
+    default:
+      break;
+    }
+  }
+  /* Views come after their bases in VIEW_ORDER. */
+  for (int v = 0; v < VIEW_COUNT; ++v) {
+    int b = VIEW_ORDER[v];
+    char *base = addresses[BUFFERS[b].index];
+    addresses[b] = base ? base + BUFFERS[b].offset : NULL;
+  }
+}
+
+/* The arguments of step `s` from the bound addresses. */
+static void bind_arguments(KILN_HANDLE *model, int s) {
+  const kiln_step_desc *step = &STEPS[s];
+  for (int slot = 0; slot < step->slot_count; ++slot) {
+    int32_t buffer = STEP_SLOTS[step->first_slot + slot];
+    model->arguments[slot] =
+        buffer == PACKED_B_SLOT ? model->packed_b[s] : model->addresses[buffer];
+  }
+}
+
+/* Packs the weights that GEMMs read packed ahead, once per model. */
+static kiln_status pack_weights(KILN_HANDLE *model) {
+  bind_addresses(model, NULL);
+  for (int s = 0; s < STEP_COUNT; ++s) {
+    const kiln_step_desc *step = &STEPS[s];
+    if (!step->pack_b)
+      continue;
+    if (!(model->packed_b[s] = allocate(step->packed_b_bytes)))
+      return fail(KILN_ERROR_OUT_OF_MEMORY,
+                  "cannot allocate %lld bytes for a packed weight",
+                  (long long)step->packed_b_bytes);
+    bind_arguments(model, s);
+    run_parallel(&model->pool, step, step->pack_b, step->pack_range, 1,
+                 model->arguments);
+  }
+  return KILN_OK;
 }
 
 kiln_status KILN_API(create)(const char *weights_path, int num_threads,
@@ -408,6 +479,8 @@ kiln_status KILN_API(create)(const char *weights_path, int num_threads,
       threads = 1;
     status = pool_start(&model->pool, threads);
   }
+  if (status == KILN_OK)
+    status = pack_weights(model);
   if (status != KILN_OK) {
     KILN_API(destroy)(model);
     return status;
@@ -487,40 +560,15 @@ kiln_status KILN_API(run)(KILN_HANDLE *model, const kiln_tensor *inputs,
     return fail(KILN_ERROR_INVALID_ARGUMENT,
                 "run: the model is already running on another thread (create "
                 "one model per thread)");
-  char **addresses = model->addresses;
-  for (int b = 0; b < BUFFER_COUNT; ++b) {
-    const kiln_buffer_desc *buffer = &BUFFERS[b];
-    switch (buffer->kind) {
-    case BUFFER_INPUT:
-      addresses[b] = (char *)inputs[buffer->index].data;
-      break;
-    case BUFFER_WEIGHT:
-      addresses[b] = (char *)model->weights[buffer->index];
-      break;
-    case BUFFER_WORKSPACE:
-      addresses[b] = model->workspace + buffer->offset;
-      break;
-    case BUFFER_OWNED:
-      addresses[b] = model->owned[b];
-      break;
-    default:
-      break;
-    }
-  }
-  /* Views come after their bases in VIEW_ORDER. */
-  for (int v = 0; v < VIEW_COUNT; ++v) {
-    int b = VIEW_ORDER[v];
-    addresses[b] = addresses[BUFFERS[b].index] + BUFFERS[b].offset;
-  }
+  bind_addresses(model, inputs);
   for (int s = 0; s < STEP_COUNT; ++s) {
-    const kiln_step_desc *step = &STEPS[s];
-    for (int slot = 0; slot < step->slot_count; ++slot)
-      model->arguments[slot] = addresses[STEP_SLOTS[step->first_slot + slot]];
-    run_step(&model->pool, step, model->arguments);
+    bind_arguments(model, s);
+    run_parallel(&model->pool, &STEPS[s], STEPS[s].kernel,
+                 STEPS[s].parallel_range, STEPS[s].alignment, model->arguments);
   }
   for (size_t o = 0; o < num_outputs; ++o) {
     const kiln_tensor_desc *output = &OUTPUTS[o];
-    outputs[o].data = addresses[output->buffer];
+    outputs[o].data = model->addresses[output->buffer];
     outputs[o].dtype = output->dtype;
     outputs[o].rank = output->rank;
     outputs[o].sizes = output->sizes;

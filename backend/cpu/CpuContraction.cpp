@@ -177,13 +177,17 @@ std::optional<EmittedKernel>
 emitContraction(llvm::Module &module, const loop::Program &program,
                 const loop::Kernel &kernel, const std::string &name,
                 const HostTarget &host, const MathLibrary &math,
-                int64_t targetTiles) {
+                int64_t targetTiles,
+                const std::unordered_set<int64_t> *fixedBuffers) {
   std::optional<MatchedContraction> match = matchContraction(program, kernel);
   if (!match)
     return std::nullopt;
   match->spec.targetTiles = std::max<int64_t>(targetTiles, 1);
-  // The GEMM's buffers: A, B, C, then the epilogue's (its slot 3, the
-  // bias, unused).
+  // The GEMM's buffers: A, B, C, then the epilogue's from its slot 4 on;
+  // its slot 3 (the bias, unused) holds B packed ahead where B is fixed,
+  // the kernel's last argument.
+  if (fixedBuffers && fixedBuffers->count(program.rootOf(match->b)))
+    match->spec.packedBSlot = 3;
   std::vector<int64_t> buffers = {match->a, match->b, match->c};
   std::unordered_map<int64_t, int64_t> slotOf;
   GemmEpilogue epilogue;
@@ -198,42 +202,57 @@ emitContraction(llvm::Module &module, const loop::Program &program,
   EmittedGemm gemm =
       emitGemm(module, match->spec, host, name + "_gemm", epilogue);
   gemm.function->setLinkage(llvm::GlobalValue::InternalLinkage);
-
-  // The kernel: the GEMM on its operands' first elements.
-  llvm::LLVMContext &context = module.getContext();
-  llvm::IRBuilder<> builder(context);
-  llvm::Type *pointer = builder.getPtrTy();
-  auto *type = llvm::FunctionType::get(
-      builder.getVoidTy(),
-      {pointer, builder.getInt64Ty(), builder.getInt64Ty()}, false);
-  llvm::Function *function = llvm::Function::Create(
-      type, llvm::Function::ExternalLinkage, name, module);
-  function->addFnAttr("target-cpu", host.cpuName);
-  function->addFnAttr("target-features", host.features);
-  function->setDoesNotThrow();
-  builder.SetInsertPoint(llvm::BasicBlock::Create(context, "entry", function));
-  // The operands' first elements; the epilogue's buffers as they are (its
-  // loads' indices are from the data pointers).
-  llvm::Value *arguments = function->getArg(0);
-  auto *slots = llvm::ArrayType::get(pointer, buffers.size() + 1);
-  llvm::Value *operands = builder.CreateAlloca(slots, nullptr, "operands");
-  int64_t offsets[] = {match->aOffset, match->bOffset, match->cOffset};
-  for (size_t argument = 0; argument < buffers.size(); ++argument) {
-    llvm::Value *base = builder.CreateLoad(
-        pointer, builder.CreateConstGEP1_64(pointer, arguments, argument));
-    size_t slot = argument < 3 ? argument : argument + 1;
-    if (argument < 3)
-      base = builder.CreateConstGEP1_64(builder.getFloatTy(), base,
-                                        offsets[argument]);
-    builder.CreateStore(base,
-                        builder.CreateConstGEP2_64(slots, operands, 0, slot));
+  if (gemm.packB) {
+    gemm.packB->setLinkage(llvm::GlobalValue::InternalLinkage);
+    buffers.push_back(kPackedBSlot);
   }
-  builder.CreateCall(gemm.function,
-                     {operands, function->getArg(1), function->getArg(2)});
-  builder.CreateRetVoid();
+
+  // The kernel (and its packing of B): the GEMM on its operands' first
+  // elements; the epilogue's buffers as they are (its loads' indices are
+  // from the data pointers).
+  llvm::LLVMContext &context = module.getContext();
+  llvm::Type *pointer = llvm::PointerType::getUnqual(context);
+  int64_t offsets[] = {match->aOffset, match->bOffset, match->cOffset};
+  auto wrap = [&](llvm::Function *inner, const std::string &wrapperName) {
+    llvm::IRBuilder<> builder(context);
+    auto *type = llvm::FunctionType::get(
+        builder.getVoidTy(),
+        {pointer, builder.getInt64Ty(), builder.getInt64Ty()}, false);
+    llvm::Function *function = llvm::Function::Create(
+        type, llvm::Function::ExternalLinkage, wrapperName, module);
+    function->addFnAttr("target-cpu", host.cpuName);
+    function->addFnAttr("target-features", host.features);
+    function->setDoesNotThrow();
+    builder.SetInsertPoint(
+        llvm::BasicBlock::Create(context, "entry", function));
+    llvm::Value *arguments = function->getArg(0);
+    auto *slots = llvm::ArrayType::get(pointer, buffers.size() + 1);
+    llvm::Value *operands = builder.CreateAlloca(slots, nullptr, "operands");
+    for (size_t argument = 0; argument < buffers.size(); ++argument) {
+      llvm::Value *base = builder.CreateLoad(
+          pointer, builder.CreateConstGEP1_64(pointer, arguments, argument));
+      size_t slot = argument < 3 ? argument : argument + 1;
+      if (argument < 3)
+        base = builder.CreateConstGEP1_64(builder.getFloatTy(), base,
+                                          offsets[argument]);
+      if (buffers[argument] == kPackedBSlot)
+        slot = 3;
+      builder.CreateStore(base,
+                          builder.CreateConstGEP2_64(slots, operands, 0, slot));
+    }
+    builder.CreateCall(inner,
+                       {operands, function->getArg(1), function->getArg(2)});
+    builder.CreateRetVoid();
+    return function;
+  };
 
   EmittedKernel emitted;
-  emitted.function = function;
+  emitted.function = wrap(gemm.function, name);
+  if (gemm.packB) {
+    emitted.packB = wrap(gemm.packB, name + "_pack_b");
+    emitted.packRange = gemm.packRange;
+    emitted.packedBBytes = gemm.packedBBytes;
+  }
   emitted.buffers = buffers;
   emitted.parallelRange = size::constant(gemm.parallelRange);
   const GemmSpec &spec = match->spec;
@@ -246,8 +265,8 @@ emitContraction(llvm::Module &module, const loop::Program &program,
       << ' ' << spec.bBatch << ' ' << spec.bRow << ' ' << spec.bCol << ' '
       << spec.cBatch << ' ' << spec.cRow << ' ' << spec.cCol << ' '
       << match->aOffset << ' ' << match->bOffset << ' ' << match->cOffset << ' '
-      << spec.targetTiles << ' ' << host.vectorBits << ' ' << host.cpuName
-      << ' ' << host.features;
+      << spec.targetTiles << ' ' << spec.packedBSlot << ' ' << host.vectorBits
+      << ' ' << host.cpuName << ' ' << host.features;
   if (match->epilogue) {
     key << " epilogue ";
     writeExprKey(key, match->epilogue, slotOf, program);
@@ -260,10 +279,12 @@ EmittedKernel emitCpuStep(llvm::Module &module, const loop::Program &program,
                           const loop::Kernel &kernel,
                           const KernelSchedule &schedule,
                           const std::string &name, const HostTarget &host,
-                          const MathLibrary &math, int64_t targetTiles) {
+                          const MathLibrary &math, int64_t targetTiles,
+                          const std::unordered_set<int64_t> *fixedBuffers) {
   if (kernel.contraction)
-    if (std::optional<EmittedKernel> gemm = emitContraction(
-            module, program, kernel, name, host, math, targetTiles))
+    if (std::optional<EmittedKernel> gemm =
+            emitContraction(module, program, kernel, name, host, math,
+                            targetTiles, fixedBuffers))
       return std::move(*gemm); // its tiles are its own
   EmittedKernel emitted =
       emitCpuKernel(module, program, kernel, schedule, name, host, math);

@@ -11,6 +11,7 @@
 #include "ir/LoopIR.h"
 
 #include <optional>
+#include <unordered_set>
 
 namespace kiln::backend {
 
@@ -35,20 +36,25 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
 /// Emits `kernel` as a GEMM when matchContraction recognises it: a
 /// function `name` with the loop kernels' ABI, its buffers A, B, C and the
 /// epilogue's, its own parallel range (about `targetTiles` tiles) and work.
+/// Where B's root buffer is among `fixedBuffers` (contents that never
+/// change while the code lives: an exported model's weights), the GEMM
+/// reads B packed ahead (EmittedKernel::packB).
 std::optional<EmittedKernel>
 emitContraction(llvm::Module &module, const loop::Program &program,
                 const loop::Kernel &kernel, const std::string &name,
                 const HostTarget &host, const MathLibrary &math,
-                int64_t targetTiles);
+                int64_t targetTiles,
+                const std::unordered_set<int64_t> *fixedBuffers = nullptr);
 
 /// One kernel step for the CPU, as the JIT and export both emit it: a GEMM
 /// where `kernel` is a contraction emitContraction recognises, else the loop
 /// emitter's code under `schedule`; either way with its parallel range,
 /// work and chunk alignment filled in.
-EmittedKernel emitCpuStep(llvm::Module &module, const loop::Program &program,
-                          const loop::Kernel &kernel,
-                          const KernelSchedule &schedule,
-                          const std::string &name, const HostTarget &host,
-                          const MathLibrary &math, int64_t targetTiles);
+EmittedKernel
+emitCpuStep(llvm::Module &module, const loop::Program &program,
+            const loop::Kernel &kernel, const KernelSchedule &schedule,
+            const std::string &name, const HostTarget &host,
+            const MathLibrary &math, int64_t targetTiles,
+            const std::unordered_set<int64_t> *fixedBuffers = nullptr);
 
 } // namespace kiln::backend

@@ -26,12 +26,24 @@ class MathLibrary;
 /// call's size-symbol values (int64_t[]) instead of a buffer's, where the
 /// kernel reads sizes that vary between calls.
 constexpr int64_t kSymbolSlot = -1;
+/// The slot that holds B packed ahead (EmittedKernel::packB).
+constexpr int64_t kPackedBSlot = -2;
 
 struct EmittedKernel {
   llvm::Function *function = nullptr;
   /// The program buffer whose data pointer each element of the function's
-  /// `buffers` argument is (kSymbolSlot: the symbol values).
+  /// `buffers` argument is (kSymbolSlot: the symbol values; kPackedBSlot:
+  /// B packed ahead).
   std::vector<int64_t> buffers;
+  /// A GEMM whose B is fixed for as long as the code lives (an exported
+  /// model's weight) reads it packed ahead: `packB`, with the same
+  /// arguments, packs it over [0, packRange) (split across threads like
+  /// `function`) into packedBBytes of 64-byte aligned memory, the
+  /// kPackedBSlot argument. It runs once, before the first call of
+  /// `function`. Null where the kernel packs as it goes.
+  llvm::Function *packB = nullptr;
+  int64_t packRange = 0;
+  int64_t packedBBytes = 0;
   /// The range [0, parallelRange) the function takes as [begin, end) and
   /// splits across threads, the elements it touches (roughly), and the
   /// multiple chunk boundaries keep. emitCpuStep fills them in; null where a

@@ -43,9 +43,17 @@ struct GemmPlan {
   int64_t rowTileBlocks = 1, rowTiles = 0;  // row blocks of a tile, tiles
   int64_t columnBlock = 0, columnTiles = 0; // NC and the tiles across n
 
+  // B packed ahead (spec.packedBSlot): per batch of B and k block,
+  // `packedBlockFloats` of panels; packB's units are (batch of B, k block,
+  // group of column panels).
+  bool bPackedAhead = false;
+  int64_t packedBatches = 1, packedBlockFloats = 0;
+  int64_t packGroupPanels = 1, packGroups = 1;
+
   int64_t paddedDepthBlock() const { return roundUp(depthBlock, depthUnroll); }
   int64_t rowTile() const { return rowTileBlocks * rowBlock; }
   int64_t tiles(int64_t batch) const { return batch * rowTiles * columnTiles; }
+  int64_t packUnits() const { return packedBatches * depthBlocks * packGroups; }
 };
 
 // Splits `extent` into about `tiles` blocks of a multiple of `multiple`;
@@ -127,6 +135,20 @@ GemmPlan planGemm(const GemmSpec &spec, const HostTarget &host) {
       break;
     }
   }
+  // B packed ahead is read by every tile: the packing runs once, split
+  // into about targetTiles units for a thread pool.
+  if (spec.packedBSlot >= 0 && spec.m > 0 && spec.n > 0 && spec.k > 0 &&
+      spec.batch > 0) {
+    plan.bPackedAhead = true;
+    plan.packedBatches = spec.bBatch == 0 ? 1 : spec.batch;
+    int64_t panels = ceilDivide(spec.n, plan.columns);
+    plan.packedBlockFloats = plan.paddedDepthBlock() * panels * plan.columns;
+    int64_t blocks = plan.packedBatches * plan.depthBlocks;
+    int64_t groups =
+        std::clamp<int64_t>(ceilDivide(spec.targetTiles, blocks), 1, panels);
+    plan.packGroupPanels = ceilDivide(panels, groups);
+    plan.packGroups = ceilDivide(panels, plan.packGroupPanels);
+  }
   return plan;
 }
 
@@ -198,6 +220,16 @@ private:
   std::vector<llvm::Value *>
   transposeInLanes(const std::vector<llvm::Value *> &rows);
 
+  /// Creates `name` with the GEMM's arguments and enters it.
+  void beginFunction(const std::string &name);
+  llvm::Value *bufferPointer(int slot, const char *label);
+  void emitPackB(const std::string &name);
+  /// Sets the k block's depth and padded depth; gives its first k step.
+  llvm::Value *enterDepthBlock(llvm::Value *block);
+  /// The panels of B packed ahead: batch `batch` of B (0 where B is
+  /// broadcast), k block `block`, from column `column` on.
+  llvm::Value *packedPanels(llvm::Value *batch, llvm::Value *block,
+                            llvm::Value *column);
   void emitGroup(llvm::Value *group, llvm::Value *begin, llvm::Value *end);
   void emitDepthBlock(llvm::Value *block);
   void emitRowBlock(llvm::Value *rowBlock);
@@ -268,6 +300,8 @@ private:
   llvm::Function *function_ = nullptr;
   llvm::Value *a_ = nullptr, *b_ = nullptr, *c_ = nullptr, *bias_ = nullptr;
   llvm::Value *packedA_ = nullptr, *packedB_ = nullptr, *scratch_ = nullptr;
+  // B packed ahead (plan_.bPackedAhead).
+  llvm::Value *aheadB_ = nullptr;
   // The current group of tiles: its batch, first row and first column.
   llvm::Value *groupBatch_ = nullptr, *groupRow_ = nullptr,
               *groupColumn_ = nullptr;
@@ -334,7 +368,7 @@ GemmEmitter::transposeInLanes(const std::vector<llvm::Value *> &rows) {
   return columns;
 }
 
-EmittedGemm GemmEmitter::emit(const std::string &name) {
+void GemmEmitter::beginFunction(const std::string &name) {
   llvm::Type *pointer = builder_.getPtrTy();
   llvm::Type *int64 = builder_.getInt64Ty();
   auto *type = llvm::FunctionType::get(builder_.getVoidTy(),
@@ -343,36 +377,95 @@ EmittedGemm GemmEmitter::emit(const std::string &name) {
                                      name, module_);
   function_->addFnAttr("target-cpu", host_.cpuName);
   function_->addFnAttr("target-features", host_.features);
-  // The packing buffers make a frame of hundreds of KiB: probing it page by
-  // page turns a too-small thread stack into a clean fault.
-  function_->addFnAttr("probe-stack", "inline-asm");
   function_->setDoesNotThrow();
   function_->getArg(0)->setName("buffers");
   function_->getArg(1)->setName("begin");
   function_->getArg(2)->setName("end");
   builder_.SetInsertPoint(
       llvm::BasicBlock::Create(context_, "entry", function_));
+}
 
+llvm::Value *GemmEmitter::bufferPointer(int slot, const char *label) {
+  llvm::Type *pointer = builder_.getPtrTy();
+  return builder_.CreateLoad(
+      pointer, builder_.CreateConstGEP1_64(pointer, function_->getArg(0), slot),
+      label);
+}
+
+llvm::Value *GemmEmitter::packedPanels(llvm::Value *batch, llvm::Value *block,
+                                       llvm::Value *column) {
+  llvm::Value *blockIndex = builder_.CreateAdd(
+      builder_.CreateMul(batch, constant(plan_.depthBlocks)), block);
+  llvm::Value *offset = builder_.CreateAdd(
+      builder_.CreateMul(blockIndex, constant(plan_.packedBlockFloats)),
+      builder_.CreateMul(column, paddedDepth_));
+  return builder_.CreateInBoundsGEP(float_, aheadB_, offset, "packed_panels");
+}
+
+void GemmEmitter::emitPackB(const std::string &name) {
+  beginFunction(name);
+  b_ = bufferPointer(1, "b");
+  aheadB_ = bufferPointer(spec_.packedBSlot, "packed_b");
+  // Unit u: group u % packGroups of column panels, of k block
+  // (u / packGroups) % depthBlocks, of batch u / (packGroups * depthBlocks).
+  int64_t groupColumns = plan_.packGroupPanels * plan_.columns;
+  emitCountedLoop(
+      builder_, function_->getArg(1), function_->getArg(2), 1,
+      [&](llvm::Value *unit) {
+        llvm::Value *group =
+            builder_.CreateURem(unit, constant(plan_.packGroups));
+        llvm::Value *rest =
+            builder_.CreateUDiv(unit, constant(plan_.packGroups));
+        llvm::Value *block =
+            builder_.CreateURem(rest, constant(plan_.depthBlocks));
+        llvm::Value *batch =
+            builder_.CreateUDiv(rest, constant(plan_.depthBlocks));
+        llvm::Value *depthStart = enterDepthBlock(block);
+        llvm::Value *column = builder_.CreateMul(group, constant(groupColumns));
+        llvm::Value *source = element(
+            b_, builder_.CreateAdd(
+                    builder_.CreateAdd(
+                        builder_.CreateMul(batch, constant(spec_.bBatch)),
+                        builder_.CreateMul(depthStart, constant(spec_.bRow))),
+                    builder_.CreateMul(column, constant(spec_.bCol))));
+        llvm::Value *columns =
+            minimum(constant(groupColumns),
+                    builder_.CreateSub(constant(spec_.n), column));
+        emitPack({plan_.columns, spec_.bCol, spec_.bRow}, source,
+                 packedPanels(batch, block, column), columns,
+                 spec_.n % plan_.columns == 0);
+      });
+  builder_.CreateRetVoid();
+}
+
+EmittedGemm GemmEmitter::emit(const std::string &name) {
   EmittedGemm result;
+  bool empty = spec_.m <= 0 || spec_.n <= 0 || spec_.batch <= 0;
+  if (plan_.bPackedAhead) {
+    emitPackB(name + "_pack_b");
+    result.packB = function_;
+    result.packRange = plan_.packUnits();
+    result.packedBBytes =
+        4 * plan_.packedBlockFloats * plan_.depthBlocks * plan_.packedBatches;
+  }
+  beginFunction(name);
+  // The packing buffers make a frame of hundreds of KiB: probing it page by
+  // page turns a too-small thread stack into a clean fault.
+  function_->addFnAttr("probe-stack", "inline-asm");
   result.function = function_;
-  result.parallelRange =
-      spec_.m > 0 && spec_.n > 0 ? plan_.tiles(spec_.batch) : 0;
+  result.parallelRange = empty ? 0 : plan_.tiles(spec_.batch);
   result.work = spec_.batch * spec_.m * spec_.n * std::max<int64_t>(spec_.k, 1);
   if (result.parallelRange <= 0) {
     builder_.CreateRetVoid();
     return result;
   }
-  auto bufferPointer = [&](int slot, const char *label) {
-    return builder_.CreateLoad(
-        pointer,
-        builder_.CreateConstGEP1_64(pointer, function_->getArg(0), slot),
-        label);
-  };
   a_ = bufferPointer(0, "a");
   b_ = bufferPointer(1, "b");
   c_ = bufferPointer(2, "c");
   if (usesBias())
     bias_ = bufferPointer(3, "bias");
+  if (plan_.bPackedAhead)
+    aheadB_ = bufferPointer(spec_.packedBSlot, "packed_b");
   auto stackFloats = [&](int64_t count, const char *label) {
     llvm::AllocaInst *buffer = builder_.CreateAlloca(
         llvm::ArrayType::get(float_, std::max<int64_t>(count, 1)), nullptr,
@@ -385,7 +478,8 @@ EmittedGemm GemmEmitter::emit(const std::string &name) {
   directA_ = readsAInPlace(spec_, plan_);
   if (!directA_)
     packedA_ = stackFloats(plan_.rowBlock * paddedDepth, "packed_a");
-  packedB_ = stackFloats(plan_.columnBlock * paddedDepth, "packed_b");
+  if (!plan_.bPackedAhead)
+    packedB_ = stackFloats(plan_.columnBlock * paddedDepth, "packed_b");
   scratch_ = stackFloats(plan_.rows * plan_.columns, "edge_tile");
   // Tiles [begin, end) as groups of consecutive tiles in one column block
   // of one batch: a group packs each k block of B once for all its rows.
@@ -451,7 +545,7 @@ void GemmEmitter::emitGroup(llvm::Value *group, llvm::Value *begin,
                   [&](llvm::Value *block) { emitDepthBlock(block); });
 }
 
-void GemmEmitter::emitDepthBlock(llvm::Value *block) {
+llvm::Value *GemmEmitter::enterDepthBlock(llvm::Value *block) {
   llvm::Value *depthStart =
       builder_.CreateMul(block, constant(plan_.depthBlock));
   depth_ = plan_.depthBlocks == 1
@@ -463,7 +557,15 @@ void GemmEmitter::emitDepthBlock(llvm::Value *block) {
           builder_.CreateAdd(depth_, constant(plan_.depthUnroll - 1)),
           constant(plan_.depthUnroll)),
       constant(plan_.depthUnroll), "padded_depth");
-  if (spec_.k > 0)
+  return depthStart;
+}
+
+void GemmEmitter::emitDepthBlock(llvm::Value *block) {
+  llvm::Value *depthStart = enterDepthBlock(block);
+  if (plan_.bPackedAhead)
+    packedB_ = packedPanels(spec_.bBatch == 0 ? constant(0) : groupBatch_,
+                            block, groupColumn_);
+  else if (spec_.k > 0)
     emitPack(
         {plan_.columns, spec_.bCol, spec_.bRow},
         element(tileB_, builder_.CreateMul(depthStart, constant(spec_.bRow))),

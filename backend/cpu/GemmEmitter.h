@@ -35,6 +35,11 @@ struct GemmSpec {
   /// Tiles first cover fewer row blocks, then blocks shrink, never below
   /// sizes that amortise packing.
   int64_t targetTiles = 64;
+  /// Where B's contents are fixed (an exported model's weight), the slot
+  /// of the buffers argument that holds B packed ahead, once, by
+  /// EmittedGemm::packB: the tiles read it instead of packing B each call.
+  /// -1: B is packed by the tiles, on their stacks.
+  int packedBSlot = -1;
 };
 
 struct EmittedGemm {
@@ -49,6 +54,14 @@ struct EmittedGemm {
   /// Bytes of stack the function's packing buffers take (at most about
   /// 530 KiB): threads that run it need stacks well above that.
   int64_t stackBytes = 0;
+  /// Where spec.packedBSlot is set: a function with the same arguments
+  /// that packs units [begin, end) of [0, packRange) of B into the
+  /// packedBBytes of 64-byte aligned memory at buffers[packedBSlot] (it
+  /// reads only B). Units are independent; all must have run before the
+  /// GEMM runs on that B.
+  llvm::Function *packB = nullptr;
+  int64_t packRange = 0;
+  int64_t packedBBytes = 0;
 };
 
 /// What C's element is, from the finished sum (a float, or a vector of
@@ -65,8 +78,10 @@ using GemmEpilogue = std::function<llvm::Value *(
 
 /// Emits `void name(char *const *buffers, int64_t begin, int64_t end)` into
 /// `module`: buffers[0] = A, [1] = B, [2] = C, [3] = bias when spec.hasBias
-/// (data pointers). Code for `host` (its vectorBits 128/256/512, cpuName,
-/// features), set as the function's "target-cpu"/"target-features".
+/// (data pointers), B packed ahead at spec.packedBSlot where that is set
+/// (and `name_pack_b` to pack it). Code for `host` (its vectorBits
+/// 128/256/512, cpuName, features), set as the function's
+/// "target-cpu"/"target-features".
 /// The IR is vectorised and unrolled explicitly: it expects the CPU
 /// backend's pipeline (optimiseCpuModule), not LLVM's vectorisers.
 EmittedGemm emitGemm(llvm::Module &module, const GemmSpec &spec,

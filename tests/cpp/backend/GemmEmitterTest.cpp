@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -41,6 +42,9 @@ struct CompiledGemm {
   std::shared_ptr<backend::JitCode> code;
   GemmFunction function = nullptr;
   int64_t parallelRange = 0;
+  // Where spec.packedBSlot is set: the packing of B ahead.
+  GemmFunction packB = nullptr;
+  int64_t packRange = 0, packedBBytes = 0;
 };
 
 /// Emits, verifies, optimises (as the CPU backend's compileModule does) and
@@ -64,6 +68,12 @@ CompiledGemm compileGemm(const GemmSpec &spec, const HostTarget &host,
   compiled.code = jit.addModule(std::move(module), std::move(context));
   compiled.function = reinterpret_cast<GemmFunction>(jit.lookup(name));
   compiled.parallelRange = emitted.parallelRange;
+  if (emitted.packB) {
+    compiled.packB =
+        reinterpret_cast<GemmFunction>(jit.lookup(name + "_pack_b"));
+    compiled.packRange = emitted.packRange;
+    compiled.packedBBytes = emitted.packedBBytes;
+  }
   return compiled;
 }
 
@@ -584,4 +594,48 @@ TEST(GemmEmitter, TilesFollowTheTarget) {
         EXPECT_LE(emitted.parallelRange, (m + 5) / 6 * ((n + 15) / 16));
         emitted.function->eraseFromParent();
       }
+}
+
+// B packed ahead (an exported model's weight): the packing runs once, in
+// any order of its units, and the GEMM then reads only the packed copy
+// (B's pointer is null when it runs), for edge shapes, a Linear layer's
+// transposed weight, several k blocks, and batches with and without B's own.
+TEST(GemmEmitter, BPackedAheadIsReadInsteadOfB) {
+  std::vector<GemmSpec> specs;
+  for (auto [m, n, k] : std::vector<std::array<int64_t, 3>>{
+           {1, 1, 1}, {7, 65, 63}, {65, 7, 1000}, {63, 1000, 65}})
+    specs.push_back(rowMajor(m, n, k));
+  GemmSpec linear = rowMajor(65, 70, 600);
+  linear.bRow = 1;
+  linear.bCol = 600;
+  specs.push_back(linear);
+  for (int64_t bBatch : {int64_t(0), int64_t(300 * 33)}) {
+    GemmSpec batched = rowMajor(13, 33, 300);
+    batched.batch = 3;
+    batched.aBatch = 13 * 300;
+    batched.bBatch = bBatch;
+    batched.cBatch = 13 * 33;
+    specs.push_back(batched);
+  }
+  for (GemmSpec spec : specs) {
+    spec.targetTiles = 7;
+    spec.packedBSlot = 4;
+    SCOPED_TRACE(describe(spec, backend::hostTarget()));
+    CompiledGemm gemm = compileGemm(spec, backend::hostTarget());
+    ASSERT_NE(gemm.packB, nullptr);
+    ASSERT_GT(gemm.packedBBytes, 0);
+    Operands operands(spec, 5, false);
+    std::vector<char *> buffers = operands.buffers();
+    GuardedFloats packed;
+    // 64-byte aligned: the guard page ends it, so its size is a multiple
+    // of 16 floats.
+    packed.resize((gemm.packedBBytes / 4 + 15) / 16 * 16);
+    buffers.push_back(reinterpret_cast<char *>(packed.data()));
+    for (int64_t unit = gemm.packRange; unit-- > 0;)
+      gemm.packB(buffers.data(), unit, unit + 1);
+    buffers[1] = nullptr;
+    for (int64_t tile = gemm.parallelRange; tile-- > 0;)
+      gemm.function(buffers.data(), tile, tile + 1);
+    expectProduct(spec, operands, "B packed ahead");
+  }
 }

@@ -148,6 +148,28 @@ def test_transformer_stack_runs_from_c_and_python(tmp_path):
     close(program(fresh)[0], want, rtol=1e-4, atol=1e-4)
 
 
+def test_weights_of_matrix_products_are_packed_once_when_a_model_is_created(tmp_path):
+    # kiln's GEMM packs B for its micro-kernel; where B is a weight, the
+    # export packs it once, when a model is created, instead of on every run
+    # (the packing functions are in the object), and the runs stay right.
+    # A product of two inputs packs as it goes.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(),
+                                torch.nn.Linear(96, 40)).eval()
+    result = kiln.export(model, (torch.randn(33, 64),), tmp_path / "out", name="mlp")
+    assert b"_pack_b" in open(os.path.join(result.directory, "mlp.o"), "rb").read()
+    program = kiln.load_exported(result.directory, "mlp")
+    for _ in range(2):
+        x = torch.randn(33, 64)
+        with torch.no_grad():
+            want = model(x)
+        close(program(x)[0], want, rtol=1e-4, atol=1e-4)
+        close(first_output_from_c(result, [x], tmp_path, (33, 40)), want, rtol=1e-4, atol=1e-4)
+    product = kiln.export(lambda a, b: a @ b, (torch.randn(33, 64), torch.randn(64, 96)),
+                          tmp_path / "product", name="product")
+    assert b"_pack_b" not in open(os.path.join(product.directory, "product.o"), "rb").read()
+
+
 def test_embedded_weights_and_single_thread(tmp_path):
     model = Block().eval()
     x = torch.randn(1, 8, 32)
