@@ -19,16 +19,12 @@ namespace {
 // below it, calling torch costs more than the arithmetic.
 constexpr int64_t kMaxNativeWork = 1 << 13;
 
-// (batch) x M x K times (batch) x K x N, accumulated in `math`, then
-// `alpha * product + beta * bias` where a bias is given (baddbmm, addmm).
-LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
-                       std::optional<size_t> biasArgument) {
-  LoweredTensor a = lowerer.input(node, first);
-  LoweredTensor b = lowerer.input(node, first + 1);
-  const TensorMeta &meta = lowerer.resultMeta(node);
-  if (!isFloatingPoint(meta.dtype) || a.dtype != meta.dtype ||
-      b.dtype != meta.dtype || a.dim() != b.dim() ||
-      (a.dim() != 2 && a.dim() != 3))
+} // namespace
+
+std::optional<LoweredTensor> matrixProduct(Lowerer &lowerer, LoweredTensor a,
+                                           LoweredTensor b, DType dtype) {
+  if (!isFloatingPoint(dtype) || a.dtype != dtype || b.dtype != dtype ||
+      a.dim() != b.dim() || (a.dim() != 2 && a.dim() != 3))
     return std::nullopt;
   bool batched = a.dim() == 3;
   int64_t batch = batched ? a.sizes[0] : 1;
@@ -37,7 +33,7 @@ LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
   if (b.sizes[b.dim() - 2] != k || (batched && b.sizes[0] != batch))
     return std::nullopt;
   bool small = batch * m * n * std::max<int64_t>(k, 1) <= kMaxNativeWork;
-  bool contraction = !small && meta.dtype == DType::Float32 &&
+  bool contraction = !small && dtype == DType::Float32 &&
                      lowerer.device().type == DeviceType::CPU;
   if (!small && !contraction && !lowerer.standalone())
     return std::nullopt;
@@ -51,10 +47,8 @@ LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
   };
   a = inBuffer(a);
   b = inBuffer(b);
-  double alpha = biasArgument ? doubleArgument(node, first + 3, 1.0) : 1.0;
-  double beta = biasArgument ? doubleArgument(node, first + 2, 1.0) : 0.0;
 
-  DType math = accumulationType(meta.dtype);
+  DType math = accumulationType(dtype);
   Shape inputSizes = batched ? Shape{batch, m, k, n} : Shape{m, k, n};
   int64_t reduced = batched ? 2 : 1;
   ReductionKernel kernel(lowerer, inputSizes, {reduced});
@@ -72,6 +66,26 @@ LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
   if (contraction)
     kernel.markContraction();
   kernel.emit(batched ? "bmm" : "mm");
+  return products;
+}
+
+namespace {
+
+// (batch) x M x K times (batch) x K x N, accumulated in `math`, then
+// `alpha * product + beta * bias` where a bias is given (baddbmm, addmm).
+LoweringResult product(Lowerer &lowerer, const Node &node, size_t first,
+                       std::optional<size_t> biasArgument) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  std::optional<LoweredTensor> sums =
+      matrixProduct(lowerer, lowerer.input(node, first),
+                    lowerer.input(node, first + 1), meta.dtype);
+  if (!sums)
+    return std::nullopt;
+  LoweredTensor products = *sums;
+  Shape resultSizes = products.sizes;
+  DType math = products.dtype;
+  double alpha = biasArgument ? doubleArgument(node, first + 3, 1.0) : 1.0;
+  double beta = biasArgument ? doubleArgument(node, first + 2, 1.0) : 0.0;
 
   std::vector<LoweredTensor> inputs{products};
   // beta == 0 ignores the bias, NaN and Inf included, as torch does.

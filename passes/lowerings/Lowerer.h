@@ -291,5 +291,13 @@ SymShape reducedShape(const SymShape &sizes, const std::vector<int64_t> &dims,
                       bool keepdim);
 /// A contiguous meta.
 TensorMeta contiguousMeta(DType dtype, const Shape &sizes);
+/// a @ b, 2-d or batched 3-d, of `dtype` operands, summed in its
+/// accumulation type (the result's dtype): kiln's GEMM (a contraction
+/// kernel reading its operands from buffers) for a float32 product on the
+/// CPU above a few thousand multiply-adds, a reduction kernel for a small
+/// one or where the program runs without torch; nullopt otherwise (torch
+/// computes it). LinearAlgebraLowerings.cpp.
+std::optional<LoweredTensor> matrixProduct(Lowerer &lowerer, LoweredTensor a,
+                                           LoweredTensor b, DType dtype);
 
 } // namespace kiln::lowering

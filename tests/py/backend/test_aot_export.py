@@ -386,6 +386,40 @@ def test_small_cnn_runs_from_c(tmp_path):
           atol=1e-4)
 
 
+CONVOLUTIONS = [  # (input, weight, bias?, stride, padding, dilation)
+    ((2, 8, 15, 13), (16, 8, 3, 3), True, 1, 1, 1),
+    ((1, 3, 17, 17), (5, 3, 5, 3), False, (2, 1), (2, 0), 1),
+    ((3, 4, 9, 11), (6, 4, 3, 3), True, 2, 2, (2, 1)),
+    ((2, 6, 400), (7, 6, 5), True, 3, 2, 2),          # 1-d
+    ((1, 2, 6, 7, 5), (4, 2, 3, 2, 3), True, 1, 1, 1),  # 3-d
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONVOLUTIONS)))
+def test_exported_convolutions_are_matrix_products(case, tmp_path, capfd, monkeypatch):
+    # Without torch, a convolution of one group is kiln's GEMM over the
+    # input's windows laid out as columns (an implicit GEMM), not a loop per
+    # output element: right for strides, padding, dilation, odd and 1-d/3-d
+    # shapes, with and without a bias.
+    input_shape, weight_shape, with_bias, stride, padding, dilation = CONVOLUTIONS[case]
+    torch.manual_seed(case)
+    convolve = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(input_shape)]
+    weight = torch.randn(weight_shape)
+    bias = torch.randn(weight_shape[0]) if with_bias else None
+
+    def layer(x):
+        return torch.relu(convolve(x, weight, bias, stride, padding, dilation))
+    monkeypatch.setenv("KILN_LOGS", "loop_ir")
+    try:
+        result = kiln.export(layer, (torch.randn(input_shape),), tmp_path / "out", name="conv")
+    finally:
+        monkeypatch.delenv("KILN_LOGS")
+    assert "convolution columns" in capfd.readouterr().err
+    program = kiln.load_exported(result.directory, "conv")
+    x = torch.randn(input_shape)
+    close(program(x)[0], layer(x), rtol=1e-4, atol=1e-4)
+
+
 # Ops that programs without torch lower natively, driven by op_db's own
 # sample inputs: each sample is exported and its library checked against
 # eager on the sample (kiln.export's check).
