@@ -28,7 +28,8 @@ void simplifyIndices(loop::Program &program);
 /// Lays out each temporary that only matrix products read (a GEMM takes any
 /// strides) so that its one pointwise writer stores in the order it reads
 /// its sources: a transposed operand is then written by a copy in order,
-/// and the GEMM reads it transposed.
+/// and the GEMM reads it transposed. Rows a multiple of 4 KiB long get a
+/// cache line of padding, so that the GEMM reads them in place.
 void chooseOperandLayouts(loop::Program &program);
 
 /// Reorders the outer loops of pointwise kernels so that the innermost has

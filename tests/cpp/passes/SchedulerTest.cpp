@@ -598,3 +598,21 @@ TEST(Scheduler, OperandLayoutLeavesTemporariesOthersRead) {
   for (const loop::Buffer &buffer : program.buffers)
     EXPECT_TRUE(buffer.meta.isContiguous()) << program.str();
 }
+
+TEST(Scheduler, OperandRowsFourKibibytesApartArePadded) {
+  // gelu(x @ w1) @ w2: the activation is computed into a temporary for
+  // the second GEMM. Rows of 1024 floats would all fall into one set of
+  // L1's; a line of padding per row lets the GEMM read them in place.
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {64, 256}));
+  Value *w1 = graph->addInput(TensorMeta(DType::Float32, {256, 1024}));
+  Value *w2 = graph->addInput(TensorMeta(DType::Float32, {1024, 32}));
+  Value *hidden = op(*graph, "aten::gelu", {op(*graph, "aten::mm", {x, w1})});
+  graph->setOutputs({op(*graph, "aten::mm", {hidden, w2})});
+  loop::Program program = scheduleWithOperandLayouts(graph);
+  int64_t operand = -1;
+  ASSERT_NE(operandWriter(program, operand), nullptr) << program.str();
+  EXPECT_EQ(program.buffers[operand].meta.strides, Shape({1024 + 16, 1}))
+      << program.str();
+  EXPECT_EQ(program.buffers[operand].meta.sizes, Shape({64, 1024}));
+}

@@ -334,6 +334,20 @@ def test_attention_operands_computed_in_their_sources_order(batch, heads, kv_hea
                      rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("m, k, n", [(7, 1024, 65), (65, 2048, 7), (1, 1024, 1), (33, 3072, 40)])
+def test_computed_operands_with_rows_4_kib_apart(m, k, n):
+    # An operand computed for the GEMM whose rows are a multiple of 4 KiB
+    # long gets a line of padding per row (read in place by the GEMM): the
+    # products must not see it, as A, as B and transposed.
+    compiled = kiln.compile(lambda a, b, c: (F.gelu(a) @ b, torch.exp(c).t() @ a.t()),
+                            fullgraph=True)
+    for _ in range(2):
+        a, b, c = torch.randn(m, k), torch.randn(k, n), torch.randn(k, m) / 4
+        got, want = compiled(a, b, c), (F.gelu(a) @ b, torch.exp(c).t() @ a.t())
+        for x, y in zip(got, want):
+            assert_close(x, y, rtol=1e-4, atol=1e-4)
+
+
 def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
     # A bias, a ReLU, a scale and a residual add after a float32 product are
     # computed as kiln's GEMM writes its result (one kernel), at odd sizes,
