@@ -161,39 +161,37 @@ bool relayOut(Program &program, int64_t buffer, const BufferUses &uses) {
     if (padded && dimension == order.rbegin())
       stride += 64 / itemSize(meta.dtype);
   }
-  // Every reader walks the buffer by dimensions too.
-  std::vector<std::vector<int64_t>> readerRanges;
+  // Every reader walks the buffer by dimensions too: each of its loads
+  // becomes one at the new strides.
+  std::vector<std::unordered_map<const Expr *, const Expr *>> relaid;
   for (size_t step : uses.readers) {
     std::vector<int64_t> ranges = variableRanges(program.steps[step].kernel);
     if (ranges.empty())
       return false;
     bool walksDimensions = true;
+    std::unordered_map<const Expr *, const Expr *> &loads =
+        relaid.emplace_back();
     forEachExpr(program.steps[step].kernel, [&](const Expr *expr) {
-      for (const Expr *load : loadsOf(expr))
-        if (load->id() == buffer &&
-            dimensionsOfVariables(load->index(), meta, ranges, exprs).empty())
+      for (const Expr *load : loadsOf(expr)) {
+        if (load->id() != buffer)
+          continue;
+        std::vector<int64_t> walked =
+            dimensionsOfVariables(load->index(), meta, ranges, exprs);
+        if (walked.empty())
           walksDimensions = false;
+        else
+          loads[load] = exprs.load(buffer, load->dtype(),
+                                   relaidIndex(walked, strides, exprs));
+      }
     });
     if (!walksDimensions)
       return false;
-    readerRanges.push_back(std::move(ranges));
   }
-
-  for (size_t position = 0; position < uses.readers.size(); ++position) {
-    Kernel &reader = program.steps[uses.readers[position]].kernel;
-    std::unordered_map<const Expr *, const Expr *> relaid;
-    forEachExpr(reader, [&](const Expr *expr) {
-      for (const Expr *load : loadsOf(expr))
-        if (load->id() == buffer)
-          relaid[load] = exprs.load(
-              buffer, load->dtype(),
-              relaidIndex(dimensionsOfVariables(load->index(), meta,
-                                                readerRanges[position], exprs),
-                          strides, exprs));
-    });
-    rewriteExprs(reader,
-                 [&](const Expr *expr) { return exprs.replace(expr, relaid); });
-  }
+  for (size_t position = 0; position < uses.readers.size(); ++position)
+    rewriteExprs(program.steps[uses.readers[position]].kernel,
+                 [&](const Expr *expr) {
+                   return exprs.replace(expr, relaid[position]);
+                 });
   for (Store &written : writer.loops[0].stores)
     if (written.buffer == buffer)
       written.index = relaidIndex(stored, strides, exprs);

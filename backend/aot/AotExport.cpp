@@ -677,6 +677,9 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
       throw Error("export: no graph input is C API input " + std::to_string(i));
   tables << "static const kiln_buffer_desc BUFFERS[] = {\n";
   std::vector<int64_t> views;
+  // The weights: their contents are fixed for the artifact's life, so the
+  // GEMMs that read them pack them once, when a model is created.
+  std::unordered_set<int64_t> weightBuffers;
   for (size_t b = 0; b < program.buffers.size(); ++b) {
     const Buffer &buffer = program.buffers[b];
     int kind = kOwned;
@@ -714,6 +717,8 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
       views.push_back(static_cast<int64_t>(b));
       break;
     }
+    if (kind == kWeight)
+      weightBuffers.insert(static_cast<int64_t>(b));
     tables << "  {" << kind << ", " << index << ", " << offset << "LL, "
            << bytes << "LL}, /* " << buffer.name << " */\n";
   }
@@ -744,16 +749,6 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
   const MathLibrary &math = MathLibrary::cLibraryOnly();
   std::ostringstream steps, slots, declarations;
   int64_t slotCount = 0, maxSlots = 0, kernelCount = 0;
-  // The weights: their contents are fixed for the artifact's life, so the
-  // GEMMs that read them pack them once, when a model is created.
-  std::unordered_set<int64_t> weightBuffers;
-  for (size_t b = 0; b < program.buffers.size(); ++b) {
-    const Buffer &buffer = program.buffers[b];
-    if (buffer.kind == BufferKind::Constant ||
-        (buffer.kind == BufferKind::Input &&
-         weightOfGraphInput[buffer.graphInput] >= 0))
-      weightBuffers.insert(static_cast<int64_t>(b));
-  }
   steps << "static const kiln_step_desc STEPS[] = {\n";
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const loop::Kernel &kernel = program.steps[s].kernel;
