@@ -753,10 +753,11 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const loop::Kernel &kernel = program.steps[s].kernel;
     std::string function = "kiln_" + name + "_k" + std::to_string(s);
-    // About four GEMM tiles per thread of a 16-core machine.
+    // About four GEMM tiles per thread of a 16-core machine (the threads
+    // that will run it are not known).
     EmittedKernel emitted =
         emitCpuStep(module, program, kernel, schedule.kernel(s), function,
-                    aot.host, math, 64, &weightBuffers);
+                    aot.host, math, 64, 0, &weightBuffers);
     emitted.function->setVisibility(llvm::GlobalValue::HiddenVisibility);
     declarations << "void " << function
                  << "(char *const *, int64_t, int64_t);\n";

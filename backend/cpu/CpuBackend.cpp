@@ -294,10 +294,11 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
         pending.module =
             std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
         jit.prepare(*pending.module);
+        int poolThreads = ThreadPool::instance().threadCount();
         EmittedKernel emitted = emitCpuStep(
             *pending.module, program, kernel, schedule.kernel(stepIndex),
-            names[stepIndex], jit.host(), math,
-            gemmTargetTiles(ThreadPool::instance().threadCount()));
+            names[stepIndex], jit.host(), math, gemmTargetTiles(poolThreads),
+            poolThreads);
         CompiledKernel &compiled = *result->impl_->kernels[stepIndex];
         compiled.buffers = emitted.buffers;
         compiled.parallelRange = emitted.parallelRange;

@@ -177,12 +177,13 @@ std::optional<EmittedKernel>
 emitContraction(llvm::Module &module, const loop::Program &program,
                 const loop::Kernel &kernel, const std::string &name,
                 const HostTarget &host, const MathLibrary &math,
-                int64_t targetTiles,
+                int64_t targetTiles, int threads,
                 const std::unordered_set<int64_t> *fixedBuffers) {
   std::optional<MatchedContraction> match = matchContraction(program, kernel);
   if (!match)
     return std::nullopt;
   match->spec.targetTiles = std::max<int64_t>(targetTiles, 1);
+  match->spec.threads = std::max(threads, 0);
   // The GEMM's buffers: A, B, C, then the epilogue's from its slot 4 on;
   // its slot 3 (the bias, unused) holds B packed ahead where B is fixed,
   // the kernel's last argument.
@@ -265,8 +266,8 @@ emitContraction(llvm::Module &module, const loop::Program &program,
       << ' ' << spec.bBatch << ' ' << spec.bRow << ' ' << spec.bCol << ' '
       << spec.cBatch << ' ' << spec.cRow << ' ' << spec.cCol << ' '
       << match->aOffset << ' ' << match->bOffset << ' ' << match->cOffset << ' '
-      << spec.targetTiles << ' ' << spec.packedBSlot << ' ' << host.vectorBits
-      << ' ' << host.cpuName << ' ' << host.features;
+      << spec.targetTiles << ' ' << spec.threads << ' ' << spec.packedBSlot
+      << ' ' << host.vectorBits << ' ' << host.cpuName << ' ' << host.features;
   if (match->epilogue) {
     key << " epilogue ";
     writeExprKey(key, match->epilogue, slotOf, program);
@@ -280,11 +281,12 @@ EmittedKernel emitCpuStep(llvm::Module &module, const loop::Program &program,
                           const KernelSchedule &schedule,
                           const std::string &name, const HostTarget &host,
                           const MathLibrary &math, int64_t targetTiles,
+                          int threads,
                           const std::unordered_set<int64_t> *fixedBuffers) {
   if (kernel.contraction)
     if (std::optional<EmittedKernel> gemm =
             emitContraction(module, program, kernel, name, host, math,
-                            targetTiles, fixedBuffers))
+                            targetTiles, threads, fixedBuffers))
       return std::move(*gemm); // its tiles are its own
   EmittedKernel emitted =
       emitCpuKernel(module, program, kernel, schedule, name, host, math);

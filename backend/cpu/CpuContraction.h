@@ -35,7 +35,8 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
 
 /// Emits `kernel` as a GEMM when matchContraction recognises it: a
 /// function `name` with the loop kernels' ABI, its buffers A, B, C and the
-/// epilogue's, its own parallel range (about `targetTiles` tiles) and work.
+/// epilogue's, its own parallel range (about `targetTiles` tiles, for a pool
+/// of `threads` threads; 0: not known) and work.
 /// Where B's root buffer is among `fixedBuffers` (contents that never
 /// change while the code lives: an exported model's weights), the GEMM
 /// reads B packed ahead (EmittedKernel::packB).
@@ -43,7 +44,7 @@ std::optional<EmittedKernel>
 emitContraction(llvm::Module &module, const loop::Program &program,
                 const loop::Kernel &kernel, const std::string &name,
                 const HostTarget &host, const MathLibrary &math,
-                int64_t targetTiles,
+                int64_t targetTiles, int threads,
                 const std::unordered_set<int64_t> *fixedBuffers = nullptr);
 
 /// One kernel step for the CPU, as the JIT and export both emit it: a GEMM
@@ -54,7 +55,7 @@ EmittedKernel
 emitCpuStep(llvm::Module &module, const loop::Program &program,
             const loop::Kernel &kernel, const KernelSchedule &schedule,
             const std::string &name, const HostTarget &host,
-            const MathLibrary &math, int64_t targetTiles,
+            const MathLibrary &math, int64_t targetTiles, int threads,
             const std::unordered_set<int64_t> *fixedBuffers = nullptr);
 
 } // namespace kiln::backend

@@ -51,7 +51,6 @@ struct GemmPlan {
   int64_t packGroupPanels = 1, packGroups = 1;
 
   int64_t paddedDepthBlock() const { return roundUp(depthBlock, depthUnroll); }
-  int64_t rowTile() const { return rowTileBlocks * rowBlock; }
   int64_t tiles(int64_t batch) const { return batch * rowTiles * columnTiles; }
   int64_t packUnits() const { return packedBatches * depthBlocks * packGroups; }
 };
@@ -111,7 +110,16 @@ GemmPlan planGemm(const GemmSpec &spec, const HostTarget &host) {
   // and only then the columns, whose every split reads A once more.
   plan.rowTileBlocks = std::max<int64_t>(plan.rowBlocks, 1);
   plan.rowTiles = ceilDivide(plan.rowBlocks, plan.rowTileBlocks);
-  while (plan.tiles(spec.batch) < spec.targetTiles) {
+  // A count of tiles that is not a multiple of the threads leaves some
+  // idle at the end: on two threads 1024 x 1024 @ 1024 x 1024 in three
+  // tiles ran at 228 GFLOP/s, in six at 284.
+  auto moreTiles = [&] {
+    int64_t tiles = plan.tiles(spec.batch);
+    return tiles < spec.targetTiles ||
+           (spec.threads > 1 && tiles % spec.threads != 0 &&
+            tiles < 4 * int64_t(spec.threads));
+  };
+  while (moreTiles()) {
     if (plan.rowTileBlocks > 1) {
       // The next count of tiles that, split evenly, is more tiles.
       for (int64_t tiles = plan.rowTiles + 1;; ++tiles) {
@@ -232,7 +240,13 @@ private:
                             llvm::Value *column);
   void emitGroup(llvm::Value *group, llvm::Value *begin, llvm::Value *end);
   void emitDepthBlock(llvm::Value *block);
-  void emitRowBlock(llvm::Value *rowBlock);
+  /// Rows [start, start + blockRows) of the current tile (multiples of MR
+  /// apart but at the matrix's end).
+  void emitRowBlock(llvm::Value *start, llvm::Value *blockRows);
+  /// The first of `part` of `count` nearly equal shares of `panels` panels
+  /// of `width` (count and part may vary at run time).
+  llvm::Value *shareStart(llvm::Value *part, llvm::Value *count,
+                          llvm::Value *panels, int width);
   void emitPack(const PanelLayout &layout, llvm::Value *source,
                 llvm::Value *packed, llvm::Value *extent, bool alwaysFull);
   void emitTransposePanel(const PanelLayout &layout, llvm::Value *source,
@@ -248,10 +262,11 @@ private:
     std::vector<llvm::Value *> rows;
     int64_t stepStride;
   };
-  /// The panel of MR rows from `first` on, `stride` elements apart.
-  PanelOfA panelOfA(llvm::Value *first, int64_t stride, int64_t stepStride) {
+  /// The panel of `rows` rows from `first` on, `stride` elements apart.
+  PanelOfA panelOfA(int rows, llvm::Value *first, int64_t stride,
+                    int64_t stepStride) {
     PanelOfA panel{{}, stepStride};
-    for (int row = 0; row < plan_.rows; ++row)
+    for (int row = 0; row < rows; ++row)
       panel.rows.push_back(element(first, row * stride));
     return panel;
   }
@@ -262,24 +277,23 @@ private:
   void emitMicroSteps(std::vector<llvm::Value *> &accumulators,
                       const PanelOfA &a, llvm::Value *packedB,
                       llvm::Value *start, llvm::Value *end, int unroll);
-  /// Writes rows [skipped, skipped + validRows) of the micro-tile to rows
-  /// [row, row + validRows) of C (skipped > 0 only where validRows < MR).
-  void emitWrite(const std::vector<llvm::Value *> &accumulators,
-                 llvm::Value *row, llvm::Value *column, llvm::Value *validRows,
+  /// Writes the `rows` rows of a micro-tile (its accumulators) to rows
+  /// [row, row + rows) of C, `validColumns` of its columns.
+  void emitWrite(const std::vector<llvm::Value *> &accumulators, int rows,
+                 llvm::Value *row, llvm::Value *column,
                  llvm::Value *validColumns, llvm::Value *first,
-                 llvm::Value *last, llvm::Value *skipped);
-  void emitVectorWrite(const std::vector<llvm::Value *> &accumulators,
+                 llvm::Value *last);
+  void emitVectorWrite(const std::vector<llvm::Value *> &accumulators, int rows,
                        llvm::Value *row, llvm::Value *column,
                        llvm::Value *first, llvm::Value *last);
   /// C's new value at (row, column) of the tile, from `accumulator`.
   llvm::Value *combine(llvm::Value *accumulator, llvm::Value *pointer,
                        llvm::Value *bias, llvm::Value *first, llvm::Value *last,
                        llvm::Value *row, llvm::Value *column);
-  void emitScalarWrite(const std::vector<llvm::Value *> &accumulators,
+  void emitScalarWrite(const std::vector<llvm::Value *> &accumulators, int rows,
                        llvm::Value *row, llvm::Value *column,
-                       llvm::Value *validRows, llvm::Value *validColumns,
-                       llvm::Value *first, llvm::Value *last,
-                       llvm::Value *skipped);
+                       llvm::Value *validColumns, llvm::Value *first,
+                       llvm::Value *last);
   bool usesBias() const { return spec_.hasBias && spec_.beta != 0.0; }
   llvm::Value *loadBias(llvm::Value *row, llvm::Value *column, int lanes);
   llvm::Value *applyEpilogue(llvm::Value *value, llvm::Value *bias);
@@ -507,19 +521,29 @@ void GemmEmitter::emitGroup(llvm::Value *group, llvm::Value *begin,
   llvm::Value *endRowTile = builder_.CreateSub(
       minimum(end, builder_.CreateAdd(groupStart, constant(plan_.rowTiles))),
       groupStart);
+  // Tiles split the panels of rows and of columns evenly (in whole panels,
+  // so that only the matrix's last panel is partial): 296 rows in four
+  // tiles are 72, 72, 72 and 80 rows, not 84, 84, 84 and 44.
+  llvm::Value *rowTileCount = constant(plan_.rowTiles);
+  llvm::Value *rowPanels = constant(ceilDivide(spec_.m, plan_.rows));
   llvm::Value *rowStart =
-      builder_.CreateMul(firstRowTile, constant(plan_.rowTile()), "row_start");
+      shareStart(firstRowTile, rowTileCount, rowPanels, plan_.rows);
   llvm::Value *rowEnd =
       minimum(constant(spec_.m),
-              builder_.CreateMul(endRowTile, constant(plan_.rowTile())));
-  llvm::Value *columnStart = builder_.CreateMul(
-      columnTile, constant(plan_.columnBlock), "column_start");
+              shareStart(endRowTile, rowTileCount, rowPanels, plan_.rows));
+  llvm::Value *columnTileCount = constant(plan_.columnTiles);
+  llvm::Value *columnPanels = constant(ceilDivide(spec_.n, plan_.columns));
+  llvm::Value *columnStart =
+      shareStart(columnTile, columnTileCount, columnPanels, plan_.columns);
+  llvm::Value *columnEnd =
+      minimum(constant(spec_.n),
+              shareStart(builder_.CreateAdd(columnTile, constant(1)),
+                         columnTileCount, columnPanels, plan_.columns));
   tileRows_ = builder_.CreateSub(rowEnd, rowStart, "group_rows");
   groupBatch_ = batch;
   groupRow_ = rowStart;
   groupColumn_ = columnStart;
-  tileColumns_ = minimum(constant(plan_.columnBlock),
-                         builder_.CreateSub(constant(spec_.n), columnStart));
+  tileColumns_ = builder_.CreateSub(columnEnd, columnStart, "tile_columns");
   auto offset = [&](int64_t batchStride, int64_t rowStride,
                     int64_t columnStride, llvm::Value *columnIndex) {
     llvm::Value *sum =
@@ -543,6 +567,13 @@ void GemmEmitter::emitGroup(llvm::Value *group, llvm::Value *begin,
   }
   emitCountedLoop(builder_, constant(0), constant(plan_.depthBlocks), 1,
                   [&](llvm::Value *block) { emitDepthBlock(block); });
+}
+
+llvm::Value *GemmEmitter::shareStart(llvm::Value *part, llvm::Value *count,
+                                     llvm::Value *panels, int width) {
+  return builder_.CreateMul(
+      builder_.CreateUDiv(builder_.CreateMul(part, panels), count),
+      constant(width));
 }
 
 llvm::Value *GemmEmitter::enterDepthBlock(llvm::Value *block) {
@@ -580,30 +611,39 @@ void GemmEmitter::emitDepthBlock(llvm::Value *block) {
               : builder_.CreateICmpEQ(block, constant(plan_.depthBlocks - 1),
                                       "last");
   if (plan_.rowBlocks == 1) {
-    emitRowBlock(constant(0));
+    emitRowBlock(constant(0), tileRows_);
     return;
   }
-  llvm::Value *rowBlocks = builder_.CreateUDiv(
-      builder_.CreateAdd(tileRows_, constant(plan_.rowBlock - 1)),
-      constant(plan_.rowBlock));
-  emitCountedLoop(builder_, constant(0), rowBlocks, 1,
-                  [&](llvm::Value *rowBlock) { emitRowBlock(rowBlock); });
+  // The tile's rows in the fewest blocks of at most MC rows, as even as
+  // whole panels allow.
+  auto ceiling = [&](llvm::Value *value, int64_t divisor) {
+    return builder_.CreateUDiv(builder_.CreateAdd(value, constant(divisor - 1)),
+                               constant(divisor));
+  };
+  llvm::Value *tilePanels = ceiling(tileRows_, plan_.rows);
+  llvm::Value *rowBlocks = ceiling(tilePanels, plan_.rowBlock / plan_.rows);
+  emitCountedLoop(
+      builder_, constant(0), rowBlocks, 1, [&](llvm::Value *rowBlock) {
+        llvm::Value *start =
+            shareStart(rowBlock, rowBlocks, tilePanels, plan_.rows);
+        llvm::Value *end = minimum(
+            tileRows_, shareStart(builder_.CreateAdd(rowBlock, constant(1)),
+                                  rowBlocks, tilePanels, plan_.rows));
+        emitRowBlock(start, builder_.CreateSub(end, start));
+      });
 }
 
-void GemmEmitter::emitRowBlock(llvm::Value *rowBlock) {
+void GemmEmitter::emitRowBlock(llvm::Value *rowStart, llvm::Value *blockRows) {
   const int rows = plan_.rows, columns = plan_.columns;
-  llvm::Value *rowStart =
-      builder_.CreateMul(rowBlock, constant(plan_.rowBlock), "block_row");
-  llvm::Value *blockRows = minimum(constant(plan_.rowBlock),
-                                   builder_.CreateSub(tileRows_, rowStart));
   llvm::Value *sourceA =
       element(blockA_, builder_.CreateMul(rowStart, constant(spec_.aRow)));
-  // Only the last panel of rows of A can be partial, where m is not a
-  // multiple of MR.
-  bool edgeRows = spec_.m % rows != 0;
+  // Only the matrix's last panel of rows can be partial, of `edgeRows`
+  // rows: the micro-kernel computes just those (for 256 rows in panels of
+  // 12, the last 4 rows cost a third of a panel, not a whole one).
+  const int edgeRows = static_cast<int>(spec_.m % rows);
   if (spec_.k > 0 && !directA_)
     emitPack({rows, spec_.aRow, spec_.aCol}, sourceA, packedA_, blockRows,
-             !edgeRows);
+             edgeRows == 0);
   auto panels = [&](llvm::Value *extent, int width) {
     return builder_.CreateUDiv(builder_.CreateAdd(extent, constant(width - 1)),
                                constant(width));
@@ -635,51 +675,47 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowBlock) {
             builder_, constant(0), rowPanels, 1, [&](llvm::Value *rowPanel) {
               llvm::Value *row =
                   builder_.CreateMul(rowPanel, constant(rows), "row");
-              llvm::Value *validRows =
-                  minimum(constant(rows), builder_.CreateSub(blockRows, row));
-              llvm::Value *cRow = builder_.CreateAdd(rowStart, row);
-              std::vector<llvm::Value *> accumulators;
-              llvm::Value *skippedRows = constant(0);
-              if (!directA_) {
-                accumulators = emitMicroKernel(
-                    panelOfA(builder_.CreateInBoundsGEP(
-                                 float_, packedA_,
-                                 builder_.CreateMul(row, paddedDepth_)),
-                             1, rows),
-                    packedB, paddedDepth_, paddedDepth_);
-              } else if (!edgeRows || spec_.m >= rows) {
-                // A in place: a panel's rows at constant offsets from its
-                // first. The partial last panel (m not a multiple of MR)
-                // moves up to end at A's last row, one code path for all:
-                // its first MR - validRows rows are computed again and
-                // not written.
-                llvm::Value *firstRow =
-                    edgeRows
-                        ? builder_.CreateSub(builder_.CreateAdd(row, validRows),
-                                             constant(rows))
-                        : row;
-                accumulators = emitMicroKernel(
-                    panelOfA(element(sourceA,
-                                     builder_.CreateMul(firstRow,
-                                                        constant(spec_.aRow))),
-                             spec_.aRow, 1),
-                    packedB, wholeDepth, depth_);
-                if (edgeRows)
-                  skippedRows = builder_.CreateSub(constant(rows), validRows);
-              } else {
-                // Fewer rows than MR: rows past the last read it again.
-                PanelOfA panel{{}, 1};
-                llvm::Value *lastRow =
-                    builder_.CreateSub(validRows, constant(1));
-                for (int r = 0; r < rows; ++r)
-                  panel.rows.push_back(element(
-                      sourceA, builder_.CreateMul(minimum(constant(r), lastRow),
-                                                  constant(spec_.aRow))));
-                accumulators =
-                    emitMicroKernel(panel, packedB, wholeDepth, depth_);
+              auto microTile = [&](int panelRows) {
+                PanelOfA panel =
+                    directA_
+                        ? panelOfA(
+                              panelRows,
+                              element(sourceA, builder_.CreateMul(
+                                                   row, constant(spec_.aRow))),
+                              spec_.aRow, 1)
+                        : panelOfA(panelRows,
+                                   builder_.CreateInBoundsGEP(
+                                       float_, packedA_,
+                                       builder_.CreateMul(row, paddedDepth_)),
+                                   1, rows);
+                std::vector<llvm::Value *> accumulators =
+                    emitMicroKernel(panel, packedB, wholeDepth,
+                                    directA_ ? depth_ : paddedDepth_);
+                emitWrite(accumulators, panelRows,
+                          builder_.CreateAdd(rowStart, row), column,
+                          validColumns, first_, last_);
+              };
+              if (edgeRows == 0 || spec_.m < rows) {
+                microTile(edgeRows == 0 ? rows : edgeRows);
+                return;
               }
-              emitWrite(accumulators, cRow, column, validRows, validColumns,
-                        first_, last_, skippedRows);
+              auto *whole =
+                  llvm::BasicBlock::Create(context_, "whole_panel", function_);
+              auto *edge =
+                  llvm::BasicBlock::Create(context_, "edge_panel", function_);
+              auto *done =
+                  llvm::BasicBlock::Create(context_, "panel_done", function_);
+              builder_.CreateCondBr(
+                  builder_.CreateICmpULE(
+                      builder_.CreateAdd(row, constant(rows)), blockRows),
+                  whole, edge);
+              builder_.SetInsertPoint(whole);
+              microTile(rows);
+              builder_.CreateBr(done);
+              builder_.SetInsertPoint(edge);
+              microTile(edgeRows);
+              builder_.CreateBr(done);
+              builder_.SetInsertPoint(done);
             });
       });
 }
@@ -893,7 +929,8 @@ std::vector<llvm::Value *> GemmEmitter::emitMicroKernel(const PanelOfA &a,
                                                         llvm::Value *wholeDepth,
                                                         llvm::Value *depth) {
   std::vector<llvm::Value *> accumulators(
-      plan_.rows * plan_.columnVectors, llvm::Constant::getNullValue(vector_));
+      a.rows.size() * plan_.columnVectors,
+      llvm::Constant::getNullValue(vector_));
   if (spec_.k == 0)
     return accumulators;
   emitMicroSteps(accumulators, a, packedB, constant(0), wholeDepth,
@@ -909,7 +946,7 @@ void GemmEmitter::emitMicroSteps(std::vector<llvm::Value *> &accumulators,
                                  const PanelOfA &a, llvm::Value *packedB,
                                  llvm::Value *start, llvm::Value *end,
                                  int unroll) {
-  const int rows = plan_.rows, columns = plan_.columns,
+  const int rows = static_cast<int>(a.rows.size()), columns = plan_.columns,
             columnVectors = plan_.columnVectors, lanes = plan_.lanes;
   llvm::BasicBlock *before = builder_.GetInsertBlock();
   auto *loop = llvm::BasicBlock::Create(context_, "micro_kernel", function_);
@@ -966,33 +1003,27 @@ void GemmEmitter::emitMicroSteps(std::vector<llvm::Value *> &accumulators,
 }
 
 void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
-                            llvm::Value *row, llvm::Value *column,
-                            llvm::Value *validRows, llvm::Value *validColumns,
-                            llvm::Value *first, llvm::Value *last,
-                            llvm::Value *skipped) {
+                            int rows, llvm::Value *row, llvm::Value *column,
+                            llvm::Value *validColumns, llvm::Value *first,
+                            llvm::Value *last) {
   if (spec_.cCol != 1) {
-    emitScalarWrite(accumulators, row, column, validRows, validColumns, first,
-                    last, skipped);
+    emitScalarWrite(accumulators, rows, row, column, validColumns, first, last);
     return;
   }
-  if (spec_.m % plan_.rows == 0 && spec_.n % plan_.columns == 0) {
-    emitVectorWrite(accumulators, row, column, first, last);
+  if (spec_.n % plan_.columns == 0) {
+    emitVectorWrite(accumulators, rows, row, column, first, last);
     return;
   }
   auto *full = llvm::BasicBlock::Create(context_, "full_tile", function_);
   auto *edge = llvm::BasicBlock::Create(context_, "edge_tile", function_);
   auto *done = llvm::BasicBlock::Create(context_, "written", function_);
   builder_.CreateCondBr(
-      builder_.CreateAnd(
-          builder_.CreateICmpEQ(validRows, constant(plan_.rows)),
-          builder_.CreateICmpEQ(validColumns, constant(plan_.columns))),
-      full, edge);
+      builder_.CreateICmpEQ(validColumns, constant(plan_.columns)), full, edge);
   builder_.SetInsertPoint(full);
-  emitVectorWrite(accumulators, row, column, first, last);
+  emitVectorWrite(accumulators, rows, row, column, first, last);
   builder_.CreateBr(done);
   builder_.SetInsertPoint(edge);
-  emitScalarWrite(accumulators, row, column, validRows, validColumns, first,
-                  last, skipped);
+  emitScalarWrite(accumulators, rows, row, column, validColumns, first, last);
   builder_.CreateBr(done);
   builder_.SetInsertPoint(done);
 }
@@ -1023,10 +1054,10 @@ llvm::Value *GemmEmitter::combine(llvm::Value *accumulator,
 }
 
 void GemmEmitter::emitVectorWrite(
-    const std::vector<llvm::Value *> &accumulators, llvm::Value *row,
+    const std::vector<llvm::Value *> &accumulators, int rows, llvm::Value *row,
     llvm::Value *column, llvm::Value *first, llvm::Value *last) {
   const int lanes = plan_.lanes;
-  for (int rowIndex = 0; rowIndex < plan_.rows; ++rowIndex) {
+  for (int rowIndex = 0; rowIndex < rows; ++rowIndex) {
     llvm::Value *cRow = builder_.CreateAdd(row, constant(rowIndex));
     llvm::Value *rowPointer = element(
         tileC_, builder_.CreateAdd(
@@ -1049,13 +1080,13 @@ void GemmEmitter::emitVectorWrite(
 }
 
 void GemmEmitter::emitScalarWrite(
-    const std::vector<llvm::Value *> &accumulators, llvm::Value *row,
-    llvm::Value *column, llvm::Value *validRows, llvm::Value *validColumns,
-    llvm::Value *first, llvm::Value *last, llvm::Value *skipped) {
+    const std::vector<llvm::Value *> &accumulators, int rows, llvm::Value *row,
+    llvm::Value *column, llvm::Value *validColumns, llvm::Value *first,
+    llvm::Value *last) {
   const int lanes = plan_.lanes, columns = plan_.columns;
   // The micro-tile goes through a stack copy, then element by element to
   // the valid part of C.
-  for (int rowIndex = 0; rowIndex < plan_.rows; ++rowIndex)
+  for (int rowIndex = 0; rowIndex < rows; ++rowIndex)
     for (int vector = 0; vector < plan_.columnVectors; ++vector)
       builder_.CreateAlignedStore(
           accumulators[rowIndex * plan_.columnVectors + vector],
@@ -1063,7 +1094,7 @@ void GemmEmitter::emitScalarWrite(
               float_, scratch_, constant(rowIndex * columns + vector * lanes)),
           llvm::Align(4 * lanes));
   emitCountedLoop(
-      builder_, constant(0), validRows, 1, [&](llvm::Value *rowIndex) {
+      builder_, constant(0), constant(rows), 1, [&](llvm::Value *rowIndex) {
         llvm::Value *cRow = builder_.CreateAdd(row, rowIndex);
         emitCountedLoop(
             builder_, constant(0), validColumns, 1,
@@ -1074,9 +1105,7 @@ void GemmEmitter::emitScalarWrite(
                   builder_.CreateInBoundsGEP(
                       float_, scratch_,
                       builder_.CreateAdd(
-                          builder_.CreateMul(
-                              builder_.CreateAdd(rowIndex, skipped),
-                              constant(columns)),
+                          builder_.CreateMul(rowIndex, constant(columns)),
                           columnIndex)),
                   llvm::Align(4));
               llvm::Value *pointer = element(

@@ -35,6 +35,10 @@ struct GemmSpec {
   /// Tiles first cover fewer row blocks, then blocks shrink, never below
   /// sizes that amortise packing.
   int64_t targetTiles = 64;
+  /// The threads of that pool (0: not known): a few tiles more than the
+  /// target where that makes their count a multiple of the threads (three
+  /// equal tiles on two threads take as long as four).
+  int threads = 0;
   /// Where B's contents are fixed (an exported model's weight), the slot
   /// of the buffers argument that holds B packed ahead, once, by
   /// EmittedGemm::packB: the tiles read it instead of packing B each call.

@@ -26,6 +26,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -539,15 +540,18 @@ TEST(GemmEmitter, EveryVectorWidth) {
 }
 
 TEST(GemmEmitter, OneMicroKernelPerProduct) {
-  // Partial panels of rows reuse the whole panels' micro-kernel (moved up
-  // to end at the last row, or reading their last row again where m < MR),
-  // and a k that whole unrolled steps cover has no one-step tail: one copy
-  // of the unrolled MR x 2 vectors x 4 steps of multiply-adds, which is
-  // most of a GEMM's compile time.
+  // A k that whole unrolled steps cover has no one-step tail: one copy of
+  // the unrolled MR x 2 vectors x 4 steps of multiply-adds, which is most
+  // of a GEMM's compile time, and where m is not a multiple of MR one of
+  // the m % MR rows of the last panel (the only partial one) besides; where
+  // m < MR only that one.
   for (int bits : {256, 512}) {
-    int perMicroKernel = (bits == 512 ? 12 : 6) * 2 * 4;
+    int panelRows = bits == 512 ? 12 : 6;
     for (GemmSpec spec : {rowMajor(64, 64, 256), rowMajor(65, 64, 256),
                           rowMajor(7, 64, 256), rowMajor(65, 64, 1024)}) {
+      int edgeRows = static_cast<int>(spec.m % panelRows);
+      int perMicroKernel =
+          ((spec.m >= panelRows ? panelRows : 0) + edgeRows) * 2 * 4;
       llvm::LLVMContext context;
       llvm::Module module("count", context);
       backend::EmittedGemm emitted =
@@ -594,6 +598,64 @@ TEST(GemmEmitter, TilesFollowTheTarget) {
         EXPECT_LE(emitted.parallelRange, (m + 5) / 6 * ((n + 15) / 16));
         emitted.function->eraseFromParent();
       }
+}
+
+// Tiles split C's panels of rows and of columns evenly, so that threads
+// taking them finish together: 296 rows in four tiles of whole 6-row
+// panels differ by one panel at most (not 78, 78, 78 and 62 rows), as do
+// 2048 columns in six tiles of 16-column panels (not five of 352 and one
+// of 288).
+TEST(GemmEmitter, TilesSplitPanelsEvenly) {
+  HostTarget host = withVectorBits(256);
+  const int panelRows = 6, panelColumns = 16;
+  for (auto [m, n, target] : std::vector<std::array<int64_t, 3>>{
+           {296, 64, 4}, {24, 2048, 6}, {296, 2048, 16}}) {
+    GemmSpec spec = rowMajor(m, n, 32);
+    spec.targetTiles = target;
+    SCOPED_TRACE(describe(spec, host));
+    CompiledGemm gemm = compileGemm(spec, host);
+    ASSERT_GE(gemm.parallelRange, target);
+    Operands operands(spec, 3, false);
+    std::vector<char *> buffers = operands.buffers();
+    int64_t fewestRows = m, mostRows = 0, fewestColumns = n, mostColumns = 0;
+    for (int64_t tile = 0; tile < gemm.parallelRange; ++tile) {
+      operands.resetC(spec);
+      gemm.function(buffers.data(), tile, tile + 1);
+      std::set<int64_t> rows, columns;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          if (!std::isnan(operands.c[operands.cOffset(spec, 0, i, j)])) {
+            rows.insert(i);
+            columns.insert(j);
+          }
+      int64_t tileRows = rows.size(), tileColumns = columns.size();
+      fewestRows = std::min(fewestRows, tileRows);
+      mostRows = std::max(mostRows, tileRows);
+      fewestColumns = std::min(fewestColumns, tileColumns);
+      mostColumns = std::max(mostColumns, tileColumns);
+    }
+    EXPECT_GT(fewestRows, 0);
+    EXPECT_LE(mostRows - fewestRows, panelRows);
+    EXPECT_LE(mostColumns - fewestColumns, panelColumns);
+  }
+}
+
+// Given the pool's threads, a GEMM has a multiple of them as tiles where a
+// few more tiles than the target make one: 1024 x 1024 on two threads is
+// not three tiles (one thread would run two of them while the other waits).
+TEST(GemmEmitter, TilesAreAMultipleOfTheThreads) {
+  llvm::LLVMContext context;
+  llvm::Module module("threads", context);
+  GemmSpec spec = rowMajor(1024, 1024, 64);
+  spec.targetTiles = 2;
+  backend::EmittedGemm unknown =
+      backend::emitGemm(module, spec, withVectorBits(256), "unknown");
+  EXPECT_EQ(unknown.parallelRange % 2, 1);
+  spec.threads = 2;
+  backend::EmittedGemm two =
+      backend::emitGemm(module, spec, withVectorBits(256), "two");
+  EXPECT_EQ(two.parallelRange % 2, 0);
+  EXPECT_LE(two.parallelRange, 8);
 }
 
 // B packed ahead (an exported model's weight): the packing runs once, in
