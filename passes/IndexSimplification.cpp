@@ -207,6 +207,13 @@ private:
       switch (expr->binaryOp()) {
       case BinaryOp::Add:
         return Interval{a->low + b->low, a->high + b->high};
+      case BinaryOp::Sub:
+        return Interval{a->low - b->high, a->high - b->low};
+      // A clamped position (a concatenation's or a padding's index).
+      case BinaryOp::Max:
+        return Interval{std::max(a->low, b->low), std::max(a->high, b->high)};
+      case BinaryOp::Min:
+        return Interval{std::min(a->low, b->low), std::min(a->high, b->high)};
       case BinaryOp::Mul: {
         int64_t corners[] = {a->low * b->low, a->low * b->high,
                              a->high * b->low, a->high * b->high};
@@ -287,12 +294,13 @@ private:
       return exprs_.add(build(quotient, constantQuotient),
                         exprs_.floorDiv(reduced, divisor / factor));
     }
-    if (modulo) {
-      if (multiples.empty() && constantQuotient == 0)
-        return nullptr;
+    if (multiples.empty() && constantQuotient == 0)
+      return nullptr;
+    // floor((c A + rest) / c) = A + floor(rest / c) for any integer A.
+    if (modulo)
       return exprs_.mod(build(rest, remainder), divisor);
-    }
-    return nullptr;
+    return exprs_.add(build(quotient, constantQuotient),
+                      exprs_.floorDiv(build(rest, remainder), divisor));
   }
 
   // The range of sum of terms + constant, when every atom's is known.

@@ -116,16 +116,23 @@ std::optional<Shape> perSpatialDim(const Argument &argument, size_t spatial) {
 
 // --- Convolution ---
 
-// A convolution of one group as a product per image (an implicit GEMM):
-// result[n][o][p] = sum over r of weight[o][r] * columns[n][r][p], r = (c,
-// tap...) and p = (output position...) row-major, columns[n][r][p] the
-// input element that tap of window p reads (0 in the padding), computed
-// into a buffer in order of p. The product is kiln's GEMM; the bias is its
-// epilogue; the result comes out in the input's NCHW order. For a program
-// without torch: 4x32x56x56 by 32 3x3 filters ran in 64 ms on 2 threads as
-// a window kernel, 4.0-4.2 ms so (oneDNN: 1.1-1.2). A copy of the input
-// with the padding in it, so that the columns read in place, took longer
-// (5.0 ms) than the padding's selects.
+// A convolution of one group as a matrix product (an implicit GEMM) over
+// the input's windows laid out as columns: columns[n][r][p] is the input
+// element that tap r = (c, tap...) of window p = (output position...) reads
+// (0 in the padding), computed into a buffer. The product is kiln's GEMM,
+// the bias its epilogue. Where the windows are many (more than the output
+// channels), per image result[n][o][p] = sum over r of weight[o][r] *
+// columns[n][r][p], which comes out in the input's NCHW order. Where they
+// are few (a vision transformer's patches: 36 windows of 768 taps per
+// image, 256 channels), the GEMM's columns would be the windows, too few
+// for its panels: then the columns are laid out [n][p][r] and all images'
+// windows are one product's rows, result[n][p][o] = sum over r of
+// columns[n][p][r] * weight[o][r], channels innermost (the order such a
+// model reads them in next). For a program without torch: 4x32x56x56 by 32
+// 3x3 filters ran in 64 ms on 2 threads as a window kernel, 4.0-4.2 ms so
+// (oneDNN: 1.1-1.2). A copy of the input with the padding in it, so that
+// the columns read in place, took longer (5.0 ms) than the padding's
+// selects.
 LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
                                    LoweredTensor weight,
                                    const std::optional<LoweredTensor> &bias,
@@ -141,24 +148,35 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
     outputExtents.push_back(window.outputs);
   }
   int64_t depth = channels * taps;
+  bool windowRows = positions < outChannels;
   input = readable(lowerer, input, "convolution_input");
-  // columns[n][c][tap...][output...], each coordinate a loop of its own
-  // (no division in the kernel that writes it), read as [n][r][p].
+  // columns[n][c][tap...][output...] (or [n][output...][c][tap...] where
+  // windows are rows), each coordinate a loop of its own (no division in
+  // the kernel that writes it).
   size_t spatial = windows.size();
   LoweredTensor columns;
   columns.dtype = input.dtype;
-  columns.sizes = {batch, channels};
+  columns.sizes = {batch};
+  if (windowRows)
+    columns.sizes.insert(columns.sizes.end(), outputExtents.begin(),
+                         outputExtents.end());
+  columns.sizes.push_back(channels);
   for (const WindowDim &window : windows)
     columns.sizes.push_back(window.taps);
-  for (const WindowDim &window : windows)
-    columns.sizes.push_back(window.outputs);
+  if (!windowRows)
+    columns.sizes.insert(columns.sizes.end(), outputExtents.begin(),
+                         outputExtents.end());
   columns.symSizes = constantShape(columns.sizes);
-  columns.loader = [&lowerer, input, windows, spatial](const Index &index) {
-    Index at{index[0], index[1]};
+  size_t channel = windowRows ? 1 + spatial : 1;
+  size_t firstTap = channel + 1;
+  size_t firstOutput = windowRows ? 1 : firstTap + spatial;
+  columns.loader = [&lowerer, input, windows, spatial, channel, firstTap,
+                    firstOutput](const Index &index) {
+    Index at{index[0], index[channel]};
     const Expr *inside = nullptr;
     for (size_t s = 0; s < spatial; ++s) {
       WindowPosition position = windowPosition(
-          lowerer, windows[s], index[2 + spatial + s], index[2 + s]);
+          lowerer, windows[s], index[firstOutput + s], index[firstTap + s]);
       at.push_back(position.position);
       inside = conjunction(lowerer, inside, position.inside);
     }
@@ -170,14 +188,8 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
   LoweredTensor written =
       lowerer.realize(columns, contiguousMeta(columns.dtype, columns.sizes),
                       loop::BufferKind::Temporary, "convolution columns");
-  LoweredTensor rows =
-      lowerer.placed({written.placement->buffer,
-                      {size::constant(depth * positions),
-                       size::constant(positions), size::constant(1)},
-                      size::constant(0)},
-                     written.dtype, Shape{batch, depth, positions});
-  // The filters as [batch, o, r], the same for every image: a view of the
-  // weight's buffer where (c, tap...) are one stride apart, else a copy.
+  // The filters as [o][r]: a view of the weight's buffer where (c, tap...)
+  // are one stride apart, else a copy.
   auto rowsOfOneStride = [&](const LoweredTensor &tensor) {
     if (!tensor.realized())
       return false;
@@ -194,23 +206,51 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
     weight = lowerer.realize(weight, contiguousMeta(weight.dtype, weight.sizes),
                              loop::BufferKind::Temporary, "convolution_weight");
   const Placement &placed = *weight.placement;
-  LoweredTensor filters = lowerer.placed(
-      {placed.buffer,
-       {size::constant(0), placed.strides[0], placed.strides.back()},
-       placed.offset},
-      weight.dtype, Shape{batch, outChannels, depth});
-  std::optional<LoweredTensor> sums =
-      matrixProduct(lowerer, filters, rows, meta.dtype);
+  const Placement &columnsPlaced = *written.placement;
+  std::optional<LoweredTensor> sums;
+  if (windowRows) {
+    // [n * p][r] by [r][o] (the weight transposed).
+    LoweredTensor rows =
+        lowerer.placed({columnsPlaced.buffer,
+                        {size::constant(depth), size::constant(1)},
+                        size::constant(0)},
+                       written.dtype, Shape{batch * positions, depth});
+    LoweredTensor filters =
+        lowerer.placed({placed.buffer,
+                        {placed.strides.back(), placed.strides[0]},
+                        placed.offset},
+                       weight.dtype, Shape{depth, outChannels});
+    sums = matrixProduct(lowerer, rows, filters, meta.dtype);
+  } else {
+    // Per image [o][r] (the same filters for every image) by [r][p].
+    LoweredTensor rows =
+        lowerer.placed({columnsPlaced.buffer,
+                        {size::constant(depth * positions),
+                         size::constant(positions), size::constant(1)},
+                        size::constant(0)},
+                       written.dtype, Shape{batch, depth, positions});
+    LoweredTensor filters = lowerer.placed(
+        {placed.buffer,
+         {size::constant(0), placed.strides[0], placed.strides.back()},
+         placed.offset},
+        weight.dtype, Shape{batch, outChannels, depth});
+    sums = matrixProduct(lowerer, filters, rows, meta.dtype);
+  }
   if (!sums)
     throw kiln::Error("convolution: no matrix product for " +
                       std::to_string(batch) + " images");
-  // [n][o][p] as the result's [n][o][positions...], plus the bias.
+  // The sums as the result's [n][o][positions...], plus the bias.
   LoweredTensor products = lowerer.remap(
-      *sums, meta.sizes, [&exprs, outputExtents](const Index &at) {
+      *sums, meta.sizes,
+      [&exprs, outputExtents, positions, windowRows](const Index &at) {
         const Expr *flat = exprs.integer(0);
         for (size_t d = 0; d < outputExtents.size(); ++d)
           flat = exprs.add(exprs.mul(flat, exprs.integer(outputExtents[d])),
                            at[2 + d]);
+        if (windowRows)
+          return Index{
+              exprs.add(exprs.mul(at[0], exprs.integer(positions)), flat),
+              at[1]};
         return Index{at[0], at[1], flat};
       });
   std::vector<LoweredTensor> inputs{products};
@@ -277,13 +317,25 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
     if (bias->dim() != 1 || bias->sizes[0] != outChannels)
       return std::nullopt;
   }
-  if (!lowerer.standalone() && meta.numel() * reduction > kMaxNativeWork)
-    return std::nullopt;
-  if (lowerer.standalone() && groups == 1 && meta.dtype == DType::Float32 &&
+  // A large convolution is a GEMM over the input's windows where the
+  // program runs without torch, and in the JIT where the windows do not
+  // overlap (a vision transformer's patches): their columns are no more
+  // than the input, and oneDNN's kernel for them is slow (8x3x96x96 by 256
+  // 16x16 filters, stride 16: 0.7-1.0 ms on 2 threads, kiln's GEMM about
+  // 0.45 ms). 1x1 filters stay with oneDNN.
+  bool large = meta.numel() * reduction > kMaxNativeWork;
+  bool patches = true, wide = false;
+  for (const WindowDim &window : windows) {
+    patches = patches && window.taps * window.outputs <= window.size;
+    wide = wide || window.taps > 1;
+  }
+  if (large && groups == 1 && meta.dtype == DType::Float32 &&
       lowerer.device().type == DeviceType::CPU &&
-      meta.numel() * reduction > kMaxNativeWork)
+      (lowerer.standalone() || (patches && wide)))
     return one(
         convolutionAsProduct(lowerer, input, weight, bias, windows, meta));
+  if (!lowerer.standalone() && large)
+    return std::nullopt;
   input = readable(lowerer, input, "convolution_input");
   weight = readable(lowerer, weight, "convolution_weight");
 

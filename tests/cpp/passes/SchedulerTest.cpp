@@ -405,6 +405,42 @@ TEST(Scheduler, IndexSimplificationRecombinesQuotientAndRemainder) {
   EXPECT_FALSE(loop::affineCoefficient(stores[1].index, 0).has_value());
 }
 
+TEST(Scheduler, IndexSimplificationBoundsClampedPositions) {
+  // A vision transformer's tokens: the class token, then 36 patches read
+  // from a [8 * 36, 256] product through its NCHW view and a flatten, at
+  // the clamped position c = max(min(v1 - 1, 35), 0) (v0 < 8, v1 < 37,
+  // v2 < 256): x = v0*9216 + v2*36 + c, the patch (h, w) =
+  // (mod(floordiv(x, 6), 6), mod(x, 6)). The clamp bounds c to [0, 35], so
+  // floordiv(x, 9216) is v0 and 6h + w is c.
+  loop::Program program;
+  loop::ExprContext &e = *program.exprs;
+  const loop::Expr *v0 = e.var(0), *v1 = e.var(1), *v2 = e.var(2);
+  using loop::BinaryOp;
+  const loop::Expr *c = e.binary(
+      BinaryOp::Max,
+      e.binary(BinaryOp::Min, e.binary(BinaryOp::Sub, v1, e.integer(1)),
+               e.integer(35)),
+      e.integer(0));
+  const loop::Expr *x =
+      e.add(e.add(e.mul(v0, e.integer(9216)), e.mul(v2, e.integer(36))), c);
+  loop::Kernel kernel;
+  kernel.outerRanges = {8, 37, 256};
+  loop::Loop body;
+  auto store = [&](const loop::Expr *index) {
+    body.stores.push_back({0, index, e.cast(index, DType::Float32)});
+  };
+  store(e.floorDiv(x, 9216));
+  store(e.add(e.mul(e.mod(e.floorDiv(x, 6), 6), e.integer(6)), e.mod(x, 6)));
+  // floordiv(6a + r, 6) is a + floordiv(r, 6) whatever r's range.
+  store(e.floorDiv(e.add(e.mul(v0, e.integer(12)), v1), 6));
+  appendKernel(program, kernel, body);
+  simplifyIndices(program);
+  const auto &stores = program.steps[0].kernel.loops[0].stores;
+  EXPECT_EQ(stores[0].index, v0);
+  EXPECT_EQ(stores[1].index, c);
+  EXPECT_EQ(loop::affineCoefficient(stores[2].index, 0), 2);
+}
+
 // Two values that read each other in turn (x = x + y; y = y * x) make each
 // step's expression a DAG whose paths double with every step: walks that
 // visit every path (dead-store elimination's reduction marking did) took

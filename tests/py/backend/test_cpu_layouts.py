@@ -303,6 +303,47 @@ def test_large_matrix_products_run_kilns_gemm():
     assert kernels_of(doubles) == (1, 1)
 
 
+@pytest.mark.parametrize("case", [
+    # input, weight, stride, padding, dilation: windows that do not overlap
+    ((2, 3, 32, 32), (64, 3, 8, 8), 8, 0, 1),              # patches, fewer than channels
+    ((3, 5, 40), (16, 5, 4), 4, 0, 1),                      # 1-d
+    ((2, 2, 8, 8, 8), (32, 2, 4, 4, 4), 4, 0, 1),           # 3-d
+    ((4, 4, 20, 20), (16, 4, 2, 3), (5, 4), (1, 0), (2, 1)),  # more windows than channels
+], ids=["patches", "1d", "3d", "strided"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "no_bias"])
+def test_non_overlapping_convolutions_run_kilns_gemm(case, layout):
+    # A convolution whose windows do not overlap (a vision transformer's
+    # patch embedding) is kiln's GEMM over its windows, no call to oneDNN;
+    # as a vision transformer reads it (positions, then channels) too.
+    shape, weight_shape, stride, padding, dilation = case
+    x, w, b = torch.randn(shape), torch.randn(weight_shape), torch.randn(weight_shape[0])
+    if layout == "channels_last":
+        x = x.transpose(1, -1).contiguous().transpose(1, -1)
+    if layout == "no_bias":
+        b = None
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(shape)]
+
+    def patches(x, w, b):
+        return conv(x, w, b, stride, padding, dilation)
+
+    def tokens(x, w, b):
+        return patches(x, w, b).flatten(2).transpose(1, 2) * 2 + 1
+
+    for fn in (patches, tokens):
+        compiled = kiln.compile(fn, fullgraph=True)
+        assert_close(compiled(x, w, b), fn(x, w, b), rtol=1e-4, atol=1e-4)
+        assert kiln.cache_info(compiled)["runners"][0].endswith(" 0 extern(s)")
+
+
+def test_overlapping_and_pointwise_convolutions_call_onednn():
+    x = torch.randn(2, 8, 16, 16)
+    for w, stride in ((torch.randn(16, 8, 3, 3), 1), (torch.randn(16, 8, 1, 1), 1)):
+        compiled = kiln.compile(lambda x, w: F.conv2d(x, w, stride=stride), fullgraph=True)
+        assert_close(compiled(x, w), F.conv2d(x, w, stride=stride), rtol=1e-4, atol=1e-4)
+        assert "extern" in kiln.cache_info(compiled)["runners"][0]
+        assert not kiln.cache_info(compiled)["runners"][0].endswith(" 0 extern(s)")
+
+
 def rotary(x, cos, sin):
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
