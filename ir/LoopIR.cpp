@@ -115,15 +115,21 @@ struct ExprEqual {
 struct ExprContext::Impl {
   std::deque<Expr> nodes;
   std::unordered_set<const Expr *, ExprHash, ExprEqual> unique;
+  bool readOnly = false;
 };
 
 ExprContext::ExprContext() : impl_(std::make_unique<Impl>()) {}
+
+void ExprContext::setReadOnly(bool readOnly) { impl_->readOnly = readOnly; }
 ExprContext::~ExprContext() = default;
 
 const Expr *ExprContext::intern(Expr node) {
   auto found = impl_->unique.find(&node);
   if (found != impl_->unique.end())
     return *found;
+  if (impl_->readOnly)
+    throw Error("loop IR: a new expression while the program is read on "
+                "several threads (kernel emission must not create any)");
   impl_->nodes.push_back(std::move(node));
   const Expr *stored = &impl_->nodes.back();
   impl_->unique.insert(stored);

@@ -185,6 +185,12 @@ public:
   replace(const Expr *expr,
           const std::unordered_map<const Expr *, const Expr *> &replacements);
 
+  /// While read-only (the CPU backend emits kernels on several threads,
+  /// each reading the program), asking for a node the context does not
+  /// hold yet throws instead of racing on its tables; nodes it holds are
+  /// still found.
+  void setReadOnly(bool readOnly);
+
 private:
   const Expr *intern(Expr node);
   /// A Var or Symbol node (int64, identified by its number).

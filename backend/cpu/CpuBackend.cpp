@@ -272,7 +272,8 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
       !logEnabled("llvm") && !logEnabled("llvm_opt") && !logEnabled("asm");
 
   // Each kernel is a module of its own, in its own context, so that kernels
-  // emit, optimise and compile on several threads.
+  // emit, optimise and compile on several threads. Emission only reads the
+  // program: its ExprContext is not safe to grow from several threads.
   std::vector<size_t> kernelSteps;
   for (size_t stepIndex = 0; stepIndex < program.steps.size(); ++stepIndex)
     if (program.steps[stepIndex].kind == loop::Step::Kind::Kernel)
@@ -283,31 +284,41 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
   result->impl_->kernels.resize(program.steps.size());
   for (size_t stepIndex : kernelSteps)
     result->impl_->kernels[stepIndex] = CompiledKernel{};
-  unsigned threads =
-      runOnThreads(kernelSteps.size(), [&](unsigned, size_t index) {
-        size_t stepIndex = kernelSteps[index];
-        const loop::Kernel &kernel = program.steps[stepIndex].kernel;
-        names[stepIndex] = "kiln_" + std::to_string(programNumber) + "_" +
-                           std::to_string(stepIndex) + "_" + kernel.name;
-        ModuleToCompile &pending = modules[index];
-        pending.context = std::make_unique<llvm::LLVMContext>();
-        pending.module =
-            std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
-        jit.prepare(*pending.module);
-        int poolThreads = ThreadPool::instance().threadCount();
-        EmittedKernel emitted = emitCpuStep(
-            *pending.module, program, kernel, schedule.kernel(stepIndex),
-            names[stepIndex], jit.host(), math, gemmTargetTiles(poolThreads),
-            poolThreads);
-        CompiledKernel &compiled = *result->impl_->kernels[stepIndex];
-        compiled.buffers = emitted.buffers;
-        compiled.parallelRange = emitted.parallelRange;
-        compiled.work = emitted.work;
-        compiled.alignment = emitted.alignment;
-        if (cached)
-          keys[index] =
-              emitted.key.empty() ? kernelKey(*emitted.function) : emitted.key;
-      });
+  struct ReadOnlyExprs {
+    loop::ExprContext &exprs;
+    explicit ReadOnlyExprs(loop::ExprContext &context) : exprs(context) {
+      exprs.setReadOnly(true);
+    }
+    ~ReadOnlyExprs() { exprs.setReadOnly(false); }
+  };
+  unsigned threads;
+  {
+    ReadOnlyExprs readOnly(*program.exprs);
+    threads = runOnThreads(kernelSteps.size(), [&](unsigned, size_t index) {
+      size_t stepIndex = kernelSteps[index];
+      const loop::Kernel &kernel = program.steps[stepIndex].kernel;
+      names[stepIndex] = "kiln_" + std::to_string(programNumber) + "_" +
+                         std::to_string(stepIndex) + "_" + kernel.name;
+      ModuleToCompile &pending = modules[index];
+      pending.context = std::make_unique<llvm::LLVMContext>();
+      pending.module =
+          std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
+      jit.prepare(*pending.module);
+      int poolThreads = ThreadPool::instance().threadCount();
+      EmittedKernel emitted =
+          emitCpuStep(*pending.module, program, kernel,
+                      schedule.kernel(stepIndex), names[stepIndex], jit.host(),
+                      math, gemmTargetTiles(poolThreads), poolThreads);
+      CompiledKernel &compiled = *result->impl_->kernels[stepIndex];
+      compiled.buffers = emitted.buffers;
+      compiled.parallelRange = emitted.parallelRange;
+      compiled.work = emitted.work;
+      compiled.alignment = emitted.alignment;
+      if (cached)
+        keys[index] =
+            emitted.key.empty() ? kernelKey(*emitted.function) : emitted.key;
+    });
+  }
   times.lap("LLVM IR emission (" + std::to_string(threads) + " threads)");
 
   // Kernels whose code is cached, or the same as an earlier kernel's, are

@@ -25,8 +25,41 @@ struct AffineIndex {
   int64_t offset = 0;
 };
 
-std::optional<AffineIndex> affineIndex(loop::ExprContext &exprs,
-                                       const Expr *index, size_t varCount) {
+// The value of an integer index with every variable 0; nullopt where it
+// reads anything but constants and variables under sums and products.
+// Kernels are emitted on several threads at once: this reads the
+// expression only (the program's ExprContext is not safe to grow from
+// several threads, as substituting zeros would).
+std::optional<int64_t> valueAtOrigin(const Expr *index) {
+  switch (index->kind()) {
+  case ExprKind::Constant:
+    return index->dtype() == DType::Int64
+               ? std::optional<int64_t>(index->integer())
+               : std::nullopt;
+  case ExprKind::Var:
+    return 0;
+  case ExprKind::Binary: {
+    std::optional<int64_t> a = valueAtOrigin(index->operand(0));
+    std::optional<int64_t> b = valueAtOrigin(index->operand(1));
+    if (!a || !b)
+      return std::nullopt;
+    switch (index->binaryOp()) {
+    case loop::BinaryOp::Add:
+      return *a + *b;
+    case loop::BinaryOp::Sub:
+      return *a - *b;
+    case loop::BinaryOp::Mul:
+      return *a * *b;
+    default:
+      return std::nullopt;
+    }
+  }
+  default:
+    return std::nullopt;
+  }
+}
+
+std::optional<AffineIndex> affineIndex(const Expr *index, size_t varCount) {
   AffineIndex result;
   for (size_t var = 0; var < varCount; ++var) {
     std::optional<int64_t> coefficient =
@@ -35,11 +68,10 @@ std::optional<AffineIndex> affineIndex(loop::ExprContext &exprs,
       return std::nullopt;
     result.coefficients.push_back(*coefficient);
   }
-  std::vector<const Expr *> zeros(varCount, exprs.integer(0));
-  const Expr *constant = exprs.substituteVars(index, zeros);
-  if (!constant->isConstant())
+  std::optional<int64_t> offset = valueAtOrigin(index);
+  if (!offset)
     return std::nullopt;
-  result.offset = constant->integer();
+  result.offset = *offset;
   return result;
 }
 
@@ -128,13 +160,12 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
     match.epilogue = store.value;
   }
 
-  loop::ExprContext &exprs = *program.exprs;
   size_t varCount = outer + 1;
   size_t batchVar = 0, rowVar = outer - 2, columnVar = outer - 1,
          depthVar = outer;
-  auto xIndex = affineIndex(exprs, x->index(), varCount);
-  auto yIndex = affineIndex(exprs, y->index(), varCount);
-  auto cIndex = affineIndex(exprs, store.index, varCount);
+  auto xIndex = affineIndex(x->index(), varCount);
+  auto yIndex = affineIndex(y->index(), varCount);
+  auto cIndex = affineIndex(store.index, varCount);
   if (!xIndex || !yIndex || !cIndex || cIndex->coefficients[depthVar] != 0)
     return std::nullopt;
   // A does not move with the column, B not with the row.

@@ -405,6 +405,20 @@ TEST(Scheduler, IndexSimplificationRecombinesQuotientAndRemainder) {
   EXPECT_FALSE(loop::affineCoefficient(stores[1].index, 0).has_value());
 }
 
+// The CPU backend emits kernels on several threads, each reading the
+// program: while it does, the program's ExprContext finds the nodes it
+// holds and refuses to create one (a race on its tables otherwise).
+TEST(Scheduler, ReadOnlyExpressionsAreFoundNotCreated) {
+  loop::ExprContext e;
+  const loop::Expr *sum = e.add(e.mul(e.var(0), e.integer(64)), e.var(1));
+  e.setReadOnly(true);
+  EXPECT_EQ(e.add(e.mul(e.var(0), e.integer(64)), e.var(1)), sum);
+  EXPECT_THROW(e.integer(12345), Error);
+  EXPECT_THROW(e.substituteVars(sum, {e.var(2), e.var(1)}), Error);
+  e.setReadOnly(false);
+  EXPECT_EQ(e.integer(12345)->integer(), 12345);
+}
+
 TEST(Scheduler, IndexSimplificationBoundsClampedPositions) {
   // A vision transformer's tokens: the class token, then 36 patches read
   // from a [8 * 36, 256] product through its NCHW view and a flatten, at
