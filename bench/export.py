@@ -2,12 +2,14 @@
 # transformer sizes, in kiln's JIT and in exported code, with GFLOP/s beside
 # the machine's peak estimate; and the bench's hand-written GPT exported and run
 # from C (the example driver, a process without Python) against the same model
-# in eager, under torch.compile (Inductor) and under kiln's JIT. One run, one
-# machine; writes bench/results/<date>-export-cpu-<threads>-threads.md.
+# in eager, under torch.compile (Inductor) and under kiln's JIT (those timed
+# round-robin in one process, medians). One run, one machine; writes
+# bench/results/<date>-export-cpu-<threads>-threads.md.
 # Depends on torch, kiln, a C compiler.
 import datetime
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -21,14 +23,25 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 GEMM_SIZES = [(128, 256, 1024), (512, 768, 3072), (1024, 1024, 1024), (2048, 4096, 4096)]
 
 
-def seconds_per_call(fn, budget=1.0, least=3):
-    fn()
-    fn()
-    calls, start = 0, time.perf_counter()
-    while calls < least or time.perf_counter() - start < budget:
+def seconds_per_call(functions, budget=1.0, min_sample_s=0.02, least=5):
+    """Median seconds per call of each of `functions`, sampled round-robin (each
+    sample at least `min_sample_s` of back-to-back calls, as bench.runner
+    does), so that a change in the machine's load hits all of them alike."""
+    calls = []
+    for fn in functions:
         fn()
-        calls += 1
-    return (time.perf_counter() - start) / calls
+        start = time.perf_counter()
+        fn()
+        calls.append(max(1, round(min_sample_s / max(time.perf_counter() - start, 1e-9))))
+    samples = [[] for _ in functions]
+    start = time.perf_counter()
+    while len(samples[0]) < least or time.perf_counter() - start < budget * len(functions):
+        for fn, count, times in zip(functions, calls, samples):
+            began = time.perf_counter()
+            for _ in range(count):
+                fn()
+            times.append((time.perf_counter() - began) / count)
+    return [statistics.median(times) for times in samples]
 
 
 def peak_gflops(threads):
@@ -70,9 +83,8 @@ def gemm_rows(kiln, threads, scratch):
         a, b = torch.randn(m, k), torch.randn(k, n)
         flops = 2 * m * n * k
         budget = 2.0 if flops > 1e10 else 1.0
-        eager = seconds_per_call(lambda: torch.mm(a, b), budget)
         jit = kiln.compile(lambda a, b: a @ b)
-        jitted = seconds_per_call(lambda: jit(a, b), budget)
+        eager, jitted = seconds_per_call([lambda: torch.mm(a, b), lambda: jit(a, b)], budget)
         name = f"mm_{m}_{k}_{n}"
         directory = os.path.join(scratch, name)
         result = kiln.export(lambda a, b: a @ b, (a, b), directory, name=name)
@@ -88,16 +100,19 @@ def gpt_rows(kiln, threads, scratch):
                      "heads": HEADS, "mlp_ratio": 4, "activation": "gelu",
                      "skip_layers": []}).eval()
     ids = _token_ids("cpu")
-    results = {}
     with torch.no_grad():
-        results["eager"] = seconds_per_call(lambda: model(ids), 2.0)
         jit = kiln.compile(model)
-        results["kiln JIT"] = seconds_per_call(lambda: jit(ids), 2.0)
+        columns = {"eager": lambda: model(ids), "kiln JIT": lambda: jit(ids)}
+        inductor_error = None
         try:
             inductor = torch.compile(model)
-            results["torch.compile (Inductor)"] = seconds_per_call(lambda: inductor(ids), 2.0)
+            inductor(ids)
+            columns["torch.compile (Inductor)"] = lambda: inductor(ids)
         except Exception as error:  # reported, the rest still runs
-            results["torch.compile (Inductor)"] = environment.describe(error)
+            inductor_error = environment.describe(error)
+        results = dict(zip(columns, seconds_per_call(list(columns.values()), 2.0)))
+        if inductor_error:
+            results["torch.compile (Inductor)"] = inductor_error
     directory = os.path.join(scratch, "tiny_gpt")
     result = kiln.export(model, (ids,), directory, name="tiny_gpt")
     results["kiln export, run from C"] = run_from_c(directory, "tiny_gpt", result.weights_file,

@@ -247,6 +247,11 @@ private:
   /// of `width` (count and part may vary at run time).
   llvm::Value *shareStart(llvm::Value *part, llvm::Value *count,
                           llvm::Value *panels, int width);
+  /// Where the shares before `part` end, at most `extent`.
+  llvm::Value *shareEnd(llvm::Value *part, llvm::Value *count,
+                        llvm::Value *panels, int width, llvm::Value *extent) {
+    return minimum(extent, shareStart(part, count, panels, width));
+  }
   void emitPack(const PanelLayout &layout, llvm::Value *source,
                 llvm::Value *packed, llvm::Value *extent, bool alwaysFull);
   void emitTransposePanel(const PanelLayout &layout, llvm::Value *source,
@@ -528,17 +533,15 @@ void GemmEmitter::emitGroup(llvm::Value *group, llvm::Value *begin,
   llvm::Value *rowPanels = constant(ceilDivide(spec_.m, plan_.rows));
   llvm::Value *rowStart =
       shareStart(firstRowTile, rowTileCount, rowPanels, plan_.rows);
-  llvm::Value *rowEnd =
-      minimum(constant(spec_.m),
-              shareStart(endRowTile, rowTileCount, rowPanels, plan_.rows));
+  llvm::Value *rowEnd = shareEnd(endRowTile, rowTileCount, rowPanels,
+                                 plan_.rows, constant(spec_.m));
   llvm::Value *columnTileCount = constant(plan_.columnTiles);
   llvm::Value *columnPanels = constant(ceilDivide(spec_.n, plan_.columns));
   llvm::Value *columnStart =
       shareStart(columnTile, columnTileCount, columnPanels, plan_.columns);
   llvm::Value *columnEnd =
-      minimum(constant(spec_.n),
-              shareStart(builder_.CreateAdd(columnTile, constant(1)),
-                         columnTileCount, columnPanels, plan_.columns));
+      shareEnd(builder_.CreateAdd(columnTile, constant(1)), columnTileCount,
+               columnPanels, plan_.columns, constant(spec_.n));
   tileRows_ = builder_.CreateSub(rowEnd, rowStart, "group_rows");
   groupBatch_ = batch;
   groupRow_ = rowStart;
@@ -622,15 +625,15 @@ void GemmEmitter::emitDepthBlock(llvm::Value *block) {
   };
   llvm::Value *tilePanels = ceiling(tileRows_, plan_.rows);
   llvm::Value *rowBlocks = ceiling(tilePanels, plan_.rowBlock / plan_.rows);
-  emitCountedLoop(
-      builder_, constant(0), rowBlocks, 1, [&](llvm::Value *rowBlock) {
-        llvm::Value *start =
-            shareStart(rowBlock, rowBlocks, tilePanels, plan_.rows);
-        llvm::Value *end = minimum(
-            tileRows_, shareStart(builder_.CreateAdd(rowBlock, constant(1)),
-                                  rowBlocks, tilePanels, plan_.rows));
-        emitRowBlock(start, builder_.CreateSub(end, start));
-      });
+  emitCountedLoop(builder_, constant(0), rowBlocks, 1,
+                  [&](llvm::Value *rowBlock) {
+                    llvm::Value *start =
+                        shareStart(rowBlock, rowBlocks, tilePanels, plan_.rows);
+                    llvm::Value *end =
+                        shareEnd(builder_.CreateAdd(rowBlock, constant(1)),
+                                 rowBlocks, tilePanels, plan_.rows, tileRows_);
+                    emitRowBlock(start, builder_.CreateSub(end, start));
+                  });
 }
 
 void GemmEmitter::emitRowBlock(llvm::Value *rowStart, llvm::Value *blockRows) {
