@@ -10,7 +10,6 @@
 import datetime
 import os
 import statistics
-import time
 
 import torch
 
@@ -19,32 +18,6 @@ from bench.workloads import KERNELS
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SAMPLES, SAMPLE_S = 9, 0.05
-
-
-def calls_per_sample(fn, inputs):
-    """Back-to-back calls that take about SAMPLE_S."""
-    fn(*inputs)
-    calls, start = 0, time.perf_counter()
-    while time.perf_counter() - start < SAMPLE_S / 5 or calls < 2:
-        fn(*inputs)
-        calls += 1
-    per_call = (time.perf_counter() - start) / calls
-    return max(1, int(SAMPLE_S / max(per_call, 1e-9)))
-
-
-def seconds_per_call(functions, inputs):
-    """Median seconds per call of each function over SAMPLES samples, the
-    functions' samples interleaved (a drift of the machine's speed during
-    the run then touches each alike)."""
-    counts = [calls_per_sample(fn, inputs) for fn in functions]
-    samples = [[] for _ in functions]
-    for _ in range(SAMPLES):
-        for fn, count, times in zip(functions, counts, samples):
-            start = time.perf_counter()
-            for _ in range(count):
-                fn(*inputs)
-            times.append((time.perf_counter() - start) / count)
-    return [statistics.median(times) for times in samples]
 
 
 def tensors(value):
@@ -78,7 +51,8 @@ def main():
             fixed = kiln.compile(fn, dynamic=False)
             symbolic = kiln.compile(fn, dynamic=True)
             ok = matches(fixed(*inputs), reference) and matches(symbolic(*inputs), reference)
-            eager, fixed_s, symbolic_s = seconds_per_call((fn, fixed, symbolic), inputs)
+            eager, fixed_s, symbolic_s = environment.seconds_per_call((fn, fixed, symbolic), inputs,
+                                                                     SAMPLES, SAMPLE_S)
             runner = kiln.cache_info(symbolic)["runners"][0]
             once = "compiled once for every size" in runner
             other = "-"

@@ -5,8 +5,10 @@
 import argparse
 import os
 import platform
+import statistics
 import subprocess
 import sys
+import time
 
 
 def describe(error):
@@ -51,6 +53,32 @@ def processor_name():
             names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
         processor = names[0] if names else processor
     return processor
+
+
+def calls_per_sample(fn, inputs, sample_s):
+    """Back-to-back calls that take about `sample_s`."""
+    fn(*inputs)
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < sample_s / 5 or calls < 2:
+        fn(*inputs)
+        calls += 1
+    per_call = (time.perf_counter() - start) / calls
+    return max(1, int(sample_s / max(per_call, 1e-9)))
+
+
+def seconds_per_call(functions, inputs=(), samples=9, sample_s=0.05):
+    """Median seconds per call of each function over `samples` samples of
+    about `sample_s` each, the functions' samples interleaved (a drift of the
+    machine's speed during the run then touches each alike)."""
+    counts = [calls_per_sample(fn, inputs, sample_s) for fn in functions]
+    times = [[] for _ in functions]
+    for _ in range(samples):
+        for fn, count, taken in zip(functions, counts, times):
+            start = time.perf_counter()
+            for _ in range(count):
+                fn(*inputs)
+            taken.append((time.perf_counter() - start) / count)
+    return [statistics.median(taken) for taken in times]
 
 
 def write_table(text, directory, name):

@@ -9,10 +9,8 @@
 import datetime
 import os
 import re
-import statistics
 import subprocess
 import tempfile
-import time
 
 import torch
 
@@ -21,27 +19,6 @@ from bench.models import TinyGpt, _token_ids, VOCABULARY, WIDTH, LAYERS, HEADS
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 GEMM_SIZES = [(128, 256, 1024), (512, 768, 3072), (1024, 1024, 1024), (2048, 4096, 4096)]
-
-
-def seconds_per_call(functions, budget=1.0, min_sample_s=0.02, least=5):
-    """Median seconds per call of each of `functions`, sampled round-robin (each
-    sample at least `min_sample_s` of back-to-back calls, as bench.runner
-    does), so that a change in the machine's load hits all of them alike."""
-    calls = []
-    for fn in functions:
-        fn()
-        start = time.perf_counter()
-        fn()
-        calls.append(max(1, round(min_sample_s / max(time.perf_counter() - start, 1e-9))))
-    samples = [[] for _ in functions]
-    start = time.perf_counter()
-    while len(samples[0]) < least or time.perf_counter() - start < budget * len(functions):
-        for fn, count, times in zip(functions, calls, samples):
-            began = time.perf_counter()
-            for _ in range(count):
-                fn()
-            times.append((time.perf_counter() - began) / count)
-    return [statistics.median(times) for times in samples]
 
 
 def peak_gflops(threads):
@@ -84,7 +61,7 @@ def gemm_rows(kiln, threads, scratch):
         flops = 2 * m * n * k
         budget = 2.0 if flops > 1e10 else 1.0
         jit = kiln.compile(lambda a, b: a @ b)
-        eager, jitted = seconds_per_call([lambda: torch.mm(a, b), lambda: jit(a, b)], budget)
+        eager, jitted = environment.seconds_per_call([lambda: torch.mm(a, b), lambda: jit(a, b)])
         name = f"mm_{m}_{k}_{n}"
         directory = os.path.join(scratch, name)
         result = kiln.export(lambda a, b: a @ b, (a, b), directory, name=name)
@@ -110,7 +87,7 @@ def gpt_rows(kiln, threads, scratch):
             columns["torch.compile (Inductor)"] = lambda: inductor(ids)
         except Exception as error:  # reported, the rest still runs
             inductor_error = environment.describe(error)
-        results = dict(zip(columns, seconds_per_call(list(columns.values()), 2.0)))
+        results = dict(zip(columns, environment.seconds_per_call(list(columns.values()))))
         if inductor_error:
             results["torch.compile (Inductor)"] = inductor_error
     directory = os.path.join(scratch, "tiny_gpt")

@@ -291,6 +291,7 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
     }
     ~ReadOnlyExprs() { exprs.setReadOnly(false); }
   };
+  int poolThreads = ThreadPool::instance().threadCount();
   unsigned threads;
   {
     ReadOnlyExprs readOnly(*program.exprs);
@@ -304,7 +305,6 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
       pending.module =
           std::make_unique<llvm::Module>(names[stepIndex], *pending.context);
       jit.prepare(*pending.module);
-      int poolThreads = ThreadPool::instance().threadCount();
       EmittedKernel emitted =
           emitCpuStep(*pending.module, program, kernel,
                       schedule.kernel(stepIndex), names[stepIndex], jit.host(),

@@ -209,6 +209,11 @@ private:
   llvm::Value *minimum(llvm::Value *a, llvm::Value *b) {
     return builder_.CreateSelect(builder_.CreateICmpSLT(a, b), a, b);
   }
+  /// ceil(value / divisor) of a non-negative value.
+  llvm::Value *ceilingDivide(llvm::Value *value, int64_t divisor) {
+    return builder_.CreateUDiv(builder_.CreateAdd(value, constant(divisor - 1)),
+                               constant(divisor));
+  }
   llvm::Value *maximum(llvm::Value *a, llvm::Value *b) {
     return builder_.CreateSelect(builder_.CreateICmpSLT(a, b), b, a);
   }
@@ -504,11 +509,9 @@ EmittedGemm GemmEmitter::emit(const std::string &name) {
   // of one batch: a group packs each k block of B once for all its rows.
   llvm::Value *begin = function_->getArg(1), *end = function_->getArg(2);
   llvm::Value *rowTiles = constant(plan_.rowTiles);
-  emitCountedLoop(
-      builder_, builder_.CreateUDiv(begin, rowTiles),
-      builder_.CreateUDiv(builder_.CreateAdd(end, constant(plan_.rowTiles - 1)),
-                          rowTiles),
-      1, [&](llvm::Value *group) { emitGroup(group, begin, end); });
+  emitCountedLoop(builder_, builder_.CreateUDiv(begin, rowTiles),
+                  ceilingDivide(end, plan_.rowTiles), 1,
+                  [&](llvm::Value *group) { emitGroup(group, begin, end); });
   builder_.CreateRetVoid();
   return result;
 }
@@ -586,11 +589,9 @@ llvm::Value *GemmEmitter::enterDepthBlock(llvm::Value *block) {
                ? constant(spec_.k)
                : minimum(constant(plan_.depthBlock),
                          builder_.CreateSub(constant(spec_.k), depthStart));
-  paddedDepth_ = builder_.CreateMul(
-      builder_.CreateUDiv(
-          builder_.CreateAdd(depth_, constant(plan_.depthUnroll - 1)),
-          constant(plan_.depthUnroll)),
-      constant(plan_.depthUnroll), "padded_depth");
+  paddedDepth_ =
+      builder_.CreateMul(ceilingDivide(depth_, plan_.depthUnroll),
+                         constant(plan_.depthUnroll), "padded_depth");
   return depthStart;
 }
 
@@ -619,12 +620,9 @@ void GemmEmitter::emitDepthBlock(llvm::Value *block) {
   }
   // The tile's rows in the fewest blocks of at most MC rows, as even as
   // whole panels allow.
-  auto ceiling = [&](llvm::Value *value, int64_t divisor) {
-    return builder_.CreateUDiv(builder_.CreateAdd(value, constant(divisor - 1)),
-                               constant(divisor));
-  };
-  llvm::Value *tilePanels = ceiling(tileRows_, plan_.rows);
-  llvm::Value *rowBlocks = ceiling(tilePanels, plan_.rowBlock / plan_.rows);
+  llvm::Value *tilePanels = ceilingDivide(tileRows_, plan_.rows);
+  llvm::Value *rowBlocks =
+      ceilingDivide(tilePanels, plan_.rowBlock / plan_.rows);
   emitCountedLoop(builder_, constant(0), rowBlocks, 1,
                   [&](llvm::Value *rowBlock) {
                     llvm::Value *start =
@@ -647,12 +645,8 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowStart, llvm::Value *blockRows) {
   if (spec_.k > 0 && !directA_)
     emitPack({rows, spec_.aRow, spec_.aCol}, sourceA, packedA_, blockRows,
              edgeRows == 0);
-  auto panels = [&](llvm::Value *extent, int width) {
-    return builder_.CreateUDiv(builder_.CreateAdd(extent, constant(width - 1)),
-                               constant(width));
-  };
-  llvm::Value *rowPanels = panels(blockRows, rows);
-  llvm::Value *columnPanels = panels(tileColumns_, columns);
+  llvm::Value *rowPanels = ceilingDivide(blockRows, rows);
+  llvm::Value *columnPanels = ceilingDivide(tileColumns_, columns);
   // Packed panels run the micro-kernel over the padded depth; A in place
   // over whole unrolled steps, then one step at a time where a k block
   // can end between them.
@@ -780,8 +774,7 @@ void GemmEmitter::emitPack(const PanelLayout &layout, llvm::Value *source,
         });
   if ((copy || transposed) && alwaysFull)
     return;
-  llvm::Value *panels = builder_.CreateUDiv(
-      builder_.CreateAdd(extent, constant(width - 1)), constant(width));
+  llvm::Value *panels = ceilingDivide(extent, width);
   emitCountedLoop(builder_, fullPanels, panels, 1, [&](llvm::Value *panel) {
     llvm::Value *valid = minimum(
         constant(width),
