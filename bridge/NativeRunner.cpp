@@ -216,16 +216,21 @@ NativeRunner::NativeRunner(std::shared_ptr<Graph> graph, OutputForm outputForm,
   }
 
   // Extern steps: operands read from buffer slots.
-  auto tensorOperand = [&](Value *value) {
-    CallOperand operand;
-    operand.slot = static_cast<int32_t>(program.bufferOf.at(value));
-    return operand;
-  };
   externs_.resize(program.steps.size());
   resultSlots_.resize(program.steps.size());
   for (size_t s = 0; s < program.steps.size(); ++s)
     if (program.steps[s].kind == Step::Kind::Extern) {
-      externs_[s].emplace(*program.steps[s].node, tensorOperand);
+      const Step &step = program.steps[s];
+      auto tensorOperand = [&](Value *value) {
+        int64_t buffer = program.operandBuffer(step, value);
+        if (buffer < 0)
+          throw Error("native runner: %" + value->name() +
+                      " has no buffer for an extern to read");
+        CallOperand operand;
+        operand.slot = static_cast<int32_t>(buffer);
+        return operand;
+      };
+      externs_[s].emplace(*step.node, tensorOperand);
       resultSlots_[s].assign(program.steps[s].results.begin(),
                              program.steps[s].results.end());
     }

@@ -730,6 +730,14 @@ int64_t Program::rootOf(int64_t buffer) const {
   return buffer;
 }
 
+int64_t Program::operandBuffer(const Step &step, const Value *value) const {
+  for (const auto &[operand, buffer] : step.operandBuffers)
+    if (operand == value)
+      return buffer;
+  auto found = bufferOf.find(value);
+  return found == bufferOf.end() ? -1 : found->second;
+}
+
 int64_t Program::addBuffer(Buffer buffer) {
   if (buffer.name.empty())
     buffer.name = "buf" + std::to_string(buffers.size());
@@ -850,7 +858,10 @@ std::string Program::str() const {
       out << kernelToString(step.kernel, *this);
       continue;
     }
-    out << "extern " << step.node->schema()->qualifiedName() << " ->";
+    out << "extern " << step.node->schema()->qualifiedName();
+    for (const auto &[operand, buffer] : step.operandBuffers)
+      out << " (%" << operand->name() << " from buf" << buffer << ")";
+    out << " ->";
     for (int64_t result : step.results)
       out << " buf" << result;
     out << "\n";

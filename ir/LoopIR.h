@@ -14,6 +14,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace kiln::loop {
@@ -361,6 +362,10 @@ struct Step {
   const Node *node = nullptr; // Extern: the graph node
   /// Extern: the buffer of each result of the node.
   std::vector<int64_t> results;
+  /// Extern: operands torch reads from another buffer than the value's own
+  /// (Program::bufferOf): a copy in the layout its kernel is fastest with
+  /// (a convolution's input in channels-last).
+  std::vector<std::pair<const Value *, int64_t>> operandBuffers;
 };
 
 /// What a graph output is: a buffer (outputs that are views of other
@@ -395,6 +400,10 @@ struct Program {
   Shape hints(const Ranges &ranges) const;
 
   int64_t addBuffer(Buffer buffer);
+  /// The buffer extern `step` reads for its operand `value`: its
+  /// operandBuffers' where that names the value, else bufferOf's; -1 where
+  /// neither has one.
+  int64_t operandBuffer(const Step &step, const Value *value) const;
   /// The buffer whose memory `buffer` is: itself, or for a View the end of
   /// its chain of bases.
   int64_t rootOf(int64_t buffer) const;

@@ -187,6 +187,66 @@ void reorderPointwise(const Program &program, Kernel &kernel) {
   kernel.outerRanges = ranges;
 }
 
+// A pointwise kernel that writes one layout from another (a channels-last
+// result into a contiguous one): its innermost loop writes contiguously and
+// reads a line per element, and where that loop is long those lines leave
+// L1 before the next loop's step reads their neighbours. The innermost
+// loop is cut in tiles of `tile` points, and the loop along which that read
+// is contiguous moves between the tiles and the points of one: a tile's
+// lines stay in L1 while that loop walks them. 4x64x56x56 channels-last to
+// contiguous (batch norm and ReLU): 1.32 ms on 2 threads, tiled 0.22.
+void tileTransposedReads(const Program &program, Kernel &kernel) {
+  ExprContext &exprs = *program.exprs;
+  if (kernel.loops.size() != 1 || !kernel.loops[0].ranges.empty() ||
+      kernel.loops[0].stores.empty() || !kernel.outerRanges.isStatic())
+    return;
+  const int64_t count = static_cast<int64_t>(kernel.outerRanges.size());
+  const int64_t inner = count - 1;
+  if (count < 2)
+    return;
+  // Lines one sweep of the innermost loop reads, at most: 256 of L1's 768.
+  constexpr int64_t kLinesKept = 256, kLine = 64;
+  const int64_t extent = kernel.outerRanges[inner]->value();
+  int64_t tile = extent % 16 == 0 ? 16 : extent % 8 == 0 ? 8 : 0;
+  if (tile == 0 || extent <= kLinesKept)
+    return;
+  int64_t across = -1;
+  KernelExprs all = exprsOf(kernel, -1);
+  for (const Expr *value : all.values)
+    for (const Expr *load : loadsOf(value)) {
+      auto step = symbolicCoefficient(load->index(), inner);
+      if (!step || !(*step)->isConstant() ||
+          std::abs((*step)->value()) * itemSize(load->dtype()) < kLine)
+        continue;
+      for (int64_t v = 0; v < inner && across < 0; ++v) {
+        auto stride = symbolicCoefficient(load->index(), v);
+        if (stride && (*stride)->isConstant() && (*stride)->value() == 1 &&
+            kernel.outerRanges[v]->value() > 1)
+          across = v;
+      }
+    }
+  if (across < 0)
+    return;
+  // Old variables: those before, without `across`; then the tiles of the
+  // innermost, `across`, and the points of a tile.
+  std::vector<const Expr *> mapping(count);
+  Ranges ranges;
+  for (int64_t v = 0; v < inner; ++v)
+    if (v != across) {
+      mapping[v] = exprs.var(static_cast<int64_t>(ranges.size()));
+      ranges.push_back(kernel.outerRanges[v]);
+    }
+  int64_t tiles = static_cast<int64_t>(ranges.size());
+  ranges.push_back(size::constant(extent / tile));
+  mapping[across] = exprs.var(tiles + 1);
+  ranges.push_back(kernel.outerRanges[across]);
+  ranges.push_back(size::constant(tile));
+  mapping[inner] = exprs.add(exprs.mul(exprs.var(tiles), exprs.integer(tile)),
+                             exprs.var(tiles + 2));
+  renumberVars(exprs, kernel, mapping);
+  kernel.outerRanges = ranges;
+}
+
 // Loops of extent 1 contribute nothing: their variable is always 0.
 void dropUnitLoops(ExprContext &exprs, Kernel &kernel) {
   int64_t outerCount = static_cast<int64_t>(kernel.outerRanges.size());
@@ -222,6 +282,7 @@ void chooseLoopOrder(Program &program) {
     reorderPointwise(program, kernel);
     while (coalesceOuterOnce(exprs, kernel)) {
     }
+    tileTransposedReads(program, kernel);
     for (size_t l = 0; l < kernel.loops.size(); ++l)
       while (coalesceLoopOnce(exprs, kernel, l)) {
       }

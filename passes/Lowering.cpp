@@ -329,6 +329,38 @@ bool Lowerer::tooLongToInline(const LoweredTensor &tensor) {
          loop::kMaxKernelOperations;
 }
 
+// A temporary computed element by element from a channels-last tensor of
+// its shape (a convolution's result, through batch norm, ReLU and a
+// residual add) is laid out channels-last too: the kernel that writes it
+// reads and writes in one order, and the next convolution reads it as it
+// is. Otherwise the node's layout.
+TensorMeta Lowerer::temporaryLayout(const LoweredTensor &tensor,
+                                    const TensorMeta &meta) {
+  int64_t dims = meta.dim();
+  if ((dims != 4 && dims != 5) || tensor.isSymbolic() || !meta.isContiguous())
+    return meta;
+  Index index;
+  for (int64_t d = 0; d < dims; ++d)
+    index.push_back(exprs().var(d));
+  for (const Expr *load : loop::loadsOf(tensor.loader(index))) {
+    const TensorMeta &source = program_.buffers[load->id()].meta;
+    if (source.sizes != meta.sizes ||
+        meta::suggestMemoryFormat(source) == MemoryFormat::Contiguous)
+      continue;
+    bool elementwise = true;
+    for (int64_t d = 0; d < dims && elementwise; ++d)
+      elementwise =
+          meta.sizes[d] == 1 || loop::affineCoefficient(load->index(), d) ==
+                                    std::optional<int64_t>(source.strides[d]);
+    if (elementwise)
+      return TensorMeta(
+          meta.dtype, meta.sizes,
+          meta::stridesForFormat(meta.sizes, meta::suggestMemoryFormat(source)),
+          0, meta.device);
+  }
+  return meta;
+}
+
 void Lowerer::afterNode(const Node &node) {
   for (const auto &result : node.results()) {
     LoweredTensor &tensor = tensors_.at(result.get());
@@ -339,8 +371,8 @@ void Lowerer::afterNode(const Node &node) {
                        shortOpName(node));
     else if (!tensor.cheap &&
              (users_[result.get()] >= 2 || tooLongToInline(tensor)))
-      tensor = realize(tensor, result->meta(), BufferKind::Temporary,
-                       shortOpName(node));
+      tensor = realize(tensor, temporaryLayout(tensor, result->meta()),
+                       BufferKind::Temporary, shortOpName(node));
   }
 }
 
@@ -384,6 +416,58 @@ void Lowerer::lowerExtern(const Node &node) {
     step.results.push_back(buffer);
   }
   program_.steps.push_back(std::move(step));
+}
+
+std::vector<LoweredTensor> Lowerer::externCall(
+    const Node &node,
+    const std::vector<std::pair<const Value *, LoweredTensor>> &operands,
+    const std::vector<TensorMeta> &resultMetas) {
+  if (node.writesArguments() || resultMetas.size() != node.results().size())
+    throw Error("extern call of " + node.schema()->qualifiedName() +
+                ": an op that writes its arguments, or results other than "
+                "its node's");
+  loop::Step step;
+  step.kind = loop::Step::Kind::Extern;
+  step.node = &node;
+  for (const auto &[value, tensor] : operands) {
+    // Torch sees the buffer as its meta says: the tensor must be all of it.
+    const loop::Buffer *buffer =
+        tensor.realized() ? &program_.buffers[tensor.placement->buffer]
+                          : nullptr;
+    if (!buffer ||
+        (buffer->kind != BufferKind::Tensor &&
+         buffer->kind != BufferKind::Temporary &&
+         buffer->kind != BufferKind::Input &&
+         buffer->kind != BufferKind::Constant) ||
+        tensor.placement->offset->constant() != 0 ||
+        tensor.placement->strides != symbolicStrides(buffer->meta) ||
+        tensor.symSizes != symbolicSizes(buffer->meta))
+      throw Error("extern call of " + node.schema()->qualifiedName() +
+                  ": an operand is not a whole tensor buffer");
+    // Torch reads it: a tensor, not workspace memory.
+    if (buffer->kind == BufferKind::Temporary)
+      program_.buffers[tensor.placement->buffer].kind = BufferKind::Tensor;
+    step.operandBuffers.push_back({value, tensor.placement->buffer});
+  }
+  for (const Value *value : distinctOperands(node))
+    if (std::none_of(
+            operands.begin(), operands.end(),
+            [&](const auto &operand) { return operand.first == value; }))
+      bufferOfValue(value, /*mustBeTensor=*/true);
+  std::vector<LoweredTensor> results;
+  for (size_t i = 0; i < resultMetas.size(); ++i) {
+    const TensorMeta &meta = resultMetas[i];
+    int64_t buffer = addBuffer(meta, BufferKind::Tensor,
+                               node.result(static_cast<unsigned>(i))->name());
+    step.results.push_back(buffer);
+    LoweredTensor result =
+        placed({buffer, symbolicStrides(meta), size::constant(0)}, meta.dtype,
+               symbolicSizes(meta));
+    result.placement.reset();
+    results.push_back(std::move(result));
+  }
+  program_.steps.push_back(std::move(step));
+  return results;
 }
 
 int64_t Lowerer::bufferOfValue(const Value *value, bool mustBeTensor) {

@@ -80,11 +80,11 @@ CompiledProgram::CompiledProgram(
       continue;
     }
     for (Value *operand : step.node->operands()) {
-      auto found = program.bufferOf.find(operand);
-      if (found == program.bufferOf.end())
+      int64_t buffer = program.operandBuffer(step, operand);
+      if (buffer < 0)
         throw Error("compiled program: %" + operand->name() +
                     " has no buffer for an extern to read");
-      leavesKernels(found->second, "an extern");
+      leavesKernels(buffer, "an extern");
     }
   }
   for (size_t b = 0; b < count; ++b)

@@ -95,6 +95,7 @@ public:
   loop::Program run();
 
   loop::ExprContext &exprs() { return *program_.exprs; }
+  const loop::Program &program() const { return program_; }
   const Node &node() const { return *node_; }
   /// Whether the program runs without torch: a lowering that would leave a
   /// node to torch because torch runs it faster lowers it anyway.
@@ -105,6 +106,11 @@ public:
   /// or a 0-d constant for a Python number (Bool, Int64 or Float64).
   LoweredTensor input(const Node &node, size_t argument);
   LoweredTensor lowered(const Value *value) const;
+  /// Whether a node or a graph output reads `value`.
+  bool isUsed(const Value *value) const {
+    auto found = users_.find(value);
+    return found != users_.end() && found->second > 0;
+  }
   const TensorMeta &resultMeta(const Node &node, unsigned result = 0) const {
     return node.result(result)->meta();
   }
@@ -179,6 +185,23 @@ public:
   /// storing it with a pointwise kernel; returns the placed tensor.
   LoweredTensor realize(const LoweredTensor &tensor, const TensorMeta &meta,
                         loop::BufferKind kind, const std::string &what);
+  /// Leaves `node` to torch, reading each value of `operands` from the
+  /// tensor given for it (realized in a layout torch's kernel runs faster
+  /// with: a convolution's input in channels-last) instead of the value's
+  /// own buffer, its results laid out as `resultMetas` say (the layout
+  /// torch gives for those operands; a call that gives another is copied
+  /// into it). The results are loads from those buffers, no graph value's
+  /// buffer: a graph output or another extern's operand is a copy in the
+  /// node's own layout.
+  std::vector<LoweredTensor> externCall(
+      const Node &node,
+      const std::vector<std::pair<const Value *, LoweredTensor>> &operands,
+      const std::vector<TensorMeta> &resultMetas);
+  /// The layout to realize `tensor` in as a temporary (`meta`, of its
+  /// sizes, or channels-last where it is computed element by element from
+  /// a channels-last tensor of its shape).
+  TensorMeta temporaryLayout(const LoweredTensor &tensor,
+                             const TensorMeta &meta);
   /// A new buffer of `kind` with `meta` (storage offset 0).
   int64_t addBuffer(const TensorMeta &meta, loop::BufferKind kind,
                     const std::string &what);

@@ -9,6 +9,7 @@
 
 #include "backend/Pipeline.h"
 #include "ir/Graph.h"
+#include "ir/ops/MetaUtils.h"
 #include "runtime/ProgramExecutor.h"
 #include "tests/cpp/passes/LoopInterpreter.h"
 
@@ -742,5 +743,134 @@ TEST(ConvolutionLowering, ExternNodeWithTorchMetadataLowersWhereItFits) {
     run.run();
     expectClose(run.output(0), referenceConvolution(xs, ws, nullptr, p).values,
                 2e-6);
+  }
+}
+
+namespace {
+
+// The extern steps of `program`.
+std::vector<const loop::Step *> externSteps(const loop::Program &program) {
+  std::vector<const loop::Step *> steps;
+  for (const loop::Step &step : program.steps)
+    if (step.kind == loop::Step::Kind::Extern)
+      steps.push_back(&step);
+  return steps;
+}
+
+bool isChannelsLast(const TensorMeta &meta) {
+  return meta::suggestMemoryFormat(meta) == MemoryFormat::ChannelsLast;
+}
+
+} // namespace
+
+TEST(ConvolutionLowering, JitCallsTorchWithChannelsLastOperands) {
+  // conv -> ReLU -> conv, the ReLU also added to the result: the first
+  // call reads a channels-last copy of the input and gives a channels-last
+  // result; the ReLU (two readers) is realized channels-last and is the
+  // second call's operand as it is; the output is contiguous, as eager's.
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 8, 12, 12}));
+  Value *w1 = graph->addInput(TensorMeta(DType::Float32, {16, 8, 3, 3}));
+  Value *w2 = graph->addInput(TensorMeta(DType::Float32, {16, 16, 3, 3}));
+  ConvolutionParameters p{{1, 1}, {1, 1}, {1, 1}, 1};
+  Value *r = op(*graph, "aten::relu", {convolution(*graph, x, w1, nullptr, p)});
+  Value *out = op(*graph, "aten::add.Tensor",
+                  {convolution(*graph, r, w2, nullptr, p), r});
+  graph->setOutputs({out});
+  loop::Program program = lowerGraph(graph);
+  std::vector<const loop::Step *> calls = externSteps(program);
+  ASSERT_EQ(calls.size(), 2u) << program.str();
+  for (const loop::Step *call : calls) {
+    ASSERT_EQ(call->operandBuffers.size(), 1u) << program.str();
+    const loop::Buffer &operand =
+        program.buffers[call->operandBuffers[0].second];
+    EXPECT_EQ(operand.kind, loop::BufferKind::Tensor);
+    EXPECT_TRUE(isChannelsLast(operand.meta)) << program.str();
+    EXPECT_TRUE(isChannelsLast(program.buffers[call->results.at(0)].meta));
+  }
+  EXPECT_NE(calls[0]->operandBuffers[0].second, program.bufferOf.at(x));
+  // The input's copy, the first call, the ReLU, the second call, the sum:
+  // no copy of the ReLU to another layout.
+  std::string kinds;
+  for (const loop::Step &step : program.steps)
+    kinds += step.kind == loop::Step::Kind::Kernel ? "K" : "E";
+  EXPECT_EQ(kinds, "KEKEK") << program.str();
+  EXPECT_TRUE(
+      program.buffers[program.outputs.at(0).buffer].meta.isContiguous());
+
+  Dense xs = randomDense({2, 8, 12, 12}, 21),
+        w1s = randomDense({16, 8, 3, 3}, 22),
+        w2s = randomDense({16, 16, 3, 3}, 23);
+  Interpreter run(program);
+  run.externHook = [&](const loop::Step &step, Interpreter &at) {
+    // torch's convolution: the operands' elements whatever their layout.
+    const Node &node = *step.node;
+    auto operand = [&](size_t index) {
+      const Value *value = node.arguments().at(index).toTensor();
+      Dense dense(value->meta().sizes);
+      dense.values = at.read(program.operandBuffer(step, value));
+      return dense;
+    };
+    at.write(step.results.at(0),
+             referenceConvolution(operand(0), operand(1), nullptr, p).values);
+    return true;
+  };
+  run.setInput(0, xs.values);
+  run.setInput(1, w1s.values);
+  run.setInput(2, w2s.values);
+  run.run();
+  Dense relu = referenceConvolution(xs, w1s, nullptr, p);
+  for (double &value : relu.values)
+    value = std::max(value, 0.0);
+  Dense expected = referenceConvolution(relu, w2s, nullptr, p);
+  for (size_t i = 0; i < expected.values.size(); ++i)
+    expected.values[i] += relu.values[i];
+  expectClose(run.output(0), expected.values, 1e-5);
+}
+
+TEST(ConvolutionLowering,
+     JitKeepsContiguousCallsWhereTheWeightOutweighsTheResult) {
+  // 64 filters of 16x3x3 (9216 weights) over 2x2 positions (256 results):
+  // torch's channels-last call would copy and reorder the weight; a
+  // contiguous input is passed as it is, a channels-last one as a
+  // contiguous copy.
+  for (bool channelsLastInput : {false, true}) {
+    auto graph = std::make_shared<Graph>();
+    Shape sizes{1, 16, 2, 2};
+    Value *x = graph->addInput(
+        channelsLastInput ? TensorMeta(DType::Float32, sizes,
+                                       meta::stridesForFormat(
+                                           sizes, MemoryFormat::ChannelsLast))
+                          : TensorMeta(DType::Float32, sizes));
+    Value *w = graph->addInput(TensorMeta(DType::Float32, {64, 16, 3, 3}));
+    graph->setOutputs(
+        {convolution(*graph, x, w, nullptr, {{1, 1}, {1, 1}, {1, 1}, 1})});
+    loop::Program program = lowerGraph(graph);
+    std::vector<const loop::Step *> calls = externSteps(program);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0]->operandBuffers.size(), channelsLastInput ? 1u : 0u);
+    if (channelsLastInput) {
+      EXPECT_TRUE(program.buffers[calls[0]->operandBuffers[0].second]
+                      .meta.isContiguous());
+    }
+    EXPECT_TRUE(program.buffers[calls[0]->results.at(0)].meta.isContiguous());
+  }
+}
+
+TEST(PoolingLowering, MaxPoolIndicesNobodyReadsAreNotComputed) {
+  for (bool readIndices : {false, true}) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 3, 9, 9}));
+    Node *pool = maxPool(*graph, x, {3, 3, 2, 2, 1, 1});
+    if (readIndices)
+      graph->setOutputs({pool->result(0), pool->result(1)});
+    else
+      graph->setOutputs({pool->result(0)});
+    loop::Program program = lowerGraph(graph);
+    ASSERT_EQ(program.steps.size(), 1u);
+    // The maximum's pass (its reduction, its store), and the indices'
+    // where they are read.
+    EXPECT_EQ(program.steps[0].kernel.loops.size(), readIndices ? 3u : 2u)
+        << program.str();
   }
 }

@@ -1,12 +1,15 @@
 // The scheduler's decisions: what fuses into one kernel, what never fuses
 // (across externs, different domains), loop order and coalescing, and the
 // reuse of workspace memory.
-// Depends on passes/Lowering.h, passes/Scheduler.h and gtest.
+// Depends on passes/Lowering.h, passes/Scheduler.h,
+// tests/cpp/passes/LoopInterpreter.h and gtest.
 #include "passes/Scheduler.h"
 
 #include "ir/Error.h"
 #include "ir/Graph.h"
+#include "ir/ops/MetaUtils.h"
 #include "passes/Lowering.h"
+#include "tests/cpp/passes/LoopInterpreter.h"
 
 #include <gtest/gtest.h>
 
@@ -665,4 +668,50 @@ TEST(Scheduler, OperandRowsFourKibibytesApartArePadded) {
   EXPECT_EQ(program.buffers[operand].meta.strides, Shape({1024 + 16, 1}))
       << program.str();
   EXPECT_EQ(program.buffers[operand].meta.sizes, Shape({64, 1024}));
+}
+
+TEST(Scheduler, TransposedReadsAreTiled) {
+  // A channels-last input's ReLU written contiguously: the innermost loop (3136
+  // positions) reads one line per element; it is cut in tiles of 16, and
+  // the channels (contiguous in the read) walk between a tile and its
+  // points. Values are unchanged.
+  Shape sizes{2, 64, 56, 56};
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(
+      TensorMeta(DType::Float32, sizes,
+                 meta::stridesForFormat(sizes, MemoryFormat::ChannelsLast)));
+  graph->setOutputs(
+      {graph
+           ->addOp("aten::clone", {op(*graph, "aten::relu", {x})},
+                   {{"memory_format", Argument(MemoryFormat::Contiguous)}})
+           ->result(0)});
+  loop::Program program = schedule(graph);
+  ASSERT_EQ(kernelsOf(program).size(), 1u);
+  EXPECT_EQ(kernelsOf(program)[0]->outerRanges.constants(),
+            (Shape{2, 196, 64, 16}))
+      << program.str();
+  std::vector<double> values(numelOf(sizes));
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = double(int64_t(i % 97) - 48);
+  kiln::testing::Interpreter run(program);
+  run.setInput(0, values);
+  run.run();
+  std::vector<double> expected = values;
+  for (double &value : expected)
+    value = std::max(value, 0.0);
+  EXPECT_EQ(run.output(0), expected);
+
+  // 8x8 positions: one sweep's lines stay in L1; not tiled.
+  Shape small{2, 64, 8, 8};
+  auto smallGraph = std::make_shared<Graph>();
+  Value *y = smallGraph->addInput(
+      TensorMeta(DType::Float32, small,
+                 meta::stridesForFormat(small, MemoryFormat::ChannelsLast)));
+  smallGraph->setOutputs(
+      {smallGraph
+           ->addOp("aten::clone", {op(*smallGraph, "aten::relu", {y})},
+                   {{"memory_format", Argument(MemoryFormat::Contiguous)}})
+           ->result(0)});
+  loop::Program untiled = schedule(smallGraph);
+  EXPECT_EQ(kernelsOf(untiled)[0]->outerRanges.constants(), (Shape{2, 64, 64}));
 }

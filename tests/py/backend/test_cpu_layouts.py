@@ -477,3 +477,89 @@ def test_elementwise_results_take_tensoriterators_fast_set_up_layouts():
         expected, actual = fn(*inputs), kiln.compile(fn)(*inputs)
         assert actual.stride() == expected.stride(), (actual.stride(), expected.stride())
         assert torch.equal(actual, expected)
+
+
+def _cbr(i, o, k=3, s=1, g=1, d=1):
+    return [torch.nn.Conv2d(i, o, k, s, d * (k // 2), dilation=d, groups=g, bias=False),
+            torch.nn.BatchNorm2d(o), torch.nn.ReLU()]
+
+
+class _Residual(torch.nn.Module):
+    def __init__(self, i, o, s):
+        super().__init__()
+        self.body = torch.nn.Sequential(*_cbr(i, o, 3, s), torch.nn.Conv2d(o, o, 3, 1, 1), torch.nn.BatchNorm2d(o))
+        self.skip = torch.nn.Conv2d(i, o, 1, s) if s != 1 or i != o else torch.nn.Identity()
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def _networks():
+    yield "conv block", torch.nn.Sequential(*_cbr(8, 16)), (2, 8, 20, 20)
+    yield "residual stack", torch.nn.Sequential(
+        *_cbr(3, 8, 7, 2), torch.nn.MaxPool2d(3, 2, 1), _Residual(8, 8, 1), _Residual(8, 16, 2),
+        _Residual(16, 64, 2), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()), (2, 3, 48, 48)
+    yield "depthwise separable", torch.nn.Sequential(
+        *_cbr(3, 8, 3, 2), *_cbr(8, 8, 3, 1, g=8), *_cbr(8, 16, 1), *_cbr(16, 16, 3, 2, g=16)), (2, 3, 33, 31)
+    yield "grouped, dilated", torch.nn.Sequential(*_cbr(8, 16, 3, g=4, d=2), *_cbr(16, 16, 5, 2)), (3, 8, 17, 23)
+    # 64 filters of 32x3x3 over 3x3 positions: the weight outweighs the result.
+    yield "deep layer", torch.nn.Sequential(*_cbr(32, 64), *_cbr(64, 64)), (1, 32, 3, 3)
+    yield "3-d", torch.nn.Sequential(torch.nn.Conv3d(4, 8, 3, padding=1), torch.nn.ReLU()), (2, 4, 6, 10, 10)
+
+
+@pytest.mark.parametrize("case", list(_networks()), ids=lambda case: case[0])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "sliced"])
+def test_convolution_networks_match_eager_values_and_strides(case, layout):
+    # Convolutions torch runs take channels-last operands where their
+    # weights are small, and the kernels between them keep that layout; what
+    # the caller gets is eager's, values and strides.
+    _, model, shape = case
+    model = model.eval()
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(shape)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+    if layout == "sliced":
+        x = torch.randn(*shape[:-1], shape[-1] * 2)[..., ::2]
+    with torch.no_grad():
+        expected = model(x)
+        compiled = kiln.compile(model, fullgraph=True)
+        for _ in range(2):
+            actual = compiled(x)
+            assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+            assert actual.stride() == expected.stride()
+
+
+def test_convolution_results_returned_and_reused_keep_eager_layouts():
+    w = torch.randn(16, 8, 3, 3)
+
+    def fn(x):
+        y = F.conv2d(x, w, padding=1)
+        return y, torch.relu(y) * 2, y.sum((2, 3))
+
+    x = torch.randn(2, 8, 24, 24)
+    compiled = kiln.compile(fn, fullgraph=True)
+    for actual, expected in zip(compiled(x), fn(x)):
+        assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+        assert actual.stride() == expected.stride()
+
+
+@pytest.mark.parametrize("shape", [(2, 64, 56, 56), (2, 16, 20, 20), (2, 5, 19, 19), (1, 3, 7, 9), (0, 8, 20, 20)])
+def test_channels_last_to_contiguous_copies(shape):
+    # Pointwise kernels that write another layout than they read: long
+    # inner loops are tiled (the read's lines reused from L1); same values.
+    x = torch.randn(shape).contiguous(memory_format=torch.channels_last)
+
+    def fn(x):
+        return (torch.relu(x) * 2 + 1).contiguous()
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    actual = compiled(x)
+    assert_close(actual, fn(x))
+    assert actual.is_contiguous()
+    t = torch.randn(300, 1000)
+    transposed = kiln.compile(lambda t: (t.t() + 1).contiguous(), fullgraph=True)
+    assert_close(transposed(t), (t.t() + 1).contiguous())
