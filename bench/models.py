@@ -1,6 +1,7 @@
 # Model workloads: transformers built from small configurations with random
-# weights (nothing is downloaded), plus a hand-written GPT with Python-level
-# dynamism. Inference only. Depends on torch and transformers.
+# weights (nothing is downloaded), a hand-written GPT with Python-level
+# dynamism, and two small CNNs (residual; depthwise separable). Inference
+# only. Depends on torch and transformers.
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -82,6 +83,44 @@ def _tiny_gpt(device):
     return TinyGpt(config).to(device).eval(), (_token_ids(device),)
 
 
+def _conv_bn_relu(inputs, outputs, kernel=3, stride=1, groups=1):
+    return [nn.Conv2d(inputs, outputs, kernel, stride, kernel // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(outputs), nn.ReLU()]
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, inputs, outputs, stride):
+        super().__init__()
+        self.body = nn.Sequential(*_conv_bn_relu(inputs, outputs, 3, stride),
+                                  nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False), nn.BatchNorm2d(outputs))
+        self.skip = (nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs))
+                     if stride != 1 or inputs != outputs else nn.Identity())
+
+    def forward(self, x):
+        return F.relu(self.body(x) + self.skip(x))
+
+
+def _cnn(kind):
+    def build(device):
+        torch.manual_seed(0)
+        if kind == "residual":   # a ResNet-18-like stem and four stages, narrower
+            layers = [*_conv_bn_relu(3, 32, 7, 2), nn.MaxPool2d(3, 2, 1), ResidualBlock(32, 32, 1),
+                      ResidualBlock(32, 64, 2), ResidualBlock(64, 128, 2), ResidualBlock(128, 256, 2)]
+        else:                    # MobileNet-like: depthwise 3x3 and pointwise 1x1 layers
+            layers = _conv_bn_relu(3, 32, 3, 2)
+            for inputs, outputs, stride in ((32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2)):
+                layers += _conv_bn_relu(inputs, inputs, 3, stride, groups=inputs) + _conv_bn_relu(inputs, outputs, 1)
+        model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
+        with torch.no_grad():   # non-trivial running statistics
+            for module in model.modules():
+                if isinstance(module, nn.BatchNorm2d):
+                    module.running_mean.uniform_(-0.5, 0.5)
+                    module.running_var.uniform_(0.5, 2.0)
+        image = torch.randn(8, 3, 112, 112, generator=torch.Generator().manual_seed(0))
+        return model.to(device).eval(), (image.to(device),)
+    return build
+
+
 _DECODER = dict(vocab_size=VOCABULARY, use_cache=False, bos_token_id=0, eos_token_id=0)
 MODELS = [
     Workload("GPT-2 (4 layers, 256 wide) 4x128", "model",
@@ -101,4 +140,6 @@ MODELS = [
                           num_heads=HEADS)),
     Workload("ViT (4 layers, 256 wide) 8x3x96x96", "model", _vit),
     Workload("hand-written GPT, Python dynamism, 4x128", "model", _tiny_gpt),
+    Workload("ResNet-style CNN 8x3x112x112", "model", _cnn("residual")),
+    Workload("MobileNet-style CNN 8x3x112x112", "model", _cnn("depthwise")),
 ]
