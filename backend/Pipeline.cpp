@@ -103,6 +103,10 @@ loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   fuseKernels(program);
   times.lap("second fusion");
   logLoopIr(program, "second fusion", false);
+  if (target.kind == Target::Kind::Cpu) {
+    writeOverDeadExternResults(program);
+    times.lap("results written in place");
+  }
   planMemory(program);
   times.lap("memory planning");
   logLoopIr(program, "memory planning", true);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <unordered_set>
 
 namespace kiln {
 
@@ -19,6 +20,102 @@ int64_t bufferBytes(const TensorMeta &meta) {
   for (size_t d = 0; d < meta.sizes.size(); ++d)
     last += (meta.sizes[d] - 1) * std::max<int64_t>(meta.strides[d], 0);
   return (meta.storageOffset + last + 1) * itemSize(meta.dtype);
+}
+
+namespace {
+
+// Whether `buffer` (a root) is read after step `after`: by a kernel's load
+// or an extern's operand of it or of a view of it, or as an output.
+bool readAfter(const Program &program, int64_t buffer, size_t after) {
+  for (const ProgramOutput &output : program.outputs)
+    if (output.buffer >= 0 && program.rootOf(output.buffer) == buffer)
+      return true;
+  for (size_t s = after + 1; s < program.steps.size(); ++s) {
+    const Step &step = program.steps[s];
+    if (step.kind == Step::Kind::Extern) {
+      for (const Value *operand : step.node->operands()) {
+        int64_t read = program.operandBuffer(step, operand);
+        if (read >= 0 && program.rootOf(read) == buffer)
+          return true;
+      }
+      continue;
+    }
+    bool reads = false;
+    forEachExpr(step.kernel, [&](const Expr *expr) {
+      for (const Expr *load : loadsOf(expr))
+        reads = reads || program.rootOf(load->id()) == buffer;
+    });
+    if (reads)
+      return true;
+  }
+  return false;
+}
+
+} // namespace
+
+void writeOverDeadExternResults(Program &program) {
+  std::unordered_set<int64_t> named;
+  for (const auto &[value, buffer] : program.bufferOf)
+    named.insert(program.rootOf(buffer));
+  for (const ProgramOutput &output : program.outputs)
+    if (output.buffer >= 0)
+      named.insert(program.rootOf(output.buffer));
+  std::unordered_set<int64_t> externResults, viewed;
+  // Results torch allocates: not a view or a written argument of the call.
+  for (const Step &step : program.steps) {
+    if (step.kind != Step::Kind::Extern)
+      continue;
+    const OpSchema &schema = *step.node->schema();
+    bool fresh = !schema.isMutable() &&
+                 std::all_of(schema.returns.begin(), schema.returns.end(),
+                             [](const SchemaArgument &result) {
+                               return result.alias.empty();
+                             });
+    for (int64_t result : step.results)
+      if (fresh)
+        externResults.insert(result);
+  }
+  for (const Buffer &buffer : program.buffers)
+    if (buffer.kind == BufferKind::View)
+      viewed.insert(buffer.base);
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    const Step &step = program.steps[s];
+    if (step.kind != Step::Kind::Kernel || step.kernel.contraction ||
+        step.kernel.loops.size() != 1 || !step.kernel.loops[0].ranges.empty() ||
+        step.kernel.loops[0].stores.size() != 1)
+      continue;
+    const Store &store = step.kernel.loops[0].stores[0];
+    Buffer &out = program.buffers[store.buffer];
+    if (out.kind != BufferKind::Tensor || named.count(store.buffer) ||
+        viewed.count(store.buffer) || externResults.count(store.buffer))
+      continue;
+    // The extern result it reads, every load of it at the store's index.
+    int64_t source = -1;
+    bool elementwise = true;
+    for (const Expr *load : loadsOf(store.value)) {
+      int64_t read = load->id();
+      if (!externResults.count(read) || named.count(read) || viewed.count(read))
+        continue;
+      const Buffer &in = program.buffers[read];
+      if (in.meta.dtype != out.meta.dtype || in.meta.sizes != out.meta.sizes ||
+          in.meta.strides != out.meta.strides || in.meta.isSymbolic() ||
+          out.meta.isSymbolic())
+        continue;
+      if (source >= 0 && source != read)
+        continue;
+      source = read;
+      elementwise = elementwise && load->index() == store.index;
+    }
+    for (const Expr *load : loadsOf(store.index))
+      elementwise = elementwise && program.rootOf(load->id()) != source;
+    if (source < 0 || !elementwise || readAfter(program, source, s))
+      continue;
+    // No load of the result's own buffer before it is written (it has none).
+    out.kind = BufferKind::View;
+    out.base = source;
+    out.meta.storageOffset = 0;
+    viewed.insert(source);
+  }
 }
 
 namespace {

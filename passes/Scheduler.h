@@ -20,6 +20,14 @@ namespace kiln {
 /// program computes.
 void fuseKernels(loop::Program &program);
 
+/// A pointwise kernel that reads an extern's result for the last time, at
+/// the point it stores, writes its one result over it (a CNN's batch norm
+/// and ReLU on a convolution's result, for the next convolution): the
+/// result's buffer becomes a view of the extern's, so that the data stays
+/// where the caches have it and no second tensor is allocated. Only
+/// results no graph value names, not outputs. CPU programs.
+void writeOverDeadExternResults(loop::Program &program);
+
 /// Simplifies floor divisions and modulos in index expressions with the
 /// ranges of the kernel's variables, so that views' delinearised indices
 /// become affine where they are.

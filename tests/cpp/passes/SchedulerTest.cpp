@@ -715,3 +715,40 @@ TEST(Scheduler, TransposedReadsAreTiled) {
   loop::Program untiled = schedule(smallGraph);
   EXPECT_EQ(kernelsOf(untiled)[0]->outerRanges.constants(), (Shape{2, 64, 64}));
 }
+
+TEST(Scheduler, PointwiseKernelsWriteOverDeadExternResults) {
+  // conv -> ReLU -> conv: the ReLU, written channels-last for the second
+  // call, is written over the first call's result, which nothing reads
+  // after it; not where the first result is read again (added at the end).
+  for (bool readAgain : {false, true}) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 8, 12, 12}));
+    Value *w = graph->addInput(TensorMeta(DType::Float32, {8, 8, 3, 3}));
+    auto convolution = [&](Value *input) {
+      return op(*graph, "aten::convolution",
+                {input, w, Argument::none(), Shape{1, 1}, Shape{1, 1},
+                 Shape{1, 1}, false, Shape{0, 0}, Argument(int64_t(1))});
+    };
+    Value *y = convolution(x);
+    Value *z = convolution(op(*graph, "aten::relu", {y}));
+    graph->setOutputs({readAgain ? op(*graph, "aten::add.Tensor", {z, y}) : z});
+    loop::Program program = lowerGraph(graph);
+    fuseKernels(program);
+    chooseLoopOrder(program);
+    writeOverDeadExternResults(program);
+    std::vector<const Step *> calls;
+    for (const Step &step : program.steps)
+      if (step.kind == Step::Kind::Extern)
+        calls.push_back(&step);
+    ASSERT_EQ(calls.size(), 2u);
+    ASSERT_EQ(calls[1]->operandBuffers.size(), 1u) << program.str();
+    const loop::Buffer &operand =
+        program.buffers[calls[1]->operandBuffers[0].second];
+    if (readAgain) {
+      EXPECT_EQ(operand.kind, BufferKind::Tensor) << program.str();
+    } else {
+      EXPECT_EQ(operand.kind, BufferKind::View) << program.str();
+      EXPECT_EQ(operand.base, calls[0]->results.at(0));
+    }
+  }
+}
