@@ -370,9 +370,15 @@ void Lowerer::afterNode(const Node &node) {
       tensor = realize(tensor, result->meta(), BufferKind::Tensor,
                        shortOpName(node));
     else if (!tensor.cheap &&
-             (users_[result.get()] >= 2 || tooLongToInline(tensor)))
-      tensor = realize(tensor, temporaryLayout(tensor, result->meta()),
-                       BufferKind::Temporary, shortOpName(node));
+             (users_[result.get()] >= 2 || tooLongToInline(tensor))) {
+      TensorMeta layout = temporaryLayout(tensor, result->meta());
+      tensor =
+          realize(tensor, layout, BufferKind::Temporary, shortOpName(node));
+      // A realized graph value is laid out as its meta says (view ops place
+      // their results by it): in another layout it is loads of its buffer.
+      if (layout.strides != result->meta().strides)
+        tensor.placement.reset();
+    }
   }
 }
 

@@ -268,6 +268,45 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
       });
 }
 
+// The buffer `tensor` is all of, laid out as `layout`: a realized tensor
+// placed so, or loads of such a buffer at every element's own position (a
+// temporary kept channels-last: Lowerer::temporaryLayout).
+std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
+                                   const LoweredTensor &tensor,
+                                   const TensorMeta &layout) {
+  const loop::Program &program = lowerer.program();
+  SymShape strides = symbolicStrides(layout);
+  if (tensor.realized()) {
+    const Placement &at = *tensor.placement;
+    if (at.offset->constant() == 0 && at.strides == strides &&
+        symbolicStrides(program.buffers[at.buffer].meta) == strides)
+      return at.buffer;
+    return std::nullopt;
+  }
+  Index index;
+  for (int64_t d = 0; d < tensor.dim(); ++d)
+    index.push_back(lowerer.exprs().var(d));
+  const Expr *element = tensor.loader(index);
+  if (element->kind() != loop::ExprKind::Load ||
+      element->dtype() != tensor.dtype)
+    return std::nullopt;
+  const loop::Buffer &buffer = program.buffers[element->id()];
+  if (buffer.kind == loop::BufferKind::View ||
+      buffer.meta.sizes != tensor.sizes ||
+      symbolicStrides(buffer.meta) != strides)
+    return std::nullopt;
+  std::vector<const Expr *> zeros(index.size(), lowerer.exprs().integer(0));
+  if (!lowerer.exprs()
+           .substituteVars(element->index(), zeros)
+           ->isIntegerConstant(0))
+    return std::nullopt;
+  for (int64_t d = 0; d < tensor.dim(); ++d)
+    if (tensor.sizes[d] > 1 && loop::affineCoefficient(element->index(), d) !=
+                                   std::optional<int64_t>(layout.strides[d]))
+      return std::nullopt;
+  return element->id();
+}
+
 // A convolution torch runs (oneDNN), in the layout it is fastest in.
 // oneDNN reorders a contiguous (NCHW) input to a blocked layout and its
 // result back on every call, and runs its direct kernel between; with
@@ -305,24 +344,23 @@ LoweringResult convolutionInBestLayout(Lowerer &lowerer, const Node &node,
                          meta.device);
   // An input that is a whole buffer in that layout already (a graph input,
   // the previous layer's result) is read where it is.
+  std::optional<int64_t> whole = wholeBuffer(lowerer, input, inputLayout);
   const loop::Buffer *buffer =
-      input.realized() ? &lowerer.program().buffers[input.placement->buffer]
-                       : nullptr;
-  bool ready = buffer &&
-               (buffer->kind == loop::BufferKind::Input ||
-                buffer->kind == loop::BufferKind::Temporary ||
-                buffer->kind == loop::BufferKind::Tensor) &&
-               input.placement->offset->constant() == 0 &&
-               input.placement->strides == symbolicStrides(inputLayout) &&
-               symbolicStrides(buffer->meta) == symbolicStrides(inputLayout);
+      whole ? &lowerer.program().buffers[*whole] : nullptr;
+  bool ready = buffer && (buffer->kind == loop::BufferKind::Input ||
+                          buffer->kind == loop::BufferKind::Temporary ||
+                          buffer->kind == loop::BufferKind::Tensor);
   // A contiguous call on an input that is no channels-last buffer: the
   // node as it is (its operands are copied to their own layouts).
   if (!channelsLast &&
-      (ready || !input.realized() ||
-       meta::suggestMemoryFormat(buffer->meta) == MemoryFormat::Contiguous))
+      (ready || meta::suggestMemoryFormat(lowerer.temporaryLayout(
+                    input, contiguousMeta(input.dtype, input.sizes))) ==
+                    MemoryFormat::Contiguous))
     return std::nullopt;
   LoweredTensor operand =
-      ready ? input
+      ready ? lowerer.placed(
+                  {*whole, symbolicStrides(inputLayout), size::constant(0)},
+                  input.dtype, input.sizes)
             : lowerer.realize(input, inputLayout, loop::BufferKind::Tensor,
                               channelsLast ? "channels_last_input"
                                            : "contiguous_input");

@@ -563,3 +563,19 @@ def test_channels_last_to_contiguous_copies(shape):
     t = torch.randn(300, 1000)
     transposed = kiln.compile(lambda t: (t.t() + 1).contiguous(), fullgraph=True)
     assert_close(transposed(t), (t.t() + 1).contiguous())
+
+
+def test_views_of_values_kept_channels_last():
+    # A value computed from a channels-last convolution result and read
+    # twice is kept channels-last; views of it are still eager's views.
+    w = torch.randn(16, 8, 3, 3)
+
+    def fn(x):
+        y = torch.relu(F.conv2d(x, w, padding=1))
+        return y.permute(0, 2, 3, 1), y[:, :4], y.transpose(2, 3) * 1, y.flatten(1), y.sum()
+
+    x = torch.randn(2, 8, 24, 24)
+    compiled = kiln.compile(fn, fullgraph=True)
+    for actual, expected in zip(compiled(x), fn(x)):
+        assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+        assert actual.stride() == expected.stride()
