@@ -92,7 +92,7 @@ loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   fuseKernels(program);
   times.lap("fusion");
   logLoopIr(program, "fusion", false);
-  chooseLoopOrder(program);
+  chooseLoopOrder(program, target.kind == Target::Kind::Cpu);
   times.lap("loop order");
   logLoopIr(program, "loop order", false);
   simplifyIndices(program); // coalesced and dropped loops change the ranges

@@ -271,7 +271,7 @@ void dropUnitLoops(ExprContext &exprs, Kernel &kernel) {
 
 } // namespace
 
-void chooseLoopOrder(Program &program) {
+void chooseLoopOrder(Program &program, bool tileTransposes) {
   ExprContext &exprs = *program.exprs;
   for (Step &step : program.steps) {
     // A contraction keeps the loops its backend recognises.
@@ -282,7 +282,8 @@ void chooseLoopOrder(Program &program) {
     reorderPointwise(program, kernel);
     while (coalesceOuterOnce(exprs, kernel)) {
     }
-    tileTransposedReads(program, kernel);
+    if (tileTransposes)
+      tileTransposedReads(program, kernel);
     for (size_t l = 0; l < kernel.loops.size(); ++l)
       while (coalesceLoopOnce(exprs, kernel, l)) {
       }

@@ -43,7 +43,10 @@ void chooseOperandLayouts(loop::Program &program);
 /// Reorders the outer loops of pointwise kernels so that the innermost has
 /// the smallest stride, and coalesces adjacent loops (outer and inner) that
 /// every index walks as one, so a contiguous tensor becomes one long loop.
-void chooseLoopOrder(loop::Program &program);
+/// `tileTransposes` (CPU targets): a kernel that writes another layout
+/// than it reads has its long innermost loop cut in tiles, between which
+/// the loop along which the read is contiguous walks (L1 reuse).
+void chooseLoopOrder(loop::Program &program, bool tileTransposes = true);
 
 /// The number of chunks to split `kernel`'s first loop into: the largest at
 /// most `limit` that divides its first range into chunks of at least

@@ -670,12 +670,10 @@ TEST(Scheduler, OperandRowsFourKibibytesApartArePadded) {
   EXPECT_EQ(program.buffers[operand].meta.sizes, Shape({64, 1024}));
 }
 
-TEST(Scheduler, TransposedReadsAreTiled) {
-  // A channels-last input's ReLU written contiguously: the innermost loop (3136
-  // positions) reads one line per element; it is cut in tiles of 16, and
-  // the channels (contiguous in the read) walk between a tile and its
-  // points. Values are unchanged.
-  Shape sizes{2, 64, 56, 56};
+namespace {
+
+// The ReLU of a channels-last input of `sizes`, returned contiguous.
+std::shared_ptr<Graph> channelsLastReluCopied(const Shape &sizes) {
   auto graph = std::make_shared<Graph>();
   Value *x = graph->addInput(
       TensorMeta(DType::Float32, sizes,
@@ -685,7 +683,18 @@ TEST(Scheduler, TransposedReadsAreTiled) {
            ->addOp("aten::clone", {op(*graph, "aten::relu", {x})},
                    {{"memory_format", Argument(MemoryFormat::Contiguous)}})
            ->result(0)});
-  loop::Program program = schedule(graph);
+  return graph;
+}
+
+} // namespace
+
+TEST(Scheduler, TransposedReadsAreTiled) {
+  // The innermost loop (3136 positions) writes contiguously and reads one
+  // line per element; it is cut in tiles of 16, and the channels
+  // (contiguous in the read) walk between a tile and its points. Values
+  // are unchanged.
+  Shape sizes{2, 64, 56, 56};
+  loop::Program program = schedule(channelsLastReluCopied(sizes));
   ASSERT_EQ(kernelsOf(program).size(), 1u);
   EXPECT_EQ(kernelsOf(program)[0]->outerRanges.constants(),
             (Shape{2, 196, 64, 16}))
@@ -702,18 +711,13 @@ TEST(Scheduler, TransposedReadsAreTiled) {
   EXPECT_EQ(run.output(0), expected);
 
   // 8x8 positions: one sweep's lines stay in L1; not tiled.
-  Shape small{2, 64, 8, 8};
-  auto smallGraph = std::make_shared<Graph>();
-  Value *y = smallGraph->addInput(
-      TensorMeta(DType::Float32, small,
-                 meta::stridesForFormat(small, MemoryFormat::ChannelsLast)));
-  smallGraph->setOutputs(
-      {smallGraph
-           ->addOp("aten::clone", {op(*smallGraph, "aten::relu", {y})},
-                   {{"memory_format", Argument(MemoryFormat::Contiguous)}})
-           ->result(0)});
-  loop::Program untiled = schedule(smallGraph);
+  loop::Program untiled = schedule(channelsLastReluCopied({2, 64, 8, 8}));
   EXPECT_EQ(kernelsOf(untiled)[0]->outerRanges.constants(), (Shape{2, 64, 64}));
+  // Nor for a GPU target.
+  loop::Program gpu = lowerGraph(channelsLastReluCopied(sizes));
+  fuseKernels(gpu);
+  chooseLoopOrder(gpu, /*tileTransposes=*/false);
+  EXPECT_EQ(kernelsOf(gpu)[0]->outerRanges.constants(), (Shape{2, 64, 3136}));
 }
 
 TEST(Scheduler, PointwiseKernelsWriteOverDeadExternResults) {
