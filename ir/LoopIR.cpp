@@ -738,6 +738,16 @@ int64_t Program::operandBuffer(const Step &step, const Value *value) const {
   return found == bufferOf.end() ? -1 : found->second;
 }
 
+std::unordered_set<int64_t> Program::namedRoots() const {
+  std::unordered_set<int64_t> roots;
+  for (const auto &[value, buffer] : bufferOf)
+    roots.insert(rootOf(buffer));
+  for (const ProgramOutput &output : outputs)
+    if (output.buffer >= 0)
+      roots.insert(rootOf(output.buffer));
+  return roots;
+}
+
 int64_t Program::addBuffer(Buffer buffer) {
   if (buffer.name.empty())
     buffer.name = "buf" + std::to_string(buffers.size());

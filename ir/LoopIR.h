@@ -404,6 +404,9 @@ struct Program {
   /// operandBuffers' where that names the value, else bufferOf's; -1 where
   /// neither has one.
   int64_t operandBuffer(const Step &step, const Value *value) const;
+  /// The roots (rootOf) of the buffers a graph value (bufferOf) or an
+  /// output names: torch may see them as they are laid out.
+  std::unordered_set<int64_t> namedRoots() const;
   /// The buffer whose memory `buffer` is: itself, or for a View the end of
   /// its chain of bases.
   int64_t rootOf(int64_t buffer) const;

@@ -334,6 +334,18 @@ bool Lowerer::tooLongToInline(const LoweredTensor &tensor) {
 // residual add) is laid out channels-last too: the kernel that writes it
 // reads and writes in one order, and the next convolution reads it as it
 // is. Otherwise the node's layout.
+bool Lowerer::readsOwnPosition(const Expr *load) {
+  const TensorMeta &buffer = program_.buffers[load->id()].meta;
+  std::vector<const Expr *> zeros(buffer.dim(), exprs().integer(0));
+  if (!exprs().substituteVars(load->index(), zeros)->isIntegerConstant(0))
+    return false;
+  for (int64_t d = 0; d < buffer.dim(); ++d)
+    if (buffer.sizes[d] > 1 && loop::affineCoefficient(load->index(), d) !=
+                                   std::optional<int64_t>(buffer.strides[d]))
+      return false;
+  return true;
+}
+
 TensorMeta Lowerer::temporaryLayout(const LoweredTensor &tensor,
                                     const TensorMeta &meta) {
   int64_t dims = meta.dim();
@@ -347,12 +359,7 @@ TensorMeta Lowerer::temporaryLayout(const LoweredTensor &tensor,
     if (source.sizes != meta.sizes ||
         meta::suggestMemoryFormat(source) == MemoryFormat::Contiguous)
       continue;
-    bool elementwise = true;
-    for (int64_t d = 0; d < dims && elementwise; ++d)
-      elementwise =
-          meta.sizes[d] == 1 || loop::affineCoefficient(load->index(), d) ==
-                                    std::optional<int64_t>(source.strides[d]);
-    if (elementwise)
+    if (readsOwnPosition(load))
       return TensorMeta(
           meta.dtype, meta.sizes,
           meta::stridesForFormat(meta.sizes, meta::suggestMemoryFormat(source)),

@@ -24,42 +24,41 @@ int64_t bufferBytes(const TensorMeta &meta) {
 
 namespace {
 
-// Whether `buffer` (a root) is read after step `after`: by a kernel's load
-// or an extern's operand of it or of a view of it, or as an output.
-bool readAfter(const Program &program, int64_t buffer, size_t after) {
-  for (const ProgramOutput &output : program.outputs)
-    if (output.buffer >= 0 && program.rootOf(output.buffer) == buffer)
-      return true;
-  for (size_t s = after + 1; s < program.steps.size(); ++s) {
+// The last step that reads each buffer's memory (a kernel's load, an
+// extern's operand, of it or of a view of it), by root; steps.size() for
+// an output's; -1 where none reads it.
+std::vector<int64_t> lastReaders(const Program &program) {
+  std::vector<int64_t> last(program.buffers.size(), -1);
+  for (size_t s = 0; s < program.steps.size(); ++s) {
     const Step &step = program.steps[s];
+    auto read = [&](int64_t buffer) {
+      if (buffer >= 0)
+        last[program.rootOf(buffer)] = static_cast<int64_t>(s);
+    };
     if (step.kind == Step::Kind::Extern) {
-      for (const Value *operand : step.node->operands()) {
-        int64_t read = program.operandBuffer(step, operand);
-        if (read >= 0 && program.rootOf(read) == buffer)
-          return true;
-      }
+      for (const Value *operand : step.node->operands())
+        read(program.operandBuffer(step, operand));
       continue;
     }
-    bool reads = false;
     forEachExpr(step.kernel, [&](const Expr *expr) {
       for (const Expr *load : loadsOf(expr))
-        reads = reads || program.rootOf(load->id()) == buffer;
+        read(load->id());
     });
-    if (reads)
-      return true;
   }
-  return false;
+  for (const ProgramOutput &output : program.outputs)
+    if (output.buffer >= 0)
+      last[program.rootOf(output.buffer)] =
+          static_cast<int64_t>(program.steps.size());
+  return last;
 }
 
 } // namespace
 
 void writeOverDeadExternResults(Program &program) {
-  std::unordered_set<int64_t> named;
-  for (const auto &[value, buffer] : program.bufferOf)
-    named.insert(program.rootOf(buffer));
-  for (const ProgramOutput &output : program.outputs)
-    if (output.buffer >= 0)
-      named.insert(program.rootOf(output.buffer));
+  std::unordered_set<int64_t> named = program.namedRoots();
+  // A source is never one again once written over (it is then viewed), so
+  // the readers found up front stay its readers.
+  std::vector<int64_t> lastReader = lastReaders(program);
   std::unordered_set<int64_t> externResults, viewed;
   // Results torch allocates: not a view or a written argument of the call.
   for (const Step &step : program.steps) {
@@ -108,9 +107,9 @@ void writeOverDeadExternResults(Program &program) {
     }
     for (const Expr *load : loadsOf(store.index))
       elementwise = elementwise && program.rootOf(load->id()) != source;
-    if (source < 0 || !elementwise || readAfter(program, source, s))
+    if (source < 0 || !elementwise ||
+        lastReader[source] > static_cast<int64_t>(s))
       continue;
-    // No load of the result's own buffer before it is written (it has none).
     out.kind = BufferKind::View;
     out.base = source;
     out.meta.storageOffset = 0;

@@ -206,12 +206,7 @@ void chooseOperandLayouts(Program &program) {
     return;
   // Buffers a graph value names, or a view is of, keep their layout: torch
   // or an extern step may see them.
-  std::unordered_set<int64_t> fixed;
-  for (const auto &[value, buffer] : program.bufferOf)
-    fixed.insert(program.rootOf(buffer));
-  for (const ProgramOutput &output : program.outputs)
-    if (output.buffer >= 0)
-      fixed.insert(program.rootOf(output.buffer));
+  std::unordered_set<int64_t> fixed = program.namedRoots();
   for (const Buffer &buffer : program.buffers)
     if (buffer.kind == BufferKind::View)
       fixed.insert(program.rootOf(buffer.base));

@@ -293,17 +293,9 @@ std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
   const loop::Buffer &buffer = program.buffers[element->id()];
   if (buffer.kind == loop::BufferKind::View ||
       buffer.meta.sizes != tensor.sizes ||
-      symbolicStrides(buffer.meta) != strides)
+      symbolicStrides(buffer.meta) != strides ||
+      !lowerer.readsOwnPosition(element))
     return std::nullopt;
-  std::vector<const Expr *> zeros(index.size(), lowerer.exprs().integer(0));
-  if (!lowerer.exprs()
-           .substituteVars(element->index(), zeros)
-           ->isIntegerConstant(0))
-    return std::nullopt;
-  for (int64_t d = 0; d < tensor.dim(); ++d)
-    if (tensor.sizes[d] > 1 && loop::affineCoefficient(element->index(), d) !=
-                                   std::optional<int64_t>(layout.strides[d]))
-      return std::nullopt;
   return element->id();
 }
 

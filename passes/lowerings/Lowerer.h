@@ -197,6 +197,10 @@ public:
       const Node &node,
       const std::vector<std::pair<const Value *, LoweredTensor>> &operands,
       const std::vector<TensorMeta> &resultMetas);
+  /// Whether `load`, with Var(d) for dim d of its buffer, reads the element
+  /// at that position: no offset, each variable stepping by its dim's
+  /// stride (a tensor that is its buffer, element by element).
+  bool readsOwnPosition(const Expr *load);
   /// The layout to realize `tensor` in as a temporary (`meta`, of its
   /// sizes, or channels-last where it is computed element by element from
   /// a channels-last tensor of its shape).
