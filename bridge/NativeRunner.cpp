@@ -136,6 +136,12 @@ public:
       conformLayout(result, addresses);
   }
 
+  void release(int64_t buffer) override {
+    // Torch frees the memory once no other tensor holds it (a view the
+    // caller got keeps it).
+    slots_[buffer] = py::object();
+  }
+
   void viewReady(int64_t view, std::vector<char *> &) override {
     if (!runner_.compiled_->viewLeavesKernels(view))
       return;

@@ -144,15 +144,21 @@ bool coalesceLoopOnce(ExprContext &exprs, Kernel &kernel, size_t loopIndex) {
   return false;
 }
 
-// Pointwise kernels: outer loops sorted by decreasing stride of the first
-// store (in the example call, where strides vary), so the innermost loop
-// writes contiguously.
-void reorderPointwise(const Program &program, Kernel &kernel) {
+// Outer loops sorted by decreasing stride of the kernel's first store (in
+// the example call, where strides vary), so the innermost one writes
+// contiguously: a pointwise kernel's stores, and a kernel of small
+// reductions (a max pool's windows over a channels-last input) reads its
+// windows' neighbours across that loop, which the Outer vector strategy
+// reads as one vector.
+void reorderOuterLoops(const Program &program, Kernel &kernel) {
   ExprContext &exprs = *program.exprs;
-  if (kernel.loops.size() != 1 || !kernel.loops[0].ranges.empty() ||
-      kernel.loops[0].stores.empty())
+  const Store *first = nullptr;
+  for (const Loop &loop : kernel.loops)
+    if (!first && !loop.stores.empty())
+      first = &loop.stores[0];
+  if (!first)
     return;
-  const Expr *index = kernel.loops[0].stores[0].index;
+  const Expr *index = first->index;
   int64_t count = static_cast<int64_t>(kernel.outerRanges.size());
   std::vector<int64_t> stride(count);
   for (int64_t v = 0; v < count; ++v) {
@@ -279,7 +285,7 @@ void chooseLoopOrder(Program &program, bool tileTransposes) {
       continue;
     Kernel &kernel = step.kernel;
     dropUnitLoops(exprs, kernel);
-    reorderPointwise(program, kernel);
+    reorderOuterLoops(program, kernel);
     while (coalesceOuterOnce(exprs, kernel)) {
     }
     if (tileTransposes)

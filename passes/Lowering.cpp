@@ -346,26 +346,32 @@ bool Lowerer::readsOwnPosition(const Expr *load) {
   return true;
 }
 
-TensorMeta Lowerer::temporaryLayout(const LoweredTensor &tensor,
-                                    const TensorMeta &meta) {
-  int64_t dims = meta.dim();
-  if ((dims != 4 && dims != 5) || tensor.isSymbolic() || !meta.isContiguous())
-    return meta;
+MemoryFormat Lowerer::sourceFormat(const LoweredTensor &tensor) {
+  int64_t dims = tensor.dim();
+  if ((dims != 4 && dims != 5) || tensor.isSymbolic())
+    return MemoryFormat::Contiguous;
   Index index;
   for (int64_t d = 0; d < dims; ++d)
     index.push_back(exprs().var(d));
   for (const Expr *load : loop::loadsOf(tensor.loader(index))) {
     const TensorMeta &source = program_.buffers[load->id()].meta;
-    if (source.sizes != meta.sizes ||
-        meta::suggestMemoryFormat(source) == MemoryFormat::Contiguous)
-      continue;
-    if (readsOwnPosition(load))
-      return TensorMeta(
-          meta.dtype, meta.sizes,
-          meta::stridesForFormat(meta.sizes, meta::suggestMemoryFormat(source)),
-          0, meta.device);
+    MemoryFormat format = meta::suggestMemoryFormat(source);
+    if (source.sizes == tensor.sizes && format != MemoryFormat::Contiguous &&
+        readsOwnPosition(load))
+      return format;
   }
-  return meta;
+  return MemoryFormat::Contiguous;
+}
+
+TensorMeta Lowerer::temporaryLayout(const LoweredTensor &tensor,
+                                    const TensorMeta &meta) {
+  if (tensor.isSymbolic() || !meta.isContiguous())
+    return meta;
+  MemoryFormat format = sourceFormat(tensor);
+  if (format == MemoryFormat::Contiguous)
+    return meta;
+  return TensorMeta(meta.dtype, meta.sizes,
+                    meta::stridesForFormat(meta.sizes, format), 0, meta.device);
 }
 
 void Lowerer::afterNode(const Node &node) {

@@ -5,6 +5,8 @@
 #include "ir/Error.h"
 #include "ir/Logging.h"
 
+#include <algorithm>
+#include <limits>
 #include <sstream>
 
 namespace kiln::runtime {
@@ -97,6 +99,56 @@ CompiledProgram::CompiledProgram(
   for (const loop::ProgramOutput &output : program.outputs)
     if (output.buffer >= 0)
       leavesKernels(output.buffer, "an output");
+  planReleases();
+}
+
+void CompiledProgram::planReleases() {
+  const loop::Program &program = compiled_->program;
+  size_t count = program.buffers.size();
+  releasedAfter_.resize(program.steps.size());
+  // The last step that reads or writes each memory (a root buffer); memory
+  // an output names, or that the caller owns, is never released.
+  constexpr int64_t kKept = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> lastUse(count, -1);
+  auto use = [&](int64_t buffer, size_t step) {
+    int64_t &last = lastUse[program.rootOf(buffer)];
+    if (last != kKept)
+      last = std::max(last, static_cast<int64_t>(step));
+  };
+  for (size_t b = 0; b < count; ++b) {
+    BufferKind kind = program.buffers[b].kind;
+    if (kind == BufferKind::Input || kind == BufferKind::Constant ||
+        kind == BufferKind::Temporary)
+      lastUse[b] = kKept;
+  }
+  for (const loop::ProgramOutput &output : program.outputs)
+    if (output.buffer >= 0)
+      lastUse[program.rootOf(output.buffer)] = kKept;
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    const Step &step = program.steps[s];
+    if (step.kind == Step::Kind::Extern) {
+      for (Value *operand : step.node->operands())
+        use(program.operandBuffer(step, operand), s);
+      for (int64_t result : step.results)
+        use(result, s);
+      continue;
+    }
+    loop::forEachExpr(step.kernel, [&](const loop::Expr *expr) {
+      for (const loop::Expr *load : loop::loadsOf(expr))
+        use(load->id(), s);
+    });
+    for (const loop::Loop &loop : step.kernel.loops)
+      for (const loop::Store &store : loop.stores)
+        use(store.buffer, s);
+  }
+  for (size_t b = 0; b < count; ++b) {
+    BufferKind kind = program.buffers[b].kind;
+    if (kind != BufferKind::Tensor && kind != BufferKind::View)
+      continue;
+    int64_t last = lastUse[program.rootOf(static_cast<int64_t>(b))];
+    if (last >= 0 && last != kKept)
+      releasedAfter_[last].push_back(static_cast<int64_t>(b));
+  }
 }
 
 std::string CompiledProgram::describe() const {

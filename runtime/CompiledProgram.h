@@ -44,6 +44,13 @@ public:
   const std::vector<int64_t> &resultsReadByKernels(size_t step) const {
     return resultsReadByKernels_[step];
   }
+  /// Tensor and view buffers no step after `step` reads or writes, nor an
+  /// output: a host that holds their memory (torch's tensors of extern
+  /// results) lets it go then, so that later allocations of the call can
+  /// reuse it, as eager frees a value at its last use.
+  const std::vector<int64_t> &releasedAfter(size_t step) const {
+    return releasedAfter_[step];
+  }
   /// Whether a view buffer is read by an extern or is an output (the
   /// Python bridge makes a tensor of it then).
   bool viewLeavesKernels(int64_t buffer) const {
@@ -56,12 +63,15 @@ public:
   StepProfile *profile() const { return profile_.get(); }
 
 private:
+  void planReleases();
+
   std::unique_ptr<backend::CompiledGraph> compiled_;
   Device &device_;
   std::vector<int64_t> inputBuffers_;
   std::vector<int64_t> allocatedBuffers_;
   std::vector<std::vector<int64_t>> viewsReadyAfter_;
   std::vector<std::vector<int64_t>> resultsReadByKernels_;
+  std::vector<std::vector<int64_t>> releasedAfter_;
   std::vector<bool> viewLeavesKernels_;
   std::shared_ptr<StepProfile> profile_;
 };

@@ -127,15 +127,17 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
   readyViews(-1);
   StepProfile *profile = compiled.profile();
   for (size_t s = 0; s < program.steps.size(); ++s) {
-    StepProfile::Clock::time_point start;
+    StepProfile::Mark start;
     if (profile)
-      start = StepProfile::Clock::now();
+      start = StepProfile::now();
     if (program.steps[s].kind == Step::Kind::Kernel) {
       compiled.code().runKernel(s, addresses.data(), context);
     } else {
       host.runExtern(s, addresses);
       readyViews(static_cast<int64_t>(s));
     }
+    for (int64_t buffer : compiled.releasedAfter(s))
+      host.release(buffer);
     if (profile)
       profile->record(s, start);
   }

@@ -59,6 +59,9 @@ public:
   virtual Workspace workspace(int64_t bytes);
   /// The stream kernels are queued on (GPU programs).
   virtual backend::LaunchContext launchContext() { return {}; }
+  /// No later step uses buffer `buffer` (CompiledProgram::releasedAfter):
+  /// a host that holds memory for it may let it go now.
+  virtual void release(int64_t /*buffer*/) {}
 
 protected:
   const CompiledProgram &program_;

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <sstream>
 
+#include <sys/resource.h>
+
 namespace kiln::runtime {
 namespace {
 
@@ -80,18 +82,34 @@ std::shared_ptr<StepProfile> StepProfile::create(const loop::Program &program) {
   return profile;
 }
 
-void StepProfile::record(size_t step, Clock::time_point start) {
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+namespace {
+
+int64_t minorFaults() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0)
+    return 0;
+  return static_cast<int64_t>(usage.ru_minflt);
+}
+
+} // namespace
+
+StepProfile::Mark StepProfile::now() { return {Clock::now(), minorFaults()}; }
+
+void StepProfile::record(size_t step, const Mark &start) {
+  double seconds =
+      std::chrono::duration<double>(Clock::now() - start.time).count();
+  int64_t faults = minorFaults() - start.faults;
   std::lock_guard<std::mutex> lock(mutex_);
   Entry &entry = entries_[step];
   ++entry.runs;
   entry.seconds += seconds;
+  entry.faults += faults;
 }
 
 std::string StepProfile::report(size_t limit) {
   struct Row {
     double seconds;
-    int64_t runs;
+    int64_t runs, faults;
     std::string label;
   };
   std::vector<Row> rows;
@@ -111,7 +129,7 @@ std::string StepProfile::report(size_t limit) {
         total += entry.seconds;
         if (entry.isKernel)
           kernels += entry.seconds;
-        rows.push_back({entry.seconds, entry.runs,
+        rows.push_back({entry.seconds, entry.runs, entry.faults,
                         "program " + std::to_string(profile->number_) +
                             " step " + std::to_string(step) + ": " +
                             entry.label});
@@ -122,8 +140,8 @@ std::string StepProfile::report(size_t limit) {
     return a.seconds > b.seconds;
   });
   char line[512];
-  std::snprintf(line, sizeof line, "%10s %6s %10s %8s  %s\n", "total ms", "%",
-                "runs", "us/run", "step");
+  std::snprintf(line, sizeof line, "%10s %6s %10s %8s %8s  %s\n", "total ms",
+                "%", "runs", "us/run", "faults/run", "step");
   text << line;
   double rest = 0;
   int64_t restRuns = 0;
@@ -134,18 +152,20 @@ std::string StepProfile::report(size_t limit) {
       restRuns += row.runs;
       continue;
     }
-    std::snprintf(line, sizeof line, "%10.3f %5.1f%% %10lld %8.1f  %s\n",
+    std::snprintf(line, sizeof line, "%10.3f %5.1f%% %10lld %8.1f %10.1f  %s\n",
                   row.seconds * 1e3, total > 0 ? 100 * row.seconds / total : 0,
                   static_cast<long long>(row.runs),
                   row.seconds * 1e6 / static_cast<double>(row.runs),
+                  static_cast<double>(row.faults) /
+                      static_cast<double>(row.runs),
                   row.label.c_str());
     text << line;
   }
   if (rows.size() > limit) {
-    std::snprintf(line, sizeof line,
-                  "%10.3f %5.1f%% %10lld %8s  %zu more steps\n", rest * 1e3,
-                  total > 0 ? 100 * rest / total : 0,
-                  static_cast<long long>(restRuns), "", rows.size() - limit);
+    std::snprintf(
+        line, sizeof line, "%10.3f %5.1f%% %10lld %8s %10s  %zu more steps\n",
+        rest * 1e3, total > 0 ? 100 * rest / total : 0,
+        static_cast<long long>(restRuns), "", "", rows.size() - limit);
     text << line;
   }
   std::snprintf(line, sizeof line,

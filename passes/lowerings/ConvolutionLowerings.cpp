@@ -326,8 +326,7 @@ LoweringResult convolutionInBestLayout(Lowerer &lowerer, const Node &node,
   // A first layer of a few channels (an image's 3) reads its contiguous
   // input directly (oneDNN has a kernel for it), where a channels-last
   // copy would move 3 floats at a time.
-  bool channelsLast =
-      numelOf(weight.sizes) <= meta.numel() && input.sizes[1] >= 8;
+  bool channelsLast = numelOf(weight.sizes) <= meta.numel();
   MemoryFormat format = !channelsLast ? MemoryFormat::Contiguous
                         : dims == 4   ? MemoryFormat::ChannelsLast
                                       : MemoryFormat::ChannelsLast3d;
@@ -539,6 +538,32 @@ ReductionKernel poolKernel(Lowerer &lowerer, const TensorMeta &meta,
   return ReductionKernel(lowerer, domain, {dims, dims + 1});
 }
 
+// The layout a pooling kernel stores its result in: channels-last where
+// its input is read from a channels-last buffer (a convolution's result
+// through batch norm and ReLU; the next convolution takes it as it is),
+// so that its outermost loops walk the input's positions and its innermost
+// the channels, each tap's loads one vector. Otherwise the node's.
+TensorMeta poolLayout(Lowerer &lowerer, const LoweredTensor &input,
+                      const TensorMeta &meta) {
+  if (meta.dim() != 4 || !meta.isContiguous())
+    return meta;
+  MemoryFormat format = lowerer.sourceFormat(input);
+  if (format != MemoryFormat::ChannelsLast)
+    return meta;
+  return TensorMeta(meta.dtype, meta.sizes,
+                    meta::stridesForFormat(meta.sizes, format), 0, meta.device);
+}
+
+// A pooling kernel's result stored in `layout`: where that is not the
+// node's layout, loads of its buffer rather than a placed tensor (view ops
+// place their results by the graph's strides).
+LoweredTensor pooledResult(LoweredTensor stored, const TensorMeta &layout,
+                           const TensorMeta &meta) {
+  if (layout.strides != meta.strides)
+    stored.placement.reset();
+  return stored;
+}
+
 // The element of a pooling kernel's (poolKernel) current tap in `math`, and
 // whether the tap lies inside the input (nullptr: always); its row and column
 // in the input plane.
@@ -581,6 +606,7 @@ LoweringResult maxPool(Lowerer &lowerer, const Node &node) {
   input = readable(lowerer, input, "max_pool_input");
 
   DType math = accumulationType(meta.dtype);
+  TensorMeta layout = poolLayout(lowerer, input, meta);
   ReductionKernel kernel = poolKernel(lowerer, meta, height.taps, width.taps);
   PoolTap tap = poolTap(lowerer, kernel, input, height, width, math);
   const Expr *element = tap.element, *inside = tap.inside;
@@ -588,7 +614,8 @@ LoweringResult maxPool(Lowerer &lowerer, const Node &node) {
       lowerer.constant(-std::numeric_limits<double>::infinity(), math);
   const Expr *maximum = kernel.reduce(
       ReduceOp::Max, inside ? lowerer.where(inside, element, lowest) : element);
-  std::vector<LoweredTensor> results{kernel.store(maximum, meta)};
+  std::vector<LoweredTensor> results{
+      pooledResult(kernel.store(maximum, layout), layout, meta)};
   // Indices nobody reads (nn.MaxPool2d's call of the op that returns both)
   // are not computed: a second pass over every window.
   if (withIndices && !lowerer.isUsed(node.result(1))) {
@@ -617,7 +644,11 @@ LoweringResult maxPool(Lowerer &lowerer, const Node &node) {
         ReduceOp::Max, lowerer.where(isNan, flat, exprs.integer(-1)));
     const Expr *position =
         lowerer.where(lowerer.unary(UnaryOp::IsNan, maximum), lastNan, first);
-    results.push_back(kernel.store(position, lowerer.resultMeta(node, 1)));
+    const TensorMeta &indicesMeta = lowerer.resultMeta(node, 1);
+    TensorMeta indicesLayout(indicesMeta.dtype, indicesMeta.sizes,
+                             layout.strides, 0, indicesMeta.device);
+    results.push_back(pooledResult(kernel.store(position, indicesLayout),
+                                   indicesLayout, indicesMeta));
   }
   kernel.emit("max_pool2d");
   return results;
@@ -674,6 +705,7 @@ LoweringResult avgPool(Lowerer &lowerer, const Node &node) {
   input = readable(lowerer, input, "avg_pool_input");
 
   DType math = accumulationType(meta.dtype);
+  TensorMeta layout = poolLayout(lowerer, input, meta);
   ReductionKernel kernel = poolKernel(lowerer, meta, height.taps, width.taps);
   const Index &index = kernel.index();
   int64_t leading = meta.dim() - 2;
@@ -698,7 +730,8 @@ LoweringResult avgPool(Lowerer &lowerer, const Node &node) {
   }
   const Expr *average =
       lowerer.binary(BinaryOp::Div, sum, lowerer.cast(divisor, math));
-  LoweredTensor result = kernel.store(average, meta);
+  LoweredTensor result =
+      pooledResult(kernel.store(average, layout), layout, meta);
   kernel.emit("avg_pool2d");
   return one(result);
 }
@@ -754,6 +787,7 @@ LoweringResult adaptiveAvgPool(Lowerer &lowerer, const Node &node) {
   input = readable(lowerer, input, "adaptive_avg_pool_input");
 
   DType math = accumulationType(meta.dtype);
+  TensorMeta layout = poolLayout(lowerer, input, meta);
   ReductionKernel kernel =
       poolKernel(lowerer, meta, height.widest(), width.widest());
   const Index &index = kernel.index();
@@ -785,7 +819,8 @@ LoweringResult adaptiveAvgPool(Lowerer &lowerer, const Node &node) {
   const Expr *average = kernel.reduce(ReduceOp::Sum, element);
   for (const Expr *count : counts)
     average = lowerer.binary(BinaryOp::Div, average, lowerer.cast(count, math));
-  LoweredTensor result = kernel.store(average, meta);
+  LoweredTensor result =
+      pooledResult(kernel.store(average, layout), layout, meta);
   kernel.emit("adaptive_avg_pool2d");
   return one(result);
 }

@@ -201,6 +201,10 @@ public:
   /// at that position: no offset, each variable stepping by its dim's
   /// stride (a tensor that is its buffer, element by element).
   bool readsOwnPosition(const Expr *load);
+  /// The memory format of a channels-last buffer of `tensor`'s sizes that
+  /// it reads element by element at its own position (a convolution's
+  /// result through batch norm and ReLU); Contiguous where it reads none.
+  MemoryFormat sourceFormat(const LoweredTensor &tensor);
   /// The layout to realize `tensor` in as a temporary (`meta`, of its
   /// sizes, or channels-last where it is computed element by element from
   /// a channels-last tensor of its shape).

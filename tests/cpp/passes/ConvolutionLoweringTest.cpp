@@ -3,22 +3,25 @@
 // lowered to run without torch (no extern steps), run by the loop-IR
 // interpreter evaluating both sides of every `where` (so a padded tap that
 // loads outside its buffer fails), and one is compiled by the CPU backend.
-// Depends on passes/Lowering.h, backend/Pipeline.h,
+// Depends on passes/Lowering.h, passes/Scheduler.h, backend/Pipeline.h,
 // runtime/ProgramExecutor.h, tests/cpp/passes/LoopInterpreter.h and gtest.
 #include "passes/Lowering.h"
 
 #include "backend/Pipeline.h"
 #include "ir/Graph.h"
 #include "ir/ops/MetaUtils.h"
+#include "passes/Scheduler.h"
 #include "runtime/ProgramExecutor.h"
 #include "tests/cpp/passes/LoopInterpreter.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <random>
+#include <unordered_set>
 
 using namespace kiln;
 using kiln::testing::Interpreter;
@@ -873,4 +876,236 @@ TEST(PoolingLowering, MaxPoolIndicesNobodyReadsAreNotComputed) {
     EXPECT_EQ(program.steps[0].kernel.loops.size(), readIndices ? 3u : 2u)
         << program.str();
   }
+}
+
+namespace {
+
+// `dense`'s elements at `data`, laid out as `meta` says (its offset is in
+// the address already).
+void writeStrided(const Dense &dense, char *data, const TensorMeta &meta) {
+  float *floats = reinterpret_cast<float *>(data);
+  forEachIndex(dense.sizes, [&](const std::vector<int64_t> &index) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < index.size(); ++d)
+      offset += index[d] * meta.strides[d];
+    floats[offset] = static_cast<float>(dense.at(index));
+  });
+}
+
+Dense readStrided(const char *data, const TensorMeta &meta) {
+  const float *floats = reinterpret_cast<const float *>(data);
+  Dense dense(meta.sizes);
+  forEachIndex(meta.sizes, [&](const std::vector<int64_t> &index) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < index.size(); ++d)
+      offset += index[d] * meta.strides[d];
+    dense.at(index) = floats[offset];
+  });
+  return dense;
+}
+
+// Runs a compiled program's convolutions with the reference, each result
+// and each allocation in memory of its own, which `release` fills with
+// NaN: a kernel that read a buffer after its release would give NaN.
+class ReferenceConvolutionHost : public runtime::ExecutionHost {
+public:
+  ReferenceConvolutionHost(const runtime::CompiledProgram &program,
+                           ConvolutionParameters p)
+      : ExecutionHost(program), p_(std::move(p)),
+        memory_(program.program().buffers.size()) {}
+
+  char *allocate(int64_t buffer) override { return reserve(buffer); }
+
+  void runExtern(size_t step, std::vector<char *> &addresses) override {
+    const loop::Program &program = program_.program();
+    const loop::Step &call = program.steps[step];
+    auto operand = [&](size_t index) {
+      const Value *value = call.node->arguments().at(index).toTensor();
+      int64_t buffer = program.operandBuffer(call, value);
+      return readStrided(addresses[buffer], program.buffers[buffer].meta);
+    };
+    int64_t result = call.results.at(0);
+    addresses[result] = reserve(result);
+    writeStrided(referenceConvolution(operand(0), operand(1), nullptr, p_),
+                 addresses[result], program.buffers[result].meta);
+  }
+
+  void release(int64_t buffer) override {
+    released.push_back(buffer);
+    std::fill(memory_[buffer].begin(), memory_[buffer].end(),
+              std::numeric_limits<float>::quiet_NaN());
+  }
+
+  std::vector<int64_t> released;
+
+private:
+  char *reserve(int64_t buffer) {
+    const TensorMeta &meta = program_.program().buffers[buffer].meta;
+    memory_[buffer].assign(bufferBytes(meta) / sizeof(float) + 1, 0.0f);
+    return reinterpret_cast<char *>(memory_[buffer].data());
+  }
+
+  ConvolutionParameters p_;
+  std::vector<std::vector<float>> memory_;
+};
+
+} // namespace
+
+TEST(ConvolutionLowering, ExternResultsAreReleasedAfterTheirLastUse) {
+  // conv -> ReLU -> conv, plus the ReLU, then a third conv, and a
+  // transpose of a fourth (contiguous: its weight outweighs its result) as
+  // a second output. Every extern result and operand copy the outputs do
+  // not keep is released once, after its last reader: the host poisons
+  // what it is told to release, and the outputs stay right. The fourth
+  // result, which the output views, is kept.
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 8, 10, 10}));
+  Value *w = graph->addInput(TensorMeta(DType::Float32, {8, 8, 3, 3}));
+  Value *small = graph->addInput(TensorMeta(DType::Float32, {1, 32, 3, 3}));
+  Value *wide = graph->addInput(TensorMeta(DType::Float32, {64, 32, 3, 3}));
+  ConvolutionParameters p{{1, 1}, {1, 1}, {1, 1}, 1};
+  Value *r = op(*graph, "aten::relu", {convolution(*graph, x, w, nullptr, p)});
+  Value *sum = op(*graph, "aten::add.Tensor",
+                  {convolution(*graph, r, w, nullptr, p), r});
+  Value *third = convolution(*graph, sum, w, nullptr, p);
+  graph->setOutputs({op(*graph, "aten::mul.Tensor", {third, sum}),
+                     op(*graph, "aten::transpose.int",
+                        {convolution(*graph, small, wide, nullptr, p),
+                         Argument(int64_t(1)), Argument(int64_t(3))})});
+  runtime::CompiledProgram compiled(backend::compileGraph(graph, {}),
+                                    runtime::CpuDevice::get());
+  const loop::Program &program = compiled.program();
+  std::vector<const loop::Step *> calls = externSteps(program);
+  ASSERT_EQ(calls.size(), 4u) << program.str();
+
+  std::vector<Dense> inputs{
+      randomDense({2, 8, 10, 10}, 31), randomDense({8, 8, 3, 3}, 32),
+      randomDense({1, 32, 3, 3}, 33), randomDense({64, 32, 3, 3}, 34)};
+  std::vector<std::vector<float>> data;
+  std::vector<char *> inputAddresses;
+  for (const Dense &input : inputs)
+    data.emplace_back(input.values.begin(), input.values.end());
+  for (std::vector<float> &values : data)
+    inputAddresses.push_back(reinterpret_cast<char *>(values.data()));
+  ReferenceConvolutionHost host(compiled, p);
+  std::vector<char *> addresses;
+  runtime::runProgram(compiled, inputAddresses.data(), inputAddresses.size(),
+                      host, addresses);
+
+  Dense relu = referenceConvolution(inputs[0], inputs[1], nullptr, p);
+  for (double &value : relu.values)
+    value = std::max(value, 0.0);
+  Dense summed = referenceConvolution(relu, inputs[1], nullptr, p);
+  for (size_t i = 0; i < summed.values.size(); ++i)
+    summed.values[i] += relu.values[i];
+  Dense product = referenceConvolution(summed, inputs[1], nullptr, p);
+  for (size_t i = 0; i < product.values.size(); ++i)
+    product.values[i] *= summed.values[i];
+  Dense fourth = referenceConvolution(inputs[2], inputs[3], nullptr, p);
+  Dense transposed({1, 3, 3, 64});
+  forEachIndex(transposed.sizes, [&](const std::vector<int64_t> &i) {
+    transposed.at(i) = fourth.at({i[0], i[3], i[2], i[1]});
+  });
+  std::vector<Dense> expected{product, transposed};
+  std::unordered_set<int64_t> keptRoots;
+  for (size_t o = 0; o < expected.size(); ++o) {
+    int64_t buffer = program.outputs.at(o).buffer;
+    keptRoots.insert(program.rootOf(buffer));
+    expectClose(
+        readStrided(addresses[buffer], program.buffers[buffer].meta).values,
+        expected[o].values, 1e-4);
+  }
+  EXPECT_TRUE(keptRoots.count(calls[3]->results.at(0))) << program.str();
+  // Each buffer a host holds that no output keeps: released once.
+  std::vector<int64_t> expectedReleases;
+  for (size_t b = 0; b < program.buffers.size(); ++b) {
+    loop::BufferKind kind = program.buffers[b].kind;
+    if ((kind == loop::BufferKind::Tensor || kind == loop::BufferKind::View) &&
+        !keptRoots.count(program.rootOf(static_cast<int64_t>(b))))
+      expectedReleases.push_back(static_cast<int64_t>(b));
+  }
+  EXPECT_GE(expectedReleases.size(), 3u) << program.str();
+  std::sort(host.released.begin(), host.released.end());
+  EXPECT_EQ(host.released, expectedReleases) << program.str();
+}
+
+TEST(PoolingLowering, PoolsOverChannelsLastValuesWalkChannelsInnermost) {
+  // conv (channels-last) -> ReLU -> max pool -> conv, and average pool ->
+  // conv: each pool stores channels-last, its channels the innermost loop
+  // (its taps' loads one vector), and the next conv reads it as it is. An
+  // adaptive pool that is an output is stored contiguous, as eager's.
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 16, 18, 18}));
+  Value *w = graph->addInput(TensorMeta(DType::Float32, {16, 16, 3, 3}));
+  ConvolutionParameters p{{1, 1}, {1, 1}, {1, 1}, 1};
+  PoolParameters window{3, 3, 2, 2, 1, 1};
+  Value *r = op(*graph, "aten::relu", {convolution(*graph, x, w, nullptr, p)});
+  Value *maxima = maxPool(*graph, r, window)->result(0);
+  Value *averages = avgPool(*graph, r, window, true);
+  graph->setOutputs({convolution(*graph, maxima, w, nullptr, p),
+                     convolution(*graph, averages, w, nullptr, p),
+                     adaptiveAvgPool(*graph, r, 2, 3)});
+  loop::Program program = lowerGraph(graph);
+  fuseKernels(program);
+  chooseLoopOrder(program);
+  std::unordered_set<int64_t> outputs;
+  for (const loop::ProgramOutput &output : program.outputs) {
+    outputs.insert(output.buffer);
+    EXPECT_TRUE(program.buffers[output.buffer].meta.isContiguous());
+  }
+  // The two pools share their loads: one kernel, two stores.
+  int pools = 0;
+  for (const loop::Step &step : program.steps) {
+    if (step.kind != loop::Step::Kind::Kernel ||
+        step.kernel.loops.at(0).ranges.size() != 2)
+      continue;
+    for (const loop::Loop &loop : step.kernel.loops)
+      for (const loop::Store &store : loop.stores) {
+        if (outputs.count(store.buffer))
+          continue;
+        ++pools;
+        EXPECT_EQ(step.kernel.outerRanges.constants().back(), 16)
+            << kernelToString(step.kernel, program);
+        EXPECT_TRUE(isChannelsLast(program.buffers[store.buffer].meta))
+            << kernelToString(step.kernel, program);
+      }
+  }
+  EXPECT_EQ(pools, 2) << program.str();
+  // The two pooled convolutions read the pools' buffers as they are.
+  for (const loop::Step *call : externSteps(program))
+    EXPECT_TRUE(call->operandBuffers.empty() ||
+                program.buffers[call->operandBuffers[0].second].kind !=
+                    loop::BufferKind::View);
+
+  Dense xs = randomDense({2, 16, 18, 18}, 41),
+        ws = randomDense({16, 16, 3, 3}, 42);
+  Interpreter run(program);
+  run.externHook = [&](const loop::Step &step, Interpreter &at) {
+    auto operand = [&](size_t index) {
+      const Value *value = step.node->arguments().at(index).toTensor();
+      Dense dense(value->meta().sizes);
+      dense.values = at.read(program.operandBuffer(step, value));
+      return dense;
+    };
+    at.write(step.results.at(0),
+             referenceConvolution(operand(0), operand(1), nullptr, p).values);
+    return true;
+  };
+  run.setInput(0, xs.values);
+  run.setInput(1, ws.values);
+  run.run();
+  Dense relu = referenceConvolution(xs, ws, nullptr, p);
+  for (double &value : relu.values)
+    value = std::max(value, 0.0);
+  expectClose(
+      run.output(0),
+      referenceConvolution(referenceMaxPool(relu, window).first, ws, nullptr, p)
+          .values,
+      1e-5);
+  expectClose(
+      run.output(1),
+      referenceConvolution(referenceAvgPool(relu, window, true), ws, nullptr, p)
+          .values,
+      1e-5);
+  expectClose(run.output(2), referenceAdaptiveAvgPool(relu, 2, 3).values, 1e-5);
 }

@@ -579,3 +579,29 @@ def test_views_of_values_kept_channels_last():
     for actual, expected in zip(compiled(x), fn(x)):
         assert_close(actual, expected, rtol=1e-4, atol=1e-4)
         assert actual.stride() == expected.stride()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_pools_of_channels_last_values_match_eager(layout):
+    # Pools over a convolution's (channels-last) result store channels-last
+    # where the next convolution reads them; returned, viewed or with their
+    # indices they are eager's values and strides, NaN and -inf included.
+    w, w2 = torch.randn(16, 8, 3, 3), torch.randn(16, 16, 3, 3)
+
+    def fn(x):
+        y = torch.relu(F.conv2d(x, w, padding=1))
+        y = torch.where(y > 2.5, torch.nan, y)
+        pooled, indices = F.max_pool2d(y, 3, 2, 1, return_indices=True)
+        averaged = F.avg_pool2d(y, 2)
+        adaptive = F.adaptive_avg_pool2d(y, (3, 5))
+        z = F.conv2d(pooled, w2, padding=1) + F.conv2d(F.max_pool2d(y, 2), w2, padding=1)
+        return z, pooled.permute(0, 2, 3, 1), indices, averaged[:, :3], adaptive, F.conv2d(averaged, w2)
+
+    x = torch.randn(2, 8, 18, 18)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    compiled = kiln.compile(fn, fullgraph=True)
+    for _ in range(2):
+        for actual, expected in zip(compiled(x), fn(x)):
+            assert_close(actual, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
+            assert actual.stride() == expected.stride()

@@ -33,6 +33,9 @@ def test_profile_lists_kernels_and_extern_calls_with_their_runs():
     extern = [line for line in table.splitlines() if "extern aten::mm" in line]
     assert extern, table
     assert extern[0].split()[2] == "3", table  # runs: one per call
+    # Page faults a run took (memory given back to the system and touched again).
+    assert "faults/run" in table
+    assert float(extern[0].split()[4]) >= 0, table
     assert "kernel " in table
     assert "of which kernels" in table
 
