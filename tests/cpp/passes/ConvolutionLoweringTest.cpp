@@ -764,6 +764,25 @@ bool isChannelsLast(const TensorMeta &meta) {
   return meta::suggestMemoryFormat(meta) == MemoryFormat::ChannelsLast;
 }
 
+// An interpreter's extern hook that runs `program`'s convolution steps as
+// torch would, with the reference: the operands' elements whatever their
+// layout, the result written in its buffer's.
+std::function<bool(const loop::Step &, Interpreter &)>
+convolutionsByReference(const loop::Program &program,
+                        const ConvolutionParameters &p) {
+  return [&program, p](const loop::Step &step, Interpreter &at) {
+    auto operand = [&](size_t index) {
+      const Value *value = step.node->arguments().at(index).toTensor();
+      Dense dense(value->meta().sizes);
+      dense.values = at.read(program.operandBuffer(step, value));
+      return dense;
+    };
+    at.write(step.results.at(0),
+             referenceConvolution(operand(0), operand(1), nullptr, p).values);
+    return true;
+  };
+}
+
 } // namespace
 
 TEST(ConvolutionLowering, JitCallsTorchWithChannelsLastOperands) {
@@ -805,19 +824,7 @@ TEST(ConvolutionLowering, JitCallsTorchWithChannelsLastOperands) {
         w1s = randomDense({16, 8, 3, 3}, 22),
         w2s = randomDense({16, 16, 3, 3}, 23);
   Interpreter run(program);
-  run.externHook = [&](const loop::Step &step, Interpreter &at) {
-    // torch's convolution: the operands' elements whatever their layout.
-    const Node &node = *step.node;
-    auto operand = [&](size_t index) {
-      const Value *value = node.arguments().at(index).toTensor();
-      Dense dense(value->meta().sizes);
-      dense.values = at.read(program.operandBuffer(step, value));
-      return dense;
-    };
-    at.write(step.results.at(0),
-             referenceConvolution(operand(0), operand(1), nullptr, p).values);
-    return true;
-  };
+  run.externHook = convolutionsByReference(program, p);
   run.setInput(0, xs.values);
   run.setInput(1, w1s.values);
   run.setInput(2, w2s.values);
@@ -1080,17 +1087,7 @@ TEST(PoolingLowering, PoolsOverChannelsLastValuesWalkChannelsInnermost) {
   Dense xs = randomDense({2, 16, 18, 18}, 41),
         ws = randomDense({16, 16, 3, 3}, 42);
   Interpreter run(program);
-  run.externHook = [&](const loop::Step &step, Interpreter &at) {
-    auto operand = [&](size_t index) {
-      const Value *value = step.node->arguments().at(index).toTensor();
-      Dense dense(value->meta().sizes);
-      dense.values = at.read(program.operandBuffer(step, value));
-      return dense;
-    };
-    at.write(step.results.at(0),
-             referenceConvolution(operand(0), operand(1), nullptr, p).values);
-    return true;
-  };
+  run.externHook = convolutionsByReference(program, p);
   run.setInput(0, xs.values);
   run.setInput(1, ws.values);
   run.run();
