@@ -4,6 +4,8 @@
 #include "passes/lowerings/Lowerer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 namespace kiln::lowering {
 namespace {
@@ -281,6 +283,65 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
 
 } // namespace
 
+// upsample_nearest2d(self, output_size, scales_h, scales_w) and .vec(input,
+// output_size, scale_factors): output position o of a dim of `in` input
+// and `out` output positions reads min(floor(o * scale), in - 1), with
+// scale in float as torch's CPU kernel computes it (1 / the given scale,
+// else in / out). Lowered as the exact floor(o * in / out) where that
+// gives the same position at every o (a whole ratio always does); left to
+// torch otherwise, or where sizes vary.
+LoweringResult upsampleNearest2d(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (input.dim() != 4 || input.isSymbolic() || meta.dim() != 4)
+    return std::nullopt;
+  std::vector<std::optional<double>> scales(2);
+  const std::vector<Argument> &arguments = node.arguments();
+  if (node.schema()->overload == "vec") {
+    if (arguments.size() > 2 && !arguments[2].isNone()) {
+      std::vector<double> factors =
+          arguments[2].kind() == Argument::Kind::IntList
+              ? std::vector<double>(arguments[2].toIntList().begin(),
+                                    arguments[2].toIntList().end())
+              : arguments[2].toDoubleList();
+      if (factors.size() != 2)
+        return std::nullopt;
+      scales = {factors[0], factors[1]};
+    }
+  } else {
+    for (size_t d = 0; d < 2; ++d)
+      if (arguments.size() > 2 + d && !arguments[2 + d].isNone())
+        scales[d] = arguments[2 + d].toDouble();
+  }
+  for (int64_t d = 2; d < 4; ++d) {
+    int64_t in = input.sizes[d], out = meta.sizes[d];
+    std::optional<double> given = scales[d - 2];
+    float scale = given && *given > 0
+                      ? static_cast<float>(1.0 / *given)
+                      : static_cast<float>(in) / static_cast<float>(out);
+    for (int64_t o = 0; o < out; ++o) {
+      int64_t torchSource = out == in ? o
+                            : out == 2 * in
+                                ? o >> 1
+                                : std::min(static_cast<int64_t>(std::floor(
+                                               static_cast<float>(o) * scale)),
+                                           in - 1);
+      if (torchSource != o * in / out)
+        return std::nullopt;
+    }
+  }
+  Shape inSizes = input.sizes, outSizes = meta.sizes;
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return one(copyThrough(lowerer, input, outSizes, [=](const Index &index) {
+    Index source = index;
+    for (int64_t d = 2; d < 4; ++d)
+      if (inSizes[d] != outSizes[d])
+        source[d] = exprs->floorDiv(
+            exprs->mul(index[d], exprs->integer(inSizes[d])), outSizes[d]);
+    return source;
+  }));
+}
+
 void registerTensorLowerings(LoweringTable &table) {
   table.insert({
       {"aten::full", constant<1, 0>},
@@ -310,6 +371,8 @@ void registerTensorLowerings(LoweringTable &table) {
       {"aten::roll", roll},
       {"aten::repeat", repeat},
       {"aten::constant_pad_nd", constantPad},
+      {"aten::upsample_nearest2d", upsampleNearest2d},
+      {"aten::upsample_nearest2d.vec", upsampleNearest2d},
   });
 }
 

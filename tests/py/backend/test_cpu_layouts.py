@@ -605,3 +605,32 @@ def test_pools_of_channels_last_values_match_eager(layout):
         for actual, expected in zip(compiled(x), fn(x)):
             assert_close(actual, expected, rtol=1e-4, atol=1e-4, equal_nan=True)
             assert actual.stride() == expected.stride()
+
+
+@pytest.mark.parametrize("sizes, target", [
+    ((2, 3, 5, 7), {"scale_factor": 2}), ((2, 3, 5, 7), {"scale_factor": 3}),
+    ((2, 3, 6, 8), {"scale_factor": 0.5}), ((1, 4, 7, 10), {"size": (10, 7)}),
+    ((2, 3, 4, 6), {"size": (12, 9)}), ((2, 2, 5, 5), {"scale_factor": (1.5, 2.5)}),
+    ((0, 3, 4, 4), {"scale_factor": 2}), ((1, 1, 1, 1), {"size": (3, 5)}),
+    # torch's float scale picks another row than the exact ratio somewhere:
+    ((1, 2, 14, 5), {"size": (46, 5)}), ((1, 2, 4, 4), {"scale_factor": 1.7})])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "sliced"])
+def test_nearest_upsampling_matches_eager(sizes, target, layout):
+    # Nearest upsampling reads position floor(o * in / out) where that is the
+    # position torch's float arithmetic picks at every o (whole ratios
+    # always), a kernel fused with what reads it; otherwise torch runs it.
+    x = torch.randn(sizes)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    if layout == "sliced":
+        x = torch.randn(*sizes[:-1], sizes[-1] * 2)[..., ::2]
+
+    def fn(x):
+        return F.interpolate(x * 2, mode="nearest", **target) + 1
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    actual, expected = compiled(x), fn(x)
+    assert_close(actual, expected)
+    assert actual.stride() == expected.stride()
+    float_rounded = target in ({"size": (46, 5)}, {"scale_factor": 1.7})
+    assert kernels_of(compiled)[1] == (1 if float_rounded else 0), kiln.cache_info(compiled)["runners"]

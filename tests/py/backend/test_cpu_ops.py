@@ -46,7 +46,7 @@ NATIVE_OPS = [
     "chunk", "diagonal", "split", "split.list_args", "split_with_sizes",
     "tensor_split", "hsplit", "vsplit", "unbind", "unflatten", "expand_as",
     "as_strided", "new_zeros", "new_ones", "new_full", "zeros", "ones", "full",
-    "fill",
+    "fill", "nn.functional.interpolate.nearest", "nn.functional.upsample_nearest",
     "mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
