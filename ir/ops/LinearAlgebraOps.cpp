@@ -552,8 +552,12 @@ std::vector<TensorMeta> adaptiveAvgPool(const MetaArgs &args) {
 
 // --- Nearest-neighbour upsampling ---
 
-// upsample_nearest2d (output sizes) and .vec (output sizes or scales).
-std::vector<TensorMeta> upsampleNearest(const MetaArgs &args) {
+// upsample_nearest2d and upsample_bilinear2d (output sizes) and their .vec
+// overloads (output sizes or scales, argument `scalesArgument`). Empty
+// sizes are an error where `nonEmpty` (torch's meta for bilinear passes
+// them; its kernel then raises).
+TensorMeta upsampled(const MetaArgs &args, size_t scalesArgument,
+                     bool nonEmpty) {
   const TensorMeta &input = args.tensor(0);
   if (input.dim() != 4 ||
       (input.numel() == 0 &&
@@ -563,11 +567,11 @@ std::vector<TensorMeta> upsampleNearest(const MetaArgs &args) {
                    shapeToString(input.sizes));
   std::optional<Shape> outputSize = args.optionalIntList(1);
   std::optional<std::vector<double>> scales;
-  if (args.schema().overload == "vec" && !args.isNone(2))
-    scales = args[2].kind() == Argument::Kind::IntList
-                 ? std::vector<double>(args.intList(2).begin(),
-                                       args.intList(2).end())
-                 : args[2].toDoubleList();
+  if (args.schema().overload == "vec" && !args.isNone(scalesArgument))
+    scales = args[scalesArgument].kind() == Argument::Kind::IntList
+                 ? std::vector<double>(args.intList(scalesArgument).begin(),
+                                       args.intList(scalesArgument).end())
+                 : args[scalesArgument].toDoubleList();
   if (outputSize.has_value() == scales.has_value())
     fail(args, "Must specify exactly one of output_size and scale_factors");
   Shape spatial;
@@ -581,17 +585,29 @@ std::vector<TensorMeta> upsampleNearest(const MetaArgs &args) {
   if (spatial.size() != 2)
     fail(args, "expected 2 output sizes or scale factors, got " +
                    std::to_string(spatial.size()));
-  if (input.sizes[2] <= 0 || input.sizes[3] <= 0 || spatial[0] <= 0 ||
-      spatial[1] <= 0)
+  if (nonEmpty && (input.sizes[2] <= 0 || input.sizes[3] <= 0 ||
+                   spatial[0] <= 0 || spatial[1] <= 0))
     fail(args, "Input and output sizes should be greater than 0, but got "
                "input " +
                    shapeToString(input.sizes) + " and output size " +
                    shapeToString(spatial));
-  TensorMeta result = pooledResult(input, spatial[0], spatial[1], input.dtype);
+  return pooledResult(input, spatial[0], spatial[1], input.dtype);
+}
+
+std::vector<TensorMeta> upsampleNearest(const MetaArgs &args) {
+  TensorMeta result = upsampled(args, 2, true);
+  const TensorMeta &input = args.tensor(0);
   // torch's CUDA kernel takes the channels-last path only from 4 channels.
   if (input.device.type == DeviceType::CUDA && input.sizes[1] < 4)
     result.strides = contiguousStrides(result.sizes);
   return one(result);
+}
+
+std::vector<TensorMeta> upsampleBilinear(const MetaArgs &args) {
+  if (!isFloatingPoint(args.tensor(0).dtype))
+    fail(args, "\"upsample_bilinear2d_out_frame\" not implemented for "
+               "an integer tensor");
+  return one(upsampled(args, 3, false));
 }
 
 // --- Scaled dot-product attention ---
@@ -805,6 +821,12 @@ void registerLinearAlgebraOps(OpRegistry &registry) {
       {"aten::upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, "
        "float[]? scale_factors) -> Tensor",
        upsampleNearest},
+      {"aten::upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool "
+       "align_corners, float? scales_h=None, float? scales_w=None) -> Tensor",
+       upsampleBilinear},
+      {"aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, "
+       "bool align_corners, float[]? scale_factors) -> Tensor",
+       upsampleBilinear},
       {"aten::_scaled_dot_product_flash_attention_for_cpu(Tensor query, "
        "Tensor key, Tensor value, float dropout_p=0., bool is_causal=False, "
        "*, Tensor? attn_mask=None, float? scale=None) -> (Tensor output, "

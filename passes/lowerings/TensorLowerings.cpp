@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 namespace kiln::lowering {
@@ -283,6 +284,31 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
 
 } // namespace
 
+// The scales an upsampling's arguments give for height and width, from
+// argument `first` on: scales_h and scales_w, or .vec's scale_factors (a
+// list); none where not given; nullopt for a list of another length.
+std::optional<std::vector<std::optional<double>>>
+upsampleScales(const Node &node, size_t first) {
+  std::vector<std::optional<double>> scales(2);
+  const std::vector<Argument> &arguments = node.arguments();
+  if (node.schema()->overload != "vec") {
+    for (size_t d = 0; d < 2; ++d)
+      if (arguments.size() > first + d && !arguments[first + d].isNone())
+        scales[d] = arguments[first + d].toDouble();
+    return scales;
+  }
+  if (arguments.size() <= first || arguments[first].isNone())
+    return scales;
+  std::vector<double> factors =
+      arguments[first].kind() == Argument::Kind::IntList
+          ? std::vector<double>(arguments[first].toIntList().begin(),
+                                arguments[first].toIntList().end())
+          : arguments[first].toDoubleList();
+  if (factors.size() != 2)
+    return std::nullopt;
+  return std::vector<std::optional<double>>{factors[0], factors[1]};
+}
+
 // upsample_nearest2d(self, output_size, scales_h, scales_w) and .vec(input,
 // output_size, scale_factors): output position o of a dim of `in` input
 // and `out` output positions reads min(floor(o * scale), in - 1), with
@@ -295,27 +321,12 @@ LoweringResult upsampleNearest2d(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
   if (input.dim() != 4 || input.isSymbolic() || meta.dim() != 4)
     return std::nullopt;
-  std::vector<std::optional<double>> scales(2);
-  const std::vector<Argument> &arguments = node.arguments();
-  if (node.schema()->overload == "vec") {
-    if (arguments.size() > 2 && !arguments[2].isNone()) {
-      std::vector<double> factors =
-          arguments[2].kind() == Argument::Kind::IntList
-              ? std::vector<double>(arguments[2].toIntList().begin(),
-                                    arguments[2].toIntList().end())
-              : arguments[2].toDoubleList();
-      if (factors.size() != 2)
-        return std::nullopt;
-      scales = {factors[0], factors[1]};
-    }
-  } else {
-    for (size_t d = 0; d < 2; ++d)
-      if (arguments.size() > 2 + d && !arguments[2 + d].isNone())
-        scales[d] = arguments[2 + d].toDouble();
-  }
+  auto scales = upsampleScales(node, 2);
+  if (!scales)
+    return std::nullopt;
   for (int64_t d = 2; d < 4; ++d) {
     int64_t in = input.sizes[d], out = meta.sizes[d];
-    std::optional<double> given = scales[d - 2];
+    std::optional<double> given = (*scales)[d - 2];
     float scale = given && *given > 0
                       ? static_cast<float>(1.0 / *given)
                       : static_cast<float>(in) / static_cast<float>(out);
@@ -340,6 +351,158 @@ LoweringResult upsampleNearest2d(Lowerer &lowerer, const Node &node) {
             exprs->mul(index[d], exprs->integer(inSizes[d])), outSizes[d]);
     return source;
   }));
+}
+
+namespace {
+
+// Stops the compiler from contracting a * b + c into one rounding: torch's
+// kernel rounds the product.
+template <typename Real> Real rounded(Real value) {
+  volatile Real stored = value;
+  return stored;
+}
+
+// One dim of a bilinear upsampling: output position o reads rows h0 and
+// min(h0 + 1, in - 1) weighted 1 - lambda and lambda, where h0 + lambda is
+// the source position num(o) / den, num(o) = o * slope + offset (negative:
+// position 0). Exact rationals, for the kernel's integer arithmetic.
+struct LinearSource {
+  int64_t slope = 0, offset = 0, den = 1;
+
+  // As torch's CPU kernel places it (area_pixel_compute_source_index in
+  // `Real`, the input's math type); nullopt where that is not where the
+  // exact rational is at some o (h0 differs, or lambda by more than a
+  // rounding).
+  template <typename Real>
+  static std::optional<LinearSource>
+  of(int64_t in, int64_t out, bool alignCorners, std::optional<double> given) {
+    LinearSource source;
+    Real scale;
+    if (alignCorners) {
+      scale = out > 1 ? static_cast<Real>(in - 1) / static_cast<Real>(out - 1)
+                      : Real(0);
+      if (out > 1)
+        source = {in - 1, 0, out - 1};
+    } else {
+      scale = given && *given > 0
+                  ? static_cast<Real>(1.0 / *given)
+                  : static_cast<Real>(in) / static_cast<Real>(out);
+      source = {2 * in, in - out, 2 * out};
+    }
+    const Real half(0.5), tolerance = 4 * std::numeric_limits<Real>::epsilon();
+    for (int64_t o = 0; o < out; ++o) {
+      Real position = static_cast<Real>(o);
+      Real real = alignCorners
+                      ? rounded(scale * position)
+                      : rounded(rounded(scale * (position + half)) - half);
+      if (real < 0)
+        real = 0;
+      int64_t row = static_cast<int64_t>(real);
+      Real lambda =
+          std::min(std::max(real - static_cast<Real>(row), Real(0)), Real(1));
+      int64_t num = o * source.slope + source.offset;
+      int64_t exactRow = num < 0 ? 0 : num / source.den;
+      double exactLambda = num < 0 ? 0.0
+                                   : static_cast<double>(num % source.den) /
+                                         static_cast<double>(source.den);
+      if (exactRow != row ||
+          std::fabs(exactLambda - static_cast<double>(lambda)) > tolerance)
+        return std::nullopt;
+    }
+    return source;
+  }
+};
+
+} // namespace
+
+// upsample_bilinear2d(self, output_size, align_corners, scales_h, scales_w)
+// and .vec(input, output_size, align_corners, scale_factors): each output
+// element mixes the four input elements around its source position, as
+// torch's CPU kernel does (lh0 * (x00 * lw0 + x01 * lw1) + lh1 * (x10 *
+// lw0 + x11 * lw1)), the positions exact rationals where they are torch's
+// (LinearSource). Floating-point types (the half types computed in float);
+// left to torch otherwise, or where sizes vary.
+LoweringResult upsampleBilinear2d(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (input.dim() != 4 || input.isSymbolic() || meta.dim() != 4 ||
+      !isFloatingPoint(input.dtype) || meta.numel() == 0)
+    return std::nullopt;
+  const std::vector<Argument> &arguments = node.arguments();
+  bool alignCorners = arguments.at(2).toBool();
+  auto scales = upsampleScales(node, 3);
+  if (!scales)
+    return std::nullopt;
+  std::vector<LinearSource> sources;
+  for (int64_t d = 2; d < 4; ++d) {
+    DType real = accumulationType(input.dtype);
+    auto source = real == DType::Float64
+                      ? LinearSource::of<double>(input.sizes[d], meta.sizes[d],
+                                                 alignCorners, (*scales)[d - 2])
+                      : LinearSource::of<float>(input.sizes[d], meta.sizes[d],
+                                                alignCorners, (*scales)[d - 2]);
+    if (!source)
+      return std::nullopt;
+    sources.push_back(*source);
+  }
+  // Each input element is read by several outputs: computed once.
+  if (!input.realized() && !input.cheap)
+    input =
+        lowerer.realize(input,
+                        lowerer.temporaryLayout(
+                            input, contiguousMeta(input.dtype, input.sizes)),
+                        loop::BufferKind::Temporary, "upsample_input");
+  DType math = accumulationType(input.dtype), dtype = meta.dtype;
+  Shape inSizes = input.sizes;
+  Loader inner = input.loader;
+  LoweredTensor result = copyThrough(lowerer, input, meta.sizes,
+                                     [](const Index &index) { return index; });
+  result.cheap = false;
+  result.dtype = dtype;
+  result.loader = [&lowerer, inner, sources, inSizes, math,
+                   dtype](const Index &index) {
+    loop::ExprContext &exprs = lowerer.exprs();
+    // Rows (d = 0) and columns (d = 1): first position, second, weights.
+    const Expr *first[2], *second[2], *weight0[2], *weight1[2];
+    for (int d = 0; d < 2; ++d) {
+      const LinearSource &source = sources[d];
+      int64_t in = inSizes[d + 2];
+      const Expr *num =
+          exprs.add(exprs.mul(index[d + 2], exprs.integer(source.slope)),
+                    exprs.integer(source.offset));
+      const Expr *negative =
+          lowerer.binary(BinaryOp::Lt, num, exprs.integer(0));
+      first[d] = lowerer.binary(BinaryOp::Max, exprs.floorDiv(num, source.den),
+                                exprs.integer(0));
+      second[d] =
+          lowerer.binary(BinaryOp::Min, exprs.add(first[d], exprs.integer(1)),
+                         exprs.integer(in - 1));
+      const Expr *fraction = lowerer.binary(
+          BinaryOp::Div, lowerer.cast(exprs.mod(num, source.den), math),
+          lowerer.constant(static_cast<double>(source.den), math));
+      weight1[d] = lowerer.where(negative, lowerer.constant(0, math), fraction);
+      weight0[d] =
+          lowerer.binary(BinaryOp::Sub, lowerer.constant(1, math), weight1[d]);
+    }
+    auto at = [&](const Expr *row, const Expr *column) {
+      Index source = index;
+      source[2] = row;
+      source[3] = column;
+      return lowerer.cast(inner(source), math);
+    };
+    auto alongRow = [&](const Expr *row) {
+      return lowerer.binary(
+          BinaryOp::Add,
+          lowerer.binary(BinaryOp::Mul, at(row, first[1]), weight0[1]),
+          lowerer.binary(BinaryOp::Mul, at(row, second[1]), weight1[1]));
+    };
+    const Expr *value = lowerer.binary(
+        BinaryOp::Add,
+        lowerer.binary(BinaryOp::Mul, weight0[0], alongRow(first[0])),
+        lowerer.binary(BinaryOp::Mul, weight1[0], alongRow(second[0])));
+    return lowerer.cast(value, dtype);
+  };
+  return one(result);
 }
 
 void registerTensorLowerings(LoweringTable &table) {
@@ -373,6 +536,8 @@ void registerTensorLowerings(LoweringTable &table) {
       {"aten::constant_pad_nd", constantPad},
       {"aten::upsample_nearest2d", upsampleNearest2d},
       {"aten::upsample_nearest2d.vec", upsampleNearest2d},
+      {"aten::upsample_bilinear2d", upsampleBilinear2d},
+      {"aten::upsample_bilinear2d.vec", upsampleBilinear2d},
   });
 }
 

@@ -607,6 +607,14 @@ def test_pools_of_channels_last_values_match_eager(layout):
             assert actual.stride() == expected.stride()
 
 
+def _image(sizes, layout):
+    """A random image batch: contiguous, channels-last, or every other column of a wider one."""
+    if layout == "sliced":
+        return torch.randn(*sizes[:-1], sizes[-1] * 2)[..., ::2]
+    x = torch.randn(sizes)
+    return x.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else x
+
+
 @pytest.mark.parametrize("sizes, target", [
     ((2, 3, 5, 7), {"scale_factor": 2}), ((2, 3, 5, 7), {"scale_factor": 3}),
     ((2, 3, 6, 8), {"scale_factor": 0.5}), ((1, 4, 7, 10), {"size": (10, 7)}),
@@ -619,11 +627,7 @@ def test_nearest_upsampling_matches_eager(sizes, target, layout):
     # Nearest upsampling reads position floor(o * in / out) where that is the
     # position torch's float arithmetic picks at every o (whole ratios
     # always), a kernel fused with what reads it; otherwise torch runs it.
-    x = torch.randn(sizes)
-    if layout == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last)
-    if layout == "sliced":
-        x = torch.randn(*sizes[:-1], sizes[-1] * 2)[..., ::2]
+    x = _image(sizes, layout)
 
     def fn(x):
         return F.interpolate(x * 2, mode="nearest", **target) + 1
@@ -634,3 +638,28 @@ def test_nearest_upsampling_matches_eager(sizes, target, layout):
     assert actual.stride() == expected.stride()
     float_rounded = target in ({"size": (46, 5)}, {"scale_factor": 1.7})
     assert kernels_of(compiled)[1] == (1 if float_rounded else 0), kiln.cache_info(compiled)["runners"]
+
+
+@pytest.mark.parametrize("sizes, target", [
+    ((2, 3, 5, 7), {"scale_factor": 2}), ((1, 4, 7, 10), {"size": (10, 7)}),
+    ((2, 3, 6, 8), {"scale_factor": 0.5}), ((2, 3, 8, 8), {"size": (3, 5)}),
+    ((1, 1, 1, 1), {"size": (3, 5)}), ((0, 3, 4, 4), {"scale_factor": 2}),
+    # torch's float positions are not the exact ratio's somewhere: torch runs it.
+    ((1, 2, 14, 5), {"size": (46, 5)}), ((1, 3, 100, 60), {"size": (224, 224)})])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "sliced"])
+def test_bilinear_upsampling_matches_eager(sizes, target, align_corners, layout):
+    # Each output mixes the four inputs around its source position, weighted
+    # as torch's CPU kernel does, where those positions are exact ratios.
+    x = _image(sizes, layout)
+
+    def fn(x):
+        return F.interpolate(x * 2, mode="bilinear", align_corners=align_corners, **target) + 1
+
+    compiled = kiln.compile(fn, fullgraph=True)
+    actual, expected = compiled(x), fn(x)
+    assert_close(actual, expected)
+    assert actual.stride() == expected.stride()
+    float_placed = target in ({"size": (46, 5)}, {"size": (224, 224)})
+    native = not float_placed and sizes[0] > 0
+    assert (kernels_of(compiled)[1] == 0) == native, kiln.cache_info(compiled)["runners"]

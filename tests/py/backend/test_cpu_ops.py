@@ -47,6 +47,7 @@ NATIVE_OPS = [
     "tensor_split", "hsplit", "vsplit", "unbind", "unflatten", "expand_as",
     "as_strided", "new_zeros", "new_ones", "new_full", "zeros", "ones", "full",
     "fill", "nn.functional.interpolate.nearest", "nn.functional.upsample_nearest",
+    "nn.functional.interpolate.bilinear", "nn.functional.upsample_bilinear",
     "mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.

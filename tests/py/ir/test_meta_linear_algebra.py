@@ -146,6 +146,10 @@ def pooling_cases():
                 yield "aten::upsample_nearest2d.vec", (x, size, None), {}
             for scales in ([2, 3], [1.5, 2.3], [0.5, 0.7]):
                 yield "aten::upsample_nearest2d.vec", (x, None, scales), {}
+                yield "aten::upsample_bilinear2d.vec", (x, None, True, scales), {}
+            for size in ([8, 10], [1, 1]):
+                yield "aten::upsample_bilinear2d", (x, size, False), {}
+                yield "aten::upsample_bilinear2d.vec", (x, size, True, None), {}
     yield "aten::upsample_nearest2d", (meta((3, 4, 5)), [2, 2]), {}
     yield "aten::upsample_nearest2d.vec", (meta((2, 3, 4, 5)), [2, 2], [2.0, 2.0]), {}
     yield "aten::max_pool2d", (meta((2, 3, 2, 2)), [3]), {}
