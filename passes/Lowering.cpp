@@ -374,6 +374,16 @@ TensorMeta Lowerer::temporaryLayout(const LoweredTensor &tensor,
                     meta::stridesForFormat(meta.sizes, format), 0, meta.device);
 }
 
+LoweredTensor Lowerer::readable(const LoweredTensor &tensor,
+                                const std::string &what) {
+  if (tensor.realized() || tensor.cheap)
+    return tensor;
+  return realize(
+      tensor,
+      temporaryLayout(tensor, contiguousMeta(tensor.dtype, tensor.sizes)),
+      BufferKind::Temporary, what);
+}
+
 void Lowerer::afterNode(const Node &node) {
   for (const auto &result : node.results()) {
     LoweredTensor &tensor = tensors_.at(result.get());

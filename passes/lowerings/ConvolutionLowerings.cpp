@@ -25,20 +25,6 @@ LoweringResult one(LoweredTensor tensor) {
   return std::vector<LoweredTensor>{std::move(tensor)};
 }
 
-// Every output element of a window op reads each input element several
-// times (a convolution: once per output channel and tap): a virtual input
-// that is more than a load is computed once into a buffer, not per read.
-LoweredTensor readable(Lowerer &lowerer, const LoweredTensor &tensor,
-                       const std::string &what) {
-  if (tensor.realized() || tensor.cheap)
-    return tensor;
-  return lowerer.realize(
-      tensor,
-      lowerer.temporaryLayout(tensor,
-                              contiguousMeta(tensor.dtype, tensor.sizes)),
-      loop::BufferKind::Temporary, what);
-}
-
 const Expr *conjunction(Lowerer &lowerer, const Expr *a, const Expr *b) {
   if (!a)
     return b;
@@ -153,7 +139,7 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
   }
   int64_t depth = channels * taps;
   bool windowRows = positions < outChannels;
-  input = readable(lowerer, input, "convolution_input");
+  input = lowerer.readable(input, "convolution_input");
   // columns[n][c][tap...][output...] (or [n][output...][c][tap...] where
   // windows are rows), each coordinate a loop of its own (no division in
   // the kernel that writes it).
@@ -436,8 +422,8 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
         convolutionAsProduct(lowerer, input, weight, bias, windows, meta));
   if (!lowerer.standalone() && large)
     return convolutionInBestLayout(lowerer, node, input, weight, meta);
-  input = readable(lowerer, input, "convolution_input");
-  weight = readable(lowerer, weight, "convolution_weight");
+  input = lowerer.readable(input, "convolution_input");
+  weight = lowerer.readable(weight, "convolution_weight");
 
   // Outer dims n, o, p...; reduced dims c, k...
   DType math = accumulationType(meta.dtype);
@@ -605,7 +591,7 @@ LoweringResult maxPool(Lowerer &lowerer, const Node &node) {
     return std::nullopt;
   auto [height, width] = *windows;
   bool withIndices = node.results().size() == 2;
-  input = readable(lowerer, input, "max_pool_input");
+  input = lowerer.readable(input, "max_pool_input");
 
   DType math = accumulationType(meta.dtype);
   TensorMeta layout = poolLayout(lowerer, input, meta);
@@ -704,7 +690,7 @@ LoweringResult avgPool(Lowerer &lowerer, const Node &node) {
     divisorOverride = node.arguments()[6].toInt();
   if (divisorOverride && *divisorOverride == 0)
     return std::nullopt;
-  input = readable(lowerer, input, "avg_pool_input");
+  input = lowerer.readable(input, "avg_pool_input");
 
   DType math = accumulationType(meta.dtype);
   TensorMeta layout = poolLayout(lowerer, input, meta);
@@ -786,7 +772,7 @@ LoweringResult adaptiveAvgPool(Lowerer &lowerer, const Node &node) {
     return one(lowerer.full(0, meta.dtype, meta.sizes));
   AdaptiveDim height{input.sizes[leading], meta.sizes[leading]};
   AdaptiveDim width{input.sizes[leading + 1], meta.sizes[leading + 1]};
-  input = readable(lowerer, input, "adaptive_avg_pool_input");
+  input = lowerer.readable(input, "adaptive_avg_pool_input");
 
   DType math = accumulationType(meta.dtype);
   TensorMeta layout = poolLayout(lowerer, input, meta);

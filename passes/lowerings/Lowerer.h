@@ -205,6 +205,11 @@ public:
   /// it reads element by element at its own position (a convolution's
   /// result through batch norm and ReLU); Contiguous where it reads none.
   MemoryFormat sourceFormat(const LoweredTensor &tensor);
+  /// `tensor`, or where it is more than a load, a temporary it is computed
+  /// into once (named after `what`, laid out as temporaryLayout says): for
+  /// ops whose every output reads each input element several times (a
+  /// convolution, a pool's windows, bilinear upsampling).
+  LoweredTensor readable(const LoweredTensor &tensor, const std::string &what);
   /// The layout to realize `tensor` in as a temporary (`meta`, of its
   /// sizes, or channels-last where it is computed element by element from
   /// a channels-last tensor of its shape).

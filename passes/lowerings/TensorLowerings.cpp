@@ -282,8 +282,6 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
   return one(result);
 }
 
-} // namespace
-
 // The scales an upsampling's arguments give for height and width, from
 // argument `first` on: scales_h and scales_w, or .vec's scale_factors (a
 // list); none where not given; nullopt for a list of another length.
@@ -353,8 +351,6 @@ LoweringResult upsampleNearest2d(Lowerer &lowerer, const Node &node) {
   }));
 }
 
-namespace {
-
 // Stops the compiler from contracting a * b + c into one rounding: torch's
 // kernel rounds the product.
 template <typename Real> Real rounded(Real value) {
@@ -413,8 +409,6 @@ struct LinearSource {
   }
 };
 
-} // namespace
-
 // upsample_bilinear2d(self, output_size, align_corners, scales_h, scales_w)
 // and .vec(input, output_size, align_corners, scale_factors): each output
 // element mixes the four input elements around its source position, as
@@ -434,8 +428,8 @@ LoweringResult upsampleBilinear2d(Lowerer &lowerer, const Node &node) {
   if (!scales)
     return std::nullopt;
   std::vector<LinearSource> sources;
+  DType real = accumulationType(input.dtype);
   for (int64_t d = 2; d < 4; ++d) {
-    DType real = accumulationType(input.dtype);
     auto source = real == DType::Float64
                       ? LinearSource::of<double>(input.sizes[d], meta.sizes[d],
                                                  alignCorners, (*scales)[d - 2])
@@ -445,13 +439,7 @@ LoweringResult upsampleBilinear2d(Lowerer &lowerer, const Node &node) {
       return std::nullopt;
     sources.push_back(*source);
   }
-  // Each input element is read by several outputs: computed once.
-  if (!input.realized() && !input.cheap)
-    input =
-        lowerer.realize(input,
-                        lowerer.temporaryLayout(
-                            input, contiguousMeta(input.dtype, input.sizes)),
-                        loop::BufferKind::Temporary, "upsample_input");
+  input = lowerer.readable(input, "upsample_input");
   DType math = accumulationType(input.dtype), dtype = meta.dtype;
   Shape inSizes = input.sizes;
   Loader inner = input.loader;
@@ -504,6 +492,8 @@ LoweringResult upsampleBilinear2d(Lowerer &lowerer, const Node &node) {
   };
   return one(result);
 }
+
+} // namespace
 
 void registerTensorLowerings(LoweringTable &table) {
   table.insert({
