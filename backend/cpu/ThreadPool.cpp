@@ -10,6 +10,7 @@
 // Depends on backend/cpu/ThreadPool.h and libdl.
 #include "backend/cpu/ThreadPool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -55,8 +56,13 @@ struct Job {
   const std::function<void(int64_t)> *task = nullptr;
   int64_t chunkCount = 0;
   std::atomic<int64_t> nextChunk{0};
+  /// How many of the threads that join take chunks; the others return.
+  int64_t takers = INT64_MAX;
+  std::atomic<int64_t> joined{0};
 
   void runChunks() {
+    if (joined.fetch_add(1) >= takers)
+      return;
     for (int64_t chunk = nextChunk.fetch_add(1); chunk < chunkCount;
          chunk = nextChunk.fetch_add(1))
       (*task)(chunk);
@@ -242,12 +248,20 @@ void ThreadPool::run(int64_t chunkCount,
                      const std::function<void(int64_t)> &task) {
   if (usesOpenMp()) {
     Job job{&task, chunkCount};
-    int64_t threads = std::min<int64_t>(threadCount(), chunkCount);
-    if (threads > 1)
-      hostOpenMp().parallel(&Job::runChunksOf, &job,
-                            static_cast<unsigned>(threads), 0);
-    else
+    job.takers = std::min<int64_t>(threadCount(), chunkCount);
+    if (job.takers <= 1) {
       job.runChunks();
+      return;
+    }
+    // Every region asks for the same team, the one torch's own regions
+    // use (OpenMP's thread count, or kiln's where that is larger), and the
+    // threads the job does not need return at once: GNU libgomp ends the
+    // threads a smaller team leaves out and starts new ones for the next
+    // larger team, so sizing a team by its job would make the region after
+    // it (a torch operator's, kiln's next kernel's) pay for thread starts.
+    int team = std::max(threadCount(), hostOpenMp().maxThreads());
+    hostOpenMp().parallel(&Job::runChunksOf, &job, static_cast<unsigned>(team),
+                          0);
     return;
   }
   std::unique_lock<std::mutex> dispatch(state_->dispatchMutex,
@@ -261,6 +275,7 @@ void ThreadPool::run(int64_t chunkCount,
   state.job.task = &task;
   state.job.chunkCount = chunkCount;
   state.job.nextChunk.store(0);
+  state.job.joined.store(0);
   state.open.store(true);
   state.generation.fetch_add(1);
   if (state.sleepers.load() > 0) {

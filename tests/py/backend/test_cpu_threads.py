@@ -69,3 +69,25 @@ def test_kilns_own_workers_without_openmp():
         _C.set_num_threads(0)
         assert _C.num_threads() == (os.cpu_count() or 1)
     """, KILN_OPENMP="0")
+
+
+def test_kernels_of_few_chunks_keep_the_openmp_team():
+    # GNU libgomp ends the threads a smaller team leaves out and starts new
+    # ones for the next larger team: a kernel of 3 chunks run on a team of 3
+    # between torch's regions of 4 would replace a thread on every call.
+    out = run_child("""
+        import os
+        torch.set_num_threads(4)
+        threads = lambda: set(os.listdir("/proc/self/task"))
+        x = torch.randn(3, 65536)  # a reduction of 3 rows: 3 chunks
+        f = kiln.compile(lambda x: (x * 2).sum(1))
+        y = torch.randn(1 << 20)
+        f(x), y.add(1)
+        before = threads()
+        for _ in range(10):
+            torch.testing.assert_close(f(x), (x * 2).sum(1), rtol=1e-4,
+                                       atol=1e-3)
+            y.add(1)  # torch's region: the whole team
+        print(len(threads() ^ before))
+    """)
+    assert out.split() == ["0"]
