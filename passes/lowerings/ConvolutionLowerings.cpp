@@ -254,6 +254,18 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
       });
 }
 
+// Whether strides `a` and `b` of a tensor of `sizes` address its elements
+// alike: equal wherever a dim has more than one position (a filter of one
+// tap, or of one input channel, is contiguous and channels-last at once).
+bool sameLayout(const Shape &sizes, const SymShape &a, const SymShape &b) {
+  if (a.size() != sizes.size() || b.size() != sizes.size())
+    return false;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1 && a[d] != b[d])
+      return false;
+  return true;
+}
+
 // The buffer `tensor` is all of, laid out as `layout`: a realized tensor
 // placed so, or loads of such a buffer at every element's own position (a
 // temporary kept channels-last: Lowerer::temporaryLayout).
@@ -264,8 +276,11 @@ std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
   SymShape strides = symbolicStrides(layout);
   if (tensor.realized()) {
     const Placement &at = *tensor.placement;
-    if (at.offset->constant() == 0 && at.strides == strides &&
-        symbolicStrides(program.buffers[at.buffer].meta) == strides)
+    const loop::Buffer &buffer = program.buffers[at.buffer];
+    if (at.offset->constant() == 0 &&
+        sameLayout(tensor.sizes, at.strides, strides) &&
+        buffer.meta.sizes == tensor.sizes &&
+        sameLayout(tensor.sizes, symbolicStrides(buffer.meta), strides))
       return at.buffer;
     return std::nullopt;
   }
@@ -279,7 +294,7 @@ std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
   const loop::Buffer &buffer = program.buffers[element->id()];
   if (buffer.kind == loop::BufferKind::View ||
       buffer.meta.sizes != tensor.sizes ||
-      symbolicStrides(buffer.meta) != strides ||
+      !sameLayout(tensor.sizes, symbolicStrides(buffer.meta), strides) ||
       !lowerer.readsOwnPosition(element))
     return std::nullopt;
   return element->id();
@@ -294,17 +309,20 @@ std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
 // too: Lowerer::temporaryLayout). On this 2-core machine, 2 threads:
 // 4x32x56x56 by 64 3x3 filters 4.82 ms contiguous, 2.17 channels-last (the
 // input's copy 0.17); a MobileNet-like stack of depthwise and 1x1 layers
-// 15.8 against 6.6. But torch then copies the weight to channels-last and
-// oneDNN reorders that copy: where the weight is larger than the result
-// (deep layers of few positions: 8x256x4x4 by 256 3x3, 1.67 ms contiguous,
-// 2.68 channels-last) the call takes a contiguous input, copied from a
-// channels-last one. A first layer of an image's 3 channels is channels-last
-// too: with a contiguous input oneDNN's reorder buffers (megabytes) are
-// faulted in on every call of a plain process (8x3x112x112 by 32 7x7, 2
-// threads: 2.96 ms contiguous with 1540 page faults a call, 1.02
-// channels-last with none), and the max pool after it then reads its
-// windows' channels as vectors. Float32 on the CPU, 2-d and 3-d, shapes
-// fixed.
+// 15.8 against 6.6. But the weight is then copied to channels-last and
+// oneDNN reorders that copy on every call: where the weight is more than
+// twice the result (deep layers of few positions) the call takes a
+// contiguous input, copied from a channels-last one. Given its weight
+// channels-last, torch's convolution measured (GPU host, 2 and 16 threads)
+// faster than contiguous up to 1.5 weights per result and slower from 3
+// (8x128x7x7 by 128 3x3: 2 threads 691 us against 649, 16 threads 224
+// against 272; 8x256x4x4 by 256 3x3: 1154 against 880, 505 against 297). A
+// first layer of an image's 3 channels is channels-last too: with a contiguous
+// input oneDNN's reorder buffers (megabytes) are faulted in on every call of a
+// plain process (8x3x112x112 by 32 7x7, 2 threads: 2.96 ms contiguous with 1540
+// page faults a call, 1.02 channels-last with none), and the max pool after it
+// then reads its windows' channels as vectors. Float32 on the CPU, 2-d and 3-d,
+// shapes fixed.
 LoweringResult convolutionInBestLayout(Lowerer &lowerer, const Node &node,
                                        const LoweredTensor &input,
                                        const LoweredTensor &weight,
@@ -314,40 +332,60 @@ LoweringResult convolutionInBestLayout(Lowerer &lowerer, const Node &node,
       meta.dtype != DType::Float32 || (dims != 4 && dims != 5) ||
       lowerer.symbolic() || meta.numel() == 0)
     return std::nullopt;
-  bool channelsLast = numelOf(weight.sizes) <= meta.numel();
+  bool channelsLast = numelOf(weight.sizes) <= 2 * meta.numel();
   MemoryFormat format = !channelsLast ? MemoryFormat::Contiguous
                         : dims == 4   ? MemoryFormat::ChannelsLast
                                       : MemoryFormat::ChannelsLast3d;
-  TensorMeta inputLayout(input.dtype, input.sizes,
-                         meta::stridesForFormat(input.sizes, format), 0,
-                         meta.device);
-  // An input that is a whole buffer in that layout already (a graph input,
-  // the previous layer's result) is read where it is.
-  std::optional<int64_t> whole = wholeBuffer(lowerer, input, inputLayout);
-  const loop::Buffer *buffer =
-      whole ? &lowerer.program().buffers[*whole] : nullptr;
-  bool ready = buffer && (buffer->kind == loop::BufferKind::Input ||
-                          buffer->kind == loop::BufferKind::Temporary ||
-                          buffer->kind == loop::BufferKind::Tensor);
+  auto layoutOf = [&](const LoweredTensor &tensor) {
+    return TensorMeta(tensor.dtype, tensor.sizes,
+                      meta::stridesForFormat(tensor.sizes, format), 0,
+                      meta.device);
+  };
+  // An operand that is a whole buffer in that layout already (a graph
+  // input, the previous layer's result) is read where it is.
+  auto wholeIn = [&](const LoweredTensor &tensor) -> std::optional<int64_t> {
+    std::optional<int64_t> whole =
+        wholeBuffer(lowerer, tensor, layoutOf(tensor));
+    if (!whole)
+      return std::nullopt;
+    loop::BufferKind kind = lowerer.program().buffers[*whole].kind;
+    if (kind != loop::BufferKind::Input &&
+        kind != loop::BufferKind::Temporary && kind != loop::BufferKind::Tensor)
+      return std::nullopt;
+    return whole;
+  };
+  auto inLayout = [&](const LoweredTensor &tensor, const std::string &what) {
+    if (std::optional<int64_t> whole = wholeIn(tensor))
+      return lowerer.placed(
+          {*whole, symbolicStrides(lowerer.program().buffers[*whole].meta),
+           size::constant(0)},
+          tensor.dtype, tensor.sizes);
+    return lowerer.realize(tensor, layoutOf(tensor), loop::BufferKind::Tensor,
+                           what);
+  };
   // A contiguous call on an input that is no channels-last buffer: the
   // node as it is (its operands are copied to their own layouts).
-  if (!channelsLast &&
-      (ready || meta::suggestMemoryFormat(lowerer.temporaryLayout(
-                    input, contiguousMeta(input.dtype, input.sizes))) ==
-                    MemoryFormat::Contiguous))
+  if (!channelsLast && (wholeIn(input) ||
+                        meta::suggestMemoryFormat(lowerer.temporaryLayout(
+                            input, contiguousMeta(input.dtype, input.sizes))) ==
+                            MemoryFormat::Contiguous))
     return std::nullopt;
-  LoweredTensor operand =
-      ready ? lowerer.placed(
-                  {*whole, symbolicStrides(inputLayout), size::constant(0)},
-                  input.dtype, input.sizes)
-            : lowerer.realize(input, inputLayout, loop::BufferKind::Tensor,
-                              channelsLast ? "channels_last_input"
-                                           : "contiguous_input");
+  const Value *inputValue = node.arguments().at(0).toTensor();
+  std::vector<std::pair<const Value *, LoweredTensor>> operands{
+      {inputValue, inLayout(input, channelsLast ? "channels_last_input"
+                                                : "contiguous_input")}};
+  // A channels-last call is given its weight channels-last as well, copied
+  // by a kiln kernel: torch would otherwise copy it itself on every call
+  // (slower: 16 threads, 8x64x14x14 by 128 3x3 filters, stride 2: 230 us
+  // with a contiguous weight, 182 with a channels-last one), as Inductor's
+  // convolutions are given theirs.
+  const Value *weightValue = node.arguments().at(1).toTensor();
+  if (channelsLast && weightValue != inputValue)
+    operands.push_back({weightValue, inLayout(weight, "channels_last_weight")});
   TensorMeta resultLayout(meta.dtype, meta.sizes,
                           meta::stridesForFormat(meta.sizes, format), 0,
                           meta.device);
-  return lowerer.externCall(
-      node, {{node.arguments().at(0).toTensor(), operand}}, {resultLayout});
+  return lowerer.externCall(node, operands, {resultLayout});
 }
 
 // convolution(input, weight, bias?, stride, padding, dilation, transposed,

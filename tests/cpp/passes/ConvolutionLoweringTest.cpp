@@ -789,7 +789,8 @@ TEST(ConvolutionLowering, JitCallsTorchWithChannelsLastOperands) {
   // conv -> ReLU -> conv, the ReLU also added to the result: the first
   // call reads a channels-last copy of the input and gives a channels-last
   // result; the ReLU (two readers) is realized channels-last and is the
-  // second call's operand as it is; the output is contiguous, as eager's.
+  // second call's operand as it is; each call reads a channels-last copy
+  // of its weight; the output is contiguous, as eager's.
   auto graph = std::make_shared<Graph>();
   Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 8, 12, 12}));
   Value *w1 = graph->addInput(TensorMeta(DType::Float32, {16, 8, 3, 3}));
@@ -803,20 +804,26 @@ TEST(ConvolutionLowering, JitCallsTorchWithChannelsLastOperands) {
   std::vector<const loop::Step *> calls = externSteps(program);
   ASSERT_EQ(calls.size(), 2u) << program.str();
   for (const loop::Step *call : calls) {
-    ASSERT_EQ(call->operandBuffers.size(), 1u) << program.str();
-    const loop::Buffer &operand =
-        program.buffers[call->operandBuffers[0].second];
-    EXPECT_EQ(operand.kind, loop::BufferKind::Tensor);
-    EXPECT_TRUE(isChannelsLast(operand.meta)) << program.str();
+    ASSERT_EQ(call->operandBuffers.size(), 2u) << program.str();
+    for (const auto &[value, buffer] : call->operandBuffers) {
+      EXPECT_EQ(program.buffers[buffer].kind, loop::BufferKind::Tensor);
+      EXPECT_TRUE(isChannelsLast(program.buffers[buffer].meta))
+          << program.str();
+    }
+    EXPECT_EQ(call->operandBuffers[1].first,
+              call->node->arguments().at(1).toTensor());
     EXPECT_TRUE(isChannelsLast(program.buffers[call->results.at(0)].meta));
   }
   EXPECT_NE(calls[0]->operandBuffers[0].second, program.bufferOf.at(x));
-  // The input's copy, the first call, the ReLU, the second call, the sum:
-  // no copy of the ReLU to another layout.
+  EXPECT_NE(calls[0]->operandBuffers[1].second, program.bufferOf.at(w1));
+  EXPECT_NE(calls[1]->operandBuffers[1].second, program.bufferOf.at(w2));
+  // The copies of the input and first weight, the first call, the ReLU,
+  // the second weight's copy, the second call, the sum: no copy of the
+  // ReLU to another layout.
   std::string kinds;
   for (const loop::Step &step : program.steps)
     kinds += step.kind == loop::Step::Kind::Kernel ? "K" : "E";
-  EXPECT_EQ(kinds, "KEKEK") << program.str();
+  EXPECT_EQ(kinds, "KKEKKEK") << program.str();
   EXPECT_TRUE(
       program.buffers[program.outputs.at(0).buffer].meta.isContiguous());
 
@@ -836,6 +843,42 @@ TEST(ConvolutionLowering, JitCallsTorchWithChannelsLastOperands) {
   for (size_t i = 0; i < expected.values.size(); ++i)
     expected.values[i] += relu.values[i];
   expectClose(run.output(0), expected.values, 1e-5);
+}
+
+TEST(ConvolutionLowering, JitReadsFiltersOfOneTapOrChannelAsTheyAre) {
+  // A contiguous filter of 1x1 taps, or of one input channel per group (a
+  // depthwise convolution's), is channels-last too: the channels-last
+  // call reads the weight's own buffer, with no copy kernel.
+  struct Case {
+    Shape weight;
+    ConvolutionParameters p;
+  };
+  for (const Case &c : {Case{{32, 8, 1, 1}, {{1, 1}, {0, 0}, {1, 1}, 1}},
+                        Case{{8, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 8}}}) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 8, 24, 24}));
+    Value *w = graph->addInput(TensorMeta(DType::Float32, c.weight));
+    graph->setOutputs(
+        {op(*graph, "aten::relu", {convolution(*graph, x, w, nullptr, c.p)})});
+    loop::Program program = lowerGraph(graph);
+    std::vector<const loop::Step *> calls = externSteps(program);
+    ASSERT_EQ(calls.size(), 1u) << program.str();
+    ASSERT_EQ(calls[0]->operandBuffers.size(), 2u) << program.str();
+    EXPECT_EQ(calls[0]->operandBuffers[1].second, program.bufferOf.at(w))
+        << program.str();
+    EXPECT_TRUE(isChannelsLast(program.buffers[calls[0]->results.at(0)].meta));
+
+    Dense xs = randomDense({2, 8, 24, 24}, 31), ws = randomDense(c.weight, 32);
+    Interpreter run(program);
+    run.externHook = convolutionsByReference(program, c.p);
+    run.setInput(0, xs.values);
+    run.setInput(1, ws.values);
+    run.run();
+    Dense expected = referenceConvolution(xs, ws, nullptr, c.p);
+    for (double &value : expected.values)
+      value = std::max(value, 0.0);
+    expectClose(run.output(0), expected.values, 1e-5);
+  }
 }
 
 TEST(ConvolutionLowering,
