@@ -36,6 +36,9 @@ public:
   llvm::Value *fenced(llvm::Value *value);
   llvm::Value *emitBinary(loop::BinaryOp op, llvm::Value *a, llvm::Value *b,
                           DType dtype);
+  /// a / b for a float32 `b` that is a constant (or a splat of one), where
+  /// the target asks for it; nullptr otherwise.
+  llvm::Value *quotientByConstant(llvm::Value *a, llvm::Value *b);
   llvm::Value *emitCast(llvm::Value *value, DType from, DType to);
 
   /// Where a loop range, a size, a stride or an offset of the loop IR
@@ -70,6 +73,9 @@ protected:
   /// -86 (emitInlineNormalExpF32's domain; a target without a cheaper one
   /// gives expF32's).
   virtual ExpF32 normalExpF32() const { return emitInlineNormalExpF32; }
+  /// Whether a float32 division by a constant is a product by its
+  /// reciprocal with one correction (ExprEmitter::quotientByConstant).
+  virtual bool dividesByConstantsAsProducts() const { return false; }
   /// A value the target has kept from an earlier loop (nullptr: compute it),
   /// and the notice of each value computed.
   virtual llvm::Value *reuse(const loop::Expr *expr, bool vector);
