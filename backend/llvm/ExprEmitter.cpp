@@ -479,8 +479,8 @@ llvm::Value *ExprEmitter::fenced(llvm::Value *value) {
 // a / b as q = a * y, y the float nearest 1 / b, corrected once: the
 // remainder r = a - q b is exact by an fma, and q + r y rounds to a / b
 // (Markstein's theorem: y within half an ulp of 1 / b, q within one of
-// a / b). Checked against the division for every float32 a and nine
-// divisors (3, 7, 6, 255, 0.1, 0.3, 1.7, 1e-5, 1e-20, sqrt(768)): equal
+// a / b). Checked against the division for every float32 a and the
+// divisors 3, 6, 7, 255, 0.1, 0.3, 1.7, 1e-5, 1e20, 1e-20, sqrt(768): equal
 // wherever |a| > 2^-100 and the quotient is normal; below, where the
 // remainder underflows, at most one ulp off. A zero remainder (a exact
 // multiple, -0.0 included) or a NaN one (a infinite or NaN, or q

@@ -309,8 +309,8 @@ std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
 // too: Lowerer::temporaryLayout). On this 2-core machine, 2 threads:
 // 4x32x56x56 by 64 3x3 filters 4.82 ms contiguous, 2.17 channels-last (the
 // input's copy 0.17); a MobileNet-like stack of depthwise and 1x1 layers
-// 15.8 against 6.6. But the weight is then copied to channels-last and
-// oneDNN reorders that copy on every call: where the weight is more than
+// 15.8 against 6.6. But the weight is then given channels-last (below)
+// and oneDNN reorders it on every call: where the weight is more than
 // twice the result (deep layers of few positions) the call takes a
 // contiguous input, copied from a channels-last one. Given its weight
 // channels-last, torch's convolution measured (GPU host, 2 and 16 threads)
