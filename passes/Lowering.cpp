@@ -384,6 +384,19 @@ LoweredTensor Lowerer::readable(const LoweredTensor &tensor,
       BufferKind::Temporary, what);
 }
 
+LoweredTensor Lowerer::operandCopy(const Value *value,
+                                   const LoweredTensor &tensor,
+                                   const TensorMeta &layout,
+                                   const std::string &what) {
+  auto key = std::make_pair(value, layout.strides);
+  auto known = operandCopies_.find(key);
+  if (known == operandCopies_.end())
+    known = operandCopies_
+                .emplace(key, realize(tensor, layout, BufferKind::Tensor, what))
+                .first;
+  return known->second;
+}
+
 void Lowerer::afterNode(const Node &node) {
   for (const auto &result : node.results()) {
     LoweredTensor &tensor = tensors_.at(result.get());

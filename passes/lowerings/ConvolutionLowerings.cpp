@@ -354,14 +354,14 @@ LoweringResult convolutionInBestLayout(Lowerer &lowerer, const Node &node,
       return std::nullopt;
     return whole;
   };
-  auto inLayout = [&](const LoweredTensor &tensor, const std::string &what) {
+  auto inLayout = [&](const Value *value, const LoweredTensor &tensor,
+                      const std::string &what) {
     if (std::optional<int64_t> whole = wholeIn(tensor))
       return lowerer.placed(
           {*whole, symbolicStrides(lowerer.program().buffers[*whole].meta),
            size::constant(0)},
           tensor.dtype, tensor.sizes);
-    return lowerer.realize(tensor, layoutOf(tensor), loop::BufferKind::Tensor,
-                           what);
+    return lowerer.operandCopy(value, tensor, layoutOf(tensor), what);
   };
   // A contiguous call on an input that is no channels-last buffer: the
   // node as it is (its operands are copied to their own layouts).
@@ -372,8 +372,9 @@ LoweringResult convolutionInBestLayout(Lowerer &lowerer, const Node &node,
     return std::nullopt;
   const Value *inputValue = node.arguments().at(0).toTensor();
   std::vector<std::pair<const Value *, LoweredTensor>> operands{
-      {inputValue, inLayout(input, channelsLast ? "channels_last_input"
-                                                : "contiguous_input")}};
+      {inputValue,
+       inLayout(inputValue, input,
+                channelsLast ? "channels_last_input" : "contiguous_input")}};
   // A channels-last call is given its weight channels-last as well, copied
   // by a kiln kernel: torch would otherwise copy it itself on every call
   // (slower: 16 threads, 8x64x14x14 by 128 3x3 filters, stride 2: 230 us
@@ -381,7 +382,8 @@ LoweringResult convolutionInBestLayout(Lowerer &lowerer, const Node &node,
   // convolutions are given theirs.
   const Value *weightValue = node.arguments().at(1).toTensor();
   if (channelsLast && weightValue != inputValue)
-    operands.push_back({weightValue, inLayout(weight, "channels_last_weight")});
+    operands.push_back(
+        {weightValue, inLayout(weightValue, weight, "channels_last_weight")});
   TensorMeta resultLayout(meta.dtype, meta.sizes,
                           meta::stridesForFormat(meta.sizes, format), 0,
                           meta.device);

@@ -8,6 +8,7 @@
 #include "ir/LoopIR.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -210,6 +211,12 @@ public:
   /// ops whose every output reads each input element several times (a
   /// convolution, a pool's windows, bilinear upsampling).
   LoweredTensor readable(const LoweredTensor &tensor, const std::string &what);
+  /// `tensor`, the value `value` lowers to, realized as a tensor torch can
+  /// read (an extern call's operand) laid out as `layout`: once per value
+  /// and layout, so that calls given the same copy (a weight that two
+  /// convolutions share) read one.
+  LoweredTensor operandCopy(const Value *value, const LoweredTensor &tensor,
+                            const TensorMeta &layout, const std::string &what);
   /// The layout to realize `tensor` in as a temporary (`meta`, of its
   /// sizes, or channels-last where it is computed element by element from
   /// a channels-last tensor of its shape).
@@ -247,6 +254,7 @@ private:
   std::unordered_map<const Value *, int> users_;
   std::unordered_map<const Value *, int> remainingUses_;
   std::unordered_map<const Value *, bool> isOutput_;
+  std::map<std::pair<const Value *, Shape>, LoweredTensor> operandCopies_;
   int kernelCount_ = 0;
 };
 
