@@ -153,7 +153,11 @@ std::vector<int64_t> Argument::toIntList() const {
   return std::get<std::vector<int64_t>>(data_);
 }
 
-const std::vector<double> &Argument::toDoubleList() const {
+std::vector<double> Argument::toDoubleList() const {
+  if (kind_ == Kind::IntList) {
+    const auto &ints = std::get<std::vector<int64_t>>(data_);
+    return std::vector<double>(ints.begin(), ints.end());
+  }
   if (kind_ != Kind::DoubleList)
     wrongKind(kind_, "float[]");
   return std::get<std::vector<double>>(data_);

@@ -100,7 +100,8 @@ public:
   const std::string &toString() const;
   /// An Int converts to a one-element list, as ATen's `int[1]` allows.
   std::vector<int64_t> toIntList() const;
-  const std::vector<double> &toDoubleList() const;
+  /// An IntList converts, element by element.
+  std::vector<double> toDoubleList() const;
   const std::vector<bool> &toBoolList() const;
   kiln::DType toDType() const;
   kiln::Device toDevice() const;

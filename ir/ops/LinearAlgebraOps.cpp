@@ -568,10 +568,7 @@ TensorMeta upsampled(const MetaArgs &args, size_t scalesArgument,
   std::optional<Shape> outputSize = args.optionalIntList(1);
   std::optional<std::vector<double>> scales;
   if (args.schema().overload == "vec" && !args.isNone(scalesArgument))
-    scales = args[scalesArgument].kind() == Argument::Kind::IntList
-                 ? std::vector<double>(args.intList(scalesArgument).begin(),
-                                       args.intList(scalesArgument).end())
-                 : args[scalesArgument].toDoubleList();
+    scales = args[scalesArgument].toDoubleList();
   if (outputSize.has_value() == scales.has_value())
     fail(args, "Must specify exactly one of output_size and scale_factors");
   Shape spatial;

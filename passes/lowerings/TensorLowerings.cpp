@@ -297,11 +297,7 @@ upsampleScales(const Node &node, size_t first) {
   }
   if (arguments.size() <= first || arguments[first].isNone())
     return scales;
-  std::vector<double> factors =
-      arguments[first].kind() == Argument::Kind::IntList
-          ? std::vector<double>(arguments[first].toIntList().begin(),
-                                arguments[first].toIntList().end())
-          : arguments[first].toDoubleList();
+  std::vector<double> factors = arguments[first].toDoubleList();
   if (factors.size() != 2)
     return std::nullopt;
   return std::vector<std::optional<double>>{factors[0], factors[1]};

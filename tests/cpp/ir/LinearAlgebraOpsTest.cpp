@@ -208,6 +208,10 @@ TEST(LinearAlgebraOps,
   EXPECT_EQ(run("aten::upsample_nearest2d.vec", {f32({2, 3, 4, 5})},
                 {Argument(), std::vector<double>{1.5, 2.3}})[0],
             f32({2, 3, 6, 11}));
+  // Integer scale factors read as floats.
+  EXPECT_EQ(run("aten::upsample_nearest2d.vec", {f32({2, 3, 4, 5})},
+                {Argument(), Ints{2, 3}})[0],
+            f32({2, 3, 8, 15}));
   TensorMeta onCuda = channelsLast;
   onCuda.device = kCuda;
   EXPECT_EQ(run("aten::upsample_nearest2d", {onCuda}, {Ints{8, 10}})[0],
