@@ -562,6 +562,29 @@ bool fuseEpilogue(Program &program, const std::vector<int> &readers,
   return true;
 }
 
+// Whether `later` may run before `earlier`: neither writes (a view of) a
+// buffer the other reads or writes.
+bool independent(const Program &program, const Kernel &earlier,
+                 const Kernel &later) {
+  auto roots = [&program](const std::vector<Access> &accesses) {
+    std::set<int64_t> buffers;
+    for (const Access &access : accesses)
+      buffers.insert(program.rootOf(access.buffer));
+    return buffers;
+  };
+  std::set<int64_t> earlierWritten = roots(storesOfKernel(earlier));
+  std::set<int64_t> laterWritten = roots(storesOfKernel(later));
+  std::set<int64_t> earlierTouched = roots(loadsOfKernel(earlier));
+  earlierTouched.insert(earlierWritten.begin(), earlierWritten.end());
+  for (int64_t buffer : roots(loadsOfKernel(later)))
+    if (earlierWritten.count(buffer))
+      return false;
+  for (int64_t buffer : laterWritten)
+    if (earlierTouched.count(buffer))
+      return false;
+  return true;
+}
+
 } // namespace
 
 void fuseKernels(Program &program) {
@@ -584,6 +607,17 @@ void fuseKernels(Program &program) {
         lastCount += count;
         continue;
       }
+    }
+    // A kernel that does not touch what a contraction before it reads or
+    // writes runs before it (a batch norm's per-channel scale and shift,
+    // computed after a 1x1 convolution's product), so that the pointwise
+    // kernel after them may still be the contraction's epilogue.
+    if (step.kind == Step::Kind::Kernel && !step.kernel.contraction &&
+        !fused.empty() && fused.back().kind == Step::Kind::Kernel &&
+        fused.back().kernel.contraction &&
+        independent(program, fused.back().kernel, step.kernel)) {
+      fused.insert(fused.end() - 1, std::move(step));
+      continue;
     }
     fused.push_back(std::move(step));
     lastCount = count;

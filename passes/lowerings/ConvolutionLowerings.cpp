@@ -106,6 +106,10 @@ std::optional<Shape> perSpatialDim(const Argument &argument, size_t spatial) {
 
 // --- Convolution ---
 
+std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
+                                   const LoweredTensor &tensor,
+                                   const TensorMeta &layout);
+
 // A convolution of one group as a matrix product (an implicit GEMM) over
 // the input's windows laid out as columns: columns[n][r][p] is the input
 // element that tap r = (c, tap...) of window p = (output position...) reads
@@ -118,7 +122,9 @@ std::optional<Shape> perSpatialDim(const Argument &argument, size_t spatial) {
 // for its panels: then the columns are laid out [n][p][r] and all images'
 // windows are one product's rows, result[n][p][o] = sum over r of
 // columns[n][p][r] * weight[o][r], channels innermost (the order such a
-// model reads them in next). For a program without torch: 4x32x56x56 by 32
+// model reads them in next); so too where the input comes channels-last or
+// `positionRows` asks (a 1x1 filter in the JIT: its result channels-last,
+// as the rest of a CNN runs). For a program without torch: 4x32x56x56 by 32
 // 3x3 filters ran in 64 ms on 2 threads as a window kernel, 4.0-4.2 ms so
 // (oneDNN: 1.1-1.2). A copy of the input with the padding in it, so that
 // the columns read in place, took longer (5.0 ms) than the padding's
@@ -127,7 +133,7 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
                                    LoweredTensor weight,
                                    const std::optional<LoweredTensor> &bias,
                                    const std::vector<WindowDim> &windows,
-                                   const TensorMeta &meta) {
+                                   const TensorMeta &meta, bool positionRows) {
   loop::ExprContext &exprs = lowerer.exprs();
   int64_t batch = meta.sizes[0], outChannels = meta.sizes[1];
   int64_t channels = input.sizes[1], taps = 1, positions = 1;
@@ -138,7 +144,8 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
     outputExtents.push_back(window.outputs);
   }
   int64_t depth = channels * taps;
-  bool windowRows = positions < outChannels;
+  bool windowRows = positionRows || positions < outChannels ||
+                    lowerer.sourceFormat(input) == MemoryFormat::ChannelsLast;
   input = lowerer.readable(input, "convolution_input");
   // columns[n][c][tap...][output...] (or [n][output...][c][tap...] where
   // windows are rows), each coordinate a loop of its own (no division in
@@ -175,9 +182,34 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
                                   lowerer.constant(0, value->dtype()))
                   : value;
   };
+  // A filter of one tap at stride 1 without padding reads each position
+  // once, where it is: the columns are the input itself where that is a
+  // whole buffer laid out as they are (channels innermost for rows of
+  // positions, else NCHW).
+  std::optional<int64_t> whole;
+  bool eachPositionOnce = taps == 1;
+  for (const WindowDim &window : windows)
+    eachPositionOnce = eachPositionOnce && window.stride == 1 &&
+                       window.padding == 0 && window.outputs == window.size;
+  if (eachPositionOnce && (!windowRows || spatial == 2 || spatial == 3)) {
+    MemoryFormat format = !windowRows    ? MemoryFormat::Contiguous
+                          : spatial == 2 ? MemoryFormat::ChannelsLast
+                                         : MemoryFormat::ChannelsLast3d;
+    whole = wholeBuffer(lowerer, input,
+                        TensorMeta(input.dtype, input.sizes,
+                                   meta::stridesForFormat(input.sizes, format),
+                                   0, lowerer.device()));
+  }
   LoweredTensor written =
-      lowerer.realize(columns, contiguousMeta(columns.dtype, columns.sizes),
-                      loop::BufferKind::Temporary, "convolution columns");
+      whole
+          ? lowerer.placed(
+                {*whole,
+                 symbolicStrides(contiguousMeta(columns.dtype, columns.sizes)),
+                 size::constant(0)},
+                columns.dtype, columns.sizes)
+          : lowerer.realize(columns,
+                            contiguousMeta(columns.dtype, columns.sizes),
+                            loop::BufferKind::Temporary, "convolution columns");
   // The filters as [o][r]: a view of the weight's buffer where (c, tap...)
   // are one stride apart, else a copy.
   auto rowsOfOneStride = [&](const LoweredTensor &tensor) {
@@ -455,11 +487,21 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
     patches = patches && window.taps * window.outputs <= window.size;
     wide = wide || window.taps > 1;
   }
+  // A filter of one tap where torch's call would be channels-last
+  // (convolutionInBestLayout) is kiln's GEMM too, its rows the result's
+  // positions: the columns are the input (or every stride-th position of
+  // it) channels innermost, as torch's call would take it, the product is
+  // the result channels-last, and the batch norm and ReLU after it are the
+  // GEMM's epilogue. In a plain process torch's call faults its result's
+  // pages in on every call besides (MobileNet-like 8x32x56x56 by 64 1x1
+  // filters: 1568 faults a call).
+  bool pointwiseFilter =
+      !wide && !lowerer.symbolic() && numelOf(weight.sizes) <= 2 * meta.numel();
   if (large && groups == 1 && meta.dtype == DType::Float32 &&
       lowerer.device().type == DeviceType::CPU &&
-      (lowerer.standalone() || (patches && wide)))
-    return one(
-        convolutionAsProduct(lowerer, input, weight, bias, windows, meta));
+      (lowerer.standalone() || (patches && wide) || pointwiseFilter))
+    return one(convolutionAsProduct(lowerer, input, weight, bias, windows, meta,
+                                    pointwiseFilter));
   if (!lowerer.standalone() && large)
     return convolutionInBestLayout(lowerer, node, input, weight, meta);
   input = lowerer.readable(input, "convolution_input");

@@ -169,6 +169,68 @@ LoweredTensor perChannel(Lowerer &lowerer, const LoweredTensor &channels,
   });
 }
 
+// The results of a batch norm with the running statistics, the first
+// `out`: the saved statistics are empty in inference.
+std::vector<LoweredTensor> inferenceResults(Lowerer &lowerer, const Node &node,
+                                            LoweredTensor out) {
+  std::vector<LoweredTensor> results{std::move(out)};
+  for (unsigned r = 1; r < node.results().size(); ++r)
+    results.push_back(lowerer.full(0, lowerer.resultMeta(node, r).dtype,
+                                   symbolicSizes(lowerer.resultMeta(node, r))));
+  return results;
+}
+
+// A CPU batch norm with the running statistics as torch's CPU kernel
+// computes it: per channel a = weight / sqrt(var + eps) and b = bias -
+// mean * a, each a small buffer of its own, then x * a + b. What reads the
+// result computes two operations per element, not six and a square root:
+// cheap enough for a GEMM's epilogue (a 1x1 convolution's product, its
+// batch norm and ReLU written as one kernel).
+LoweringResult batchNormAsScaleAndShift(Lowerer &lowerer, const Node &node,
+                                        const LoweredTensor &input,
+                                        const LoweredTensor &variance,
+                                        double eps, DType math) {
+  std::optional<LoweredTensor> weight = optionalInput(lowerer, node, 1);
+  std::optional<LoweredTensor> bias = optionalInput(lowerer, node, 2);
+  LoweredTensor mean = lowerer.input(node, 3);
+  TensorMeta perChannelMeta = contiguousMeta(math, variance.sizes);
+  std::vector<LoweredTensor> scaleInputs{variance};
+  if (weight)
+    scaleInputs.push_back(*weight);
+  LoweredTensor scale = lowerer.realize(
+      lowerer.pointwise(
+          variance.sizes, math, math, scaleInputs,
+          [&lowerer, eps, math](const Values &v) {
+            const Expr *inverse = lowerer.unary(
+                UnaryOp::Rsqrt, lowerer.binary(BinaryOp::Add, v[0],
+                                               lowerer.constant(eps, math)));
+            return v.size() == 2 ? lowerer.binary(BinaryOp::Mul, inverse, v[1])
+                                 : inverse;
+          }),
+      perChannelMeta, loop::BufferKind::Temporary, "batch_norm_scale");
+  std::vector<LoweredTensor> shiftInputs{mean, scale};
+  if (bias)
+    shiftInputs.push_back(*bias);
+  LoweredTensor shift = lowerer.realize(
+      lowerer.pointwise(
+          variance.sizes, math, math, shiftInputs,
+          [&lowerer](const Values &v) {
+            const Expr *product = lowerer.binary(BinaryOp::Mul, v[0], v[1]);
+            return v.size() == 3 ? lowerer.binary(BinaryOp::Sub, v[2], product)
+                                 : lowerer.unary(UnaryOp::Neg, product);
+          }),
+      perChannelMeta, loop::BufferKind::Temporary, "batch_norm_shift");
+  LoweredTensor out = lowerer.pointwise(
+      input.symSizes, math, lowerer.resultMeta(node, 0).dtype,
+      {input, perChannel(lowerer, scale, input.symSizes),
+       perChannel(lowerer, shift, input.symSizes)},
+      [&lowerer](const Values &v) {
+        return lowerer.binary(BinaryOp::Add,
+                              lowerer.binary(BinaryOp::Mul, v[0], v[1]), v[2]);
+      });
+  return inferenceResults(lowerer, node, out);
+}
+
 // Batch norm with the running statistics: _native_batch_norm_legit_no_training
 // (eps is argument 6) and native_batch_norm with training=False, as
 // nn.BatchNorm in eval mode calls it (eps is argument 7).
@@ -180,9 +242,11 @@ LoweringResult batchNormInference(Lowerer &lowerer, const Node &node,
     return std::nullopt;
   DType math = accumulationType(input.dtype);
   double eps = arguments.at(epsIndex).toDouble();
+  LoweredTensor variance = lowerer.input(node, 4);
+  if (lowerer.device().type == DeviceType::CPU && !variance.isSymbolic())
+    return batchNormAsScaleAndShift(lowerer, node, input, variance, eps, math);
   LoweredTensor mean =
       perChannel(lowerer, lowerer.input(node, 3), input.symSizes);
-  LoweredTensor variance = lowerer.input(node, 4);
   LoweredTensor rstd = perChannel(
       lowerer,
       lowerer.pointwise(variance.symSizes, math, math, {variance},
@@ -198,15 +262,10 @@ LoweringResult batchNormInference(Lowerer &lowerer, const Node &node,
       return perChannel(lowerer, *tensor, input.symSizes);
     return std::nullopt;
   };
-  LoweredTensor out =
-      normalize(lowerer, input, mean, rstd, channel(1), channel(2), math,
-                lowerer.resultMeta(node, 0).dtype);
-  // The saved statistics are empty in inference.
-  std::vector<LoweredTensor> results{out};
-  for (unsigned r = 1; r < node.results().size(); ++r)
-    results.push_back(lowerer.full(0, lowerer.resultMeta(node, r).dtype,
-                                   symbolicSizes(lowerer.resultMeta(node, r))));
-  return results;
+  return inferenceResults(lowerer, node,
+                          normalize(lowerer, input, mean, rstd, channel(1),
+                                    channel(2), math,
+                                    lowerer.resultMeta(node, 0).dtype));
 }
 
 // native_group_norm: statistics over [N, G, C/G * HxW], applied per

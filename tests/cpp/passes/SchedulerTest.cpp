@@ -212,42 +212,64 @@ TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
   // at the points it was written becomes the contraction's stored value
   // (the GEMM computes it as it writes C). Not where it reads the product
   // elsewhere (a transpose), reads the product twice, reads what it writes
-  // (C holds partial sums until the last k block), or is costly (exp).
-  enum Case { Fused, Transposed, ReadTwice, ReadsResult, Costly, Unrelated };
-  for (Case c :
-       {Fused, Transposed, ReadTwice, ReadsResult, Costly, Unrelated}) {
+  // (C holds partial sums until the last k block), or is costly (exp). A
+  // kernel between them that touches nothing of the product's runs before
+  // it (Unrelated); one that writes what the product reads stays after it
+  // (Clobbers), and the product keeps its temporary.
+  enum Case {
+    Fused,
+    Transposed,
+    ReadTwice,
+    ReadsResult,
+    Costly,
+    Unrelated,
+    Clobbers
+  };
+  for (Case c : {Fused, Transposed, ReadTwice, ReadsResult, Costly, Unrelated,
+                 Clobbers}) {
     ProductProgram test;
     loop::Program &program = test.program;
     loop::ExprContext &e = *program.exprs;
     int64_t r = test.buffer(BufferKind::Input);
     int64_t result = c == ReadsResult ? r : test.buffer(BufferKind::Tensor);
+    if (c == Clobbers) { // the kernel between writes a view of operand a
+      program.buffers[result].kind = BufferKind::View;
+      program.buffers[result].base = test.a;
+    }
     const loop::Expr *swapped = e.add(e.mul(e.var(1), e.integer(8)), e.var(0));
     const loop::Expr *value = e.load(test.temporary, DType::Float32,
                                      c == Transposed ? swapped : test.at);
     if (c == Costly)
       value = e.unary(loop::UnaryOp::Exp, value);
-    if (c == Unrelated) // the next kernel reads only r; a later one the product
+    bool between = c == Unrelated || c == Clobbers;
+    if (between) // the next kernel reads only r; a later one the product
       value = e.load(r, DType::Float32, test.at);
     value = e.add(
         e.binary(loop::BinaryOp::Max, value, e.constant(0, DType::Float32)),
         e.load(r, DType::Float32, test.at));
     test.addPointwise(result, value);
-    if (c == ReadTwice || c == Unrelated) {
-      int64_t again = test.buffer(BufferKind::Tensor);
+    int64_t again = -1;
+    if (c == ReadTwice || between) {
+      again = test.buffer(BufferKind::Tensor);
       test.addPointwise(again, e.load(test.temporary, DType::Float32, test.at));
       program.outputs.push_back({again, {}});
     }
     program.outputs.push_back({result, {}});
     fuseKernels(program);
     // (The two kernels after the product merge with each other.)
-    ASSERT_EQ(program.steps.size(), c == Fused ? 1u : 2u) << c << "\n"
-                                                          << program.str();
-    const loop::Store &stored = program.steps[0].kernel.loops.back().stores[0];
-    EXPECT_TRUE(program.steps[0].kernel.contraction);
+    size_t steps = c == Fused ? 1u : 2u;
+    ASSERT_EQ(program.steps.size(), steps) << c << "\n" << program.str();
+    size_t product = c == Unrelated ? 1 : 0;
+    const loop::Kernel &contraction = program.steps[product].kernel;
+    const loop::Store &stored = contraction.loops.back().stores[0];
+    EXPECT_TRUE(contraction.contraction) << c << "\n" << program.str();
     if (c == Fused) {
       EXPECT_EQ(stored.buffer, result);
       EXPECT_EQ(loop::exprToString(stored.value),
                 "add(max(red0, 0:f32), load(buf3, ((v0*8) + v1)))");
+    } else if (c == Unrelated) {
+      EXPECT_FALSE(program.steps[0].kernel.contraction);
+      EXPECT_EQ(stored.buffer, again) << program.str();
     } else {
       EXPECT_EQ(stored.buffer, test.temporary);
     }

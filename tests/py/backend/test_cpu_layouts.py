@@ -335,13 +335,43 @@ def test_non_overlapping_convolutions_run_kilns_gemm(case, layout):
         assert kiln.cache_info(compiled)["runners"][0].endswith(" 0 extern(s)")
 
 
-def test_overlapping_and_pointwise_convolutions_call_onednn():
+def test_overlapping_convolutions_call_onednn():
     x = torch.randn(2, 8, 16, 16)
-    for w, stride in ((torch.randn(16, 8, 3, 3), 1), (torch.randn(16, 8, 1, 1), 1)):
-        compiled = kiln.compile(lambda x, w: F.conv2d(x, w, stride=stride), fullgraph=True)
-        assert_close(compiled(x, w), F.conv2d(x, w, stride=stride), rtol=1e-4, atol=1e-4)
-        assert "extern" in kiln.cache_info(compiled)["runners"][0]
-        assert not kiln.cache_info(compiled)["runners"][0].endswith(" 0 extern(s)")
+    w = torch.randn(16, 8, 3, 3)
+    compiled = kiln.compile(lambda x, w: F.conv2d(x, w), fullgraph=True)
+    assert_close(compiled(x, w), F.conv2d(x, w), rtol=1e-4, atol=1e-4)
+    assert not kiln.cache_info(compiled)["runners"][0].endswith(" 0 extern(s)")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("shape", [(8, 32, 14, 14), (1, 3, 5, 7), (3, 17, 9, 2)])
+def test_pointwise_filters_run_kilns_gemm_with_batch_norm_as_its_epilogue(layout, stride, shape):
+    # A 1x1 convolution is kiln's GEMM over the input's positions (no call
+    # to oneDNN), the batch norm (running statistics) and ReLU after it
+    # computed as the GEMM writes the result: with a channels-last input at
+    # stride 1, the batch norm's per-channel scale and shift and the product
+    # are the only kernels. Values and strides as eager's.
+    channels, out_channels = shape[1], 24
+    x = torch.randn(shape)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    w = torch.randn(out_channels, channels, 1, 1)
+    mean, var = torch.randn(out_channels), torch.rand(out_channels) + 0.5
+    gamma, beta = torch.randn(out_channels), torch.randn(out_channels)
+
+    def block(x, w, mean, var, gamma, beta):
+        y = F.conv2d(x, w, stride=stride)
+        return F.relu(F.batch_norm(y, mean, var, gamma, beta, False, 0.1, 1e-5))
+
+    args = (x, w, mean, var, gamma, beta)
+    compiled = kiln.compile(block, fullgraph=True)
+    actual, expected = compiled(*args), block(*args)
+    assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    assert actual.stride() == expected.stride()
+    assert kiln.cache_info(compiled)["runners"][0].endswith(" 0 extern(s)")
+    if layout == "channels_last" and stride == 1 and shape[0] * shape[2] * shape[3] * 24 > 8192:
+        assert kernels_of(compiled) == (2, 0)
 
 
 def rotary(x, cos, sin):
