@@ -583,6 +583,43 @@ bool dependsOnSymbol(const Expr *expr) {
       expr, [](const Expr *node) { return node->kind() == ExprKind::Symbol; });
 }
 
+bool isCheapArithmetic(const Expr *expr) {
+  auto costly = [](const Expr *node) {
+    if (node->kind() == ExprKind::Unary)
+      switch (node->unaryOp()) {
+      case UnaryOp::Neg:
+      case UnaryOp::Abs:
+      case UnaryOp::Sign:
+      case UnaryOp::Floor:
+      case UnaryOp::Ceil:
+      case UnaryOp::Round:
+      case UnaryOp::Trunc:
+      case UnaryOp::LogicalNot:
+      case UnaryOp::IsNan:
+      case UnaryOp::IsInf:
+        return false;
+      default:
+        return true;
+      }
+    if (node->kind() == ExprKind::Binary)
+      switch (node->binaryOp()) {
+      case BinaryOp::Div:
+      case BinaryOp::FloorDiv:
+      case BinaryOp::Mod:
+      case BinaryOp::Fmod:
+      case BinaryOp::Pow:
+      case BinaryOp::Atan2:
+        return true;
+      default:
+        return false;
+      }
+    return false;
+  };
+  return !anyNode(expr, costly, [](const Expr *node) {
+    return node->kind() != ExprKind::Load;
+  });
+}
+
 int64_t operationCount(const Expr *expr,
                        std::unordered_set<const Expr *> &seen) {
   int64_t count = 0;

@@ -234,6 +234,10 @@ int64_t operationCount(const Expr *expr,
 /// one function's machine code (instruction selection and register
 /// allocation over one long body) costs more than linear time.
 constexpr int64_t kMaxKernelOperations = 192;
+/// Whether `expr` is arithmetic, comparisons, selects and casts only: no
+/// division, power or transcendental function (index arithmetic inside
+/// loads is not looked at). Cheap to compute again where it is read.
+bool isCheapArithmetic(const Expr *expr);
 /// Every Load node of `expr`, each once.
 std::vector<const Expr *> loadsOf(const Expr *expr);
 /// "add(load(buf2, 4*v0 + v1), 1.0:f32)".

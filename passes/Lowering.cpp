@@ -384,6 +384,24 @@ LoweredTensor Lowerer::readable(const LoweredTensor &tensor,
       BufferKind::Temporary, what);
 }
 
+LoweredTensor Lowerer::readableByWindows(const LoweredTensor &tensor,
+                                         const std::string &what) {
+  // Operations (loads and their indices counted) of an element computed
+  // again at each read: a channels-last batch norm and ReLU take 15.
+  constexpr int64_t kMaxRepeatedOperations = 24;
+  if (tensor.realized() || tensor.cheap)
+    return tensor;
+  Index index;
+  for (int64_t d = 0; d < tensor.dim(); ++d)
+    index.push_back(exprs().var(d));
+  const Expr *element = tensor.loader(index);
+  std::unordered_set<const Expr *> seen;
+  if (loop::isCheapArithmetic(element) &&
+      loop::operationCount(element, seen) <= kMaxRepeatedOperations)
+    return tensor;
+  return readable(tensor, what);
+}
+
 LoweredTensor Lowerer::operandCopy(const Value *value,
                                    const LoweredTensor &tensor,
                                    const TensorMeta &layout,

@@ -673,7 +673,7 @@ LoweringResult maxPool(Lowerer &lowerer, const Node &node) {
     return std::nullopt;
   auto [height, width] = *windows;
   bool withIndices = node.results().size() == 2;
-  input = lowerer.readable(input, "max_pool_input");
+  input = lowerer.readableByWindows(input, "max_pool_input");
 
   DType math = accumulationType(meta.dtype);
   TensorMeta layout = poolLayout(lowerer, input, meta);
@@ -772,7 +772,7 @@ LoweringResult avgPool(Lowerer &lowerer, const Node &node) {
     divisorOverride = node.arguments()[6].toInt();
   if (divisorOverride && *divisorOverride == 0)
     return std::nullopt;
-  input = lowerer.readable(input, "avg_pool_input");
+  input = lowerer.readableByWindows(input, "avg_pool_input");
 
   DType math = accumulationType(meta.dtype);
   TensorMeta layout = poolLayout(lowerer, input, meta);
@@ -854,7 +854,7 @@ LoweringResult adaptiveAvgPool(Lowerer &lowerer, const Node &node) {
     return one(lowerer.full(0, meta.dtype, meta.sizes));
   AdaptiveDim height{input.sizes[leading], meta.sizes[leading]};
   AdaptiveDim width{input.sizes[leading + 1], meta.sizes[leading + 1]};
-  input = lowerer.readable(input, "adaptive_avg_pool_input");
+  input = lowerer.readableByWindows(input, "adaptive_avg_pool_input");
 
   DType math = accumulationType(meta.dtype);
   TensorMeta layout = poolLayout(lowerer, input, meta);

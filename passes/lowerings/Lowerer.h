@@ -211,6 +211,12 @@ public:
   /// ops whose every output reads each input element several times (a
   /// convolution, a pool's windows, bilinear upsampling).
   LoweredTensor readable(const LoweredTensor &tensor, const std::string &what);
+  /// The same for a pool's windows, which read each element a few times:
+  /// an expression of few operations of cheap arithmetic (a batch norm's
+  /// scale and shift and a ReLU) stays inline, computed again at each of
+  /// its reads rather than written and read back.
+  LoweredTensor readableByWindows(const LoweredTensor &tensor,
+                                  const std::string &what);
   /// `tensor`, the value `value` lowers to, realized as a tensor torch can
   /// read (an extern call's operand) laid out as `layout`: once per value
   /// and layout, so that calls given the same copy (a weight that two

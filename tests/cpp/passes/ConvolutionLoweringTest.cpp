@@ -566,6 +566,37 @@ TEST(PoolingLowering, PoolsAreKernelsInTheJitToo) {
   EXPECT_EQ(countExterns(lowerGraph(graph)), 0);
 }
 
+TEST(PoolingLowering, CheapInputsAreComputedAtEachWindowRead) {
+  // max_pool2d(relu(x * 3 + 1)): the ReLU is computed at each tap of the
+  // pool's one kernel, no temporary written and read back; an exp is
+  // computed once, into a temporary the pool reads.
+  for (bool costly : {false, true}) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 3, 9, 11}));
+    Value *scaled =
+        op(*graph, "aten::add.Tensor",
+           {op(*graph, "aten::mul.Tensor", {x, Argument(3.0)}), Argument(1.0)});
+    Value *input = op(*graph, costly ? "aten::exp" : "aten::relu", {scaled});
+    PoolParameters p{3, 3, 2, 2, 1, 1};
+    Node *pool = maxPool(*graph, input, p);
+    graph->setOutputs({pool->result(0)});
+    loop::Program program = lowerGraph(graph);
+    int kernels = 0;
+    for (const loop::Step &step : program.steps)
+      kernels += step.kind == loop::Step::Kind::Kernel;
+    EXPECT_EQ(kernels, costly ? 2 : 1) << program.str();
+
+    Dense xs = randomDense({2, 3, 9, 11}, 41);
+    Dense ys = xs;
+    for (double &value : ys.values)
+      value = costly ? std::exp(value * 3 + 1) : std::max(value * 3 + 1, 0.0);
+    Interpreter run(program);
+    run.setInput(0, xs.values);
+    run.run();
+    expectClose(run.output(0), referenceMaxPool(ys, p).first.values, 1e-5);
+  }
+}
+
 TEST(IndexingLowering, EmbeddingIndexSelectAndGatherWithRepeatedIndices) {
   auto graph = std::make_shared<Graph>();
   Value *table = graph->addInput(TensorMeta(DType::Float32, {5, 4}));
