@@ -146,7 +146,11 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
   int64_t depth = channels * taps;
   bool windowRows = positionRows || positions < outChannels ||
                     lowerer.sourceFormat(input) == MemoryFormat::ChannelsLast;
-  input = lowerer.readable(input, "convolution_input");
+  // A filter of one tap reads each input element once at most: the
+  // columns compute an expression input (a batch norm and ReLU) as they
+  // are written.
+  if (taps > 1)
+    input = lowerer.readable(input, "convolution_input");
   // columns[n][c][tap...][output...] (or [n][output...][c][tap...] where
   // windows are rows), each coordinate a loop of its own (no division in
   // the kernel that writes it).
