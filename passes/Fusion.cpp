@@ -416,14 +416,6 @@ bool sameOffsets(ExprContext &exprs, const Expr *a, const Expr *b,
          offsetA->integer() == offsetB->integer();
 }
 
-// Whether `value` is cheap enough to compute as a GEMM writes each micro-
-// tile (beside its 24 live accumulators): arithmetic, comparisons and
-// selects, no division or transcendental function. GELU's erfc there
-// spilled its constants for every vector and cost 1.5x a kernel of its own
-// (256x512 @ 512x2048 on 2 threads: 0.59 ms against 0.40); a bias, a ReLU
-// or a residual add cost nothing extra.
-bool isCheapEpilogue(const Expr *value) { return isCheapArithmetic(value); }
-
 // A contraction writes its product to a temporary that the next kernel, a
 // pointwise one, reads only at the point the product was written (a bias,
 // a ReLU, a residual add, a copy into an output or a view of one):
@@ -479,11 +471,16 @@ bool fuseEpilogue(Program &program, const std::vector<int> &readers,
       return false;
   } else if (!copy) {
     // The GEMM computes the value as it writes C, a float32 element at an
-    // affine index, from loads at points of C, cheaply.
+    // affine index, from loads at points of C, cheaply: beside its 24 live
+    // accumulators, arithmetic, comparisons and selects, no division or
+    // transcendental function (loop::isCheapArithmetic). GELU's erfc there
+    // spilled its constants for every vector and cost 1.5x a kernel of its
+    // own (256x512 @ 512x2048 on 2 threads: 0.59 ms against 0.40); a bias, a
+    // ReLU or a residual add cost nothing extra.
     if (!samePoints || result.dtype() != DType::Float32 ||
         !isAffineOverOuter(storedIndex, contraction.outerRanges.size()) ||
         operationCount(next) > kMaxEpilogueOperations ||
-        !isCheapEpilogue(value))
+        !isCheapArithmetic(value))
       return false;
     for (const Expr *load : loadsOf(storedIndex))
       if (load->id() == product->buffer)

@@ -320,12 +320,16 @@ void Lowerer::lowerNode(const Node &node) {
   afterNode(node);
 }
 
-bool Lowerer::tooLongToInline(const LoweredTensor &tensor) {
+const Expr *Lowerer::element(const LoweredTensor &tensor) {
   Index index;
   for (int64_t d = 0; d < tensor.dim(); ++d)
     index.push_back(exprs().var(d));
+  return tensor.loader(index);
+}
+
+bool Lowerer::tooLongToInline(const LoweredTensor &tensor) {
   std::unordered_set<const Expr *> seen;
-  return loop::operationCount(tensor.loader(index), seen) >
+  return loop::operationCount(element(tensor), seen) >
          loop::kMaxKernelOperations;
 }
 
@@ -350,10 +354,7 @@ MemoryFormat Lowerer::sourceFormat(const LoweredTensor &tensor) {
   int64_t dims = tensor.dim();
   if ((dims != 4 && dims != 5) || tensor.isSymbolic())
     return MemoryFormat::Contiguous;
-  Index index;
-  for (int64_t d = 0; d < dims; ++d)
-    index.push_back(exprs().var(d));
-  for (const Expr *load : loop::loadsOf(tensor.loader(index))) {
+  for (const Expr *load : loop::loadsOf(element(tensor))) {
     const TensorMeta &source = program_.buffers[load->id()].meta;
     MemoryFormat format = meta::suggestMemoryFormat(source);
     if (source.sizes == tensor.sizes && format != MemoryFormat::Contiguous &&
@@ -391,13 +392,10 @@ LoweredTensor Lowerer::readableByWindows(const LoweredTensor &tensor,
   constexpr int64_t kMaxRepeatedOperations = 24;
   if (tensor.realized() || tensor.cheap)
     return tensor;
-  Index index;
-  for (int64_t d = 0; d < tensor.dim(); ++d)
-    index.push_back(exprs().var(d));
-  const Expr *element = tensor.loader(index);
+  const Expr *value = element(tensor);
   std::unordered_set<const Expr *> seen;
-  if (loop::isCheapArithmetic(element) &&
-      loop::operationCount(element, seen) <= kMaxRepeatedOperations)
+  if (loop::isCheapArithmetic(value) &&
+      loop::operationCount(value, seen) <= kMaxRepeatedOperations)
     return tensor;
   return readable(tensor, what);
 }

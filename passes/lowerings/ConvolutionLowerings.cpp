@@ -320,10 +320,7 @@ std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
       return at.buffer;
     return std::nullopt;
   }
-  Index index;
-  for (int64_t d = 0; d < tensor.dim(); ++d)
-    index.push_back(lowerer.exprs().var(d));
-  const Expr *element = tensor.loader(index);
+  const Expr *element = lowerer.element(tensor);
   if (element->kind() != loop::ExprKind::Load ||
       element->dtype() != tensor.dtype)
     return std::nullopt;
@@ -334,6 +331,13 @@ std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
       !lowerer.readsOwnPosition(element))
     return std::nullopt;
   return element->id();
+}
+
+// Whether torch's convolution runs faster channels-last, given its weight
+// channels-last too: where the weight is at most twice the result (the
+// measurements are convolutionInBestLayout's).
+bool channelsLastPays(const LoweredTensor &weight, const TensorMeta &meta) {
+  return numelOf(weight.sizes) <= 2 * meta.numel();
 }
 
 // A convolution torch runs (oneDNN), in the layout it is fastest in.
@@ -368,7 +372,7 @@ LoweringResult convolutionInBestLayout(Lowerer &lowerer, const Node &node,
       meta.dtype != DType::Float32 || (dims != 4 && dims != 5) ||
       lowerer.symbolic() || meta.numel() == 0)
     return std::nullopt;
-  bool channelsLast = numelOf(weight.sizes) <= 2 * meta.numel();
+  bool channelsLast = channelsLastPays(weight, meta);
   MemoryFormat format = !channelsLast ? MemoryFormat::Contiguous
                         : dims == 4   ? MemoryFormat::ChannelsLast
                                       : MemoryFormat::ChannelsLast3d;
@@ -500,7 +504,7 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
   // pages in on every call besides (MobileNet-like 8x32x56x56 by 64 1x1
   // filters: 1568 faults a call).
   bool pointwiseFilter =
-      !wide && !lowerer.symbolic() && numelOf(weight.sizes) <= 2 * meta.numel();
+      !wide && !lowerer.symbolic() && channelsLastPays(weight, meta);
   if (large && groups == 1 && meta.dtype == DType::Float32 &&
       lowerer.device().type == DeviceType::CPU &&
       (lowerer.standalone() || (patches && wide) || pointwiseFilter))

@@ -202,6 +202,8 @@ public:
   /// at that position: no offset, each variable stepping by its dim's
   /// stride (a tensor that is its buffer, element by element).
   bool readsOwnPosition(const Expr *load);
+  /// `tensor`'s element at the point (v0, v1, ...) of its own sizes.
+  const Expr *element(const LoweredTensor &tensor);
   /// The memory format of a channels-last buffer of `tensor`'s sizes that
   /// it reads element by element at its own position (a convolution's
   /// result through batch norm and ReLU); Contiguous where it reads none.
