@@ -3,12 +3,14 @@
 # the machine's peak estimate; and the bench's hand-written GPT exported and run
 # from C (the example driver, a process without Python) against the same model
 # in eager, under torch.compile (Inductor) and under kiln's JIT (those timed
-# round-robin in one process, medians). One run, one machine; writes
+# round-robin in one process, in rounds with the C driver's process between
+# them; medians). One run, one machine; writes
 # bench/results/<date>-export-cpu-<threads>-threads.md.
 # Depends on torch, kiln, a C compiler.
 import datetime
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 
@@ -30,10 +32,10 @@ def peak_gflops(threads):
     return threads * ghz * 2 * lanes * 2, ghz, lanes
 
 
-def run_from_c(directory, name, weights_file, inputs, threads, seconds, scratch):
-    """Seconds per run of an export's example driver (main.c) on `inputs`,
-    timed by the driver itself over about `seconds`, in a process without
-    Python."""
+def from_c_driver(directory, name, weights_file, inputs, threads, scratch):
+    """A function timing one export's example driver (main.c) on `inputs`
+    for about the seconds it is given, in a process without Python; returns
+    seconds per run as the driver itself measured them."""
     binary = os.path.join(scratch, name + "_main")
     subprocess.run(["cc", "-O2", os.path.join(directory, "main.c"),
                     os.path.join(directory, name + ".o"), "-lm", "-lpthread", "-o", binary],
@@ -43,13 +45,27 @@ def run_from_c(directory, name, weights_file, inputs, threads, seconds, scratch)
         files.append(os.path.join(scratch, f"{name}_input{index}.bin"))
         tensor.contiguous().numpy().tofile(files[-1])
     env = {**os.environ, "KILN_NUM_THREADS": str(threads)}
-    once = subprocess.run([binary, weights_file, *files, "-r", "3"], capture_output=True,
-                          text=True, check=True, env=env)
-    per_run = float(re.search(r"mean run time: ([\d.]+) us", once.stdout).group(1)) / 1e6
-    runs = max(3, int(seconds / max(per_run, 1e-6)))
-    run = subprocess.run([binary, weights_file, *files, "-r", str(runs)], capture_output=True,
-                         text=True, check=True, env=env)
-    return float(re.search(r"mean run time: ([\d.]+) us", run.stdout).group(1)) / 1e6
+
+    def timed(runs):
+        run = subprocess.run([binary, weights_file, *files, "-r", str(runs)],
+                             capture_output=True, text=True, check=True, env=env)
+        return float(re.search(r"mean run time: ([\d.]+) us", run.stdout).group(1)) / 1e6
+
+    per_run = timed(3)
+    return lambda seconds: timed(max(3, int(seconds / max(per_run, 1e-6))))
+
+
+def interleaved(in_process, from_c, seconds, rounds=3):
+    """Medians over `rounds` rounds, each timing the in-process functions
+    (round-robin) and then the C driver for about `seconds` / `rounds`: the
+    driver runs in its own process, so that a drift of the machine's speed
+    (other tenants of a shared host) reaches every column alike."""
+    samples = [[] for _ in range(len(in_process) + 1)]
+    for _ in range(rounds):
+        times = environment.seconds_per_call(in_process, samples=3) + [from_c(seconds / rounds)]
+        for column, value in zip(samples, times):
+            column.append(value)
+    return [statistics.median(column) for column in samples]
 
 
 def gemm_rows(kiln, threads, scratch):
@@ -59,16 +75,16 @@ def gemm_rows(kiln, threads, scratch):
     for m, k, n in GEMM_SIZES:
         a, b = torch.randn(m, k), torch.randn(k, n)
         flops = 2 * m * n * k
-        budget = 2.0 if flops > 1e10 else 1.0
+        budget = 3.0 if flops > 1e10 else 1.5
         jit = kiln.compile(lambda a, b: a @ b)
-        eager, jitted = environment.seconds_per_call([lambda: torch.mm(a, b), lambda: jit(a, b)])
         name = f"mm_{m}_{k}_{n}"
         directory = os.path.join(scratch, name)
         result = kiln.export(lambda a, b: a @ b, (a, b), directory, name=name)
-        from_c = run_from_c(directory, name, result.weights_file, (a, b), threads, budget,
-                            scratch)
-        rows.append((f"{m}x{k} @ {k}x{n}", flops / eager / 1e9, flops / from_c / 1e9,
-                     flops / jitted / 1e9, eager / from_c, eager / jitted))
+        from_c = from_c_driver(directory, name, result.weights_file, (a, b), threads, scratch)
+        eager, jitted, c_time = interleaved([lambda: torch.mm(a, b), lambda: jit(a, b)], from_c,
+                                            budget)
+        rows.append((f"{m}x{k} @ {k}x{n}", flops / eager / 1e9, flops / c_time / 1e9,
+                     flops / jitted / 1e9, eager / c_time, eager / jitted))
     return rows
 
 
@@ -87,13 +103,14 @@ def gpt_rows(kiln, threads, scratch):
             columns["torch.compile (Inductor)"] = lambda: inductor(ids)
         except Exception as error:  # reported, the rest still runs
             inductor_error = environment.describe(error)
-        results = dict(zip(columns, environment.seconds_per_call(list(columns.values()))))
-        if inductor_error:
-            results["torch.compile (Inductor)"] = inductor_error
-    directory = os.path.join(scratch, "tiny_gpt")
-    result = kiln.export(model, (ids,), directory, name="tiny_gpt")
-    results["kiln export, run from C"] = run_from_c(directory, "tiny_gpt", result.weights_file,
-                                                    (ids,), threads, 2.0, scratch)
+        directory = os.path.join(scratch, "tiny_gpt")
+        result = kiln.export(model, (ids,), directory, name="tiny_gpt")
+        from_c = from_c_driver(directory, "tiny_gpt", result.weights_file, (ids,), threads,
+                               scratch)
+        times = interleaved(list(columns.values()), from_c, 3.0)
+    results = dict(zip([*columns, "kiln export, run from C"], times))
+    if inductor_error:
+        results["torch.compile (Inductor)"] = inductor_error
     return results
 
 
