@@ -545,11 +545,16 @@ void CpuKernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
     for (size_t index = 0; index < loop.reductions.size(); ++index) {
       const loop::Reduction &reduction = loop.reductions[index];
       llvm::Value *value;
-      if (reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin)
+      if (reduction.op == ReduceOp::ArgMax ||
+          reduction.op == ReduceOp::ArgMin) {
         value = splat(builder_.getInt64(0), currentLanes_);
-      else
-        value = emitCast(emit(reduction.value, vector),
-                         reduction.value->dtype(), accumulatorDType(reduction));
+      } else {
+        DType dtype = accumulatorDType(reduction);
+        value = algebra_.ofOneElement(reduction.op, dtype,
+                                      emitCast(emit(reduction.value, vector),
+                                               reduction.value->dtype(), dtype),
+                                      currentLanes_);
+      }
       reductionValues_[reductionBase + index] = value;
     }
     emitStores(loop.stores);

@@ -57,6 +57,13 @@ llvm::Value *ReductionAlgebra::identity(ReduceOp op, DType dtype, int lanes) {
   throw Error("loop IR: unknown reduction");
 }
 
+llvm::Value *ReductionAlgebra::ofOneElement(ReduceOp op, DType dtype,
+                                            llvm::Value *value, int lanes) {
+  if (op == ReduceOp::Sum && isFloatingPoint(dtype))
+    return builder_.CreateFAdd(identity(op, dtype, lanes), value);
+  return value;
+}
+
 llvm::Value *ReductionAlgebra::combine(ReduceOp op, DType dtype, llvm::Value *a,
                                        llvm::Value *b) {
   bool isFloat = isFloatingPoint(dtype);

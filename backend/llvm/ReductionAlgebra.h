@@ -21,6 +21,13 @@ public:
 
   /// The value a reduction starts from, at `lanes` lanes.
   llvm::Value *identity(loop::ReduceOp op, DType dtype, int lanes);
+  /// The reduction of one element `value` (of `dtype`, at `lanes` lanes),
+  /// as a reduction over no loop gives it: the element combined with the
+  /// identity, which only a float sum changes (eager's sums start from
+  /// +0.0, so the sum of a single -0.0 is +0.0). ArgMax/ArgMin's position
+  /// is 0 and not made here.
+  llvm::Value *ofOneElement(loop::ReduceOp op, DType dtype, llvm::Value *value,
+                            int lanes);
   /// Two partial results of Sum/Prod/Max/Min/Any/All combined; max and min
   /// propagate NaN.
   llvm::Value *combine(loop::ReduceOp op, DType dtype, llvm::Value *a,

@@ -751,11 +751,14 @@ void NvptxKernelEmitter::emitLoop(size_t loopIndex, size_t reductionBase) {
       const loop::Reduction &reduction = loop.reductions[index];
       bool isArg =
           reduction.op == ReduceOp::ArgMax || reduction.op == ReduceOp::ArgMin;
+      DType dtype = accumulatorDType(reduction);
       reductionValues_[reductionBase + index] =
           isArg
               ? builder_.getInt64(0)
-              : emitCast(emit(reduction.value, false), reduction.value->dtype(),
-                         accumulatorDType(reduction));
+              : algebra_.ofOneElement(reduction.op, dtype,
+                                      emitCast(emit(reduction.value, false),
+                                               reduction.value->dtype(), dtype),
+                                      1);
     }
     llvm::Value *stores = valid_;
     if (lane_) { // every lane has the point's values; one stores them

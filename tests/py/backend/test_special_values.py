@@ -139,6 +139,18 @@ def test_signed_zeros_as_eager(dtype, name, fn, length):
     assert_same(kiln.compile(fn)(x), fn(x))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+@pytest.mark.parametrize("shape", [(), (1,), (300, 1), (1, 1, 1)])
+def test_reductions_of_one_element_keep_eagers_signed_zeros(dtype, shape):
+    # A sum over a single -0.0 is +0.0 in eager (its sums start from +0.0),
+    # as the fuzzer found of a 0-d tensor's sum (seed 21580); max, min and
+    # prod keep the element's sign.
+    x = torch.full(shape, -0.0, dtype=dtype)
+    for fn in (lambda x: x.sum(), lambda x: x.mean(), lambda x: x.sum(-1) if x.dim() else x.sum(0),
+               lambda x: x.nansum(), lambda x: x.amax(), lambda x: x.amin(), lambda x: x.prod()):
+        assert_same(kiln.compile(fn)(x), fn(x))
+
+
 def test_promoted_expanded_operand_orders_the_result_as_eager():
     # An int64 operand of a float64 op is first copied densely (TensorIterator
     # casts it with .to()): the result is row-major, not transposed.
