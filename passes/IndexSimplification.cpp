@@ -133,7 +133,10 @@ private:
   // put back in their place (x = c*floordiv(x, c) + mod(x, c) for any
   // integer x): a view's reshape of a reshape, such as
   // floordiv(v0, 8)*2048 + mod(v0, 8)*256 + v1, is v0*256 + v1 again.
-  // nullptr when there is no such pair.
+  // Likewise c*k*mod(floordiv(x, c), d) and k*mod(x, c) are k*mod(x, c*d)
+  // (x's digits below c and the next digit in base d): a delinearised index
+  // over three dims, 1024*floordiv(v, 1024) + 32*mod(floordiv(v, 32), 32) +
+  // mod(v, 32) (a group norm's group), is v. nullptr when there is no pair.
   const Expr *recombine(const Expr *sum) {
     std::vector<Term> terms;
     int64_t constant = 0;
@@ -141,6 +144,28 @@ private:
     bool changed = false;
     for (bool found = true; found;) {
       found = false;
+      for (size_t i = 0; i < terms.size() && !found; ++i) {
+        const Expr *digit = terms[i].atom;
+        if (!isDivision(digit, BinaryOp::Mod) ||
+            !isDivision(digit->operand(0), BinaryOp::FloorDiv))
+          continue;
+        const Expr *x = digit->operand(0)->operand(0);
+        int64_t low = digit->operand(0)->operand(1)->integer();
+        int64_t base = digit->operand(1)->integer(), modulus;
+        if (__builtin_mul_overflow(low, base, &modulus))
+          continue;
+        for (size_t j = 0; j < terms.size() && !found; ++j) {
+          const Expr *below = terms[j].atom;
+          if (!isDivision(below, BinaryOp::Mod) || below->operand(0) != x ||
+              below->operand(1)->integer() != low ||
+              terms[i].coefficient != terms[j].coefficient * low)
+            continue;
+          Term merged{exprs_.mod(x, modulus), terms[j].coefficient};
+          terms.erase(terms.begin() + std::max(i, j));
+          terms[std::min(i, j)] = merged;
+          found = changed = true;
+        }
+      }
       for (size_t i = 0; i < terms.size() && !found; ++i) {
         const Expr *quotient = terms[i].atom;
         if (!isDivision(quotient, BinaryOp::FloorDiv))

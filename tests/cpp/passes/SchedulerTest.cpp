@@ -430,6 +430,38 @@ TEST(Scheduler, IndexSimplificationRecombinesQuotientAndRemainder) {
   EXPECT_FALSE(loop::affineCoefficient(stores[1].index, 0).has_value());
 }
 
+TEST(Scheduler, IndexSimplificationRecombinesNestedDigits) {
+  loop::Program program;
+  loop::ExprContext &e = *program.exprs;
+  const loop::Expr *v0 = e.var(0), *v1 = e.var(1);
+  // A group norm's group of 8 channels of 32x32 pixels, delinearised over
+  // [8, 32, 32] and read from a contiguous [64, 8192] buffer:
+  // v0*8192 + floordiv(v1, 1024)*1024 + mod(floordiv(v1, 32), 32)*32 +
+  // mod(v1, 32) is v0*8192 + v1 (the digits below 1024 are mod(v1, 1024)).
+  auto digits = [&](int64_t low, int64_t base, int64_t top) {
+    const loop::Expr *sum =
+        e.add(e.mul(v0, e.integer(8192)),
+              e.mul(e.floorDiv(v1, low * base), e.integer(low * base)));
+    sum = e.add(sum, e.mul(e.mod(e.floorDiv(v1, low), base), e.integer(top)));
+    return e.add(sum, e.mod(v1, low));
+  };
+  loop::Kernel kernel;
+  kernel.outerRanges = {64, 8192};
+  loop::Loop body;
+  auto store = [&](const loop::Expr *index) {
+    body.stores.push_back({0, index, e.cast(index, DType::Float32)});
+  };
+  store(digits(32, 32, 32));
+  // A digit's coefficient that is not its place value stays as it is.
+  store(digits(32, 32, 64));
+  appendKernel(program, kernel, body);
+  simplifyIndices(program);
+  const auto &stores = program.steps[0].kernel.loops[0].stores;
+  EXPECT_EQ(loop::affineCoefficient(stores[0].index, 0), 8192);
+  EXPECT_EQ(loop::affineCoefficient(stores[0].index, 1), 1);
+  EXPECT_FALSE(loop::affineCoefficient(stores[1].index, 1).has_value());
+}
+
 // The CPU backend emits kernels on several threads, each reading the
 // program: while it does, the program's ExprContext finds the nodes it
 // holds and refuses to create one (a race on its tables otherwise).
