@@ -22,7 +22,9 @@
 namespace kiln::backend {
 namespace {
 
+using loop::BinaryOp;
 using loop::Expr;
+using loop::ExprKind;
 using loop::ReduceOp;
 using loop::UnaryOp;
 
@@ -65,6 +67,20 @@ protected:
   void computed(const Expr *expr, llvm::Value *value) override;
 
 private:
+  /// An index contiguous along the vector but for a clamp: terms the lanes
+  /// share plus min(max(t, low), high) (or max(min(t, high), low)), t of
+  /// coefficient 1 in the vector's variable. A padded window's or a pad's
+  /// column: the lanes inside [low, high] read one contiguous run.
+  struct ClampedRun {
+    std::vector<const Expr *> shared;
+    const Expr *position = nullptr; // t
+    int64_t low = 0, high = 0;
+  };
+  std::optional<ClampedRun> clampedRun(const Expr *index);
+  /// The elements of a clamped run: one masked contiguous load of the lanes
+  /// inside the bounds, the edge element in the others (no gather).
+  llvm::Value *loadClampedRun(const ClampedRun &run, llvm::Type *storage,
+                              llvm::Value *base, llvm::Type *vectorType);
   void emitStores(const std::vector<loop::Store> &stores);
   void emitOuter(size_t level);
   llvm::Value *alignedStart(size_t var, llvm::Value *start, llvm::Value *end);
@@ -141,10 +157,115 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
         builder_.CreateGEP(storage, base, emit(expr->index(), false));
     return builder_.CreateAlignedLoad(vectorType, address, llvm::Align(1));
   }
+  // Masked loads are single instructions from AVX on (SSE would take them
+  // lane by lane, as it takes a gather).
+  if (host_.vectorBits >= 256 && coefficient != 1)
+    if (std::optional<ClampedRun> run = clampedRun(expr->index()))
+      return loadClampedRun(*run, storage, base, vectorType);
   llvm::Value *addresses =
       builder_.CreateGEP(storage, base, emit(expr->index(), true));
   return builder_.CreateMaskedGather(vectorType, addresses,
                                      llvm::Align(itemSize(dtype)));
+}
+
+namespace {
+
+// t, low and high of min(max(t, low), high) or max(min(t, high), low) with
+// integer constant bounds, low <= high.
+bool clampOf(const Expr *node, const Expr *&t, int64_t &low, int64_t &high) {
+  auto split = [](const Expr *e, BinaryOp op, const Expr *&other,
+                  int64_t &bound) {
+    if (e->kind() != ExprKind::Binary || e->binaryOp() != op ||
+        e->dtype() != DType::Int64)
+      return false;
+    for (int side = 0; side < 2; ++side)
+      if (e->operand(side)->isConstant()) {
+        bound = e->operand(side)->integer();
+        other = e->operand(1 - side);
+        return true;
+      }
+    return false;
+  };
+  const Expr *inner;
+  if (split(node, BinaryOp::Min, inner, high) &&
+      split(inner, BinaryOp::Max, t, low))
+    return low <= high;
+  if (split(node, BinaryOp::Max, inner, low) &&
+      split(inner, BinaryOp::Min, t, high))
+    return low <= high;
+  return false;
+}
+
+} // namespace
+
+std::optional<CpuKernelEmitter::ClampedRun>
+CpuKernelEmitter::clampedRun(const Expr *index) {
+  if (indexReadsVectorReduction(index))
+    return std::nullopt;
+  std::vector<const Expr *> terms{index};
+  ClampedRun run;
+  while (!terms.empty()) {
+    const Expr *term = terms.back();
+    terms.pop_back();
+    if (!varying(term)) {
+      run.shared.push_back(term);
+      continue;
+    }
+    if (term->kind() == ExprKind::Binary && term->binaryOp() == BinaryOp::Add) {
+      terms.push_back(term->operand(0));
+      terms.push_back(term->operand(1));
+      continue;
+    }
+    const Expr *position;
+    int64_t low, high;
+    if (run.position || !clampOf(term, position, low, high) ||
+        loop::affineCoefficient(position, vectorVar_) != 1)
+      return std::nullopt;
+    run.position = position;
+    run.low = low;
+    run.high = high;
+  }
+  if (!run.position)
+    return std::nullopt;
+  return run;
+}
+
+llvm::Value *CpuKernelEmitter::loadClampedRun(const ClampedRun &run,
+                                              llvm::Type *storage,
+                                              llvm::Value *base,
+                                              llvm::Type *vectorType) {
+  llvm::Type *indexType = builder_.getInt64Ty();
+  llvm::Value *shared = builder_.getInt64(0);
+  for (const Expr *term : run.shared)
+    shared = builder_.CreateAdd(shared, emit(term, false));
+  llvm::Value *row = builder_.CreateGEP(storage, base, shared);
+  // The first lane's unclamped position, and every lane's.
+  llvm::Value *first = emit(run.position, false);
+  std::vector<llvm::Constant *> steps;
+  for (int lane = 0; lane < currentLanes_; ++lane)
+    steps.push_back(llvm::ConstantInt::get(indexType, lane));
+  llvm::Value *positions = builder_.CreateAdd(splat(first, currentLanes_),
+                                              llvm::ConstantVector::get(steps));
+  llvm::Value *below = builder_.CreateICmpSLT(
+      positions, splat(builder_.getInt64(run.low), currentLanes_));
+  llvm::Value *above = builder_.CreateICmpSGT(
+      positions, splat(builder_.getInt64(run.high), currentLanes_));
+  llvm::Value *inside = builder_.CreateNot(builder_.CreateOr(below, above));
+  // The lanes outside read the edge element a clamped index would (both
+  // edges are elements the kernel may read: the clamp's bounds).
+  auto edge = [&](int64_t position) {
+    return splat(builder_.CreateLoad(
+                     storage, builder_.CreateGEP(storage, row,
+                                                 builder_.getInt64(position))),
+                 currentLanes_);
+  };
+  llvm::Value *outside =
+      builder_.CreateSelect(below, edge(run.low), edge(run.high));
+  // Masked-off lanes are not read: the run's address may lie outside the
+  // buffer where they do.
+  llvm::Value *start = builder_.CreateGEP(storage, row, first);
+  return builder_.CreateMaskedLoad(vectorType, start, llvm::Align(1), inside,
+                                   outside);
 }
 
 void CpuKernelEmitter::emitStores(const std::vector<loop::Store> &stores) {

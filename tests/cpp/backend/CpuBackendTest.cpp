@@ -649,6 +649,52 @@ TEST(CpuLoads, TransposedBroadcastAndGatheredLoads) {
   }
 }
 
+// A pad's or a padded window's column: in[r, clamp(j + shift, 0, C - 1)],
+// contiguous along the vector but at the edges, is a masked contiguous
+// load with the edge elements in the lanes outside (no gather), where the
+// host has AVX; the values are the clamped index's.
+TEST(CpuLoads, ClampedColumnsAreMaskedContiguousLoads) {
+  for (int64_t columns : {1, 7, 40, 130}) {
+    for (int64_t shift : {-2, 0, 3}) {
+      TestProgram test;
+      int64_t rows = 3, width = columns + 5;
+      int64_t in = test.buffer(DType::Float32, rows * columns);
+      int64_t out = test.buffer(DType::Float32, rows * width);
+      auto &e = test.exprs();
+      const Expr *i = test.var(0), *j = test.var(1);
+      const Expr *column = e.binary(
+          BinaryOp::Min,
+          e.binary(BinaryOp::Max, e.add(j, e.integer(shift)), e.integer(0)),
+          e.integer(columns - 1));
+      loop::Kernel kernel;
+      kernel.name = "clamped";
+      kernel.outerRanges = {rows, width};
+      loop::Loop body;
+      body.stores.push_back(
+          {out, e.add(e.mul(i, e.integer(width)), j),
+           test.load(in, e.add(e.mul(i, e.integer(columns)), column))});
+      kernel.loops.push_back(body);
+      test.addKernel(kernel);
+      auto values = randomFloats(rows * columns, -1, 1);
+      test.fill(in, values);
+      std::string ir;
+      auto compiled = compileWithIr(test, ir);
+      test.runAgain(*compiled);
+      if (backend::hostTarget().vectorBits >= 256 && width >= 16) {
+        EXPECT_NE(ir.find("llvm.masked.load"), std::string::npos);
+        EXPECT_EQ(ir.find("llvm.masked.gather"), std::string::npos);
+      }
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < width; ++c) {
+          int64_t source = std::clamp<int64_t>(c + shift, 0, columns - 1);
+          EXPECT_EQ(test.data<float>(out)[r * width + c],
+                    values[r * columns + source])
+              << columns << " shift " << shift << " at " << r << "," << c;
+        }
+    }
+  }
+}
+
 namespace {
 
 /// One reduction over the columns of a rows x columns float32 matrix,
