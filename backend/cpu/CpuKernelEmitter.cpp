@@ -251,16 +251,22 @@ llvm::Value *CpuKernelEmitter::loadClampedRun(const ClampedRun &run,
   llvm::Value *above = builder_.CreateICmpSGT(
       positions, splat(builder_.getInt64(run.high), currentLanes_));
   llvm::Value *inside = builder_.CreateNot(builder_.CreateOr(below, above));
-  // The lanes outside read the edge element a clamped index would (both
-  // edges are elements the kernel may read: the clamp's bounds).
-  auto edge = [&](int64_t position) {
+  // The lanes outside read the edge element a clamped index gives: positions
+  // rise along the lanes, so a lane below the run has the first lane's
+  // element and one above it the last lane's, elements the kernel reads.
+  auto elementOfLane = [&](int64_t lane) {
+    llvm::Value *position = builder_.CreateAdd(first, builder_.getInt64(lane));
+    position = builder_.CreateBinaryIntrinsic(
+        llvm::Intrinsic::smin,
+        builder_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, position,
+                                       builder_.getInt64(run.low)),
+        builder_.getInt64(run.high));
     return splat(builder_.CreateLoad(
-                     storage, builder_.CreateGEP(storage, row,
-                                                 builder_.getInt64(position))),
+                     storage, builder_.CreateGEP(storage, row, position)),
                  currentLanes_);
   };
-  llvm::Value *outside =
-      builder_.CreateSelect(below, edge(run.low), edge(run.high));
+  llvm::Value *outside = builder_.CreateSelect(
+      below, elementOfLane(0), elementOfLane(currentLanes_ - 1));
   // Masked-off lanes are not read: the run's address may lie outside the
   // buffer where they do.
   llvm::Value *start = builder_.CreateGEP(storage, row, first);
