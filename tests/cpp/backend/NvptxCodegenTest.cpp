@@ -254,6 +254,13 @@ TEST(NvptxCodegen, LayoutsAndDtypesWithoutLibdeviceMath) {
   });
   EXPECT_NE(generateGpuCode(one, "sm_80").ptx.find(".entry"),
             std::string::npos);
+  // The sum of a 0-d tensor adds its element to +0.0 (a -0.0's sum is +0.0,
+  // as in eager), as the CPU's does (tests/py/backend/test_special_values).
+  loop::Program scalarSum = program(DType::Float32, {}, [](Graph &g, Value *x) {
+    return op(g, "aten::sum", {x});
+  });
+  EXPECT_NE(generateGpuCode(scalarSum, "sm_80").ptx.find("0f00000000"),
+            std::string::npos);
 }
 
 TEST(NvptxCodegen, LibdeviceMathIsLinkedOrRefusedClearly) {
