@@ -169,6 +169,15 @@ LoweredTensor perChannel(Lowerer &lowerer, const LoweredTensor &channels,
   });
 }
 
+// Input `index` of `node`, a per-channel vector or None, as a tensor of
+// `sizes`.
+std::optional<LoweredTensor> channelInput(Lowerer &lowerer, const Node &node,
+                                          size_t index, const SymShape &sizes) {
+  if (auto tensor = optionalInput(lowerer, node, index))
+    return perChannel(lowerer, *tensor, sizes);
+  return std::nullopt;
+}
+
 // The results of a batch norm with the running statistics, the first
 // `out`: the saved statistics are empty in inference.
 std::vector<LoweredTensor> inferenceResults(Lowerer &lowerer, const Node &node,
@@ -257,15 +266,57 @@ LoweringResult batchNormInference(Lowerer &lowerer, const Node &node,
                                              lowerer.constant(eps, math)));
                         }),
       input.symSizes);
-  auto channel = [&](size_t index) -> std::optional<LoweredTensor> {
-    if (auto tensor = optionalInput(lowerer, node, index))
-      return perChannel(lowerer, *tensor, input.symSizes);
+  return inferenceResults(
+      lowerer, node,
+      normalize(lowerer, input, mean, rstd,
+                channelInput(lowerer, node, 1, input.symSizes),
+                channelInput(lowerer, node, 2, input.symSizes), math,
+                lowerer.resultMeta(node, 0).dtype));
+}
+
+// A CPU batch norm with the batch's statistics and no running statistics
+// to update (native_batch_norm with training=True and none given: instance
+// norm's call, F.batch_norm(x, None, None, training=True)): per channel, the
+// mean and rstd (of the biased variance) over every other dim; results
+// (out, mean, rstd) as eager's.
+LoweringResult batchNormOfTheBatch(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const auto &arguments = node.arguments();
+  // On a GPU torch's kernel runs (not measured there).
+  if (lowerer.device().type != DeviceType::CPU || input.dim() < 2 ||
+      !arguments.at(3).isNone() || !arguments.at(4).isNone())
     return std::nullopt;
-  };
-  return inferenceResults(lowerer, node,
-                          normalize(lowerer, input, mean, rstd, channel(1),
-                                    channel(2), math,
-                                    lowerer.resultMeta(node, 0).dtype));
+  DType math = accumulationType(input.dtype);
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < input.dim(); ++d)
+    dims.push_back(d);
+  auto [mean, rstd] = statistics(
+      lowerer, input, dims, arguments.at(7).toDouble(), math,
+      lowerer.resultMeta(node, 1), lowerer.resultMeta(node, 2), "batch_norm");
+  std::optional<LoweredTensor> weight =
+      channelInput(lowerer, node, 1, input.symSizes);
+  std::optional<LoweredTensor> bias =
+      channelInput(lowerer, node, 2, input.symSizes);
+  // The CPU kernel computes (x - mean) * (rstd * weight) + bias with the
+  // statistics it returns (rounded to a half input's dtype).
+  std::vector<LoweredTensor> inputs{
+      input, perChannel(lowerer, mean.result, input.symSizes),
+      perChannel(lowerer, rstd.result, input.symSizes)};
+  if (weight)
+    inputs.push_back(*weight);
+  if (bias)
+    inputs.push_back(*bias);
+  bool hasWeight = weight.has_value(), hasBias = bias.has_value();
+  LoweredTensor out = lowerer.pointwise(
+      input.symSizes, math, lowerer.resultMeta(node, 0).dtype, inputs,
+      [&lowerer, hasWeight, hasBias](const Values &v) {
+        const Expr *scale =
+            hasWeight ? lowerer.binary(BinaryOp::Mul, v[2], v[3]) : v[2];
+        const Expr *value = lowerer.binary(
+            BinaryOp::Mul, lowerer.binary(BinaryOp::Sub, v[0], v[1]), scale);
+        return hasBias ? lowerer.binary(BinaryOp::Add, value, v.back()) : value;
+      });
+  return std::vector<LoweredTensor>{out, mean.result, rstd.result};
 }
 
 // native_group_norm: statistics over [N, G, C/G * HxW], applied per
@@ -307,14 +358,12 @@ LoweringResult groupNorm(Lowerer &lowerer, const Node &node) {
       return Index{index[0], exprs->floorDiv(index[1], groupSize)};
     });
   };
-  auto channel = [&](size_t index) -> std::optional<LoweredTensor> {
-    if (auto tensor = optionalInput(lowerer, node, index))
-      return perChannel(lowerer, *tensor, constantShape(input.sizes));
-    return std::nullopt;
-  };
-  LoweredTensor out = normalize(lowerer, input, perGroup(mean.value),
-                                perGroup(rstd.value), channel(1), channel(2),
-                                math, lowerer.resultMeta(node, 0).dtype);
+  SymShape sizes = constantShape(input.sizes);
+  LoweredTensor out =
+      normalize(lowerer, input, perGroup(mean.value), perGroup(rstd.value),
+                channelInput(lowerer, node, 1, sizes),
+                channelInput(lowerer, node, 2, sizes), math,
+                lowerer.resultMeta(node, 0).dtype);
   return std::vector<LoweredTensor>{out, mean.result, rstd.result};
 }
 
@@ -336,7 +385,7 @@ void registerNormalizationLowerings(LoweringTable &table) {
       {"aten::native_batch_norm",
        [](Lowerer &lowerer, const Node &node) -> LoweringResult {
          if (node.arguments().at(5).toBool()) // training: batch statistics
-           return std::nullopt;
+           return batchNormOfTheBatch(lowerer, node);
          return batchNormInference(lowerer, node, 7);
        }},
       {"aten::native_group_norm", groupNorm},
