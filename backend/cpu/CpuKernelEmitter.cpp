@@ -157,6 +157,19 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
         builder_.CreateGEP(storage, base, emit(expr->index(), false));
     return builder_.CreateAlignedLoad(vectorType, address, llvm::Align(1));
   }
+  // A reversed run (a flip): the last lane's element is the lowest; one
+  // contiguous load from there, its lanes reversed.
+  if (coefficient && *coefficient == -1 &&
+      !indexReadsVectorReduction(expr->index())) {
+    llvm::Value *last = builder_.CreateSub(
+        emit(expr->index(), false), builder_.getInt64(currentLanes_ - 1));
+    llvm::Value *run = builder_.CreateAlignedLoad(
+        vectorType, builder_.CreateGEP(storage, base, last), llvm::Align(1));
+    std::vector<int> reversed;
+    for (int lane = currentLanes_ - 1; lane >= 0; --lane)
+      reversed.push_back(lane);
+    return builder_.CreateShuffleVector(run, reversed);
+  }
   // Masked loads are single instructions from AVX on (SSE would take them
   // lane by lane, as it takes a gather).
   if (host_.vectorBits >= 256 && coefficient != 1)

@@ -695,6 +695,43 @@ TEST(CpuLoads, ClampedColumnsAreMaskedContiguousLoads) {
   }
 }
 
+// A flip's column, in[r, C - 1 - j], is one contiguous load with its lanes
+// reversed (no gather), on every host.
+TEST(CpuLoads, ReversedColumnsAreContiguousLoadsReversed) {
+  for (int64_t columns : {1, 7, 40, 130}) {
+    TestProgram test;
+    int64_t rows = 3;
+    int64_t in = test.buffer(DType::Float32, rows * columns);
+    int64_t out = test.buffer(DType::Float32, rows * columns);
+    auto &e = test.exprs();
+    const Expr *i = test.var(0), *j = test.var(1);
+    const Expr *row = e.mul(i, e.integer(columns));
+    loop::Kernel kernel;
+    kernel.name = "reversed";
+    kernel.outerRanges = {rows, columns};
+    loop::Loop body;
+    body.stores.push_back(
+        {out, e.add(row, j),
+         test.load(in, e.add(row, e.add(e.mul(j, e.integer(-1)),
+                                        e.integer(columns - 1))))});
+    kernel.loops.push_back(body);
+    test.addKernel(kernel);
+    auto values = randomFloats(rows * columns, -1, 1);
+    test.fill(in, values);
+    std::string ir;
+    auto compiled = compileWithIr(test, ir);
+    test.runAgain(*compiled);
+    if (columns >= 40) {
+      EXPECT_EQ(ir.find("llvm.masked.gather"), std::string::npos);
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < columns; ++c)
+        EXPECT_EQ(test.data<float>(out)[r * columns + c],
+                  values[r * columns + columns - 1 - c])
+            << columns << " at " << r << "," << c;
+  }
+}
+
 namespace {
 
 /// One reduction over the columns of a rows x columns float32 matrix,
