@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <thread>
@@ -649,46 +650,68 @@ TEST(CpuLoads, TransposedBroadcastAndGatheredLoads) {
   }
 }
 
+namespace {
+
+/// out[r, j] = in[r, column(j)] over rows x width (in: rows x columns random
+/// floats), compiled and run: the kernel's IR before optimisation, the
+/// input and the output.
+struct ColumnRead {
+  std::string ir;
+  std::vector<float> in, out;
+};
+ColumnRead
+readColumns(int64_t rows, int64_t columns, int64_t width,
+            const std::function<const Expr *(loop::ExprContext &, const Expr *)>
+                &column) {
+  TestProgram test;
+  int64_t in = test.buffer(DType::Float32, rows * columns);
+  int64_t out = test.buffer(DType::Float32, rows * width);
+  auto &e = test.exprs();
+  const Expr *i = test.var(0), *j = test.var(1);
+  loop::Kernel kernel;
+  kernel.name = "columns";
+  kernel.outerRanges = {rows, width};
+  loop::Loop body;
+  body.stores.push_back(
+      {out, e.add(e.mul(i, e.integer(width)), j),
+       test.load(in, e.add(e.mul(i, e.integer(columns)), column(e, j)))});
+  kernel.loops.push_back(body);
+  test.addKernel(kernel);
+  ColumnRead read;
+  read.in = randomFloats(rows * columns, -1, 1);
+  test.fill(in, read.in);
+  auto compiled = compileWithIr(test, read.ir);
+  test.runAgain(*compiled);
+  read.out.assign(test.data<float>(out), test.data<float>(out) + rows * width);
+  return read;
+}
+
+} // namespace
+
 // A pad's or a padded window's column: in[r, clamp(j + shift, 0, C - 1)],
 // contiguous along the vector but at the edges, is a masked contiguous
 // load with the edge elements in the lanes outside (no gather), where the
 // host has AVX; the values are the clamped index's.
 TEST(CpuLoads, ClampedColumnsAreMaskedContiguousLoads) {
+  const int64_t rows = 3;
   for (int64_t columns : {1, 7, 40, 130}) {
     for (int64_t shift : {-2, 0, 3}) {
-      TestProgram test;
-      int64_t rows = 3, width = columns + 5;
-      int64_t in = test.buffer(DType::Float32, rows * columns);
-      int64_t out = test.buffer(DType::Float32, rows * width);
-      auto &e = test.exprs();
-      const Expr *i = test.var(0), *j = test.var(1);
-      const Expr *column = e.binary(
-          BinaryOp::Min,
-          e.binary(BinaryOp::Max, e.add(j, e.integer(shift)), e.integer(0)),
-          e.integer(columns - 1));
-      loop::Kernel kernel;
-      kernel.name = "clamped";
-      kernel.outerRanges = {rows, width};
-      loop::Loop body;
-      body.stores.push_back(
-          {out, e.add(e.mul(i, e.integer(width)), j),
-           test.load(in, e.add(e.mul(i, e.integer(columns)), column))});
-      kernel.loops.push_back(body);
-      test.addKernel(kernel);
-      auto values = randomFloats(rows * columns, -1, 1);
-      test.fill(in, values);
-      std::string ir;
-      auto compiled = compileWithIr(test, ir);
-      test.runAgain(*compiled);
+      int64_t width = columns + 5;
+      ColumnRead read = readColumns(
+          rows, columns, width, [&](loop::ExprContext &e, const Expr *j) {
+            return e.binary(BinaryOp::Min,
+                            e.binary(BinaryOp::Max, e.add(j, e.integer(shift)),
+                                     e.integer(0)),
+                            e.integer(columns - 1));
+          });
       if (backend::hostTarget().vectorBits >= 256 && width >= 16) {
-        EXPECT_NE(ir.find("llvm.masked.load"), std::string::npos);
-        EXPECT_EQ(ir.find("llvm.masked.gather"), std::string::npos);
+        EXPECT_NE(read.ir.find("llvm.masked.load"), std::string::npos);
+        EXPECT_EQ(read.ir.find("llvm.masked.gather"), std::string::npos);
       }
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < width; ++c) {
           int64_t source = std::clamp<int64_t>(c + shift, 0, columns - 1);
-          EXPECT_EQ(test.data<float>(out)[r * width + c],
-                    values[r * columns + source])
+          EXPECT_EQ(read.out[r * width + c], read.in[r * columns + source])
               << columns << " shift " << shift << " at " << r << "," << c;
         }
     }
@@ -698,36 +721,19 @@ TEST(CpuLoads, ClampedColumnsAreMaskedContiguousLoads) {
 // A flip's column, in[r, C - 1 - j], is one contiguous load with its lanes
 // reversed (no gather), on every host.
 TEST(CpuLoads, ReversedColumnsAreContiguousLoadsReversed) {
+  const int64_t rows = 3;
   for (int64_t columns : {1, 7, 40, 130}) {
-    TestProgram test;
-    int64_t rows = 3;
-    int64_t in = test.buffer(DType::Float32, rows * columns);
-    int64_t out = test.buffer(DType::Float32, rows * columns);
-    auto &e = test.exprs();
-    const Expr *i = test.var(0), *j = test.var(1);
-    const Expr *row = e.mul(i, e.integer(columns));
-    loop::Kernel kernel;
-    kernel.name = "reversed";
-    kernel.outerRanges = {rows, columns};
-    loop::Loop body;
-    body.stores.push_back(
-        {out, e.add(row, j),
-         test.load(in, e.add(row, e.add(e.mul(j, e.integer(-1)),
-                                        e.integer(columns - 1))))});
-    kernel.loops.push_back(body);
-    test.addKernel(kernel);
-    auto values = randomFloats(rows * columns, -1, 1);
-    test.fill(in, values);
-    std::string ir;
-    auto compiled = compileWithIr(test, ir);
-    test.runAgain(*compiled);
+    ColumnRead read = readColumns(
+        rows, columns, columns, [&](loop::ExprContext &e, const Expr *j) {
+          return e.add(e.mul(j, e.integer(-1)), e.integer(columns - 1));
+        });
     if (columns >= 40) {
-      EXPECT_EQ(ir.find("llvm.masked.gather"), std::string::npos);
+      EXPECT_EQ(read.ir.find("llvm.masked.gather"), std::string::npos);
     }
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < columns; ++c)
-        EXPECT_EQ(test.data<float>(out)[r * columns + c],
-                  values[r * columns + columns - 1 - c])
+        EXPECT_EQ(read.out[r * columns + c],
+                  read.in[r * columns + columns - 1 - c])
             << columns << " at " << r << "," << c;
   }
 }
