@@ -151,16 +151,17 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
   std::optional<int64_t> coefficient =
       loop::affineCoefficient(expr->index(), vectorVar_);
   llvm::Type *vectorType = withLanes(storage, currentLanes_);
-  if (coefficient && *coefficient == 1 &&
-      !indexReadsVectorReduction(expr->index())) {
+  // Runs of consecutive elements: the index moves by one (or minus one, or
+  // one but for a clamp) from lane to lane.
+  bool runs = !indexReadsVectorReduction(expr->index());
+  if (runs && coefficient == 1) {
     llvm::Value *address =
         builder_.CreateGEP(storage, base, emit(expr->index(), false));
     return builder_.CreateAlignedLoad(vectorType, address, llvm::Align(1));
   }
   // A reversed run (a flip): the last lane's element is the lowest; one
   // contiguous load from there, its lanes reversed.
-  if (coefficient && *coefficient == -1 &&
-      !indexReadsVectorReduction(expr->index())) {
+  if (runs && coefficient == -1) {
     llvm::Value *last = builder_.CreateSub(
         emit(expr->index(), false), builder_.getInt64(currentLanes_ - 1));
     llvm::Value *run = builder_.CreateAlignedLoad(
@@ -172,7 +173,7 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
   }
   // Masked loads are single instructions from AVX on (SSE would take them
   // lane by lane, as it takes a gather).
-  if (host_.vectorBits >= 256 && coefficient != 1)
+  if (runs && !coefficient && host_.vectorBits >= 256)
     if (std::optional<ClampedRun> run = clampedRun(expr->index()))
       return loadClampedRun(*run, storage, base, vectorType);
   llvm::Value *addresses =
@@ -213,8 +214,6 @@ bool clampOf(const Expr *node, const Expr *&t, int64_t &low, int64_t &high) {
 
 std::optional<CpuKernelEmitter::ClampedRun>
 CpuKernelEmitter::clampedRun(const Expr *index) {
-  if (indexReadsVectorReduction(index))
-    return std::nullopt;
   std::vector<const Expr *> terms{index};
   ClampedRun run;
   while (!terms.empty()) {
@@ -247,18 +246,13 @@ llvm::Value *CpuKernelEmitter::loadClampedRun(const ClampedRun &run,
                                               llvm::Type *storage,
                                               llvm::Value *base,
                                               llvm::Type *vectorType) {
-  llvm::Type *indexType = builder_.getInt64Ty();
   llvm::Value *shared = builder_.getInt64(0);
   for (const Expr *term : run.shared)
     shared = builder_.CreateAdd(shared, emit(term, false));
   llvm::Value *row = builder_.CreateGEP(storage, base, shared);
   // The first lane's unclamped position, and every lane's.
   llvm::Value *first = emit(run.position, false);
-  std::vector<llvm::Constant *> steps;
-  for (int lane = 0; lane < currentLanes_; ++lane)
-    steps.push_back(llvm::ConstantInt::get(indexType, lane));
-  llvm::Value *positions = builder_.CreateAdd(splat(first, currentLanes_),
-                                              llvm::ConstantVector::get(steps));
+  llvm::Value *positions = emit(run.position, true);
   llvm::Value *below = builder_.CreateICmpSLT(
       positions, splat(builder_.getInt64(run.low), currentLanes_));
   llvm::Value *above = builder_.CreateICmpSGT(

@@ -293,29 +293,20 @@ LoweringResult batchNormOfTheBatch(Lowerer &lowerer, const Node &node) {
   auto [mean, rstd] = statistics(
       lowerer, input, dims, arguments.at(7).toDouble(), math,
       lowerer.resultMeta(node, 1), lowerer.resultMeta(node, 2), "batch_norm");
-  std::optional<LoweredTensor> weight =
-      channelInput(lowerer, node, 1, input.symSizes);
-  std::optional<LoweredTensor> bias =
-      channelInput(lowerer, node, 2, input.symSizes);
   // The CPU kernel computes (x - mean) * (rstd * weight) + bias with the
   // statistics it returns (rounded to a half input's dtype).
-  std::vector<LoweredTensor> inputs{
-      input, perChannel(lowerer, mean.result, input.symSizes),
-      perChannel(lowerer, rstd.result, input.symSizes)};
-  if (weight)
-    inputs.push_back(*weight);
-  if (bias)
-    inputs.push_back(*bias);
-  bool hasWeight = weight.has_value(), hasBias = bias.has_value();
-  LoweredTensor out = lowerer.pointwise(
-      input.symSizes, math, lowerer.resultMeta(node, 0).dtype, inputs,
-      [&lowerer, hasWeight, hasBias](const Values &v) {
-        const Expr *scale =
-            hasWeight ? lowerer.binary(BinaryOp::Mul, v[2], v[3]) : v[2];
-        const Expr *value = lowerer.binary(
-            BinaryOp::Mul, lowerer.binary(BinaryOp::Sub, v[0], v[1]), scale);
-        return hasBias ? lowerer.binary(BinaryOp::Add, value, v.back()) : value;
-      });
+  LoweredTensor scale = rstd.result;
+  if (std::optional<LoweredTensor> weight = optionalInput(lowerer, node, 1))
+    scale =
+        lowerer.pointwise(scale.symSizes, math, math, {scale, *weight},
+                          [&lowerer](const Values &v) {
+                            return lowerer.binary(BinaryOp::Mul, v[0], v[1]);
+                          });
+  LoweredTensor out = normalize(
+      lowerer, input, perChannel(lowerer, mean.result, input.symSizes),
+      perChannel(lowerer, scale, input.symSizes), std::nullopt,
+      channelInput(lowerer, node, 2, input.symSizes), math,
+      lowerer.resultMeta(node, 0).dtype);
   return std::vector<LoweredTensor>{out, mean.result, rstd.result};
 }
 
