@@ -104,11 +104,14 @@ llvm::Value *ExprEmitter::emitMathFunction(UnaryOp op, llvm::Value *x) {
   if (isFloat && op == UnaryOp::Exp)
     return expF32()(builder_, x);
   if (isFloat && op == UnaryOp::Tanh)
-    // tanh takes exp of 2|x|, never below 0.
-    return emitInlineTanhF32(builder_, x, normalExpF32());
+    return emitTanhF32(x);
   if (isFloat && op == UnaryOp::Erf)
     return emitInlineErfF32(builder_, x, expF32());
   return callMath(mathFunctionName(op), {x});
+}
+
+llvm::Value *ExprEmitter::emitTanhF32(llvm::Value *x) {
+  return emitInlineTanhF32(builder_, x);
 }
 
 llvm::Value *ExprEmitter::emitLoad(const Expr *expr, bool vector) {

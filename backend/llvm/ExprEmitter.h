@@ -73,6 +73,9 @@ protected:
   /// -86 (emitInlineNormalExpF32's domain; a target without a cheaper one
   /// gives expF32's).
   virtual ExpF32 normalExpF32() const { return emitInlineNormalExpF32; }
+  /// The target's float32 tanh: InlineMath's, on its own exp unless the
+  /// target has a cheaper one.
+  virtual llvm::Value *emitTanhF32(llvm::Value *x);
   /// Whether a float32 division by a constant is a product by its
   /// reciprocal with one correction (ExprEmitter::quotientByConstant).
   virtual bool dividesByConstantsAsProducts() const { return false; }

@@ -121,23 +121,21 @@ llvm::Value *emitInlineNormalExpF32(llvm::IRBuilderBase &builder,
                             constant(x, 2.0));
 }
 
-// tanh(x) = sign(x) (1 - 2 / (e^{2|x|} + 1)) where the subtraction loses
-// little (|x| >= 0.55, the fraction is at most 0.6); below, x + x^3 S(x^2)
-// with S a degree-4 fit (weighted least squares toward minimax) of the
-// relative error over [0, 0.55]: 1.0e-9 relative, where the odd Taylor
-// series needs terms to x^19 for 1e-8.
-llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x,
-                               ExpF32 exp) {
+namespace {
+
+// tanh(x) = sign(x) (1 - 2 / d), d = e^{2|x|} + 1 (`denominator` of |x|),
+// where the subtraction loses little (|x| >= 0.55, the fraction is at most
+// 0.6); below, x + x^3 S(x^2) with S a degree-4 fit (weighted least squares
+// toward minimax) of the relative error over [0, 0.55]: 1.0e-9 relative,
+// where the odd Taylor series needs terms to x^19 for 1e-8.
+template <typename Denominator>
+llvm::Value *tanhOf(llvm::IRBuilderBase &builder, llvm::Value *x,
+                    Denominator denominator) {
   llvm::Value *magnitude =
       builder.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
-  llvm::Value *exponential =
-      exp(builder, builder.CreateFAdd(magnitude, magnitude));
   llvm::Value *large = builder.CreateFSub(
       constant(x, 1.0),
-      builder.CreateFDiv(constant(x, 2.0),
-                         builder.CreateFAdd(exponential, constant(x, 1.0))));
-  large = builder.CreateIntrinsic(llvm::Intrinsic::copysign, {x->getType()},
-                                  {large, x});
+      builder.CreateFDiv(constant(x, 2.0), denominator(magnitude)));
   // x + x^3 S(x^2), S near the series' -1/3 + 2/15 x^2 - 17/315 x^4 ...
   llvm::Value *square = builder.CreateFMul(x, x);
   llvm::Value *series = polynomial(builder, square,
@@ -151,6 +149,39 @@ llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x,
   return builder.CreateIntrinsic(
       llvm::Intrinsic::copysign, {x->getType()},
       {builder.CreateSelect(useSeries, small, large), x});
+}
+
+} // namespace
+
+// d = e^{2|x|} + 1 = (1 + p) 2^n + 1 in one fma from reducedExp's parts, |x|
+// clamped to 9.1 first: tanh rounds to 1 from 9.02 on, so n stays at most
+// 27 and 2^n a normal float (no clamp inside the exp, no two-step scaling).
+// The same d, rounded once, as exp's e^{2|x|} plus 1 gave.
+llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x) {
+  return tanhOf(builder, x, [&](llvm::Value *magnitude) {
+    llvm::Type *floatType = x->getType();
+    llvm::Type *intType = floatType->getWithNewType(builder.getInt32Ty());
+    // NaN compares false and stays.
+    llvm::Value *clamped =
+        builder.CreateSelect(builder.CreateFCmpOGT(magnitude, constant(x, 9.1)),
+                             constant(x, 9.1), magnitude);
+    llvm::Value *rounded;
+    llvm::Value *mantissa =
+        reducedExp(builder, builder.CreateFAdd(clamped, clamped), rounded);
+    llvm::Value *n =
+        builder.CreateFreeze(builder.CreateFPToSI(rounded, intType));
+    return fma(builder, mantissa, powerOfTwo(builder, n, floatType),
+               constant(x, 1.0));
+  });
+}
+
+llvm::Value *emitInlineTanhF32(llvm::IRBuilderBase &builder, llvm::Value *x,
+                               ExpF32 exp) {
+  return tanhOf(builder, x, [&](llvm::Value *magnitude) {
+    return builder.CreateFAdd(
+        exp(builder, builder.CreateFAdd(magnitude, magnitude)),
+        constant(x, 1.0));
+  });
 }
 
 // erf(x) = x + x Q(x^2) for |x| < 1, Q a least-squares fit of erf(x)/x - 1

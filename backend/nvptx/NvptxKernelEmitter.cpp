@@ -95,6 +95,10 @@ protected:
   /// special-function unit (the emitter makes scalars only).
   ExpF32 expF32() const override { return emitExpF32; }
   ExpF32 normalExpF32() const override { return emitExpF32; }
+  /// tanh takes exp of 2|x|, never below 0.
+  llvm::Value *emitTanhF32(llvm::Value *x) override {
+    return emitInlineTanhF32(builder_, x, emitExpF32);
+  }
   /// Kept rows: a value computed at a lane's j-th position of one loop is
   /// the value at that position in the kernel's later loops.
   llvm::Value *reuse(const Expr *expr, bool vector) override;
