@@ -321,9 +321,10 @@ EmittedKernel emitCpuStep(llvm::Module &module, const loop::Program &program,
       return std::move(*gemm); // its tiles are its own
   EmittedKernel emitted =
       emitCpuKernel(module, program, kernel, schedule, name, host, math);
-  emitted.parallelRange =
-      size::product({kernel.outerRanges.begin(),
-                     kernel.outerRanges.begin() + schedule.parallelDepth});
+  std::vector<SymSize> extents;
+  for (size_t level = 0; level < schedule.parallelDepth; ++level)
+    extents.push_back(schedule.parallelExtent(kernel, level));
+  emitted.parallelRange = size::product(extents);
   // Ranges are never negative (sizes are at least 0).
   SymSize inner = size::constant(0);
   for (const loop::Loop &loop : kernel.loops)

@@ -83,6 +83,9 @@ private:
                               llvm::Value *base, llvm::Type *vectorType);
   void emitStores(const std::vector<loop::Store> &stores);
   void emitOuter(size_t level);
+  void emitVectorLoops(size_t level, llvm::Value *start, llvm::Value *end);
+  void emitTransposedTiles(llvm::Value *tile);
+  void emitTransposedTile(llvm::Value *uStart, llvm::Value *vStart);
   llvm::Value *alignedStart(size_t var, llvm::Value *start, llvm::Value *end);
   llvm::Value *emitAlignmentPeel(size_t level, llvm::Value *start,
                                  llvm::Value *end);
@@ -109,6 +112,8 @@ private:
     llvm::AllocaInst *scratch = nullptr;
   };
   std::unordered_map<const Expr *, CarriedArray> carried_;
+  /// In a transposed tile: each transposed load's vector at the current row.
+  std::unordered_map<const Expr *, llvm::Value *> transposedRows_;
   size_t currentLoop_ = 0;
   llvm::Value *loopPosition_ = nullptr; // the first lane's point in its loop
 
@@ -146,6 +151,9 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
                                             bool vector) {
   if (!vector)
     return ExprEmitter::loadElements(expr, dtype, vector);
+  auto transposedRow = transposedRows_.find(expr);
+  if (transposedRow != transposedRows_.end())
+    return transposedRow->second;
   llvm::Type *storage = storageType(dtype);
   llvm::Value *base = bufferPointer(expr->id());
   std::optional<int64_t> coefficient =
@@ -471,45 +479,180 @@ void CpuKernelEmitter::emitOuter(size_t level) {
     emitPoint();
     return;
   }
+  // A transposing kernel's u (the loop before the last) counts tiles.
+  bool tiles = !schedule_.transposedLoads.empty();
   if (level == 0 && schedule_.parallelDepth > 1) {
     countedLoop(beginArgument_, endArgument_, 1, [&](llvm::Value *flat) {
       for (size_t inner = schedule_.parallelDepth - 1; inner > 0; --inner) {
-        llvm::Value *range = sizeValue(kernel_.outerRanges[inner]);
+        llvm::Value *range =
+            sizeValue(schedule_.parallelExtent(kernel_, inner));
         vars_[inner] = builder_.CreateURem(flat, range);
         flat = builder_.CreateUDiv(flat, range);
       }
       vars_[0] = flat;
-      emitOuter(schedule_.parallelDepth);
+      if (tiles)
+        emitTransposedTiles(vars_[schedule_.parallelDepth - 1]);
+      else
+        emitOuter(schedule_.parallelDepth);
     });
     return;
   }
   llvm::Value *start = level == 0 ? beginArgument_ : builder_.getInt64(0);
   llvm::Value *end =
       level == 0 ? endArgument_ : sizeValue(kernel_.outerRanges[level]);
+  if (tiles && level + 2 == kernel_.outerRanges.size()) {
+    countedLoop(start, end, 1,
+                [&](llvm::Value *tile) { emitTransposedTiles(tile); });
+    return;
+  }
   if (schedule_.strategy == VectorStrategy::Outer &&
       level + 1 == kernel_.outerRanges.size()) {
-    llvm::Value *from =
-        schedule_.streamedStore ? emitAlignmentPeel(level, start, end) : start;
-    for (int width : schedule_.vectorWidths()) {
-      llvm::Value *split = vectorEnd(builder_, from, end, width);
-      countedLoop(from, split, width, [&](llvm::Value *index) {
-        vars_[level] = index;
-        enterVector(static_cast<int64_t>(level), width);
-        emitPoint();
-        leaveVector();
-      });
-      from = split;
-    }
-    countedLoop(from, end, 1, [&](llvm::Value *index) {
-      vars_[level] = index;
-      emitPoint();
-    });
+    emitVectorLoops(level, start, end);
     return;
   }
   countedLoop(start, end, 1, [&](llvm::Value *index) {
     vars_[level] = index;
     emitOuter(level + 1);
   });
+}
+
+// The points [start, end) of the last outer loop (the vectorised one), in
+// vectors of each width, then one by one.
+void CpuKernelEmitter::emitVectorLoops(size_t level, llvm::Value *start,
+                                       llvm::Value *end) {
+  llvm::Value *from =
+      schedule_.streamedStore ? emitAlignmentPeel(level, start, end) : start;
+  for (int width : schedule_.vectorWidths()) {
+    llvm::Value *split = vectorEnd(builder_, from, end, width);
+    countedLoop(from, split, width, [&](llvm::Value *index) {
+      vars_[level] = index;
+      enterVector(static_cast<int64_t>(level), width);
+      emitPoint();
+      leaveVector();
+    });
+    from = split;
+  }
+  countedLoop(from, end, 1, [&](llvm::Value *index) {
+    vars_[level] = index;
+    emitPoint();
+  });
+}
+
+namespace {
+
+// The columns of a square matrix given as its rows (vectors of as many
+// lanes as there are rows, a power of two): log2(n) rounds, each pairing
+// row k with row k + n/2 and interleaving their low halves into row 2k
+// and their high halves into row 2k + 1.
+std::vector<llvm::Value *> transposed(llvm::IRBuilderBase &builder,
+                                      std::vector<llvm::Value *> rows) {
+  size_t n = rows.size();
+  std::vector<int> low, high;
+  for (int lane = 0; lane < static_cast<int>(n / 2); ++lane) {
+    low.insert(low.end(), {lane, lane + static_cast<int>(n)});
+    high.insert(high.end(), {lane + static_cast<int>(n / 2),
+                             lane + static_cast<int>(n + n / 2)});
+  }
+  for (size_t round = 1; round < n; round *= 2) {
+    std::vector<llvm::Value *> next(n);
+    for (size_t k = 0; k < n / 2; ++k) {
+      next[2 * k] = builder.CreateShuffleVector(rows[k], rows[k + n / 2], low);
+      next[2 * k + 1] =
+          builder.CreateShuffleVector(rows[k], rows[k + n / 2], high);
+    }
+    rows = std::move(next);
+  }
+  return rows;
+}
+
+} // namespace
+
+// Tile `tile` of u (CpuSchedule's planTranspose): where it has all its
+// lanes rows, lanes x lanes tiles along v, then the points of v past the
+// last whole tile row by row; a last tile of fewer rows row by row.
+void CpuKernelEmitter::emitTransposedTiles(llvm::Value *tile) {
+  size_t u = kernel_.outerRanges.size() - 2, v = u + 1;
+  int lanes = schedule_.lanes;
+  int64_t uRange = *kernel_.outerRanges[u]->constant();
+  int64_t vRange = *kernel_.outerRanges[v]->constant();
+  int64_t vTiled = vRange - vRange % lanes;
+  llvm::Value *uStart = builder_.CreateMul(tile, builder_.getInt64(lanes));
+  llvm::Value *uEnd = builder_.CreateBinaryIntrinsic(
+      llvm::Intrinsic::smin,
+      builder_.CreateAdd(uStart, builder_.getInt64(lanes)),
+      builder_.getInt64(uRange));
+  auto rowByRow = [&](llvm::Value *vStart) {
+    countedLoop(uStart, uEnd, 1, [&](llvm::Value *row) {
+      vars_[u] = row;
+      emitVectorLoops(v, vStart, builder_.getInt64(vRange));
+    });
+  };
+  auto wholeTile = [&] {
+    scopes_.emplace_back();
+    countedLoop(
+        builder_.getInt64(0), builder_.getInt64(vTiled), lanes,
+        [&](llvm::Value *vStart) { emitTransposedTile(uStart, vStart); });
+    if (vTiled < vRange)
+      rowByRow(builder_.getInt64(vTiled));
+    scopes_.pop_back();
+  };
+  if (uRange % lanes == 0) {
+    wholeTile();
+    return;
+  }
+  llvm::Value *whole = builder_.CreateICmpEQ(builder_.CreateSub(uEnd, uStart),
+                                             builder_.getInt64(lanes));
+  auto *wholeBlock = llvm::BasicBlock::Create(context_, "tiles", function_);
+  auto *partBlock = llvm::BasicBlock::Create(context_, "rows", function_);
+  auto *done = llvm::BasicBlock::Create(context_, "tiled", function_);
+  builder_.CreateCondBr(whole, wholeBlock, partBlock);
+  builder_.SetInsertPoint(wholeBlock);
+  wholeTile();
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(partBlock);
+  scopes_.emplace_back();
+  rowByRow(builder_.getInt64(0));
+  scopes_.pop_back();
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
+}
+
+// One lanes x lanes tile at (uStart, vStart): each transposed load's rows
+// (one contiguous vector along u per v), transposed into its vectors along
+// v, then the tile's points row by row, a vector along v each.
+void CpuKernelEmitter::emitTransposedTile(llvm::Value *uStart,
+                                          llvm::Value *vStart) {
+  size_t u = kernel_.outerRanges.size() - 2, v = u + 1;
+  int lanes = schedule_.lanes;
+  std::vector<std::vector<llvm::Value *>> columns;
+  for (const Expr *load : schedule_.transposedLoads) {
+    DType dtype = program_.buffers.at(load->id()).dtype();
+    llvm::Type *storage = storageType(dtype);
+    std::vector<llvm::Value *> rows;
+    for (int lane = 0; lane < lanes; ++lane) {
+      scopes_.emplace_back();
+      vars_[u] = uStart;
+      vars_[v] = builder_.CreateAdd(vStart, builder_.getInt64(lane));
+      llvm::Value *address = builder_.CreateGEP(
+          storage, bufferPointer(load->id()), emit(load->index(), false));
+      scopes_.pop_back();
+      rows.push_back(builder_.CreateAlignedLoad(
+          withLanes(storage, lanes), address, llvm::Align(itemSize(dtype))));
+    }
+    columns.push_back(transposed(builder_, std::move(rows)));
+  }
+  for (int row = 0; row < lanes; ++row) {
+    scopes_.emplace_back();
+    vars_[u] = builder_.CreateAdd(uStart, builder_.getInt64(row));
+    vars_[v] = vStart;
+    for (size_t index = 0; index < columns.size(); ++index)
+      transposedRows_[schedule_.transposedLoads[index]] = columns[index][row];
+    enterVector(static_cast<int64_t>(v), lanes);
+    emitPoint();
+    leaveVector();
+    scopes_.pop_back();
+  }
+  transposedRows_.clear();
 }
 
 // Scalar points from `start` until the streamed store's address is a

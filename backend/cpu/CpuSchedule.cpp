@@ -204,6 +204,52 @@ void planStreaming(KernelSchedule &schedule, const loop::Program &program,
   }
 }
 
+// A transpose (NCHW to NHWC, x.t().contiguous()) writes along the last
+// outer variable v and reads along the one before, u: each vector of its
+// reads is a gather of lanes from as many rows (a 16-lane gather, 16 loads,
+// per vector). Such a kernel instead reads a lanes x lanes tile of each
+// such input as one contiguous vector per v and transposes the tile in
+// registers (lanes log2(lanes) shuffles), then computes its u points one
+// after another. Pointwise kernels of one loop only, over constant ranges of
+// at least a tile, whose body is small (it is emitted once per row of the
+// tile) and whose stores all walk v contiguously.
+void planTranspose(KernelSchedule &schedule, const loop::Kernel &kernel) {
+  constexpr int64_t kMaxTransposedLoads = 2;
+  constexpr int64_t kMaxTransposedBodyCost = 32;
+  size_t outer = kernel.outerRanges.size();
+  if (schedule.strategy != VectorStrategy::Outer || outer < 2 ||
+      kernel.loops.size() != 1 || !schedule.carried.empty() ||
+      schedule.streamedStore)
+    return;
+  const loop::Loop &loop = kernel.loops[0];
+  int64_t u = static_cast<int64_t>(outer) - 2, v = u + 1;
+  std::optional<int64_t> uRange = kernel.outerRanges[u]->constant();
+  std::optional<int64_t> vRange = kernel.outerRanges[v]->constant();
+  if (!loop.ranges.empty() || !loop.reductions.empty() || !uRange || !vRange ||
+      *uRange < schedule.lanes || *vRange < schedule.lanes)
+    return;
+  std::unordered_set<const Expr *> seen;
+  int64_t cost = 0;
+  std::vector<const Expr *> loads;
+  for (const loop::Store &store : loop.stores) {
+    if (loop::affineCoefficient(store.index, v) != 1)
+      return;
+    cost += bodyCost(store.value, seen);
+    for (const Expr *load : loop::loadsOf(store.value)) {
+      std::optional<int64_t> alongV = loop::affineCoefficient(load->index(), v);
+      if (loop::affineCoefficient(load->index(), u) == 1 && alongV &&
+          *alongV != 0 && *alongV != 1 &&
+          std::find(loads.begin(), loads.end(), load) == loads.end())
+        loads.push_back(load);
+    }
+  }
+  if (loads.empty() ||
+      static_cast<int64_t>(loads.size()) > kMaxTransposedLoads ||
+      cost > kMaxTransposedBodyCost)
+    return;
+  schedule.transposedLoads = std::move(loads);
+}
+
 // How many leading outer loops the [begin, end) arguments range over, as
 // one flat loop: enough that the thread pool has chunks to share out even
 // where the first loop is short (attention's batch of 2). The vectorised
@@ -215,6 +261,11 @@ void planParallel(KernelSchedule &schedule, const loop::Program &program,
   size_t limit = ranges.size();
   if (schedule.strategy == VectorStrategy::Outer && limit > 0)
     --limit;
+  // A transposing kernel ranges over u's tiles too (every loop but v).
+  if (!schedule.transposedLoads.empty()) {
+    schedule.parallelDepth = limit;
+    return;
+  }
   schedule.parallelDepth = std::min<size_t>(ranges.size(), 1);
   int64_t points = ranges.empty() ? 1 : ranges[0];
   while (schedule.parallelDepth < limit && points < kParallelPoints)
@@ -387,7 +438,10 @@ std::string CpuSchedule::str() const {
          << " lanes=" << kernel.lanes << " unroll=" << kernel.unroll
          << " parallel=" << kernel.parallelDepth
          << " stream=" << (kernel.streamedStore ? kernel.streamedName : "none")
-         << " carried=" << kernel.carried.size() << "\n";
+         << " carried=" << kernel.carried.size();
+    if (!kernel.transposedLoads.empty())
+      text << " transposed=" << kernel.transposedLoads.size();
+    text << "\n";
   }
   return text.str();
 }
@@ -405,6 +459,7 @@ CpuSchedule scheduleForCpu(const loop::Program &program,
     chooseStrategy(record, program, kernel, host);
     planCarried(record, program, kernel);
     planStreaming(record, program, kernel, host);
+    planTranspose(record, kernel);
     planParallel(record, program, kernel);
     if (record.streamedStore) {
       const loop::Buffer &buffer =
@@ -417,6 +472,15 @@ CpuSchedule scheduleForCpu(const loop::Program &program,
     schedule.kernels[step] = std::move(record);
   }
   return schedule;
+}
+
+SymSize KernelSchedule::parallelExtent(const loop::Kernel &kernel,
+                                       size_t level) const {
+  SymSize range = kernel.outerRanges[level];
+  if (transposedLoads.empty() || level + 2 != kernel.outerRanges.size())
+    return range;
+  return size::floorDiv(size::add(range, size::constant(lanes - 1)),
+                        size::constant(lanes));
 }
 
 std::vector<int> KernelSchedule::vectorWidths() const {

@@ -52,10 +52,19 @@ struct KernelSchedule {
   int64_t streamAlignment = 0;
   std::string streamedName; // its buffer's name, for logs
   std::vector<CarriedValue> carried;
+  /// Loads that walk the outer variable before the vectorised one (u)
+  /// contiguously and the vectorised one (v) by a stride: a transpose's
+  /// reads. Where there are any, u and v are taken in lanes x lanes tiles:
+  /// each such load is `lanes` contiguous vectors along u, transposed in
+  /// registers, and u is counted in tiles in the parallel range.
+  std::vector<const loop::Expr *> transposedLoads;
 
   /// The vector widths a vector loop steps by, widest first: an unrolled
   /// one, then single vectors.
   std::vector<int> vectorWidths() const;
+  /// The extent of outer loop `level` in the parallel range: its range, or
+  /// its tiles where transposedLoads tiles it.
+  SymSize parallelExtent(const loop::Kernel &kernel, size_t level) const;
 };
 
 /// A schedule for every Kernel step of one program.

@@ -740,6 +740,90 @@ TEST(CpuLoads, ReversedColumnsAreContiguousLoadsReversed) {
   }
 }
 
+// A transpose's reads, in[b, v, u] for out[b, u, v] (NCHW to NHWC), are
+// lanes x lanes tiles of contiguous loads transposed in registers, no
+// gather (CpuSchedule's planTranspose), with a contiguous read beside them
+// and the rows and columns past the last whole tile taken row by row: the
+// values are the transpose's, in float32 and float64, and from int8 cast
+// to float32, over extents below, at and between whole tiles.
+TEST(CpuLoads, TransposedReadsAreTilesTransposedInRegisters) {
+  const int64_t batch = 2;
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Int8})
+    for (int64_t rows : {5, 16, 33, 64})
+      for (int64_t columns : {16, 31, 48, 130}) {
+        TestProgram test;
+        int64_t plane = rows * columns;
+        int64_t in = test.buffer(dtype, batch * plane);
+        int64_t beside = test.buffer(DType::Float32, plane);
+        DType outType = dtype == DType::Float64 ? dtype : DType::Float32;
+        int64_t out = test.buffer(outType, batch * plane);
+        auto &e = test.exprs();
+        const Expr *b = test.var(0), *u = test.var(1), *v = test.var(2);
+        const Expr *read =
+            e.cast(test.load(in, e.add(e.mul(b, e.integer(plane)),
+                                       e.add(e.mul(v, e.integer(rows)), u))),
+                   outType);
+        const Expr *besideRead = e.cast(
+            test.load(beside, e.add(e.mul(u, e.integer(columns)), v)), outType);
+        loop::Kernel kernel;
+        kernel.name = "transpose";
+        kernel.outerRanges = {batch, rows, columns};
+        loop::Loop body;
+        body.stores.push_back(
+            {out,
+             e.add(e.mul(b, e.integer(plane)),
+                   e.add(e.mul(u, e.integer(columns)), v)),
+             e.add(e.mul(read, e.constant(2.0, outType)), besideRead)});
+        kernel.loops.push_back(body);
+        test.addKernel(kernel);
+        std::vector<float> values = randomFloats(batch * plane, -100, 100);
+        std::vector<float> besides = randomFloats(plane, -1, 1);
+        std::vector<double> inputs(values.begin(), values.end());
+        if (dtype == DType::Float32) {
+          test.fill(in, values);
+        } else if (dtype == DType::Float64) {
+          test.fill(in, inputs);
+        } else {
+          std::vector<int8_t> bytes;
+          for (double &value : inputs)
+            bytes.push_back(static_cast<int8_t>(value = std::trunc(value)));
+          test.fill(in, bytes);
+        }
+        test.fill(beside, besides);
+        std::string ir;
+        auto compiled = compileWithIr(test, ir);
+        test.runAgain(*compiled);
+        int lanes = backend::hostTarget().vectorBits /
+                    (8 * (dtype == DType::Float64 ? 8 : 4));
+        // Rows and columns past the last whole tile are read row by row
+        // (a gather per vector).
+        if (rows >= lanes && columns >= lanes) {
+          EXPECT_NE(ir.find("shufflevector"), std::string::npos);
+        }
+        if (rows % lanes == 0 && columns % lanes == 0) {
+          EXPECT_EQ(ir.find("llvm.masked.gather"), std::string::npos)
+              << dtypeName(dtype) << " " << rows << "x" << columns;
+        }
+        for (int64_t n = 0; n < batch; ++n)
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < columns; ++c) {
+              double source = inputs[n * plane + c * rows + r];
+              double expected =
+                  outType == DType::Float64
+                      ? source * 2 + besides[r * columns + c]
+                      : static_cast<double>(static_cast<float>(source) * 2.0f +
+                                            besides[r * columns + c]);
+              int64_t at = n * plane + r * columns + c;
+              double actual = outType == DType::Float64
+                                  ? test.data<double>(out)[at]
+                                  : test.data<float>(out)[at];
+              ASSERT_EQ(actual, expected)
+                  << dtypeName(dtype) << " " << rows << "x" << columns << " at "
+                  << n << "," << r << "," << c;
+            }
+      }
+}
+
 namespace {
 
 /// One reduction over the columns of a rows x columns float32 matrix,

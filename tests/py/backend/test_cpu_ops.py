@@ -327,3 +327,50 @@ def test_batch_norm_module_lowers_in_eval_and_updates_statistics_in_training(dty
     assert_close(block[0].running_mean, eager_block[0].running_mean)
     assert_close(block[0].running_var, eager_block[0].running_var)
     assert block[0].num_batches_tracked.item() == eager_block[0].num_batches_tracked.item() == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int8, torch.bool])
+def test_transposes_read_tiles_and_match_eager(dtype):
+    # A permute's copy reads along the dim before the one it writes along:
+    # kiln reads it in tiles transposed in registers (CpuSchedule's
+    # planTranspose), with rows and columns past the last whole tile read
+    # one by one. Every element must be eager's, for extents below, at and
+    # between whole tiles, size-1 and empty dims, a sliced (strided) input
+    # and a pointwise op on the transposed values.
+    def make(*shape):
+        if dtype == torch.bool:
+            return torch.rand(*shape) > 0.5
+        if dtype.is_floating_point:
+            return torch.randn(*shape).to(dtype)
+        return torch.randint(-100, 100, shape).to(dtype)
+
+    # (function, input, whether tiles are read: a transposed read walks the
+    # dim before the written one contiguously, both over 16 or more; None:
+    # as the host's vector lanes decide)
+    cases = [
+        (lambda x: x.permute(0, 2, 3, 1).contiguous(), make(2, 64, 16, 16), True),  # NCHW to NHWC
+        (lambda x: x.permute(0, 2, 3, 1).contiguous(), make(3, 20, 7, 7), True),  # 49 x 20
+        (lambda x: x.t().contiguous(), make(64, 48), True),
+        (lambda x: x.t().contiguous(), make(33, 130), True),
+        (lambda x: x.transpose(1, 2).contiguous(), make(2, 5, 40), None),  # per the host's lanes
+        (lambda x: x.transpose(1, 2).contiguous(), make(1, 1, 17), None),
+        (lambda x: x.transpose(1, 2).contiguous(), make(2, 0, 17), None),
+        (lambda x: x[:, ::2].t().contiguous(), make(40, 64), False),  # stride 2 along u
+        (lambda x: x.contiguous(memory_format=torch.channels_last), make(2, 48, 9, 9), True),
+    ]
+    if dtype != torch.bool:
+        cases.append((lambda x: x.t().contiguous() * 2 + 1, make(96, 80), True))
+    _C = kiln._C
+    for fn, x, tiles in cases:
+        compiled = kiln.compile(fn)
+        _C.start_log_capture(["schedule"])
+        try:
+            actual = compiled(x)
+        finally:
+            schedules = "".join(text for _, text in _C.stop_log_capture())
+        expected = fn(x)
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape
+        assert actual.stride() == expected.stride()
+        assert torch.equal(actual, expected)
+        if tiles is not None:
+            assert ("transposed=1" in schedules) == tiles, schedules
