@@ -67,20 +67,25 @@ protected:
   void computed(const Expr *expr, llvm::Value *value) override;
 
 private:
-  /// An index contiguous along the vector but for a clamp: terms the lanes
-  /// share plus min(max(t, low), high) (or max(min(t, high), low)), t of
-  /// coefficient 1 in the vector's variable. A padded window's or a pad's
-  /// column: the lanes inside [low, high] read one contiguous run.
-  struct ClampedRun {
+  /// An index contiguous along the vector but at an edge: terms the lanes
+  /// share plus either min(max(t, low), high) (or max(min(t, high), low)),
+  /// a padded window's or a pad's column, where the lanes inside [low, high]
+  /// read one contiguous run; or mod(t, modulus) with a modulus of at least
+  /// the lanes, a roll's column, which wraps at most once: the lanes before
+  /// the wrap read one run, those after it another. t has coefficient 1 in
+  /// the vector's variable.
+  struct EdgedRun {
     std::vector<const Expr *> shared;
     const Expr *position = nullptr; // t
-    int64_t low = 0, high = 0;
+    const Expr *wrapped = nullptr;  // mod(t, modulus), or nullptr: a clamp
+    int64_t low = 0, high = 0, modulus = 0;
   };
-  std::optional<ClampedRun> clampedRun(const Expr *index);
-  /// The elements of a clamped run: one masked contiguous load of the lanes
-  /// inside the bounds, the edge element in the others (no gather).
-  llvm::Value *loadClampedRun(const ClampedRun &run, llvm::Type *storage,
-                              llvm::Value *base, llvm::Type *vectorType);
+  std::optional<EdgedRun> edgedRun(const Expr *index);
+  /// The elements of an edged run without a gather: a clamped run's lanes
+  /// inside the bounds as one masked contiguous load, the edge element in
+  /// the others; a wrapped run's as two masked contiguous loads.
+  llvm::Value *loadEdgedRun(const EdgedRun &run, llvm::Type *storage,
+                            llvm::Value *base, llvm::Type *vectorType);
   void emitStores(const std::vector<loop::Store> &stores);
   void emitOuter(size_t level);
   void emitVectorLoops(size_t level, llvm::Value *start, llvm::Value *end);
@@ -182,8 +187,8 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
   // Masked loads are single instructions from AVX on (SSE would take them
   // lane by lane, as it takes a gather).
   if (runs && !coefficient && host_.vectorBits >= 256)
-    if (std::optional<ClampedRun> run = clampedRun(expr->index()))
-      return loadClampedRun(*run, storage, base, vectorType);
+    if (std::optional<EdgedRun> run = edgedRun(expr->index()))
+      return loadEdgedRun(*run, storage, base, vectorType);
   llvm::Value *addresses =
       builder_.CreateGEP(storage, base, emit(expr->index(), true));
   return builder_.CreateMaskedGather(vectorType, addresses,
@@ -220,10 +225,21 @@ bool clampOf(const Expr *node, const Expr *&t, int64_t &low, int64_t &high) {
 
 } // namespace
 
-std::optional<CpuKernelEmitter::ClampedRun>
-CpuKernelEmitter::clampedRun(const Expr *index) {
+// t and the modulus of mod(t, modulus), a positive integer constant.
+bool wrapOf(const Expr *node, const Expr *&t, int64_t &modulus) {
+  if (node->kind() != ExprKind::Binary || node->binaryOp() != BinaryOp::Mod ||
+      node->dtype() != DType::Int64 || !node->operand(1)->isConstant() ||
+      node->operand(1)->integer() <= 0)
+    return false;
+  t = node->operand(0);
+  modulus = node->operand(1)->integer();
+  return true;
+}
+
+std::optional<CpuKernelEmitter::EdgedRun>
+CpuKernelEmitter::edgedRun(const Expr *index) {
   std::vector<const Expr *> terms{index};
-  ClampedRun run;
+  EdgedRun run;
   while (!terms.empty()) {
     const Expr *term = terms.back();
     terms.pop_back();
@@ -237,27 +253,50 @@ CpuKernelEmitter::clampedRun(const Expr *index) {
       continue;
     }
     const Expr *position;
-    int64_t low, high;
-    if (run.position || !clampOf(term, position, low, high) ||
-        loop::affineCoefficient(position, vectorVar_) != 1)
+    if (run.position)
+      return std::nullopt;
+    if (wrapOf(term, position, run.modulus)) {
+      if (run.modulus < currentLanes_)
+        return std::nullopt;
+      run.wrapped = term;
+    } else if (!clampOf(term, position, run.low, run.high)) {
+      return std::nullopt;
+    }
+    if (loop::affineCoefficient(position, vectorVar_) != 1)
       return std::nullopt;
     run.position = position;
-    run.low = low;
-    run.high = high;
   }
   if (!run.position)
     return std::nullopt;
   return run;
 }
 
-llvm::Value *CpuKernelEmitter::loadClampedRun(const ClampedRun &run,
-                                              llvm::Type *storage,
-                                              llvm::Value *base,
-                                              llvm::Type *vectorType) {
+llvm::Value *CpuKernelEmitter::loadEdgedRun(const EdgedRun &run,
+                                            llvm::Type *storage,
+                                            llvm::Value *base,
+                                            llvm::Type *vectorType) {
   llvm::Value *shared = builder_.getInt64(0);
   for (const Expr *term : run.shared)
     shared = builder_.CreateAdd(shared, emit(term, false));
   llvm::Value *row = builder_.CreateGEP(storage, base, shared);
+  if (run.wrapped) {
+    // The first lane's element is at mod(t, modulus) = r; lanes l with
+    // r + l < modulus follow it, the others start again from 0 (at
+    // r - modulus + l). Masked-off lanes are not read.
+    llvm::Value *first = emit(run.wrapped, false);
+    llvm::Value *beforeWrap = builder_.CreateICmpSLT(
+        builder_.CreateAdd(splat(first, currentLanes_),
+                           laneOffsets(currentLanes_)),
+        splat(builder_.getInt64(run.modulus), currentLanes_));
+    llvm::Value *head = builder_.CreateMaskedLoad(
+        vectorType, builder_.CreateGEP(storage, row, first), llvm::Align(1),
+        beforeWrap);
+    llvm::Value *restart =
+        builder_.CreateSub(first, builder_.getInt64(run.modulus));
+    return builder_.CreateMaskedLoad(
+        vectorType, builder_.CreateGEP(storage, row, restart), llvm::Align(1),
+        builder_.CreateNot(beforeWrap), head);
+  }
   // The first lane's unclamped position, and every lane's.
   llvm::Value *first = emit(run.position, false);
   llvm::Value *positions = emit(run.position, true);

@@ -720,6 +720,35 @@ TEST(CpuLoads, ClampedColumnsAreMaskedContiguousLoads) {
   }
 }
 
+// A roll's column, in[r, mod(j + shift, C)], wraps at most once along a
+// vector where C has at least its lanes: two masked contiguous loads, no
+// gather, where the host has AVX; the values are the wrapped index's, for
+// shifts that make t negative too (mod rounds toward minus infinity).
+TEST(CpuLoads, WrappedColumnsAreTwoMaskedContiguousLoads) {
+  const int64_t rows = 3;
+  for (int64_t columns : {7, 16, 40, 130}) {
+    for (int64_t shift : {-3, 0, 5, 1000}) {
+      int64_t width = columns + 5;
+      ColumnRead read = readColumns(
+          rows, columns, width, [&](loop::ExprContext &e, const Expr *j) {
+            return e.binary(BinaryOp::Mod, e.add(j, e.integer(shift)),
+                            e.integer(columns));
+          });
+      // (An unrolled vector wider than C, 64 lanes at most, keeps a gather.)
+      if (backend::hostTarget().vectorBits >= 256 && columns >= 64) {
+        EXPECT_NE(read.ir.find("llvm.masked.load"), std::string::npos);
+        EXPECT_EQ(read.ir.find("llvm.masked.gather"), std::string::npos);
+      }
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < width; ++c) {
+          int64_t source = ((c + shift) % columns + columns) % columns;
+          EXPECT_EQ(read.out[r * width + c], read.in[r * columns + source])
+              << columns << " shift " << shift << " at " << r << "," << c;
+        }
+    }
+  }
+}
+
 // A flip's column, in[r, C - 1 - j], is one contiguous load with its lanes
 // reversed (no gather), on every host.
 TEST(CpuLoads, ReversedColumnsAreContiguousLoadsReversed) {

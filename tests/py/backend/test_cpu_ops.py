@@ -374,3 +374,16 @@ def test_transposes_read_tiles_and_match_eager(dtype):
         assert torch.equal(actual, expected)
         if tiles is not None:
             assert ("transposed=1" in schedules) == tiles, schedules
+
+
+@pytest.mark.parametrize("shape,shifts,dims", [
+    ((4, 1024), 3, -1), ((4, 1024), -1000, -1), ((4, 1024), 5000, 1), ((3, 17), 4, 1),
+    ((2, 8, 32, 32), (1, -2), (2, 3)), ((5, 64), (70, 1), (1, 0)), ((4, 0), 3, 1), ((1, 1), 1, 0),
+])
+def test_rolls_read_wrapped_runs_and_match_eager(shape, shifts, dims):
+    # A roll's column wraps: kiln reads the two runs either side of the wrap
+    # as masked contiguous loads (CpuKernelEmitter::edgedRun); every element
+    # must be eager's, for shifts beyond the extent and negative ones.
+    x = torch.randn(shape)
+    fn = lambda x: torch.roll(x, shifts, dims) * 2
+    assert torch.equal(kiln.compile(fn)(x), fn(x))
