@@ -61,7 +61,9 @@ protected:
   llvm::Value *callMath(const char *name,
                         std::vector<llvm::Value *> args) override;
   llvm::Value *emitMathFunction(UnaryOp op, llvm::Value *x) override;
-  bool dividesByConstantsAsProducts() const override { return true; }
+  bool dividesByConstantsAsProducts() const override {
+    return schedule_.constantQuotientsAsProducts;
+  }
   /// Carried values: loaded by their consumers, stored by their producer.
   llvm::Value *reuse(const Expr *expr, bool vector) override;
   void computed(const Expr *expr, llvm::Value *value) override;

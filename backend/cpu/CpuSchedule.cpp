@@ -17,8 +17,10 @@
 namespace kiln::backend {
 namespace {
 
+using loop::BinaryOp;
 using loop::Expr;
 using loop::ExprKind;
+using loop::UnaryOp;
 
 // The arithmetic nodes of a value, outside the index expressions of its loads.
 int64_t countOperations(const Expr *value) {
@@ -250,6 +252,40 @@ void planTranspose(KernelSchedule &schedule, const loop::Kernel &kernel) {
   schedule.transposedLoads = std::move(loads);
 }
 
+// CpuSchedule.h's constantQuotientsAsProducts: divider operations per point
+// (an inline float32 tanh divides once, an rsqrt takes a square root and a
+// division), each expression counted once.
+void planQuotients(KernelSchedule &schedule, const loop::Kernel &kernel) {
+  std::unordered_set<const Expr *> seen;
+  int64_t dividerOperations = 0;
+  std::function<void(const Expr *)> visit = [&](const Expr *node) {
+    if (!seen.insert(node).second)
+      return;
+    if (isFloatingPoint(node->dtype())) {
+      if (node->kind() == ExprKind::Binary && node->binaryOp() == BinaryOp::Div)
+        dividerOperations += 1;
+      if (node->kind() == ExprKind::Unary)
+        switch (node->unaryOp()) {
+        case UnaryOp::Sqrt:
+        case UnaryOp::Reciprocal:
+        case UnaryOp::Sigmoid:
+        case UnaryOp::Tanh:
+          dividerOperations += 1;
+          break;
+        case UnaryOp::Rsqrt:
+          dividerOperations += 2;
+          break;
+        default:
+          break;
+        }
+    }
+    for (const Expr *operand : node->operands())
+      visit(operand);
+  };
+  loop::forEachExpr(kernel, visit);
+  schedule.constantQuotientsAsProducts = dividerOperations >= 2;
+}
+
 // How many leading outer loops the [begin, end) arguments range over, as
 // one flat loop: enough that the thread pool has chunks to share out even
 // where the first loop is short (attention's batch of 2). The vectorised
@@ -460,6 +496,7 @@ CpuSchedule scheduleForCpu(const loop::Program &program,
     planCarried(record, program, kernel);
     planStreaming(record, program, kernel, host);
     planTranspose(record, kernel);
+    planQuotients(record, kernel);
     planParallel(record, program, kernel);
     if (record.streamedStore) {
       const loop::Buffer &buffer =

@@ -58,6 +58,14 @@ struct KernelSchedule {
   /// each such load is `lanes` contiguous vectors along u, transposed in
   /// registers, and u is counted in tiles in the parallel range.
   std::vector<const loop::Expr *> transposedLoads;
+  /// Whether float32 divisions by constants are products by the reciprocal
+  /// with one correction (ExprEmitter::quotientByConstant): where the
+  /// kernel has two or more divider operations per point (divisions,
+  /// square roots, tanh, sigmoid), which share the one divider of a core.
+  /// A lone one is a division: its one instruction costs less than the
+  /// correction's seven (hardswish of 1M floats on 1 thread, AMD EPYC: 140
+  /// us against 198).
+  bool constantQuotientsAsProducts = false;
 
   /// The vector widths a vector loop steps by, widest first: an unrolled
   /// one, then single vectors.

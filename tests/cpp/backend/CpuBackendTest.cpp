@@ -362,11 +362,13 @@ TEST(CpuMath, Float32TanhFusesItsExpIntoItsDenominator) {
   EXPECT_EQ(ir.find("-1.040000e+02"), std::string::npos);
 }
 
-// A float32 division by a constant is a product by the reciprocal with one
-// correction (ExprEmitter::quotientByConstant): no fdiv in the kernel, and
-// the quotient equal to the division's bit for bit wherever the dividend
-// exceeds 2^-100 and the quotient is normal (one ulp at most below);
-// zeros keep their sign, infinities and NaN go through.
+// A float32 division by a constant, in a kernel with another divider
+// operation (a square root beside it), is a product by the reciprocal with
+// one correction (ExprEmitter::quotientByConstant): no fdiv in the kernel,
+// and the quotient equal to the division's bit for bit wherever the
+// dividend exceeds 2^-100 and the quotient is normal (one ulp at most
+// below); zeros keep their sign, infinities and NaN go through. A lone one
+// stays a division (CpuSchedule's constantQuotientsAsProducts).
 TEST(CpuMath, Float32DivisionByAConstantIsACorrectedProduct) {
   std::vector<float> values;
   std::mt19937 random(7);
@@ -381,34 +383,46 @@ TEST(CpuMath, Float32DivisionByAConstantIsACorrectedProduct) {
     }
   const size_t size = values.size();
   for (float divisor : {3.0f, 0.1f, -1.7f, 27.712812f, 1e-5f}) {
-    TestProgram test;
-    int64_t in = test.buffer(DType::Float32, static_cast<int64_t>(size));
-    int64_t out = test.buffer(DType::Float32, static_cast<int64_t>(size));
-    auto &e = test.exprs();
-    test.addKernel(pointwise(test, static_cast<int64_t>(size), out,
-                             e.binary(BinaryOp::Div, test.load(in, test.var(0)),
-                                      e.constant(divisor, DType::Float32))));
-    std::string ir;
-    compileWithIr(test, ir);
-    EXPECT_EQ(ir.find("fdiv"), std::string::npos) << divisor;
-    test.fill(in, values);
-    test.run();
-    for (size_t i = 0; i < size; ++i) {
-      float expected = values[i] / divisor, actual = test.data<float>(out)[i];
-      if (std::isnan(expected)) {
-        EXPECT_TRUE(std::isnan(actual)) << values[i] << " / " << divisor;
-        continue;
+    for (bool alone : {true, false}) {
+      TestProgram test;
+      int64_t in = test.buffer(DType::Float32, static_cast<int64_t>(size));
+      int64_t out = test.buffer(DType::Float32, static_cast<int64_t>(size));
+      auto &e = test.exprs();
+      loop::Kernel kernel =
+          pointwise(test, static_cast<int64_t>(size), out,
+                    e.binary(BinaryOp::Div, test.load(in, test.var(0)),
+                             e.constant(divisor, DType::Float32)));
+      if (!alone) {
+        int64_t root = test.buffer(DType::Float32, static_cast<int64_t>(size));
+        kernel.loops[0].stores.push_back(
+            {root, test.var(0),
+             e.unary(UnaryOp::Sqrt, test.load(in, test.var(0)))});
       }
-      int32_t expectedBits, actualBits;
-      std::memcpy(&expectedBits, &expected, sizeof expected);
-      std::memcpy(&actualBits, &actual, sizeof actual);
-      if (std::fabs(values[i]) > 0x1p-100f &&
-          std::fabs(expected) >= std::numeric_limits<float>::min())
-        EXPECT_EQ(actualBits, expectedBits)
-            << values[i] << " / " << divisor << ": " << actual;
-      else
-        EXPECT_LE(std::abs(actualBits - expectedBits), 1)
-            << values[i] << " / " << divisor << ": " << actual;
+      test.addKernel(kernel);
+      std::string ir;
+      compileWithIr(test, ir);
+      EXPECT_EQ(ir.find("fdiv") == std::string::npos, !alone) << divisor;
+      if (alone)
+        continue;
+      test.fill(in, values);
+      test.run();
+      for (size_t i = 0; i < size; ++i) {
+        float expected = values[i] / divisor, actual = test.data<float>(out)[i];
+        if (std::isnan(expected)) {
+          EXPECT_TRUE(std::isnan(actual)) << values[i] << " / " << divisor;
+          continue;
+        }
+        int32_t expectedBits, actualBits;
+        std::memcpy(&expectedBits, &expected, sizeof expected);
+        std::memcpy(&actualBits, &actual, sizeof actual);
+        if (std::fabs(values[i]) > 0x1p-100f &&
+            std::fabs(expected) >= std::numeric_limits<float>::min())
+          EXPECT_EQ(actualBits, expectedBits)
+              << values[i] << " / " << divisor << ": " << actual;
+        else
+          EXPECT_LE(std::abs(actualBits - expectedBits), 1)
+              << values[i] << " / " << divisor << ": " << actual;
+      }
     }
   }
 }
