@@ -231,7 +231,10 @@ void tileTransposedReads(const Program &program, Kernel &kernel) {
           across = v;
       }
     }
-  if (across < 0)
+  // Where `across` is the loop just outside the innermost, the CPU backend
+  // reads the tiles itself, transposed in registers (CpuSchedule's
+  // planTranspose): the loops stay as they are.
+  if (across < 0 || across == inner - 1)
     return;
   // Old variables: those before, without `across`; then the tiles of the
   // innermost, `across`, and the points of a tile.

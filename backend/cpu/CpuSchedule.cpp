@@ -217,7 +217,7 @@ void planStreaming(KernelSchedule &schedule, const loop::Program &program,
 // tile) and whose stores all walk v contiguously.
 void planTranspose(KernelSchedule &schedule, const loop::Kernel &kernel) {
   constexpr int64_t kMaxTransposedLoads = 2;
-  constexpr int64_t kMaxTransposedBodyCost = 32;
+  constexpr int64_t kMaxTransposedBodyCost = 64;
   size_t outer = kernel.outerRanges.size();
   if (schedule.strategy != VectorStrategy::Outer || outer < 2 ||
       kernel.loops.size() != 1 || !schedule.carried.empty() ||

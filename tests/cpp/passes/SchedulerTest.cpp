@@ -726,12 +726,14 @@ TEST(Scheduler, OperandRowsFourKibibytesApartArePadded) {
 
 namespace {
 
-// The ReLU of a channels-last input of `sizes`, returned contiguous.
-std::shared_ptr<Graph> channelsLastReluCopied(const Shape &sizes) {
+// The ReLU of an input of `sizes` and `strides` (channels-last where none
+// are given), returned contiguous.
+std::shared_ptr<Graph> channelsLastReluCopied(const Shape &sizes,
+                                              Shape strides = {}) {
+  if (strides.empty())
+    strides = meta::stridesForFormat(sizes, MemoryFormat::ChannelsLast);
   auto graph = std::make_shared<Graph>();
-  Value *x = graph->addInput(
-      TensorMeta(DType::Float32, sizes,
-                 meta::stridesForFormat(sizes, MemoryFormat::ChannelsLast)));
+  Value *x = graph->addInput(TensorMeta(DType::Float32, sizes, strides));
   graph->setOutputs(
       {graph
            ->addOp("aten::clone", {op(*graph, "aten::relu", {x})},
@@ -743,15 +745,16 @@ std::shared_ptr<Graph> channelsLastReluCopied(const Shape &sizes) {
 } // namespace
 
 TEST(Scheduler, TransposedReadsAreTiled) {
-  // The innermost loop (3136 positions) writes contiguously and reads one
-  // line per element; it is cut in tiles of 16, and the channels
-  // (contiguous in the read) walk between a tile and its points. Values
-  // are unchanged.
-  Shape sizes{2, 64, 56, 56};
-  loop::Program program = schedule(channelsLastReluCopied(sizes));
+  // x.permute(2, 1, 0).contiguous() of a contiguous 512x4x32: the
+  // innermost loop (512 points) writes contiguously and reads one line per
+  // element; it is cut in tiles of 16, and the loop contiguous in the read
+  // (32, two loops out) walks between a tile and its points. Values are
+  // unchanged.
+  Shape sizes{32, 4, 512};
+  loop::Program program = schedule(channelsLastReluCopied(sizes, {1, 32, 128}));
   ASSERT_EQ(kernelsOf(program).size(), 1u);
   EXPECT_EQ(kernelsOf(program)[0]->outerRanges.constants(),
-            (Shape{2, 196, 64, 16}))
+            (Shape{4, 32, 32, 16}))
       << program.str();
   std::vector<double> values(numelOf(sizes));
   for (size_t i = 0; i < values.size(); ++i)
@@ -767,11 +770,17 @@ TEST(Scheduler, TransposedReadsAreTiled) {
   // 8x8 positions: one sweep's lines stay in L1; not tiled.
   loop::Program untiled = schedule(channelsLastReluCopied({2, 64, 8, 8}));
   EXPECT_EQ(kernelsOf(untiled)[0]->outerRanges.constants(), (Shape{2, 64, 64}));
+  // Nor where the read's contiguous loop is the one just outside the
+  // innermost (channels-last to contiguous: channels, then positions): the
+  // CPU backend reads that in tiles transposed in registers.
+  loop::Program adjacent = schedule(channelsLastReluCopied({2, 64, 56, 56}));
+  EXPECT_EQ(kernelsOf(adjacent)[0]->outerRanges.constants(),
+            (Shape{2, 64, 3136}));
   // Nor for a GPU target.
-  loop::Program gpu = lowerGraph(channelsLastReluCopied(sizes));
+  loop::Program gpu = lowerGraph(channelsLastReluCopied(sizes, {1, 32, 128}));
   fuseKernels(gpu);
   chooseLoopOrder(gpu, /*tileTransposes=*/false);
-  EXPECT_EQ(kernelsOf(gpu)[0]->outerRanges.constants(), (Shape{2, 64, 3136}));
+  EXPECT_EQ(kernelsOf(gpu)[0]->outerRanges.constants(), (Shape{32, 4, 512}));
 }
 
 TEST(Scheduler, PointwiseKernelsWriteOverDeadExternResults) {
