@@ -225,8 +225,6 @@ bool clampOf(const Expr *node, const Expr *&t, int64_t &low, int64_t &high) {
   return false;
 }
 
-} // namespace
-
 // t and the modulus of mod(t, modulus), a positive integer constant.
 bool wrapOf(const Expr *node, const Expr *&t, int64_t &modulus) {
   if (node->kind() != ExprKind::Binary || node->binaryOp() != BinaryOp::Mod ||
@@ -237,6 +235,8 @@ bool wrapOf(const Expr *node, const Expr *&t, int64_t &modulus) {
   modulus = node->operand(1)->integer();
   return true;
 }
+
+} // namespace
 
 std::optional<CpuKernelEmitter::EdgedRun>
 CpuKernelEmitter::edgedRun(const Expr *index) {
