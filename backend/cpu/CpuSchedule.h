@@ -82,7 +82,8 @@ struct CpuSchedule {
   /// The record of step `step`; throws kiln::Error where there is none.
   const KernelSchedule &kernel(size_t step) const;
   /// One line per kernel: "step 3 add_1: vector=inner lanes=8 unroll=4
-  /// parallel=1 stream=buf2 carried=1".
+  /// parallel=1 stream=buf2 carried=1", and " transposed=1" after it for a
+  /// kernel with transposed loads.
   std::string str() const;
 };
 
