@@ -89,11 +89,22 @@ bool constantAtLeast(const Expr *value, double bound) {
 }
 
 // Whether `value` is at least `bound` or NaN: a maximum with a constant of
-// at least `bound` (GELU's exponent, torch.clamp), or such a constant.
+// at least `bound` (torch.clamp), a select-shaped clamp (GELU's exponent),
+// or such a constant.
 bool clampedFromBelow(const Expr *value, double bound) {
   if (value->kind() == ExprKind::Binary && value->binaryOp() == BinaryOp::Max)
     return constantAtLeast(value->operand(0), bound) ||
            constantAtLeast(value->operand(1), bound);
+  // v < k ? k' : v, both constants at least `bound`: a select-shaped clamp
+  // (one maximum instruction on x86) that keeps NaN.
+  if (value->kind() == ExprKind::Where) {
+    const Expr *condition = value->operand(0);
+    return condition->kind() == ExprKind::Binary &&
+           condition->binaryOp() == BinaryOp::Lt &&
+           condition->operand(0) == value->operand(2) &&
+           constantAtLeast(condition->operand(1), bound) &&
+           constantAtLeast(value->operand(1), bound);
+  }
   return constantAtLeast(value, bound);
 }
 

@@ -295,11 +295,12 @@ std::unique_ptr<backend::CpuProgram> compileWithIr(TestProgram &test,
 
 } // namespace
 
-// exp of a value clamped from below to at least -86 (GELU's exponent) is
-// the normal-range exp, without the underflow and NaN handling of the
-// general one (its underflow bound, -104, is absent from the kernel's IR);
-// its results are those of the C library, NaN, inf and overflow included.
-// A clamp lower than -86 keeps the general exp.
+// exp of a value clamped from below to at least -86 (torch.clamp's
+// maximum, or the select v < k ? k : v of GELU's exponent) is the
+// normal-range exp, without the underflow and NaN handling of the general
+// one (its underflow bound, -104, is absent from the kernel's IR); its
+// results are those of the C library, NaN, inf and overflow included. A
+// clamp lower than -86 keeps the general exp.
 TEST(CpuMath, Float32ExpOfAClampedValueIsTheNormalRangeExp) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -307,7 +308,10 @@ TEST(CpuMath, Float32ExpOfAClampedValueIsTheNormalRangeExp) {
                                -1.5f,   -0.0f,  1e-3f,  0.3466f, 10.0f,
                                88.0f,   88.37f, 88.5f,  88.7f,   88.73f,
                                89.5f,   200.0f, inf,    -inf,    nan};
-  for (float bound : {-86.0f, -100.0f}) {
+  for (auto [bound, select] : {std::pair{-86.0f, false},
+                               {-100.0f, false},
+                               {-86.0f, true},
+                               {-100.0f, true}}) {
     auto more = randomFloats(45, -90, 89);
     std::vector<float> inputs = values;
     inputs.insert(inputs.end(), more.begin(), more.end());
@@ -316,16 +320,16 @@ TEST(CpuMath, Float32ExpOfAClampedValueIsTheNormalRangeExp) {
     int64_t in = test.buffer(DType::Float32, size);
     int64_t out = test.buffer(DType::Float32, size);
     auto &e = test.exprs();
-    test.addKernel(
-        pointwise(test, size, out,
-                  e.unary(UnaryOp::Exp,
-                          e.binary(BinaryOp::Max, test.load(in, test.var(0)),
-                                   e.constant(bound, DType::Float32)))));
+    const Expr *x = test.load(in, test.var(0));
+    const Expr *k = e.constant(bound, DType::Float32);
+    const Expr *clamped = select ? e.where(e.binary(BinaryOp::Lt, x, k), k, x)
+                                 : e.binary(BinaryOp::Max, x, k);
+    test.addKernel(pointwise(test, size, out, e.unary(UnaryOp::Exp, clamped)));
     test.fill(in, inputs);
     std::string ir;
     auto compiled = compileWithIr(test, ir);
     EXPECT_EQ(ir.find("-1.040000e+02") == std::string::npos, bound >= -86.0f)
-        << "clamped at " << bound;
+        << "clamped at " << bound << (select ? " by a select" : "");
     test.runAgain(*compiled);
     for (int64_t i = 0; i < size; ++i) {
       float x = std::isnan(inputs[i]) ? inputs[i] : std::max(inputs[i], bound);
