@@ -64,6 +64,7 @@ protected:
   bool dividesByConstantsAsProducts() const override {
     return schedule_.constantQuotientsAsProducts;
   }
+  bool exactRemaindersInFloat64() const override { return true; }
   /// Carried values: loaded by their consumers, stored by their producer.
   llvm::Value *reuse(const Expr *expr, bool vector) override;
   void computed(const Expr *expr, llvm::Value *value) override;

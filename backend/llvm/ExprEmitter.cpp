@@ -419,6 +419,54 @@ llvm::Value *ExprEmitter::remainderAgainstDivisor(llvm::Value *remainder,
           builder_.CreateFCmpOLT(remainder, floatLike(remainder, 0.0))));
 }
 
+// fmod(a, b) = a - n b, n = trunc(a / b), exactly. x86 has no remainder
+// instruction: LLVM's frem of a vector is a call of the C library's fmodf
+// per lane (1.8 us for 16 lanes on the 2-core EPYC: 10x eager's time).
+// For float32 a and b, with a / b taken in float64 below 2^24 in
+// magnitude, n is the true quotient's integer part (a / b lies at least
+// 2^-25 from any integer it is not, relatively more than float64's
+// rounding), n b is exact (48 bits) and so is a - n b (the remainder, a
+// float32 value). The remainder has a's sign, zeros too. Lanes beyond
+// (|a / b| >= 2^24, infinite or zero b, infinite or NaN a) take frem, in a
+// branch only a vector with such a lane enters.
+llvm::Value *ExprEmitter::emitFloatFmod(llvm::Value *a, llvm::Value *b) {
+  llvm::Type *type = a->getType();
+  if (!exactRemaindersInFloat64() || !type->getScalarType()->isFloatTy())
+    return builder_.CreateFRem(a, b);
+  llvm::Type *wide = type->getWithNewType(builder_.getDoubleTy());
+  llvm::Value *wideA = builder_.CreateFPExt(a, wide);
+  llvm::Value *wideB = builder_.CreateFPExt(b, wide);
+  llvm::Value *quotient = builder_.CreateFDiv(wideA, wideB);
+  llvm::Value *whole = callIntrinsic(llvm::Intrinsic::trunc, {quotient});
+  llvm::Value *rest = builder_.CreateFPTrunc(
+      builder_.CreateFSub(wideA, builder_.CreateFMul(whole, wideB)), type);
+  llvm::Value *fast = callIntrinsic(llvm::Intrinsic::copysign, {rest, a});
+  // Ordered compares: false for NaN.
+  llvm::Value *exact = builder_.CreateAnd(
+      builder_.CreateFCmpOLT(callIntrinsic(llvm::Intrinsic::fabs, {quotient}),
+                             floatLike(quotient, 0x1p24)),
+      builder_.CreateFCmpOLT(callIntrinsic(llvm::Intrinsic::fabs, {b}),
+                             floatLike(b, HUGE_VAL)));
+  llvm::Value *allExact =
+      type->isVectorTy() ? builder_.CreateAndReduce(exact) : exact;
+  llvm::Function *function = builder_.GetInsertBlock()->getParent();
+  llvm::BasicBlock *before = builder_.GetInsertBlock();
+  auto *slow =
+      llvm::BasicBlock::Create(module_.getContext(), "fmod_lanes", function);
+  auto *done =
+      llvm::BasicBlock::Create(module_.getContext(), "fmod_done", function);
+  builder_.CreateCondBr(allExact, done, slow);
+  builder_.SetInsertPoint(slow);
+  llvm::Value *mixed =
+      builder_.CreateSelect(exact, fast, builder_.CreateFRem(a, b));
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
+  llvm::PHINode *result = builder_.CreatePHI(type, 2, "fmod");
+  result->addIncoming(fast, before);
+  result->addIncoming(mixed, slow);
+  return result;
+}
+
 // Python's floor division of floats as torch computes it: the quotient of
 // a - fmod(a, b), which is exact where floor(a / b) is not (1 // 0.1 is 9:
 // a / b rounds up to 10), moved down where the remainder's sign differs
@@ -426,7 +474,7 @@ llvm::Value *ExprEmitter::remainderAgainstDivisor(llvm::Value *remainder,
 // keeps the sign of a / b, and division by zero gives a / b.
 llvm::Value *ExprEmitter::emitFloatFloorDivision(llvm::Value *a,
                                                  llvm::Value *b) {
-  llvm::Value *remainder = builder_.CreateFRem(a, b);
+  llvm::Value *remainder = emitFloatFmod(a, b);
   llvm::Value *quotient =
       builder_.CreateFDiv(builder_.CreateFSub(a, remainder), b);
   quotient = builder_.CreateSelect(
@@ -567,13 +615,13 @@ llvm::Value *ExprEmitter::emitBinary(BinaryOp op, llvm::Value *a,
       return emitFloatFloorDivision(a, b);
     case BinaryOp::Mod: {
       // torch.remainder: fmod, moved into the divisor's sign.
-      llvm::Value *remainder = builder_.CreateFRem(a, b);
+      llvm::Value *remainder = emitFloatFmod(a, b);
       return builder_.CreateSelect(remainderAgainstDivisor(remainder, b),
                                    builder_.CreateFAdd(remainder, b),
                                    remainder);
     }
     case BinaryOp::Fmod:
-      return builder_.CreateFRem(a, b);
+      return emitFloatFmod(a, b);
     case BinaryOp::Pow:
       return callMath("pow", {a, b});
     case BinaryOp::Atan2:
