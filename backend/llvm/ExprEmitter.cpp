@@ -426,25 +426,47 @@ llvm::Value *ExprEmitter::remainderAgainstDivisor(llvm::Value *remainder,
 // magnitude, n is the true quotient's integer part (a / b lies at least
 // 2^-25 from any integer it is not, relatively more than float64's
 // rounding), n b is exact (48 bits) and so is a - n b (the remainder, a
-// float32 value). The remainder has a's sign, zeros too. Lanes beyond
-// (|a / b| >= 2^24, infinite or zero b, infinite or NaN a) take frem, in a
-// branch only a vector with such a lane enters.
+// float32 value). For float64, below 2^52, a / b can round up onto the
+// next integer: a - n b, exact in one fma (n b - a is then less than |b|
+// and on a's grid), has the wrong sign there and one |b| (with a's sign)
+// more is the remainder, exactly. The remainder has a's sign, zeros too.
+// Lanes beyond (larger quotients, infinite or zero b, infinite or NaN a)
+// take frem, in a branch only a vector with such a lane enters.
 llvm::Value *ExprEmitter::emitFloatFmod(llvm::Value *a, llvm::Value *b) {
   llvm::Type *type = a->getType();
-  if (!exactRemaindersInFloat64() || !type->getScalarType()->isFloatTy())
+  bool single = type->getScalarType()->isFloatTy();
+  if (!exactRemaindersInFloat64() ||
+      !(single || type->getScalarType()->isDoubleTy()))
     return builder_.CreateFRem(a, b);
-  llvm::Type *wide = type->getWithNewType(builder_.getDoubleTy());
-  llvm::Value *wideA = builder_.CreateFPExt(a, wide);
-  llvm::Value *wideB = builder_.CreateFPExt(b, wide);
-  llvm::Value *quotient = builder_.CreateFDiv(wideA, wideB);
-  llvm::Value *whole = callIntrinsic(llvm::Intrinsic::trunc, {quotient});
-  llvm::Value *rest = builder_.CreateFPTrunc(
-      builder_.CreateFSub(wideA, builder_.CreateFMul(whole, wideB)), type);
+  llvm::Value *quotient, *rest;
+  if (single) {
+    llvm::Type *wide = type->getWithNewType(builder_.getDoubleTy());
+    llvm::Value *wideA = builder_.CreateFPExt(a, wide);
+    llvm::Value *wideB = builder_.CreateFPExt(b, wide);
+    quotient = builder_.CreateFDiv(wideA, wideB);
+    llvm::Value *whole = callIntrinsic(llvm::Intrinsic::trunc, {quotient});
+    rest = builder_.CreateFPTrunc(
+        builder_.CreateFSub(wideA, builder_.CreateFMul(whole, wideB)), type);
+  } else {
+    quotient = builder_.CreateFDiv(a, b);
+    llvm::Value *whole = callIntrinsic(llvm::Intrinsic::trunc, {quotient});
+    rest =
+        callIntrinsic(llvm::Intrinsic::fma, {builder_.CreateFNeg(whole), b, a});
+    llvm::Value *overshot = builder_.CreateAnd(
+        builder_.CreateFCmpUNE(rest, floatLike(rest, 0.0)),
+        builder_.CreateXor(builder_.CreateFCmpOLT(rest, floatLike(rest, 0.0)),
+                           builder_.CreateFCmpOLT(a, floatLike(a, 0.0))));
+    llvm::Value *step =
+        callIntrinsic(llvm::Intrinsic::copysign,
+                      {callIntrinsic(llvm::Intrinsic::fabs, {b}), a});
+    rest =
+        builder_.CreateSelect(overshot, builder_.CreateFAdd(rest, step), rest);
+  }
   llvm::Value *fast = callIntrinsic(llvm::Intrinsic::copysign, {rest, a});
   // Ordered compares: false for NaN.
   llvm::Value *exact = builder_.CreateAnd(
       builder_.CreateFCmpOLT(callIntrinsic(llvm::Intrinsic::fabs, {quotient}),
-                             floatLike(quotient, 0x1p24)),
+                             floatLike(quotient, single ? 0x1p24 : 0x1p52)),
       builder_.CreateFCmpOLT(callIntrinsic(llvm::Intrinsic::fabs, {b}),
                              floatLike(b, HUGE_VAL)));
   llvm::Value *allExact =

@@ -79,8 +79,9 @@ protected:
   /// Whether a float32 division by a constant is a product by its
   /// reciprocal with one correction (ExprEmitter::quotientByConstant).
   virtual bool dividesByConstantsAsProducts() const { return false; }
-  /// Whether a float32 remainder is computed in float64 where that is exact
-  /// (ExprEmitter::emitFloatFmod) rather than as LLVM's frem.
+  /// Whether a float remainder is computed from its quotient's integer part
+  /// where that is exact (ExprEmitter::emitFloatFmod) rather than as LLVM's
+  /// frem.
   virtual bool exactRemaindersInFloat64() const { return false; }
   /// A value the target has kept from an earlier loop (nullptr: compute it),
   /// and the notice of each value computed.
@@ -120,8 +121,8 @@ private:
   llvm::Value *remainderAgainstDivisor(llvm::Value *remainder,
                                        llvm::Value *divisor);
   llvm::Value *emitFloatFloorDivision(llvm::Value *a, llvm::Value *b);
-  /// C's fmod of floats (torch.fmod): LLVM's frem, or for float32 where
-  /// the target says so its quotient's integer part taken in float64.
+  /// C's fmod of floats (torch.fmod): LLVM's frem, or where the target says
+  /// so a - trunc(a / b) b computed exactly.
   llvm::Value *emitFloatFmod(llvm::Value *a, llvm::Value *b);
   llvm::Value *emitIntegerPower(llvm::Value *base, llvm::Value *exponent,
                                 bool isUnsigned);

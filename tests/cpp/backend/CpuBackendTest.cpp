@@ -482,58 +482,78 @@ TEST(CpuMath, Log1pIsALogWithACorrection) {
   }
 }
 
-// A float32 remainder is its quotient's integer part taken in float64
-// (ExprEmitter::emitFloatFmod), not LLVM's frem (a C library call per
-// lane), where that is exact; other lanes (quotients of 2^24 or more,
-// infinities, NaN, zero divisors) branch to frem. Bit for bit C's fmodf,
-// the sign of zeros included, over a vector loop and its scalar tail.
-TEST(CpuMath, Float32RemaindersAreExactWithoutALibraryCall) {
-  const float inf = std::numeric_limits<float>::infinity();
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> special = {
-      0.0f,        -0.0f,       inf,      -inf,  nan,   1e-45f,   -1e-45f,
-      3.4e38f,     -3.4e38f,    1.0f,     -1.0f, 0.1f,  0.3f,     16777216.0f,
-      16777218.0f, 16777215.0f, 4.4e-39f, -7.5f, 1e30f, -2.5e-30f};
+namespace {
+
+// fmod of `count` pairs compiled, against C's bit for bit (the sign of
+// zeros too): ordinary quotients, then specials and huge quotients mixed
+// in, then quotients within an ulp of an integer (T's a / b can round onto
+// it).
+template <typename T> void expectFmodAsTheCLibrary(DType dtype) {
+  const T inf = std::numeric_limits<T>::infinity();
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const T tiny = std::numeric_limits<T>::denorm_min();
+  const T huge = std::numeric_limits<T>::max();
+  const T wholeLimit = T(1) / std::numeric_limits<T>::epsilon(); // 2^23, 2^52
+  std::vector<T> special = {
+      0,          T(-0.0),    inf,     -inf,           nan,
+      tiny,       -tiny,      huge,    -huge,          1,
+      -1,         T(0.1),     T(0.3),  2 * wholeLimit, 2 * wholeLimit + 2,
+      wholeLimit, T(4.4e-39), T(-7.5), T(1e30),        T(-2.5e-30)};
   std::mt19937 generator(7);
   std::uniform_int_distribution<size_t> pick(0, special.size() - 1);
-  std::uniform_real_distribution<float> exponent(-40, 40), mantissa(-1, 1);
-  for (bool rare : {false, true}) {
-    // Ordinary quotients only, then specials and huge quotients mixed in.
-    std::vector<float> a(1003), b(1003);
+  std::uniform_real_distribution<T> exponent(-40, 40), mantissa(-1, 1);
+  std::uniform_int_distribution<int> multiple(1, 1000000);
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<T> a(1003), b(1003);
     for (size_t i = 0; i < a.size(); ++i) {
       a[i] = mantissa(generator) * std::exp2(exponent(generator) / 4);
-      b[i] = mantissa(generator) * std::exp2(exponent(generator) / 4) + 1e-3f;
-      if (rare && i % 5 == 0)
+      b[i] = mantissa(generator) * std::exp2(exponent(generator) / 4) + T(1e-3);
+      if (kind == 1 && i % 5 == 0)
         a[i] = special[pick(generator)];
-      if (rare && i % 7 == 0)
+      if (kind == 1 && i % 7 == 0)
         b[i] = special[pick(generator)];
+      if (kind == 2)
+        a[i] =
+            std::nextafter(T(multiple(generator)) * b[i], i % 2 ? inf : -inf);
     }
-    std::vector<float> actual =
-        applyBinary(BinaryOp::Fmod, DType::Float32, a, b);
+    std::vector<T> actual = applyBinary(BinaryOp::Fmod, dtype, a, b);
     for (size_t i = 0; i < a.size(); ++i) {
-      float expected = std::fmod(a[i], b[i]);
+      T expected = std::fmod(a[i], b[i]);
       if (std::isnan(expected))
         EXPECT_TRUE(std::isnan(actual[i])) << a[i] << " fmod " << b[i];
       else
         EXPECT_TRUE(actual[i] == expected &&
                     std::signbit(actual[i]) == std::signbit(expected))
-            << a[i] << " fmod " << b[i] << ": " << actual[i] << " against "
-            << expected;
+            << dtypeName(dtype) << " " << a[i] << " fmod " << b[i] << ": "
+            << actual[i] << " against " << expected;
     }
   }
-  TestProgram test;
-  int64_t x = test.buffer(DType::Float32, 64),
-          y = test.buffer(DType::Float32, 64);
-  int64_t out = test.buffer(DType::Float32, 64);
-  test.addKernel(
-      pointwise(test, 64, out,
-                test.exprs().binary(BinaryOp::Fmod, test.load(x, test.var(0)),
-                                    test.load(y, test.var(0)))));
-  std::string ir;
-  compileWithIr(test, ir);
-  EXPECT_TRUE(std::regex_search(ir, std::regex("fdiv <[0-9]+ x double>")))
-      << ir;
-  EXPECT_NE(ir.find("fmod_lanes"), std::string::npos);
+}
+
+} // namespace
+
+// A float remainder is a - trunc(a / b) b computed exactly
+// (ExprEmitter::emitFloatFmod: float32 in float64, float64 with one fma and
+// a correction), not LLVM's frem (a C library call per lane), where that is
+// exact; other lanes (larger quotients, infinities, NaN, zero divisors)
+// branch to frem. Bit for bit C's fmod, over a vector loop and its tail.
+TEST(CpuMath, FloatRemaindersAreExactWithoutALibraryCall) {
+  expectFmodAsTheCLibrary<float>(DType::Float32);
+  expectFmodAsTheCLibrary<double>(DType::Float64);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    TestProgram test;
+    int64_t x = test.buffer(dtype, 64), y = test.buffer(dtype, 64);
+    int64_t out = test.buffer(dtype, 64);
+    test.addKernel(
+        pointwise(test, 64, out,
+                  test.exprs().binary(BinaryOp::Fmod, test.load(x, test.var(0)),
+                                      test.load(y, test.var(0)))));
+    std::string ir;
+    compileWithIr(test, ir);
+    EXPECT_TRUE(std::regex_search(ir, std::regex("fdiv <[0-9]+ x double>")))
+        << ir;
+    EXPECT_NE(ir.find("fmod_lanes"), std::string::npos);
+  }
 }
 
 TEST(CpuTypes, Float16AndBFloat16RoundAfterEveryOperation) {
