@@ -84,6 +84,10 @@ private:
     int64_t low = 0, high = 0, modulus = 0;
   };
   std::optional<EdgedRun> edgedRun(const Expr *index);
+  /// The points of the vectorised loop where a comparison of its variable
+  /// with a constant changes (cat's and pad's selects), at most a few.
+  std::vector<int64_t> segmentCuts(size_t level);
+  std::optional<bool> knownComparison(const Expr *expr) override;
   /// The elements of an edged run without a gather: a clamped run's lanes
   /// inside the bounds as one masked contiguous load, the edge element in
   /// the others; a wrapped run's as two masked contiguous loads.
@@ -122,6 +126,11 @@ private:
   std::unordered_map<const Expr *, CarriedArray> carried_;
   /// In a transposed tile: each transposed load's vector at the current row.
   std::unordered_map<const Expr *, llvm::Value *> transposedRows_;
+  /// While the vectorised loop runs over one segment between the cuts:
+  /// its variable and the segment's bounds [low, high).
+  struct Segment {
+    int64_t var = -1, low = 0, high = 0;
+  } segment_;
   size_t currentLoop_ = 0;
   llvm::Value *loopPosition_ = nullptr; // the first lane's point in its loop
 
@@ -237,7 +246,105 @@ bool wrapOf(const Expr *node, const Expr *&t, int64_t &modulus) {
   return true;
 }
 
+// k where `t` is Var(var) + k or Var(var) - (-k), k an integer constant.
+bool offsetOfVar(const Expr *t, int64_t var, int64_t &offset) {
+  if (t->kind() == ExprKind::Var && t->id() == var) {
+    offset = 0;
+    return true;
+  }
+  if (t->kind() != ExprKind::Binary)
+    return false;
+  if (t->binaryOp() == BinaryOp::Sub) {
+    const Expr *v = t->operand(0), *k = t->operand(1);
+    if (v->kind() != ExprKind::Var || v->id() != var || !k->isConstant() ||
+        k->dtype() != DType::Int64)
+      return false;
+    offset = -k->integer();
+    return true;
+  }
+  if (t->binaryOp() != BinaryOp::Add)
+    return false;
+  for (int side = 0; side < 2; ++side) {
+    const Expr *v = t->operand(side), *k = t->operand(1 - side);
+    if (v->kind() == ExprKind::Var && v->id() == var && k->isConstant() &&
+        k->dtype() == DType::Int64) {
+      offset = k->integer();
+      return true;
+    }
+  }
+  return false;
+}
+
+// For cmp(Var(var) + k, c): the point p where its truth changes and
+// whether it holds below p (v < p) rather than from p on (v >= p).
+bool comparisonCut(const Expr *node, int64_t var, int64_t &point, bool &below) {
+  if (node->kind() != ExprKind::Binary || !node->operand(1)->isConstant() ||
+      node->operand(1)->dtype() != DType::Int64)
+    return false;
+  int64_t offset;
+  if (!offsetOfVar(node->operand(0), var, offset))
+    return false;
+  int64_t c = node->operand(1)->integer() - offset;
+  switch (node->binaryOp()) {
+  case BinaryOp::Lt:
+    point = c, below = true;
+    return true;
+  case BinaryOp::Le:
+    point = c + 1, below = true;
+    return true;
+  case BinaryOp::Ge:
+    point = c, below = false;
+    return true;
+  case BinaryOp::Gt:
+    point = c + 1, below = false;
+    return true;
+  default:
+    return false;
+  }
+}
+
 } // namespace
+
+std::vector<int64_t> CpuKernelEmitter::segmentCuts(size_t level) {
+  std::optional<int64_t> extent = kernel_.outerRanges[level]->constant();
+  if (!extent || !schedule_.transposedLoads.empty())
+    return {};
+  std::vector<int64_t> cuts;
+  loop::forEachExpr(kernel_, [&](const Expr *expr) {
+    loop::anyNode(expr, [&](const Expr *node) {
+      if (node->kind() != ExprKind::Where)
+        return false;
+      loop::anyNode(node->operand(0), [&](const Expr *test) {
+        int64_t point;
+        bool below;
+        if (comparisonCut(test, static_cast<int64_t>(level), point, below) &&
+            point > 0 && point < *extent &&
+            std::find(cuts.begin(), cuts.end(), point) == cuts.end())
+          cuts.push_back(point);
+        return false;
+      });
+      return false;
+    });
+  });
+  // Each segment's loops are emitted apart: a few cuts at most (cat of two
+  // or three inputs, a pad's two edges).
+  if (cuts.size() > 4)
+    return {};
+  std::sort(cuts.begin(), cuts.end());
+  return cuts;
+}
+
+std::optional<bool> CpuKernelEmitter::knownComparison(const Expr *expr) {
+  int64_t point;
+  bool below;
+  if (segment_.var < 0 || !comparisonCut(expr, segment_.var, point, below))
+    return std::nullopt;
+  if (segment_.high <= point)
+    return below;
+  if (segment_.low >= point)
+    return !below;
+  return std::nullopt;
+}
 
 std::optional<CpuKernelEmitter::EdgedRun>
 CpuKernelEmitter::edgedRun(const Expr *index) {
@@ -302,6 +409,15 @@ llvm::Value *CpuKernelEmitter::loadEdgedRun(const EdgedRun &run,
   }
   // The first lane's unclamped position, and every lane's.
   llvm::Value *first = emit(run.position, false);
+  // Within a segment whose positions all lie inside the bounds the clamp
+  // does nothing: one contiguous load.
+  int64_t offset;
+  if (segment_.var == vectorVar_ &&
+      offsetOfVar(run.position, vectorVar_, offset) &&
+      segment_.low + offset >= run.low &&
+      segment_.high - 1 + offset <= run.high)
+    return builder_.CreateAlignedLoad(
+        vectorType, builder_.CreateGEP(storage, row, first), llvm::Align(1));
   llvm::Value *positions = emit(run.position, true);
   llvm::Value *below = builder_.CreateICmpSLT(
       positions, splat(builder_.getInt64(run.low), currentLanes_));
@@ -571,6 +687,27 @@ void CpuKernelEmitter::emitOuter(size_t level) {
 // vectors of each width, then one by one.
 void CpuKernelEmitter::emitVectorLoops(size_t level, llvm::Value *start,
                                        llvm::Value *end) {
+  // Where selects compare the loop's variable with constants (cat, pad),
+  // the points between two cuts run a loop of their own in which each
+  // comparison is known (knownComparison) and the clamps of the loads
+  // beside them are dropped where they do nothing (loadEdgedRun).
+  if (segment_.var < 0) {
+    std::vector<int64_t> cuts = segmentCuts(level);
+    if (!cuts.empty()) {
+      cuts.insert(cuts.begin(), 0);
+      cuts.push_back(*kernel_.outerRanges[level]->constant());
+      for (size_t piece = 0; piece + 1 < cuts.size(); ++piece) {
+        segment_ = {static_cast<int64_t>(level), cuts[piece], cuts[piece + 1]};
+        llvm::Value *from = builder_.CreateBinaryIntrinsic(
+            llvm::Intrinsic::smax, start, builder_.getInt64(cuts[piece]));
+        llvm::Value *to = builder_.CreateBinaryIntrinsic(
+            llvm::Intrinsic::smin, end, builder_.getInt64(cuts[piece + 1]));
+        emitVectorLoops(level, from, to);
+      }
+      segment_ = Segment{};
+      return;
+    }
+  }
   llvm::Value *from =
       schedule_.streamedStore ? emitAlignmentPeel(level, start, end) : start;
   for (int width : schedule_.vectorWidths()) {

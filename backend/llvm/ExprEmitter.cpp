@@ -194,6 +194,22 @@ llvm::Value *ExprEmitter::emit(const Expr *expr, bool vector) {
   return value;
 }
 
+std::optional<bool> ExprEmitter::knownCondition(const Expr *condition) {
+  if (condition->kind() != ExprKind::Binary)
+    return std::nullopt;
+  BinaryOp op = condition->binaryOp();
+  if (op != BinaryOp::LogicalAnd && op != BinaryOp::LogicalOr)
+    return knownComparison(condition);
+  std::optional<bool> a = knownCondition(condition->operand(0));
+  std::optional<bool> b = knownCondition(condition->operand(1));
+  bool absorbing = op == BinaryOp::LogicalOr; // true absorbs an or
+  if ((a && *a == absorbing) || (b && *b == absorbing))
+    return absorbing;
+  if (a && b)
+    return !absorbing;
+  return std::nullopt;
+}
+
 llvm::Value *ExprEmitter::emitNode(const Expr *expr, bool vector) {
   switch (expr->kind()) {
   case ExprKind::Constant:
@@ -233,12 +249,19 @@ llvm::Value *ExprEmitter::emitNode(const Expr *expr, bool vector) {
     return roundTo(expr->dtype(), result);
   }
   case ExprKind::Binary: {
+    if (std::optional<bool> known = knownComparison(expr)) {
+      llvm::Value *truth = builder_.getInt1(*known);
+      return vector ? splat(truth, currentLanes_) : truth;
+    }
     DType dtype = expr->operand(0)->dtype();
     llvm::Value *a = emit(expr->operand(0), vector);
     llvm::Value *b = emit(expr->operand(1), vector);
     return roundTo(expr->dtype(), emitBinary(expr->binaryOp(), a, b, dtype));
   }
   case ExprKind::Where:
+    // A condition the target knows emits only the branch it takes.
+    if (std::optional<bool> known = knownCondition(expr->operand(0)))
+      return emit(expr->operand(*known ? 1 : 2), vector);
     return builder_.CreateSelect(emit(expr->operand(0), vector),
                                  emit(expr->operand(1), vector),
                                  emit(expr->operand(2), vector));

@@ -10,6 +10,7 @@
 #include "ir/LoopIR.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -83,6 +84,11 @@ protected:
   /// where that is exact (ExprEmitter::emitFloatFmod) rather than as LLVM's
   /// frem.
   virtual bool exactRemaindersInFloat64() const { return false; }
+  /// The truth of a comparison where the target knows it at every point
+  /// it emits (nullopt: compute it).
+  virtual std::optional<bool> knownComparison(const loop::Expr *) {
+    return std::nullopt;
+  }
   /// A value the target has kept from an earlier loop (nullptr: compute it),
   /// and the notice of each value computed.
   virtual llvm::Value *reuse(const loop::Expr *expr, bool vector);
@@ -121,6 +127,9 @@ private:
   llvm::Value *remainderAgainstDivisor(llvm::Value *remainder,
                                        llvm::Value *divisor);
   llvm::Value *emitFloatFloorDivision(llvm::Value *a, llvm::Value *b);
+  /// The truth of a condition of knownComparison's comparisons (and their
+  /// logical and and or) where the target knows it.
+  std::optional<bool> knownCondition(const loop::Expr *condition);
   /// C's fmod of floats (torch.fmod): LLVM's frem, or where the target says
   /// so a - trunc(a / b) b computed exactly.
   llvm::Value *emitFloatFmod(llvm::Value *a, llvm::Value *b);

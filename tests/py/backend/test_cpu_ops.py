@@ -376,6 +376,47 @@ def test_transposes_read_tiles_and_match_eager(dtype):
             assert ("transposed=1" in schedules) == tiles, schedules
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.bfloat16, torch.bool])
+def test_cat_and_pad_split_their_loop_at_the_seams_and_match_eager(dtype):
+    # A cat along the last dim and a pad select between clamped loads by
+    # comparing the loop's variable with constants: the CPU kernel runs each
+    # stretch between two seams as its own loop, where the comparison is
+    # known and the loads are contiguous (no masked loads). Seams on and off
+    # vector boundaries, 1-element and empty pieces, a strided input, crops.
+    def make(*shape):
+        if dtype == torch.bool:
+            return torch.rand(*shape) > 0.5
+        if dtype.is_floating_point:
+            return torch.randn(*shape).to(dtype)
+        return torch.randint(-100, 100, shape).to(dtype)
+
+    x, y = make(37, 512), make(37, 300)
+    img = make(2, 3, 20, 40)
+    cases = [
+        (lambda: torch.cat([x, x], 1), True),
+        (lambda: torch.cat([x, y, x[:, :7]], -1), True),
+        (lambda: torch.cat([x[:, :1], x[:, 1:40], x[:, 40:]], 1), True),
+        (lambda: torch.cat([x[:, :0], x, y[:, ::2]], 1), None),
+        (lambda: torch.cat([-x[:, 256:], x[:, :256]], -1) if dtype != torch.bool else x, None),
+        (lambda: torch.nn.functional.pad(img, (1, 1, 1, 1)), None),
+        (lambda: torch.nn.functional.pad(img, (3, 17, 0, 0)), None),
+        (lambda: torch.nn.functional.pad(img, (-2, -3, 1, 0)), None),
+    ]
+    _C = kiln._C
+    for fn, unmasked in cases:
+        compiled = kiln.compile(fn)
+        _C.start_log_capture(["llvm"])
+        try:
+            actual = compiled()
+        finally:
+            ir = "".join(text for _, text in _C.stop_log_capture())
+        expected = fn()
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape
+        assert torch.equal(actual, expected)
+        if unmasked and "define" in ir:
+            assert "masked.load" not in ir
+
+
 @pytest.mark.parametrize("shape,shifts,dims", [
     ((4, 1024), 3, -1), ((4, 1024), -1000, -1), ((4, 1024), 5000, 1), ((3, 17), 4, 1),
     ((2, 8, 32, 32), (1, -2), (2, 3)), ((5, 64), (70, 1), (1, 0)), ((4, 0), 3, 1), ((1, 1), 1, 0),
