@@ -329,6 +329,16 @@ def test_batch_norm_module_lowers_in_eval_and_updates_statistics_in_training(dty
     assert block[0].num_batches_tracked.item() == eager_block[0].num_batches_tracked.item() == 2
 
 
+def _random_of(dtype, shape):
+    """Random values of `dtype`: normal floats, integers in [-100, 100), or
+    booleans."""
+    if dtype == torch.bool:
+        return torch.rand(*shape) > 0.5
+    if dtype.is_floating_point:
+        return torch.randn(*shape).to(dtype)
+    return torch.randint(-100, 100, shape).to(dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int8, torch.bool])
 def test_transposes_read_tiles_and_match_eager(dtype):
     # A permute's copy reads along the dim before the one it writes along:
@@ -338,11 +348,7 @@ def test_transposes_read_tiles_and_match_eager(dtype):
     # between whole tiles, size-1 and empty dims, a sliced (strided) input
     # and a pointwise op on the transposed values.
     def make(*shape):
-        if dtype == torch.bool:
-            return torch.rand(*shape) > 0.5
-        if dtype.is_floating_point:
-            return torch.randn(*shape).to(dtype)
-        return torch.randint(-100, 100, shape).to(dtype)
+        return _random_of(dtype, shape)
 
     # (function, input, whether tiles are read: a transposed read walks the
     # dim before the written one contiguously, both over 16 or more; None:
@@ -384,11 +390,7 @@ def test_cat_and_pad_split_their_loop_at_the_seams_and_match_eager(dtype):
     # known and the loads are contiguous (no masked loads). Seams on and off
     # vector boundaries, 1-element and empty pieces, a strided input, crops.
     def make(*shape):
-        if dtype == torch.bool:
-            return torch.rand(*shape) > 0.5
-        if dtype.is_floating_point:
-            return torch.randn(*shape).to(dtype)
-        return torch.randint(-100, 100, shape).to(dtype)
+        return _random_of(dtype, shape)
 
     x, y = make(37, 512), make(37, 300)
     img = make(2, 3, 20, 40)
