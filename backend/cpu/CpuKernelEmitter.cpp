@@ -700,8 +700,11 @@ void CpuKernelEmitter::emitVectorLoops(size_t level, llvm::Value *start,
         segment_ = {static_cast<int64_t>(level), cuts[piece], cuts[piece + 1]};
         llvm::Value *from = builder_.CreateBinaryIntrinsic(
             llvm::Intrinsic::smax, start, builder_.getInt64(cuts[piece]));
+        // A chunk of the parallel range may miss the segment: [from, from).
         llvm::Value *to = builder_.CreateBinaryIntrinsic(
-            llvm::Intrinsic::smin, end, builder_.getInt64(cuts[piece + 1]));
+            llvm::Intrinsic::smax, from,
+            builder_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, end,
+                                           builder_.getInt64(cuts[piece + 1])));
         emitVectorLoops(level, from, to);
       }
       segment_ = Segment{};

@@ -393,8 +393,10 @@ def test_cat_and_pad_split_their_loop_at_the_seams_and_match_eager(dtype):
         return _random_of(dtype, shape)
 
     x, y = make(37, 512), make(37, 300)
+    v, w = make(100000), make(300001)  # 1-d: thread chunks cross the seams
     img = make(2, 3, 20, 40)
     cases = [
+        (lambda: torch.cat([v, w, v]), None),
         (lambda: torch.cat([x, x], 1), True),
         (lambda: torch.cat([x, y, x[:, :7]], -1), True),
         (lambda: torch.cat([x[:, :1], x[:, 1:40], x[:, 40:]], 1), True),
