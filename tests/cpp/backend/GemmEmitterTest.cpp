@@ -658,6 +658,36 @@ TEST(GemmEmitter, TilesAreAMultipleOfTheThreads) {
   EXPECT_LE(two.parallelRange, 8);
 }
 
+// More tiles for a thread pool narrow the columns before they shorten the
+// rows: a short, wide GEMM (a transformer's 128 tokens) keeps all its rows
+// in every tile, so that no tile packs another tile's part of B again; a
+// narrow one, whose columns cannot split, splits its rows.
+TEST(GemmEmitter, TilesNarrowTheColumnsBeforeTheRows) {
+  HostTarget host = withVectorBits(256);
+  for (auto [m, n, rowsPerTile] : std::vector<std::array<int64_t, 3>>{
+           {128, 1024, 128}, {100, 768, 100}, {296, 64, 78}}) {
+    GemmSpec spec = rowMajor(m, n, 256);
+    spec.targetTiles = 4;
+    spec.threads = 2;
+    SCOPED_TRACE(describe(spec, host));
+    CompiledGemm gemm = compileGemm(spec, host);
+    ASSERT_EQ(gemm.parallelRange, 4);
+    Operands operands(spec, 3, false);
+    std::vector<char *> buffers = operands.buffers();
+    for (int64_t tile = 0; tile < gemm.parallelRange; ++tile) {
+      operands.resetC(spec);
+      gemm.function(buffers.data(), tile, tile + 1);
+      std::set<int64_t> rows;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          if (!std::isnan(operands.c[operands.cOffset(spec, 0, i, j)]))
+            rows.insert(i);
+      EXPECT_LE(std::abs(int64_t(rows.size()) - rowsPerTile), 6)
+          << "tile " << tile;
+    }
+  }
+}
+
 // B packed ahead (an exported model's weight): the packing runs once, in
 // any order of its units, and the GEMM then reads only the packed copy
 // (B's pointer is null when it runs), for edge shapes, a Linear layer's
