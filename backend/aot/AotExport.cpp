@@ -773,8 +773,8 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
           << constantSize(emitted.parallelRange, "a parallel range") << "LL, "
           << emitted.packRange << "LL, " << emitted.packedBBytes << "LL, "
           << emitted.alignment << "LL, "
-          << constantSize(emitted.work, "a kernel's work") << "LL}, /* "
-          << kernel.name << " */\n";
+          << constantSize(emitted.work, "a kernel's work") << "LL, "
+          << (emitted.unitChunks ? 1 : 0) << "}, /* " << kernel.name << " */\n";
     static_assert(kPackedBSlot == -2, "AotRuntime.c's PACKED_B_SLOT");
     for (int64_t buffer : emitted.buffers)
       slots << buffer << ", ";
@@ -782,7 +782,7 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
     maxSlots = std::max<int64_t>(maxSlots, emitted.buffers.size());
     ++kernelCount;
   }
-  steps << "  {0, 0, 0, 0, 0, 0, 0, 0, 0}};\n";
+  steps << "  {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}};\n";
 
   for (size_t o = 0; o < program.outputs.size(); ++o) {
     int64_t buffer = program.outputs[o].buffer;

@@ -48,6 +48,7 @@ typedef struct {
   int64_t packed_b_bytes;
   int64_t alignment; /* chunk boundaries are multiples of it */
   int64_t work;      /* elements touched, roughly */
+  int32_t unit_chunks; /* each unit of the range a chunk (a GEMM's tiles) */
 } kiln_step_desc;
 
 typedef struct {
@@ -184,10 +185,10 @@ static kiln_status pool_start(kiln_pool *pool, int threads) {
 
 /* Runs `kernel` of `step` over [0, range) as kiln's JIT does: inline when
    the step is small, else about four chunks per thread on boundaries that
-   keep vector loops whole. */
+   keep vector loops whole, or each unit a chunk where `unit_chunks`. */
 static void run_parallel(kiln_pool *pool, const kiln_step_desc *step,
                          kiln_kernel kernel, int64_t range, int64_t alignment,
-                         char *const *arguments) {
+                         int unit_chunks, char *const *arguments) {
   if (pool->threads <= 1 || step->work < 32768 || range < 2) {
     kernel(arguments, 0, range);
     return;
@@ -197,6 +198,8 @@ static void run_parallel(kiln_pool *pool, const kiln_step_desc *step,
     chunk_count = range;
   int64_t chunk_size = (range + chunk_count - 1) / chunk_count;
   chunk_size = (chunk_size + alignment - 1) / alignment * alignment;
+  if (unit_chunks)
+    chunk_size = 1;
   pool->kernel = kernel;
   pool->arguments = arguments;
   pool->range = range;
@@ -427,7 +430,7 @@ static kiln_status pack_weights(KILN_HANDLE *model) {
                   "cannot allocate %lld bytes for a packed weight",
                   (long long)step->packed_b_bytes);
     bind_arguments(model, s);
-    run_parallel(&model->pool, step, step->pack_b, step->pack_range, 1,
+    run_parallel(&model->pool, step, step->pack_b, step->pack_range, 1, 0,
                  model->arguments);
   }
   return KILN_OK;
@@ -564,7 +567,8 @@ kiln_status KILN_API(run)(KILN_HANDLE *model, const kiln_tensor *inputs,
   for (int s = 0; s < STEP_COUNT; ++s) {
     bind_arguments(model, s);
     run_parallel(&model->pool, &STEPS[s], STEPS[s].kernel,
-                 STEPS[s].parallel_range, STEPS[s].alignment, model->arguments);
+                 STEPS[s].parallel_range, STEPS[s].alignment,
+                 STEPS[s].unit_chunks, model->arguments);
   }
   for (size_t o = 0; o < num_outputs; ++o) {
     const kiln_tensor_desc *output = &OUTPUTS[o];

@@ -32,12 +32,13 @@ struct GemmSpec {
   double alpha = 1.0, beta = 1.0;
   /// Tiles the grid aims at: a few per thread of the pool that runs it
   /// (64 for 16 threads; fewer, larger tiles pack A and B less often).
-  /// Tiles first cover fewer row blocks, then blocks shrink, never below
-  /// sizes that amortise packing.
+  /// Tiles first cover fewer row blocks, then narrower column blocks,
+  /// then shorter row blocks, never below sizes that amortise packing.
   int64_t targetTiles = 64;
-  /// The threads of that pool (0: not known): a few tiles more than the
-  /// target where that makes their count a multiple of the threads (three
-  /// equal tiles on two threads take as long as four).
+  /// The threads of that pool (0: not known), which take the tiles one at
+  /// a time: more tiles than the target where the last round of them
+  /// would leave threads idle (three equal tiles on two threads take as
+  /// long as four).
   int threads = 0;
   /// Where B's contents are fixed (an exported model's weight), the slot
   /// of the buffers argument that holds B packed ahead, once, by

@@ -5,10 +5,13 @@
 // Depends on backend/cpu/CpuContraction.h, backend/Pipeline.h, runtime/.
 #include "backend/cpu/CpuContraction.h"
 #include "backend/Pipeline.h"
+#include "backend/cpu/CpuSchedule.h"
+#include "backend/cpu/MathLibrary.h"
 #include "ir/Graph.h"
 #include "runtime/ProgramExecutor.h"
 
 #include <gtest/gtest.h>
+#include <llvm/IR/Module.h>
 
 #include <random>
 
@@ -139,4 +142,37 @@ TEST(CpuContraction, BatchedProductOfSlicesKeepsOffsets) {
                            j * out.strides[2]],
                     expected, 1e-4);
       }
+}
+
+// Threads take a GEMM's tiles one at a time (they are few and large, and
+// chunks of several would leave one thread with a tile more), a pointwise
+// kernel's range in a few chunks each.
+TEST(CpuContraction, ThreadsTakeAGemmsTilesOneAtATime) {
+  auto graph = std::make_shared<Graph>();
+  Value *a = graph->addInput(TensorMeta(DType::Float32, {300, 200}));
+  Value *b = graph->addInput(TensorMeta(DType::Float32, {200, 500}));
+  Value *product = graph->addOp("aten::mm", {a, b}, {})->result(0);
+  Value *exp = graph->addOp("aten::exp", {product}, {})->result(0);
+  graph->setOutputs({exp});
+  backend::Target target;
+  target.standalone = true;
+  loop::Program planned = backend::planProgram(graph, target);
+  const backend::HostTarget &host = backend::hostTarget();
+  backend::CpuSchedule schedule = backend::scheduleForCpu(planned, host);
+  llvm::LLVMContext context;
+  llvm::Module module("chunks", context);
+  int gemms = 0, others = 0;
+  for (size_t index = 0; index < planned.steps.size(); ++index) {
+    const loop::Step &step = planned.steps[index];
+    if (step.kind != loop::Step::Kind::Kernel)
+      continue;
+    backend::EmittedKernel emitted = backend::emitCpuStep(
+        module, planned, step.kernel, schedule.kernel(index),
+        "step" + std::to_string(index), host,
+        backend::MathLibrary::instance(host.vectorBits), 4, 2);
+    EXPECT_EQ(emitted.unitChunks, step.kernel.contraction);
+    ++(step.kernel.contraction ? gemms : others);
+  }
+  EXPECT_EQ(gemms, 1);
+  EXPECT_GE(others, 1);
 }

@@ -656,6 +656,24 @@ TEST(GemmEmitter, TilesAreAMultipleOfTheThreads) {
       backend::emitGemm(module, spec, withVectorBits(256), "two");
   EXPECT_EQ(two.parallelRange % 2, 0);
   EXPECT_LE(two.parallelRange, 8);
+  // Threads take the tiles one at a time: the last round of tiles keeps
+  // at least 95% of the threads busy wherever tiles can still split
+  // (2048 x 4096 on two threads is 22 tiles, not 11).
+  for (auto [m, n] : std::vector<std::array<int64_t, 2>>{
+           {2048, 4096}, {4096, 4096}, {3000, 1000}, {2048, 768}})
+    for (int threads : {2, 3, 8, 16}) {
+      GemmSpec shape = rowMajor(m, n, 64);
+      shape.threads = threads;
+      shape.targetTiles = (threads <= 2 ? 2 : 4) * threads;
+      backend::EmittedGemm emitted =
+          backend::emitGemm(module, shape, withVectorBits(512), "busy");
+      int64_t tiles = emitted.parallelRange;
+      int64_t rounds = (tiles + threads - 1) / threads;
+      EXPECT_GE(100 * tiles, 95 * rounds * threads)
+          << m << " x " << n << " on " << threads << " threads: " << tiles
+          << " tiles";
+      emitted.function->eraseFromParent();
+    }
 }
 
 // More tiles for a thread pool narrow the columns before they shorten the
