@@ -569,6 +569,39 @@ TEST(GemmEmitter, OneMicroKernelPerProduct) {
   }
 }
 
+// Each micro-tile asks for its lines of C for writing before its k loop:
+// every line of each of its rows (three where a row of 32 floats is not
+// aligned to a line), where C's rows are contiguous.
+TEST(GemmEmitter, MicroTilesPrefetchTheirLinesOfC) {
+  auto writePrefetches = [](const llvm::Function &function) {
+    int count = 0;
+    for (const llvm::BasicBlock &block : function)
+      for (const llvm::Instruction &instruction : block)
+        if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&instruction))
+          if (call->getCalledFunction() &&
+              call->getCalledFunction()->getIntrinsicID() ==
+                  llvm::Intrinsic::prefetch) {
+            EXPECT_TRUE(
+                llvm::cast<llvm::ConstantInt>(call->getArgOperand(1))->isOne());
+            ++count;
+          }
+    return count;
+  };
+  llvm::LLVMContext context;
+  llvm::Module module("prefetch", context);
+  // 64 rows in panels of 12: a whole panel's micro-tile and the 4-row
+  // edge's, each row 2 vectors of 16.
+  GemmSpec spec = rowMajor(64, 64, 256);
+  backend::EmittedGemm rows =
+      backend::emitGemm(module, spec, withVectorBits(512), "rows");
+  EXPECT_EQ(writePrefetches(*rows.function), (12 + 4) * 3);
+  spec.cRow = 1;
+  spec.cCol = 64;
+  backend::EmittedGemm columns =
+      backend::emitGemm(module, spec, withVectorBits(512), "columns");
+  EXPECT_EQ(writePrefetches(*columns.function), 0);
+}
+
 TEST(GemmEmitter, TilesFollowTheTarget) {
   // One thread: the largest tiles. Sixteen threads' worth: many more.
   GemmSpec spec = rowMajor(1024, 1024, 1024);
