@@ -217,7 +217,7 @@ struct CompiledKernel {
   SymSize parallelRange = size::constant(1);
   SymSize work = size::constant(0);
   int64_t alignment = 1;        // chunk boundaries on the first outer range
-  bool unitChunks = false;      // a chunk a unit of the range
+  bool chunkPerThread = false;  // one chunk a thread, nearly equal
   std::vector<int64_t> buffers; // the program buffer of each argument slot
 };
 
@@ -315,7 +315,7 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
       compiled.parallelRange = emitted.parallelRange;
       compiled.work = emitted.work;
       compiled.alignment = emitted.alignment;
-      compiled.unitChunks = emitted.unitChunks;
+      compiled.chunkPerThread = emitted.chunkPerThread;
       if (cached)
         keys[index] =
             emitted.key.empty() ? kernelKey(*emitted.function) : emitted.key;
@@ -464,16 +464,22 @@ void CpuProgram::runKernel(size_t stepIndex, char *const *programBuffers,
     kernel.function(buffers, 0, outer);
     return;
   }
+  // A GEMM's tiles split evenly, one share a thread: 22 tiles on two
+  // threads in chunks of 3 would be 12 tiles on one and 10 on the other.
+  if (kernel.chunkPerThread) {
+    int64_t shares = std::min<int64_t>(threads, outer);
+    pool.run(shares, [&](int64_t share) {
+      kernel.function(buffers, share * outer / shares,
+                      (share + 1) * outer / shares);
+    });
+    return;
+  }
   // A few chunks per thread balance uneven progress; chunk boundaries on
-  // whole vectors keep every chunk but the last free of scalar tails. A
-  // GEMM's tiles go one at a time: 22 tiles on two threads in chunks of 3
-  // would be 12 tiles on one thread and 10 on the other.
+  // whole vectors keep every chunk but the last free of scalar tails.
   int64_t chunkCount = std::min<int64_t>(threads * 4, outer);
   int64_t chunkSize = (outer + chunkCount - 1) / chunkCount;
   chunkSize =
       (chunkSize + kernel.alignment - 1) / kernel.alignment * kernel.alignment;
-  if (kernel.unitChunks)
-    chunkSize = 1;
   chunkCount = (outer + chunkSize - 1) / chunkSize;
   pool.run(chunkCount, [&](int64_t chunk) {
     int64_t begin = chunk * chunkSize;

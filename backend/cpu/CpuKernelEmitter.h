@@ -52,11 +52,12 @@ struct EmittedKernel {
   SymSize parallelRange = nullptr;
   SymSize work = nullptr;
   int64_t alignment = 1;
-  /// Whether every unit of the range is a chunk of its own (a GEMM's
-  /// tiles: few, large and of equal work), so that threads taking them
-  /// one at a time finish within one tile of each other; else about four
-  /// chunks a thread.
-  bool unitChunks = false;
+  /// Whether the range splits into one chunk a thread, of nearly equal
+  /// counts of units (a GEMM's tiles: of equal work, and consecutive tiles
+  /// of a column block share their packing of B), so that the threads
+  /// finish within one unit of each other; else about four chunks a
+  /// thread, of a fixed size.
+  bool chunkPerThread = false;
   /// The kernel cache's key where the function's own IR is not all of its
   /// code (it calls functions emitted with it); empty: its IR.
   std::string key;

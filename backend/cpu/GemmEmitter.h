@@ -35,9 +35,9 @@ struct GemmSpec {
   /// Tiles first cover fewer row blocks, then narrower column blocks,
   /// then shorter row blocks, never below sizes that amortise packing.
   int64_t targetTiles = 64;
-  /// The threads of that pool (0: not known), which take the tiles one at
-  /// a time: more tiles than the target where the last round of them
-  /// would leave threads idle (three equal tiles on two threads take as
+  /// The threads of that pool (0: not known), which take the tiles in
+  /// nearly equal shares: more tiles than the target where the shares
+  /// would differ much (three equal tiles on two threads take as
   /// long as four).
   int threads = 0;
   /// Where B's contents are fixed (an exported model's weight), the slot

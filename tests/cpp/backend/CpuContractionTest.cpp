@@ -144,10 +144,11 @@ TEST(CpuContraction, BatchedProductOfSlicesKeepsOffsets) {
       }
 }
 
-// Threads take a GEMM's tiles one at a time (they are few and large, and
-// chunks of several would leave one thread with a tile more), a pointwise
-// kernel's range in a few chunks each.
-TEST(CpuContraction, ThreadsTakeAGemmsTilesOneAtATime) {
+// Threads take a GEMM's tiles in one nearly equal share each (tiles are
+// few, large and of equal work, and consecutive ones share their packing
+// of B; fixed-size chunks of several would leave one thread with a tile
+// more), a pointwise kernel's range in a few chunks each.
+TEST(CpuContraction, ThreadsTakeAGemmsTilesInEqualShares) {
   auto graph = std::make_shared<Graph>();
   Value *a = graph->addInput(TensorMeta(DType::Float32, {300, 200}));
   Value *b = graph->addInput(TensorMeta(DType::Float32, {200, 500}));
@@ -170,7 +171,7 @@ TEST(CpuContraction, ThreadsTakeAGemmsTilesOneAtATime) {
         module, planned, step.kernel, schedule.kernel(index),
         "step" + std::to_string(index), host,
         backend::MathLibrary::instance(host.vectorBits), 4, 2);
-    EXPECT_EQ(emitted.unitChunks, step.kernel.contraction);
+    EXPECT_EQ(emitted.chunkPerThread, step.kernel.contraction);
     ++(step.kernel.contraction ? gemms : others);
   }
   EXPECT_EQ(gemms, 1);

@@ -170,6 +170,26 @@ def test_weights_of_matrix_products_are_packed_once_when_a_model_is_created(tmp_
     assert b"_pack_b" not in open(os.path.join(product.directory, "product.o"), "rb").read()
 
 
+def test_gemm_tiles_split_in_shares_over_any_thread_count(tmp_path):
+    # A GEMM's tiles go to the threads in one nearly equal share each: with
+    # a count of threads that divides no count of its tiles, every tile is
+    # still computed once (a weight, packed ahead, and a plain product).
+    model = torch.nn.Linear(150, 333).eval()
+    x = torch.randn(130, 150)
+    result = kiln.export(model, (x,), tmp_path / "linear", name="linear")
+    product = kiln.export(lambda a, b: a @ b, (x, torch.randn(150, 333)), tmp_path / "mm",
+                          name="mm")
+    for threads in (1, 2, 3, 7):
+        program = kiln.load_exported(result.directory, "linear", num_threads=threads)
+        plain = kiln.load_exported(product.directory, "mm", num_threads=threads)
+        for _ in range(2):
+            x = torch.randn(130, 150)
+            b = torch.randn(150, 333)
+            with torch.no_grad():
+                close(program(x)[0], model(x), rtol=1e-4, atol=1e-4)
+            close(plain(x, b)[0], x @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_embedded_weights_and_single_thread(tmp_path):
     model = Block().eval()
     x = torch.randn(1, 8, 32)
