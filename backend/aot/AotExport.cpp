@@ -774,8 +774,7 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
           << emitted.packRange << "LL, " << emitted.packedBBytes << "LL, "
           << emitted.alignment << "LL, "
           << constantSize(emitted.work, "a kernel's work") << "LL, "
-          << (emitted.chunkPerThread ? 1 : 0) << "}, /* " << kernel.name
-          << " */\n";
+          << (emitted.equalUnits ? 1 : 0) << "}, /* " << kernel.name << " */\n";
     static_assert(kPackedBSlot == -2, "AotRuntime.c's PACKED_B_SLOT");
     for (int64_t buffer : emitted.buffers)
       slots << buffer << ", ";

@@ -48,7 +48,7 @@ typedef struct {
   int64_t packed_b_bytes;
   int64_t alignment; /* chunk boundaries are multiples of it */
   int64_t work;      /* elements touched, roughly */
-  int32_t chunk_per_thread; /* one share of the range a thread (GEMMs) */
+  int32_t equal_units; /* units of equal work (a GEMM's tiles) */
 } kiln_step_desc;
 
 typedef struct {
@@ -104,7 +104,6 @@ typedef struct {
   kiln_kernel kernel;
   char *const *arguments;
   int64_t chunk_size, range, chunk_count;
-  int even_shares; /* chunk i is [i * range / count, (i + 1) * range / count) */
   _Alignas(64) atomic_llong next_chunk;
   _Alignas(64) atomic_int pending; /* workers not yet done with the job */
   char padding[60];
@@ -117,10 +116,6 @@ static void run_chunks(kiln_pool *pool) {
       return;
     int64_t begin = chunk * pool->chunk_size;
     int64_t end = begin + pool->chunk_size;
-    if (pool->even_shares) {
-      begin = chunk * pool->range / pool->chunk_count;
-      end = (chunk + 1) * pool->range / pool->chunk_count;
-    }
     pool->kernel(pool->arguments, begin, end < pool->range ? end : pool->range);
   }
 }
@@ -188,13 +183,23 @@ static kiln_status pool_start(kiln_pool *pool, int threads) {
   return KILN_OK;
 }
 
+/* The chunks `threads` threads take `units` units of equal work in, as the
+   JIT's equalChunks: the most, at most four a thread, that are a multiple
+   of the threads and divide the units; else one unit a chunk. */
+static int64_t equal_chunks(int64_t units, int threads) {
+  for (int64_t chunks = 4 * (int64_t)threads; chunks > 0; chunks -= threads)
+    if (chunks <= units && units % chunks == 0)
+      return chunks;
+  return units;
+}
+
 /* Runs `kernel` of `step` over [0, range) as kiln's JIT does: inline when
    the step is small, else about four chunks per thread on boundaries that
-   keep vector loops whole, or one nearly equal share a thread where
-   `chunk_per_thread` (a GEMM's tiles). */
+   keep vector loops whole, or equal_chunks where `equal_units` (a GEMM's
+   tiles). */
 static void run_parallel(kiln_pool *pool, const kiln_step_desc *step,
                          kiln_kernel kernel, int64_t range, int64_t alignment,
-                         int chunk_per_thread, char *const *arguments) {
+                         int equal_units, char *const *arguments) {
   if (pool->threads <= 1 || step->work < 32768 || range < 2) {
     kernel(arguments, 0, range);
     return;
@@ -209,9 +214,10 @@ static void run_parallel(kiln_pool *pool, const kiln_step_desc *step,
   pool->range = range;
   pool->chunk_size = chunk_size;
   pool->chunk_count = (range + chunk_size - 1) / chunk_size;
-  pool->even_shares = chunk_per_thread;
-  if (chunk_per_thread)
-    pool->chunk_count = pool->threads < range ? pool->threads : range;
+  if (equal_units) {
+    pool->chunk_count = equal_chunks(range, pool->threads);
+    pool->chunk_size = range / pool->chunk_count;
+  }
   atomic_store(&pool->next_chunk, 0);
   atomic_store(&pool->pending, pool->threads - 1);
   pthread_mutex_lock(&pool->mutex);
@@ -575,7 +581,7 @@ kiln_status KILN_API(run)(KILN_HANDLE *model, const kiln_tensor *inputs,
     bind_arguments(model, s);
     run_parallel(&model->pool, &STEPS[s], STEPS[s].kernel,
                  STEPS[s].parallel_range, STEPS[s].alignment,
-                 STEPS[s].chunk_per_thread, model->arguments);
+                 STEPS[s].equal_units, model->arguments);
   }
   for (size_t o = 0; o < num_outputs; ++o) {
     const kiln_tensor_desc *output = &OUTPUTS[o];

@@ -217,7 +217,7 @@ struct CompiledKernel {
   SymSize parallelRange = size::constant(1);
   SymSize work = size::constant(0);
   int64_t alignment = 1;        // chunk boundaries on the first outer range
-  bool chunkPerThread = false;  // one chunk a thread, nearly equal
+  bool equalUnits = false;      // units of equal work (equalChunks)
   std::vector<int64_t> buffers; // the program buffer of each argument slot
 };
 
@@ -315,7 +315,7 @@ std::unique_ptr<CpuProgram> CpuProgram::compile(const loop::Program &program,
       compiled.parallelRange = emitted.parallelRange;
       compiled.work = emitted.work;
       compiled.alignment = emitted.alignment;
-      compiled.chunkPerThread = emitted.chunkPerThread;
+      compiled.equalUnits = emitted.equalUnits;
       if (cached)
         keys[index] =
             emitted.key.empty() ? kernelKey(*emitted.function) : emitted.key;
@@ -464,13 +464,11 @@ void CpuProgram::runKernel(size_t stepIndex, char *const *programBuffers,
     kernel.function(buffers, 0, outer);
     return;
   }
-  // A GEMM's tiles split evenly, one share a thread: 22 tiles on two
-  // threads in chunks of 3 would be 12 tiles on one and 10 on the other.
-  if (kernel.chunkPerThread) {
-    int64_t shares = std::min<int64_t>(threads, outer);
-    pool.run(shares, [&](int64_t share) {
-      kernel.function(buffers, share * outer / shares,
-                      (share + 1) * outer / shares);
+  if (kernel.equalUnits) {
+    int64_t chunks = equalChunks(outer, threads);
+    pool.run(chunks, [&](int64_t chunk) {
+      kernel.function(buffers, chunk * outer / chunks,
+                      (chunk + 1) * outer / chunks);
     });
     return;
   }

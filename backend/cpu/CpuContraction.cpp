@@ -287,7 +287,7 @@ emitContraction(llvm::Module &module, const loop::Program &program,
   }
   emitted.buffers = buffers;
   emitted.parallelRange = size::constant(gemm.parallelRange);
-  emitted.chunkPerThread = true;
+  emitted.equalUnits = true;
   const GemmSpec &spec = match->spec;
   emitted.work = size::constant(spec.batch * spec.m * spec.n *
                                 std::max<int64_t>(spec.k, 1));

@@ -52,12 +52,11 @@ struct EmittedKernel {
   SymSize parallelRange = nullptr;
   SymSize work = nullptr;
   int64_t alignment = 1;
-  /// Whether the range splits into one chunk a thread, of nearly equal
-  /// counts of units (a GEMM's tiles: of equal work, and consecutive tiles
-  /// of a column block share their packing of B), so that the threads
-  /// finish within one unit of each other; else about four chunks a
-  /// thread, of a fixed size.
-  bool chunkPerThread = false;
+  /// Whether the range's units are of equal work (a GEMM's tiles, where
+  /// consecutive tiles of a column block share their packing of B): the
+  /// threads take them in chunks of equal counts (equalChunks), else in
+  /// about four chunks a thread, of a fixed size.
+  bool equalUnits = false;
   /// The kernel cache's key where the function's own IR is not all of its
   /// code (it calls functions emitted with it); empty: its IR.
   std::string key;

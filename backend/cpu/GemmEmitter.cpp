@@ -116,12 +116,12 @@ GemmPlan planGemm(const GemmSpec &spec, const HostTarget &host) {
   // 1016 to 1325 on 16 threads and 512x768 @ 768x3072 from 1207 to 1348.
   plan.rowTileBlocks = std::max<int64_t>(plan.rowBlocks, 1);
   plan.rowTiles = ceilDivide(plan.rowBlocks, plan.rowTileBlocks);
-  // Threads take the tiles in nearly equal shares (EmittedKernel::
-  // chunkPerThread), so a count of tiles that is not a multiple of the
-  // threads leaves some idle at the end: on two threads 1024 x 1024 @ 1024 x
-  // 1024 in three tiles ran at 228 GFLOP/s, in six at 284. More tiles until the
-  // threads are busy 95% of the time that the busiest takes (2048 x 4096 @ 4096
-  // x 4096 on two threads: 22 tiles, not 11).
+  // Threads take the tiles in chunks of equal counts, or one at a time
+  // (equalChunks, ThreadPool.h), so a count of tiles that is not a multiple
+  // of the threads leaves some idle at the end: on two threads 1024 x 1024 @
+  // 1024 x 1024 in three tiles ran at 228 GFLOP/s, in six at 284. More tiles
+  // until the threads are busy 95% of the time that the busiest takes (2048 x
+  // 4096 @ 4096 x 4096 on two threads: 22 tiles, not 11).
   auto moreTiles = [&] {
     int64_t tiles = plan.tiles(spec.batch);
     if (tiles < spec.targetTiles)

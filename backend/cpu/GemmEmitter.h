@@ -36,9 +36,9 @@ struct GemmSpec {
   /// then shorter row blocks, never below sizes that amortise packing.
   int64_t targetTiles = 64;
   /// The threads of that pool (0: not known), which take the tiles in
-  /// nearly equal shares: more tiles than the target where the shares
-  /// would differ much (three equal tiles on two threads take as
-  /// long as four).
+  /// chunks of equal counts or one at a time (equalChunks): more tiles than
+  /// the target where the threads' counts of tiles would differ much (three
+  /// equal tiles on two threads take as long as four).
   int threads = 0;
   /// Where B's contents are fixed (an exported model's weight), the slot
   /// of the buffers argument that holds B packed ahead, once, by

@@ -298,4 +298,12 @@ void ThreadPool::run(int64_t chunkCount,
   state.job.task = nullptr;
 }
 
+int64_t equalChunks(int64_t units, int threads) {
+  for (int64_t chunks = 4 * int64_t(std::max(threads, 1)); chunks > 0;
+       chunks -= std::max(threads, 1))
+    if (chunks <= units && units % chunks == 0)
+      return chunks;
+  return std::max<int64_t>(units, 1);
+}
+
 } // namespace kiln::backend

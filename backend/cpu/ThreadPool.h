@@ -37,4 +37,14 @@ private:
       0}; // set by setThreadCount or KILN_NUM_THREADS; 0: none
 };
 
+/// The chunks that `threads` threads take `units` units of equal work in:
+/// the most chunks, at most four a thread, that are a multiple of the
+/// threads and divide the units (so that every thread takes as many
+/// units, in chunks it takes as it finishes others); where no such count
+/// is, one unit a chunk. 64 GEMM tiles on 2 threads are 8 chunks of 8
+/// (consecutive tiles share their packing of B), on 16 threads 64 chunks
+/// of 1; 22 tiles on 2 threads 2 chunks of 11, not 8 of 3 (12 tiles on
+/// one thread, 10 on the other).
+int64_t equalChunks(int64_t units, int threads);
+
 } // namespace kiln::backend

@@ -7,6 +7,7 @@
 #include "backend/Pipeline.h"
 #include "backend/cpu/CpuSchedule.h"
 #include "backend/cpu/MathLibrary.h"
+#include "backend/cpu/ThreadPool.h"
 #include "ir/Graph.h"
 #include "runtime/ProgramExecutor.h"
 
@@ -144,11 +145,10 @@ TEST(CpuContraction, BatchedProductOfSlicesKeepsOffsets) {
       }
 }
 
-// Threads take a GEMM's tiles in one nearly equal share each (tiles are
-// few, large and of equal work, and consecutive ones share their packing
-// of B; fixed-size chunks of several would leave one thread with a tile
-// more), a pointwise kernel's range in a few chunks each.
-TEST(CpuContraction, ThreadsTakeAGemmsTilesInEqualShares) {
+// A GEMM's tiles are units of equal work, which threads take in chunks of
+// equal counts (equalChunks), a pointwise kernel's range in a few chunks
+// of a fixed size each.
+TEST(CpuContraction, AGemmsTilesAreUnitsOfEqualWork) {
   auto graph = std::make_shared<Graph>();
   Value *a = graph->addInput(TensorMeta(DType::Float32, {300, 200}));
   Value *b = graph->addInput(TensorMeta(DType::Float32, {200, 500}));
@@ -171,9 +171,32 @@ TEST(CpuContraction, ThreadsTakeAGemmsTilesInEqualShares) {
         module, planned, step.kernel, schedule.kernel(index),
         "step" + std::to_string(index), host,
         backend::MathLibrary::instance(host.vectorBits), 4, 2);
-    EXPECT_EQ(emitted.chunkPerThread, step.kernel.contraction);
+    EXPECT_EQ(emitted.equalUnits, step.kernel.contraction);
     ++(step.kernel.contraction ? gemms : others);
   }
   EXPECT_EQ(gemms, 1);
   EXPECT_GE(others, 1);
+}
+
+// Threads take units of equal work in chunks of equal counts, a multiple
+// of the threads and at most four a thread, where such a count divides the
+// units; else one at a time.
+TEST(CpuContraction, EqualUnitsGoInChunksOfEqualCounts) {
+  EXPECT_EQ(backend::equalChunks(64, 2), 8);   // 8 tiles a chunk
+  EXPECT_EQ(backend::equalChunks(64, 16), 64); // one tile a chunk
+  EXPECT_EQ(backend::equalChunks(22, 2), 2);   // 11 a thread, not 12 and 10
+  EXPECT_EQ(backend::equalChunks(240, 16), 48);
+  EXPECT_EQ(backend::equalChunks(88, 16), 88); // no such count: one at a time
+  EXPECT_EQ(backend::equalChunks(6, 2), 6);
+  EXPECT_EQ(backend::equalChunks(7, 3), 7);
+  for (int64_t units = 1; units < 300; ++units)
+    for (int threads : {1, 2, 3, 8, 16}) {
+      int64_t chunks = backend::equalChunks(units, threads);
+      ASSERT_GE(chunks, 1);
+      ASSERT_LE(chunks, units);
+      EXPECT_EQ(units % chunks, 0) << units << " on " << threads;
+      if (chunks != units) {
+        EXPECT_EQ(chunks % threads, 0) << units << " on " << threads;
+      }
+    }
 }

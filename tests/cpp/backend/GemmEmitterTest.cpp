@@ -689,9 +689,9 @@ TEST(GemmEmitter, TilesAreAMultipleOfTheThreads) {
       backend::emitGemm(module, spec, withVectorBits(256), "two");
   EXPECT_EQ(two.parallelRange % 2, 0);
   EXPECT_LE(two.parallelRange, 8);
-  // Threads take the tiles in nearly equal shares: the largest share is
-  // at most 1/0.95 of the mean wherever tiles can still split
-  // (2048 x 4096 on two threads is 22 tiles, not 11).
+  // Threads take the tiles in chunks of equal counts or one at a time:
+  // the most tiles a thread takes are at most 1/0.95 of the mean wherever tiles
+  // can still split (2048 x 4096 on two threads is 22 tiles, not 11).
   for (auto [m, n] : std::vector<std::array<int64_t, 2>>{
            {2048, 4096}, {4096, 4096}, {3000, 1000}, {2048, 768}})
     for (int threads : {2, 3, 8, 16}) {

@@ -170,10 +170,10 @@ def test_weights_of_matrix_products_are_packed_once_when_a_model_is_created(tmp_
     assert b"_pack_b" not in open(os.path.join(product.directory, "product.o"), "rb").read()
 
 
-def test_gemm_tiles_split_in_shares_over_any_thread_count(tmp_path):
-    # A GEMM's tiles go to the threads in one nearly equal share each: with
-    # a count of threads that divides no count of its tiles, every tile is
-    # still computed once (a weight, packed ahead, and a plain product).
+def test_gemm_tiles_split_in_equal_chunks_over_any_thread_count(tmp_path):
+    # A GEMM's tiles go to the threads in chunks of equal counts, or one at
+    # a time where no count of chunks fits: every tile is computed once (a
+    # weight, packed ahead, and a plain product).
     model = torch.nn.Linear(150, 333).eval()
     x = torch.randn(130, 150)
     result = kiln.export(model, (x,), tmp_path / "linear", name="linear")

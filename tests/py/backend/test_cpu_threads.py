@@ -18,7 +18,7 @@ CHILD = textwrap.dedent("""
         x = torch.randn(3, 300, 257)
         f = lambda x: torch.softmax(x, -1) * x.sum(-1, keepdim=True)
         torch.testing.assert_close(kiln.compile(f)(x), f(x))
-        # A GEMM's tiles, in one share a thread whatever the count.
+        # A GEMM's tiles, in chunks of equal counts or one at a time.
         a, b = torch.randn(130, 150), torch.randn(150, 333)
         torch.testing.assert_close(kiln.compile(lambda a, b: a @ b)(a, b), a @ b,
                                    rtol=1e-4, atol=1e-4)
