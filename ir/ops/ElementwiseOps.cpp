@@ -259,6 +259,20 @@ std::vector<TensorMeta> where(const MetaArgs &args) {
   return {elementwiseResult(tensors, dtype, tensors.size() == 3)};
 }
 
+// log_sigmoid_forward (what F.logsigmoid calls): the output and a buffer for
+// the backward, both contiguous on the CPU (the buffer holds exp(-|x|));
+// on CUDA the output is empty_like(self) and the buffer empty.
+std::vector<TensorMeta> logSigmoidForward(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0);
+  checkSupported(args, self.dtype, kFloatingTypes);
+  if (self.device.type == DeviceType::CUDA)
+    return {TensorMeta(self.dtype, self.sizes, meta::preservedStrides(self), 0,
+                       self.device),
+            meta::contiguousLike(self.dtype, {0}, self.device)};
+  return {meta::contiguousLike(self.dtype, self.sizes, self.device),
+          meta::contiguousLike(self.dtype, self.sizes, self.device)};
+}
+
 // masked_fill: self's type, broadcast with the mask, and contiguous (torch
 // fills a contiguous clone of the broadcast self).
 std::vector<TensorMeta> maskedFill(const MetaArgs &args) {
@@ -478,6 +492,8 @@ void registerElementwiseOps(OpRegistry &registry) {
        unary(R::Self, kFloatingTypes)},
       {"softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor",
        unary(R::Self, kFloatingTypes)},
+      {"log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)",
+       logSigmoidForward},
 
       // Clamping: the bounds take part in type promotion.
       {"clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor",

@@ -436,6 +436,41 @@ LoweringResult softplusOp(Lowerer &lowerer, const Node &node) {
              });
 }
 
+// log_sigmoid_forward: log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), as
+// eager computes it (exactly so in float32 with the same exp and log1p),
+// and the CPU's buffer, exp(-|x|), which only a backward reads: a dead
+// result unless the program returns it. On the GPU it stays torch's call
+// (its output keeps the input's layout and its buffer is empty; not yet
+// checked on a GPU).
+LoweringResult logSigmoidForward(Lowerer &lowerer, const Node &node) {
+  if (lowerer.device().type != DeviceType::CPU)
+    return std::nullopt;
+  DType math = mathType(lowerer, node);
+  LoweredTensor input = lowerer.input(node, 0);
+  auto negativeMagnitude = [&lowerer](const Expr *x) {
+    return lowerer.unary(UnaryOp::Neg, lowerer.unary(UnaryOp::Abs, x));
+  };
+  const TensorMeta &output = lowerer.resultMeta(node, 0);
+  const TensorMeta &buffer = lowerer.resultMeta(node, 1);
+  std::vector<LoweredTensor> results{lowerer.pointwise(
+      symbolicSizes(output), math, output.dtype, {input},
+      [&lowerer, math, negativeMagnitude](const Values &v) {
+        const Expr *smaller =
+            lowerer.binary(BinaryOp::Min, v[0], lowerer.constant(0, math));
+        return lowerer.binary(
+            BinaryOp::Sub, smaller,
+            lowerer.unary(
+                UnaryOp::Log1p,
+                lowerer.unary(UnaryOp::Exp, negativeMagnitude(v[0]))));
+      })};
+  results.push_back(lowerer.pointwise(
+      symbolicSizes(buffer), math, buffer.dtype, {input},
+      [&lowerer, negativeMagnitude](const Values &v) {
+        return lowerer.unary(UnaryOp::Exp, negativeMagnitude(v[0]));
+      }));
+  return results;
+}
+
 LoweringResult mish(Lowerer &lowerer, const Node &node) {
   return map(
       lowerer, node, {0}, mathType(lowerer, node), [&lowerer](const Values &v) {
@@ -669,6 +704,7 @@ void registerPointwiseLowerings(LoweringTable &table) {
       {"aten::leaky_relu", leakyRelu},
       {"aten::elu", elu},
       {"aten::softplus", softplusOp},
+      {"aten::log_sigmoid_forward", logSigmoidForward},
       {"aten::clamp", clamp<1, 2>},
       {"aten::clamp.Tensor", clamp<1, 2>},
       {"aten::clamp_min", clamp<1, 0>},

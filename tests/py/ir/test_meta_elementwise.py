@@ -20,7 +20,7 @@ SCALARS = (True, 3, -2, 2.5)
 UNARY = """neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sin cos tan asin acos
 atan sinh cosh tanh sigmoid erf erfc erfinv floor ceil round trunc frac sign sgn nan_to_num relu
 gelu silu mish hardswish hardsigmoid hardtanh leaky_relu elu softplus logical_not isnan isinf
-isfinite bitwise_not""".split()
+isfinite bitwise_not log_sigmoid_forward""".split()
 BINARY_TENSOR = """add.Tensor sub.Tensor rsub.Tensor mul.Tensor div.Tensor floor_divide fmod.Tensor
 remainder.Tensor pow.Tensor_Tensor atan2 minimum maximum clamp_min.Tensor clamp_max.Tensor eq.Tensor
 ne.Tensor lt.Tensor le.Tensor gt.Tensor ge.Tensor logical_and logical_or logical_xor
