@@ -125,6 +125,10 @@ std::unique_ptr<CompiledGraph> compileGraph(std::shared_ptr<Graph> graph,
 
   switch (target.kind) {
   case Target::Kind::Cpu: {
+    if (splitReductionsForCpu(program, numThreads())) {
+      planMemory(program); // the partials are temporaries
+      logLoopIr(program, "split reductions", true);
+    }
     CpuSchedule schedule = scheduleForCpu(program, hostTarget());
     if (logEnabled("schedule"))
       logArtifact("schedule", scheduleSummary(program) + schedule.str());

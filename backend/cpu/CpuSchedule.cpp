@@ -7,6 +7,7 @@
 #include "backend/llvm/LlvmTypes.h"
 #include "backend/llvm/MathFunctionName.h"
 #include "ir/Error.h"
+#include "passes/Scheduler.h"
 
 #include <algorithm>
 #include <functional>
@@ -480,6 +481,29 @@ std::string CpuSchedule::str() const {
     text << "\n";
   }
   return text.str();
+}
+
+int64_t splitReductionsForCpu(loop::Program &program, int threads) {
+  if (threads < 2)
+    return 0;
+  // A chunk of at least 16K elements (its partial and the chunk's start
+  // cost next to nothing); kernels of fewer points than threads reducing
+  // 64K elements or more; about four chunks a thread, so that uneven
+  // progress evens out.
+  constexpr int64_t kMinChunk = 1 << 14, kMinWork = 1 << 16;
+  return splitReductions(program, [threads](const loop::Kernel &kernel) {
+    if (kernel.contraction || kernel.loops.empty() ||
+        kernel.loops.front().reductions.empty() ||
+        !kernel.outerRanges.isStatic() ||
+        !kernel.loops.front().ranges.isStatic())
+      return int64_t(1);
+    int64_t points = numelOf(kernel.outerRanges.constants());
+    int64_t work = numelOf(kernel.loops.front().ranges.constants());
+    if (points == 0 || points >= threads || points * work < kMinWork)
+      return int64_t(1);
+    int64_t wanted = 4 * int64_t(threads);
+    return reductionChunks(kernel, (wanted + points - 1) / points, kMinChunk);
+  });
 }
 
 CpuSchedule scheduleForCpu(const loop::Program &program,

@@ -87,6 +87,13 @@ struct CpuSchedule {
   std::string str() const;
 };
 
+/// Splits the kernels whose points are too few to keep `threads` threads
+/// busy and whose first loop reduces many elements (a sum of a whole
+/// tensor, the norms of a few rows) into partials over chunks of that loop
+/// and a kernel that combines them (splitReduction), so that the threads
+/// share the reduction; returns the number split. Where threads < 2, none.
+int64_t splitReductionsForCpu(loop::Program &program, int threads);
+
 /// Decides how every kernel of `program` runs on `host`. The program must
 /// outlive the schedule (records point at its stores and expressions).
 CpuSchedule scheduleForCpu(const loop::Program &program,

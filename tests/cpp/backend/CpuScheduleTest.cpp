@@ -312,3 +312,44 @@ TEST(CpuSchedule, LongBodiesAreNotUnrolled) {
   EXPECT_EQ(kernel.unroll, 1);
   EXPECT_EQ(kernel.vectorWidths(), std::vector<int>({8}));
 }
+
+// A reduction into fewer points than threads (a whole tensor's sum, a few
+// rows' norms) splits into partials over chunks, about four a thread, which
+// the threads share, and a kernel that combines them; a row reduction of
+// as many points as threads, a small one, and a single thread do not.
+TEST(CpuSchedule, FewPointsSplitTheirReductionAcrossThreads) {
+  auto program = [](Shape sizes, std::vector<int64_t> dims) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, sizes));
+    graph->setOutputs(
+        {op(*graph, "aten::sum.dim_IntList", {x, Argument(dims)})});
+    return lowerAndFuse(graph);
+  };
+  auto kernels = [](const loop::Program &p) {
+    int count = 0;
+    for (const loop::Step &step : p.steps)
+      count += step.kind == loop::Step::Kind::Kernel;
+    return count;
+  };
+  loop::Program whole = program({1024, 256}, {0, 1});
+  ASSERT_EQ(backend::splitReductionsForCpu(whole, 2), 1);
+  ASSERT_EQ(kernels(whole), 2) << whole.str();
+  backend::CpuSchedule schedule =
+      backend::scheduleForCpu(whole, backend::hostTarget());
+  // The partials: 8 chunks of 32K elements, split across the threads.
+  const loop::Kernel &partials = whole.steps[0].kernel;
+  EXPECT_EQ(numelOf(partials.outerRanges.constants()), 8) << whole.str();
+  EXPECT_EQ(schedule.kernel(0).parallelDepth, 1u);
+  // Three rows of 64K on 16 threads: 4 chunks a row, the most that keep
+  // 16K elements a chunk.
+  loop::Program rows = program({3, 65536}, {1});
+  ASSERT_EQ(backend::splitReductionsForCpu(rows, 16), 1);
+  EXPECT_EQ(numelOf(rows.steps[0].kernel.outerRanges.constants()), 3 * 4)
+      << rows.str();
+  loop::Program many = program({64, 4096}, {1});
+  EXPECT_EQ(backend::splitReductionsForCpu(many, 16), 0);
+  loop::Program small = program({100, 100}, {0, 1});
+  EXPECT_EQ(backend::splitReductionsForCpu(small, 16), 0);
+  loop::Program single = program({1024, 256}, {0, 1});
+  EXPECT_EQ(backend::splitReductionsForCpu(single, 1), 0);
+}

@@ -433,3 +433,37 @@ def test_rolls_read_wrapped_runs_and_match_eager(shape, shifts, dims):
     x = torch.randn(shape)
     fn = lambda x: torch.roll(x, shifts, dims) * 2
     assert torch.equal(kiln.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.bfloat16, torch.bool])
+def test_reductions_into_few_points_split_across_threads_and_match_eager(dtype):
+    # A reduction into fewer points than threads (a whole tensor's sum, the
+    # norms of a few rows) runs as partials over chunks that the threads
+    # share, then a kernel combining them (splitReductionsForCpu); with two
+    # threads or more every one of these splits. Values as eager's within
+    # a float sum's reordering; integers and booleans exactly.
+    kiln._C.set_num_threads(4)
+    try:
+        big = _random_of(dtype, (1024, 300))
+        strided = _random_of(dtype, (600, 1024)).t()  # not contiguous
+        rows = _random_of(dtype, (3, 65536))
+        cases = [(lambda x: x.sum(), big), (lambda x: x.sum(), strided),
+                 (lambda x: x.amax(), big), (lambda x: x.amin(), strided),
+                 (lambda x: x.sum(1), rows), (lambda x: x.amax(1), rows),
+                 (lambda x: x.sum(dtype=torch.int64) if not x.is_floating_point() else x.sum(), big)]
+        if dtype.is_floating_point:
+            cases += [(lambda x: x.mean(), big), (lambda x: x.float().norm(), strided),
+                      (lambda x: x.var(), big), (lambda x: (x * 2).exp().mean(1), rows),
+                      (lambda x: (1 + x.float() * 1e-3).prod(), big)]
+        if dtype == torch.bool:
+            cases = [(lambda x: x.any(), big), (lambda x: x.all(), strided),
+                     (lambda x: x.sum(), big), (lambda x: x.any(1), rows)]
+        for fn, x in cases:
+            got, want = kiln.compile(fn)(x), fn(x)
+            if dtype.is_floating_point:
+                tolerance = dict(rtol=1e-2, atol=1e-1) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-3)
+                torch.testing.assert_close(got, want, **tolerance)
+            else:
+                assert torch.equal(got, want), (got, want)
+    finally:
+        kiln._C.set_num_threads(0)
