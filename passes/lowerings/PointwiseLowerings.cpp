@@ -436,12 +436,11 @@ LoweringResult softplusOp(Lowerer &lowerer, const Node &node) {
              });
 }
 
-// log_sigmoid_forward: log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), as
-// eager computes it (exactly so in float32 with the same exp and log1p),
-// and the CPU's buffer, exp(-|x|), which only a backward reads: a dead
-// result unless the program returns it. On the GPU it stays torch's call
-// (its output keeps the input's layout and its buffer is empty; not yet
-// checked on a GPU).
+// log_sigmoid_forward: log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), the
+// formula of eager's kernels, and the CPU's buffer, exp(-|x|), which only a
+// backward reads: a dead result unless the program returns it. On the GPU it
+// stays torch's call (its output keeps the input's layout and its buffer is
+// empty; not yet checked on a GPU).
 LoweringResult logSigmoidForward(Lowerer &lowerer, const Node &node) {
   if (lowerer.device().type != DeviceType::CPU)
     return std::nullopt;
