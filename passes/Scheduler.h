@@ -7,6 +7,7 @@
 #include "ir/LoopIR.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace kiln {
@@ -47,6 +48,14 @@ void chooseOperandLayouts(loop::Program &program);
 /// than it reads has its long innermost loop cut in tiles, between which
 /// the loop along which the read is contiguous walks (L1 reuse).
 void chooseLoopOrder(loop::Program &program, bool tileTransposes = true);
+
+/// A kernel's points and the elements its first loop reduces at each, where
+/// that loop reduces and the sizes are fixed (nullopt otherwise): what a
+/// target weighs to split the reduction (splitReductions).
+struct ReductionExtent {
+  int64_t points = 0, work = 0;
+};
+std::optional<ReductionExtent> firstReductionExtent(const loop::Kernel &kernel);
 
 /// The number of chunks to split `kernel`'s first loop into: the largest at
 /// most `limit` that divides its first range into chunks of at least

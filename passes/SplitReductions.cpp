@@ -47,6 +47,16 @@ const Expr *rowMajorIndex(ExprContext &exprs, const Shape &shape,
 
 } // namespace
 
+std::optional<ReductionExtent> firstReductionExtent(const Kernel &kernel) {
+  if (kernel.loops.empty() || kernel.loops.front().reductions.empty())
+    return std::nullopt;
+  std::optional<Shape> outer = constantRanges(kernel.outerRanges);
+  std::optional<Shape> ranges = constantRanges(kernel.loops.front().ranges);
+  if (!outer || !ranges)
+    return std::nullopt;
+  return ReductionExtent{numelOf(*outer), numelOf(*ranges)};
+}
+
 int64_t reductionChunks(const Kernel &kernel, int64_t limit, int64_t minChunk) {
   if (kernel.contraction || kernel.loops.empty())
     return 1;

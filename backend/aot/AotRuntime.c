@@ -209,15 +209,13 @@ static void run_parallel(kiln_pool *pool, const kiln_step_desc *step,
     chunk_count = range;
   int64_t chunk_size = (range + chunk_count - 1) / chunk_count;
   chunk_size = (chunk_size + alignment - 1) / alignment * alignment;
+  if (equal_units)
+    chunk_size = range / equal_chunks(range, pool->threads);
   pool->kernel = kernel;
   pool->arguments = arguments;
   pool->range = range;
   pool->chunk_size = chunk_size;
   pool->chunk_count = (range + chunk_size - 1) / chunk_size;
-  if (equal_units) {
-    pool->chunk_count = equal_chunks(range, pool->threads);
-    pool->chunk_size = range / pool->chunk_count;
-  }
   atomic_store(&pool->next_chunk, 0);
   atomic_store(&pool->pending, pool->threads - 1);
   pthread_mutex_lock(&pool->mutex);

@@ -464,20 +464,15 @@ void CpuProgram::runKernel(size_t stepIndex, char *const *programBuffers,
     kernel.function(buffers, 0, outer);
     return;
   }
-  if (kernel.equalUnits) {
-    int64_t chunks = equalChunks(outer, threads);
-    pool.run(chunks, [&](int64_t chunk) {
-      kernel.function(buffers, chunk * outer / chunks,
-                      (chunk + 1) * outer / chunks);
-    });
-    return;
-  }
   // A few chunks per thread balance uneven progress; chunk boundaries on
-  // whole vectors keep every chunk but the last free of scalar tails.
+  // whole vectors keep every chunk but the last free of scalar tails. Units
+  // of equal work (a GEMM's tiles) go in chunks of equal counts.
   int64_t chunkCount = std::min<int64_t>(threads * 4, outer);
   int64_t chunkSize = (outer + chunkCount - 1) / chunkCount;
   chunkSize =
       (chunkSize + kernel.alignment - 1) / kernel.alignment * kernel.alignment;
+  if (kernel.equalUnits)
+    chunkSize = outer / equalChunks(outer, threads);
   chunkCount = (outer + chunkSize - 1) / chunkSize;
   pool.run(chunkCount, [&](int64_t chunk) {
     int64_t begin = chunk * chunkSize;

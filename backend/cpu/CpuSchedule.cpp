@@ -492,14 +492,11 @@ int64_t splitReductionsForCpu(loop::Program &program, int threads) {
   // progress evens out.
   constexpr int64_t kMinChunk = 1 << 14, kMinWork = 1 << 16;
   return splitReductions(program, [threads](const loop::Kernel &kernel) {
-    if (kernel.contraction || kernel.loops.empty() ||
-        kernel.loops.front().reductions.empty() ||
-        !kernel.outerRanges.isStatic() ||
-        !kernel.loops.front().ranges.isStatic())
+    std::optional<ReductionExtent> extent = firstReductionExtent(kernel);
+    if (!extent)
       return int64_t(1);
-    int64_t points = numelOf(kernel.outerRanges.constants());
-    int64_t work = numelOf(kernel.loops.front().ranges.constants());
-    if (points == 0 || points >= threads || points * work < kMinWork)
+    int64_t points = extent->points;
+    if (points == 0 || points >= threads || points * extent->work < kMinWork)
       return int64_t(1);
     int64_t wanted = 4 * int64_t(threads);
     return reductionChunks(kernel, (wanted + points - 1) / points, kMinChunk);

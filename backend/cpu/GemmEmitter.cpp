@@ -296,6 +296,8 @@ private:
                                              llvm::Value *packedB,
                                              llvm::Value *wholeDepth,
                                              llvm::Value *depth);
+  /// C's element at (row, column) of the current tile.
+  llvm::Value *elementOfC(llvm::Value *row, llvm::Value *column);
   /// Asks for the lines of C that the micro-tile at (row, column) of the
   /// tile will write, ahead of its k loop.
   void prefetchMicroTileOfC(int rows, llvm::Value *row, llvm::Value *column);
@@ -967,24 +969,30 @@ void GemmEmitter::prefetchMicroTileOfC(int rows, llvm::Value *row,
     return;
   llvm::Function *prefetch = llvm::Intrinsic::getDeclaration(
       &module_, llvm::Intrinsic::prefetch, {builder_.getPtrTy()});
+  // The micro-tile's row of C: its first float, the next line's and its
+  // last (three lines where the row is not aligned to a line).
+  std::vector<int> offsets;
+  for (int offset = 0; offset < plan_.columns; offset += 16)
+    offsets.push_back(offset);
+  offsets.push_back(plan_.columns - 1);
   for (int rowIndex = 0; rowIndex < rows; ++rowIndex) {
-    llvm::Value *pointer = element(
-        tileC_,
-        builder_.CreateAdd(
-            builder_.CreateMul(builder_.CreateAdd(row, constant(rowIndex)),
-                               constant(spec_.cRow)),
-            column));
-    // The micro-tile's row of C: its first float, the next line's and its
-    // last (three lines where the row is not aligned to a line).
-    for (int offset = 0; offset < plan_.columns; offset += 16)
+    llvm::Value *pointer =
+        elementOfC(builder_.CreateAdd(row, constant(rowIndex)), column);
+    for (int offset : offsets)
       builder_.CreateCall(prefetch, {element(pointer, offset),
                                      builder_.getInt32(1),   // write
                                      builder_.getInt32(3),   // keep close
                                      builder_.getInt32(1)}); // data
-    builder_.CreateCall(prefetch, {element(pointer, plan_.columns - 1),
-                                   builder_.getInt32(1), builder_.getInt32(3),
-                                   builder_.getInt32(1)});
   }
+}
+
+llvm::Value *GemmEmitter::elementOfC(llvm::Value *row, llvm::Value *column) {
+  llvm::Value *columnOffset =
+      spec_.cCol == 1 ? column
+                      : builder_.CreateMul(column, constant(spec_.cCol));
+  return element(
+      tileC_, builder_.CreateAdd(builder_.CreateMul(row, constant(spec_.cRow)),
+                                 columnOffset));
 }
 
 // k steps [start, end) (a multiple of `unroll` of them, possibly none) of
@@ -1106,9 +1114,7 @@ void GemmEmitter::emitVectorWrite(
   const int lanes = plan_.lanes;
   for (int rowIndex = 0; rowIndex < rows; ++rowIndex) {
     llvm::Value *cRow = builder_.CreateAdd(row, constant(rowIndex));
-    llvm::Value *rowPointer = element(
-        tileC_, builder_.CreateAdd(
-                    builder_.CreateMul(cRow, constant(spec_.cRow)), column));
+    llvm::Value *rowPointer = elementOfC(cRow, column);
     for (int vector = 0; vector < plan_.columnVectors; ++vector) {
       llvm::Value *pointer = element(rowPointer, vector * lanes);
       llvm::Value *bias =
@@ -1155,11 +1161,7 @@ void GemmEmitter::emitScalarWrite(
                           builder_.CreateMul(rowIndex, constant(columns)),
                           columnIndex)),
                   llvm::Align(4));
-              llvm::Value *pointer = element(
-                  tileC_,
-                  builder_.CreateAdd(
-                      builder_.CreateMul(cRow, constant(spec_.cRow)),
-                      builder_.CreateMul(cColumn, constant(spec_.cCol))));
+              llvm::Value *pointer = elementOfC(cRow, cColumn);
               llvm::Value *bias =
                   usesBias() ? loadBias(cRow, cColumn, 1) : nullptr;
               llvm::Value *finished =

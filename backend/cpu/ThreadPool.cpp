@@ -299,8 +299,8 @@ void ThreadPool::run(int64_t chunkCount,
 }
 
 int64_t equalChunks(int64_t units, int threads) {
-  for (int64_t chunks = 4 * int64_t(std::max(threads, 1)); chunks > 0;
-       chunks -= std::max(threads, 1))
+  const int64_t step = std::max(threads, 1);
+  for (int64_t chunks = 4 * step; chunks > 0; chunks -= step)
     if (chunks <= units && units % chunks == 0)
       return chunks;
   return std::max<int64_t>(units, 1);

@@ -295,12 +295,10 @@ GpuKernelSchedule scheduleKernel(const loop::Kernel &kernel) {
 
 int64_t splitReductionsForGpu(loop::Program &program) {
   return splitReductions(program, [](const loop::Kernel &kernel) -> int64_t {
-    if (kernel.loops.empty() || kernel.loops.front().reductions.empty() ||
-        !kernel.outerRanges.isStatic() ||
-        !kernel.loops.front().ranges.isStatic())
+    std::optional<ReductionExtent> extent = firstReductionExtent(kernel);
+    if (!extent)
       return 1;
-    int64_t points = numelOf(kernel.outerRanges.constants());
-    int64_t work = numelOf(kernel.loops.front().ranges.constants());
+    int64_t points = extent->points, work = extent->work;
     // A kernel no mapping serves is split where it can be. Of the others,
     // row reductions whose blocks do not fill the GPU and read 128K
     // elements a point or more (one block reads fewer in about the time of
