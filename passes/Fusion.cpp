@@ -342,8 +342,12 @@ std::vector<int> readersOf(const Program &program) {
   return readers;
 }
 
-// Operations of the largest pointwise kernel a GEMM computes as it writes.
+// Operations of the largest pointwise kernel a GEMM computes as it writes:
+// from its accumulators (cheap arithmetic), or over its stored micro-tile
+// (GELU's erfc is about 60; a larger one stays a kernel of its own, its
+// code not copied into a GEMM's full and edge tiles).
 constexpr int64_t kMaxEpilogueOperations = 32;
+constexpr int64_t kMaxCostlyEpilogueOperations = 128;
 
 bool readsMemoryOrSizes(const Expr *index) {
   return anyNode(index, [](const Expr *node) {
@@ -471,16 +475,16 @@ bool fuseEpilogue(Program &program, const std::vector<int> &readers,
       return false;
   } else if (!copy) {
     // The GEMM computes the value as it writes C, a float32 element at an
-    // affine index, from loads at points of C, cheaply: beside its 24 live
-    // accumulators, arithmetic, comparisons and selects, no division or
-    // transcendental function (loop::isCheapArithmetic). GELU's erfc there
-    // spilled its constants for every vector and cost 1.5x a kernel of its
-    // own (256x512 @ 512x2048 on 2 threads: 0.59 ms against 0.40); a bias, a
-    // ReLU or a residual add cost nothing extra.
+    // affine index, from loads at points of C: cheap arithmetic (a bias, a
+    // ReLU, a residual add) from its accumulators, a costly one (GELU's
+    // erfc, a SiLU's exp) over the micro-tile once it is stored
+    // (GemmSpec::costlyEpilogue), either way without a pass over C of its
+    // own.
     if (!samePoints || result.dtype() != DType::Float32 ||
         !isAffineOverOuter(storedIndex, contraction.outerRanges.size()) ||
-        operationCount(next) > kMaxEpilogueOperations ||
-        !isCheapArithmetic(value))
+        operationCount(next) > (isCheapArithmetic(value)
+                                    ? kMaxEpilogueOperations
+                                    : kMaxCostlyEpilogueOperations))
       return false;
     for (const Expr *load : loadsOf(storedIndex))
       if (load->id() == product->buffer)

@@ -230,6 +230,7 @@ emitContraction(llvm::Module &module, const loop::Program &program,
     }
     epilogue = contractionEpilogue(module, program, kernel, match->epilogue,
                                    slotOf, host, math);
+    match->spec.costlyEpilogue = !loop::isCheapArithmetic(match->epilogue);
   }
   EmittedGemm gemm =
       emitGemm(module, match->spec, host, name + "_gemm", epilogue);

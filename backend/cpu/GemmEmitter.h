@@ -45,6 +45,12 @@ struct GemmSpec {
   /// EmittedGemm::packB: the tiles read it instead of packing B each call.
   /// -1: B is packed by the tiles, on their stacks.
   int packedBSlot = -1;
+  /// The epilogue (emitGemm's) is costly: transcendental math or a call,
+  /// whose constants and saved registers would spill the micro-kernel's
+  /// accumulators if computed from them. A micro-tile's sums are then
+  /// stored first and, after the last k block, the epilogue runs over the
+  /// tile's elements of C in a loop of its own (in L1 still), once.
+  bool costlyEpilogue = false;
 };
 
 struct EmittedGemm {
@@ -74,9 +80,10 @@ struct EmittedGemm {
 /// (int64 values, the first column for a vector): code emitted with
 /// `builder` at its insertion point, which it may move (new blocks);
 /// `buffers` is the GEMM function's argument, whose slots from 3 on the
-/// epilogue may read. In place of alpha, beta and the bias. It runs on the
-/// partial sums of every k block too (the last block's result is stored),
-/// so it must be cheap and must not read C.
+/// epilogue may read. In place of alpha, beta and the bias. Unless
+/// spec.costlyEpilogue, it runs on the partial sums of every k block too
+/// (the last block's result is stored), so it must then be cheap. It must
+/// not read C.
 using GemmEpilogue = std::function<llvm::Value *(
     llvm::IRBuilder<> &builder, llvm::Value *buffers, llvm::Value *sum,
     llvm::Value *batch, llvm::Value *row, llvm::Value *column, int lanes)>;

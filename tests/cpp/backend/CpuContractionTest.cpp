@@ -146,15 +146,18 @@ TEST(CpuContraction, BatchedProductOfSlicesKeepsOffsets) {
 }
 
 // A GEMM's tiles are units of equal work, which threads take in chunks of
-// equal counts (equalChunks), a pointwise kernel's range in a few chunks
-// of a fixed size each.
+// equal counts (equalChunks), another kernel's range (the product's column
+// sums here) in a few chunks of a fixed size each.
 TEST(CpuContraction, AGemmsTilesAreUnitsOfEqualWork) {
   auto graph = std::make_shared<Graph>();
   Value *a = graph->addInput(TensorMeta(DType::Float32, {300, 200}));
   Value *b = graph->addInput(TensorMeta(DType::Float32, {200, 500}));
   Value *product = graph->addOp("aten::mm", {a, b}, {})->result(0);
-  Value *exp = graph->addOp("aten::exp", {product}, {})->result(0);
-  graph->setOutputs({exp});
+  Value *sums = graph
+                    ->addOp("aten::sum.dim_IntList",
+                            {product, Argument(std::vector<int64_t>{0})}, {})
+                    ->result(0);
+  graph->setOutputs({sums});
   backend::Target target;
   target.standalone = true;
   loop::Program planned = backend::planProgram(graph, target);

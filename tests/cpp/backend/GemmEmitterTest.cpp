@@ -514,6 +514,83 @@ TEST(GemmEmitter, EpiloguesSeeEachElementsIndices) {
   }
 }
 
+// A costly epilogue (GemmSpec::costlyEpilogue) runs once an element, after
+// the last k block, over the stored tile: here it counts the elements it
+// sees in a float at slot 4 (a cheap epilogue runs in every k block, so
+// with k in several blocks, k above 256, it would count each element more
+// than once) and
+// gives exp(sum / 8) + row, over column and row edges, k blocks, a
+// transposed A, a transposed C (element by element) and a batch.
+TEST(GemmEmitter, CostlyEpiloguesRunOnceAnElementAfterTheLastKBlock) {
+  backend::GemmEpilogue epilogue =
+      [](llvm::IRBuilder<> &builder, llvm::Value *buffers, llvm::Value *sum,
+         llvm::Value *, llvm::Value *row, llvm::Value *,
+         int lanes) -> llvm::Value * {
+    llvm::Type *type = sum->getType();
+    llvm::Value *counter = builder.CreateLoad(
+        builder.getPtrTy(),
+        builder.CreateConstGEP1_64(builder.getPtrTy(), buffers, 4));
+    llvm::Value *count = builder.CreateLoad(builder.getFloatTy(), counter);
+    builder.CreateStore(
+        builder.CreateFAdd(
+            count, llvm::ConstantFP::get(builder.getFloatTy(), double(lanes))),
+        counter);
+    llvm::Value *rowValue = builder.CreateSIToFP(row, builder.getFloatTy());
+    if (lanes > 1)
+      rowValue = builder.CreateVectorSplat(lanes, rowValue);
+    llvm::Value *scaled =
+        builder.CreateFMul(sum, llvm::ConstantFP::get(type, 0.125));
+    llvm::Value *exponential =
+        builder.CreateIntrinsic(llvm::Intrinsic::exp, {type}, {scaled});
+    return builder.CreateFAdd(exponential, rowValue);
+  };
+  std::vector<GemmSpec> specs = {rowMajor(37, 70, 600), rowMajor(24, 64, 1000),
+                                 rowMajor(5, 100, 300)};
+  GemmSpec transposed = rowMajor(65, 40, 700);
+  transposed.aRow = 1;
+  transposed.aCol = 65;
+  specs.push_back(transposed);
+  GemmSpec columnsOfC = rowMajor(30, 20, 600);
+  columnsOfC.cRow = 1;
+  columnsOfC.cCol = 30;
+  specs.push_back(columnsOfC);
+  GemmSpec batched = rowMajor(13, 33, 600);
+  batched.batch = 3;
+  batched.aBatch = 13 * 600;
+  batched.bBatch = 600 * 33;
+  batched.cBatch = 13 * 33;
+  specs.push_back(batched);
+  for (GemmSpec spec : specs) {
+    spec.targetTiles = 5;
+    spec.costlyEpilogue = true;
+    SCOPED_TRACE(describe(spec, backend::hostTarget()));
+    CompiledGemm gemm = compileGemm(spec, backend::hostTarget(), epilogue);
+    Operands operands(spec, 5, false);
+    float count = 0;
+    std::vector<char *> buffers = operands.buffers();
+    buffers.push_back(reinterpret_cast<char *>(&count));
+    for (int64_t tile = gemm.parallelRange; tile-- > 0;)
+      gemm.function(buffers.data(), tile, tile + 1);
+    EXPECT_EQ(count, static_cast<float>(spec.batch * spec.m * spec.n));
+    int failures = 0;
+    for (int64_t batch = 0; batch < spec.batch; ++batch)
+      for (int64_t i = 0; i < spec.m; ++i)
+        for (int64_t j = 0; j < spec.n; ++j) {
+          double magnitude;
+          double sum = referenceSum(spec, operands, batch, i, j, magnitude);
+          double expected = std::exp(sum / 8) + i;
+          double actual = operands.c[operands.cOffset(spec, batch, i, j)];
+          if (!(std::abs(actual - expected) <=
+                2e-5 * magnitude * std::exp(sum / 8) +
+                    1e-5 * std::abs(expected)) &&
+              failures++ < 5)
+            ADD_FAILURE() << "C[" << batch << "][" << i << "][" << j
+                          << "] = " << actual << ", expected " << expected;
+        }
+    EXPECT_EQ(failures, 0);
+  }
+}
+
 TEST(GemmEmitter, EveryVectorWidth) {
   std::vector<HostTarget> hosts = {withVectorBits(128), withVectorBits(256)};
   if (hostHasAvx512())

@@ -210,9 +210,10 @@ TEST(Scheduler, ProductNeverStoresIntoAnOperand) {
 TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
   // relu(a @ b) + r: the pointwise kernel reading the product's temporary
   // at the points it was written becomes the contraction's stored value
-  // (the GEMM computes it as it writes C). Not where it reads the product
-  // elsewhere (a transpose), reads the product twice, reads what it writes
-  // (C holds partial sums until the last k block), or is costly (exp). A
+  // (the GEMM computes it as it writes C), also a costly one (exp, which the
+  // GEMM applies to its stored tile). Not where it reads the product
+  // elsewhere (a transpose), reads the product twice, or reads what it
+  // writes (C holds partial sums until the last k block). A
   // kernel between them that touches nothing of the product's runs before
   // it (Unrelated); one that writes what the product reads stays after it
   // (Clobbers), and the product keeps its temporary.
@@ -257,7 +258,7 @@ TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
     program.outputs.push_back({result, {}});
     fuseKernels(program);
     // (The two kernels after the product merge with each other.)
-    size_t steps = c == Fused ? 1u : 2u;
+    size_t steps = c == Fused || c == Costly ? 1u : 2u;
     ASSERT_EQ(program.steps.size(), steps) << c << "\n" << program.str();
     size_t product = c == Unrelated ? 1 : 0;
     const loop::Kernel &contraction = program.steps[product].kernel;
@@ -267,6 +268,10 @@ TEST(Scheduler, PointwiseAfterAProductIsItsEpilogue) {
       EXPECT_EQ(stored.buffer, result);
       EXPECT_EQ(loop::exprToString(stored.value),
                 "add(max(red0, 0:f32), load(buf3, ((v0*8) + v1)))");
+    } else if (c == Costly) {
+      EXPECT_EQ(stored.buffer, result);
+      EXPECT_EQ(loop::exprToString(stored.value),
+                "add(max(exp(red0), 0:f32), load(buf3, ((v0*8) + v1)))");
     } else if (c == Unrelated) {
       EXPECT_FALSE(program.steps[0].kernel.contraction);
       EXPECT_EQ(stored.buffer, again) << program.str();
@@ -707,21 +712,32 @@ TEST(Scheduler, OperandLayoutLeavesTemporariesOthersRead) {
 }
 
 TEST(Scheduler, OperandRowsFourKibibytesApartArePadded) {
-  // gelu(x @ w1) @ w2: the activation is computed into a temporary for
-  // the second GEMM. Rows of 1024 floats would all fall into one set of
-  // L1's; a line of padding per row lets the GEMM read them in place.
-  auto graph = std::make_shared<Graph>();
-  Value *x = graph->addInput(TensorMeta(DType::Float32, {64, 256}));
-  Value *w1 = graph->addInput(TensorMeta(DType::Float32, {256, 1024}));
-  Value *w2 = graph->addInput(TensorMeta(DType::Float32, {1024, 32}));
-  Value *hidden = op(*graph, "aten::gelu", {op(*graph, "aten::mm", {x, w1})});
-  graph->setOutputs({op(*graph, "aten::mm", {hidden, w2})});
-  loop::Program program = scheduleWithOperandLayouts(graph);
-  int64_t operand = -1;
-  ASSERT_NE(operandWriter(program, operand), nullptr) << program.str();
-  EXPECT_EQ(program.buffers[operand].meta.strides, Shape({1024 + 16, 1}))
-      << program.str();
-  EXPECT_EQ(program.buffers[operand].meta.sizes, Shape({64, 1024}));
+  // gelu(x) @ w2 and gelu(x @ w1) @ w2: the activation is computed into a
+  // temporary for the second GEMM, by a kernel of its own or by the first
+  // GEMM as its epilogue. Rows of 1024 floats would all fall into one set
+  // of L1's; a line of padding per row lets the GEMM read them in place.
+  for (bool afterAProduct : {false, true}) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(
+        TensorMeta(DType::Float32, {64, afterAProduct ? 256 : 1024}));
+    Value *w1 = graph->addInput(TensorMeta(DType::Float32, {256, 1024}));
+    Value *w2 = graph->addInput(TensorMeta(DType::Float32, {1024, 32}));
+    Value *hidden = op(*graph, "aten::gelu",
+                       {afterAProduct ? op(*graph, "aten::mm", {x, w1}) : x});
+    graph->setOutputs({op(*graph, "aten::mm", {hidden, w2})});
+    loop::Program program = scheduleWithOperandLayouts(graph);
+    int64_t operand = -1;
+    if (afterAProduct) {
+      ASSERT_EQ(program.steps.size(), 2u) << program.str();
+      operand = program.steps[0].kernel.loops.back().stores.at(0).buffer;
+      EXPECT_TRUE(program.steps[0].kernel.contraction);
+    } else {
+      ASSERT_NE(operandWriter(program, operand), nullptr) << program.str();
+    }
+    EXPECT_EQ(program.buffers[operand].meta.strides, Shape({1024 + 16, 1}))
+        << program.str();
+    EXPECT_EQ(program.buffers[operand].meta.sizes, Shape({64, 1024}));
+  }
 }
 
 namespace {

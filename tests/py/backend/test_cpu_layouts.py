@@ -431,9 +431,10 @@ def test_computed_operands_with_rows_4_kib_apart(m, k, n):
 def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
     # A bias, a ReLU, a scale and a residual add after a float32 product are
     # computed as kiln's GEMM writes its result (one kernel), at odd sizes,
-    # with k split in blocks (1000), transposed and broadcast operands; GELU
-    # (division and exp) stays a kernel of its own; where the epilogue reads
-    # the tensor the product lands in, it stays apart.
+    # with k split in blocks (1000), transposed and broadcast operands; so
+    # are GELU's erfc and a SwiGLU's SiLU (costly: over the stored tile of C
+    # once, after its last k block); where the epilogue reads the tensor the
+    # product lands in, it stays apart.
     def relu_mlp(x, w, b):
         return F.relu(F.linear(x, w, b))
 
@@ -446,13 +447,18 @@ def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
     def gelu_mlp(x, w, b):
         return F.gelu(F.linear(x, w, b))
 
+    def swiglu(x, gate, up):
+        return F.silu(x @ gate) * (x @ up)
+
     for m, k, n in [(1, 64, 300), (7, 1000, 65), (65, 257, 33), (13, 7, 1000)]:
         x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
         r = torch.randn(m, n)
         cases = [(relu_mlp, (x, w, b), 1), (residual, (x, w.t(), r), 1),
                  (residual, (x.t().contiguous().t(), w.t().contiguous(), r[:1]), 1),
                  (scaled, (torch.randn(3, m, k), torch.randn(3, k, n), torch.randn(m, n)), 1),
-                 (gelu_mlp, (x, w, b), 2)]
+                 (gelu_mlp, (x, w, b), 1),
+                 (gelu_mlp, (x.t().contiguous().t(), w[:, :1].expand(n, k), b), 1),
+                 (swiglu, (x, w.t(), torch.randn(k, n)), 2)]
         for fn, args, kernels in cases:
             compiled = kiln.compile(fn, fullgraph=True)
             assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-4)
