@@ -199,17 +199,6 @@ KernelCache &kernelCache() {
   return *cache;
 }
 
-// The tiles a GEMM aims at on `threads` threads. Four per thread let the
-// pool balance uneven progress, but each tile packs its k blocks of B
-// again: on one or two threads, where a tile is a large share of the work,
-// two per thread pack B half as often. On the 16-core Xeon at 2 threads
-// 512x1024 @ 1024x256 ran at 257-274 GFLOP/s with two, 221-239 with four
-// (256x2048 @ 2048x512: 245-255 against 229-232; other transformer shapes
-// within 3%); at 8 and 16 threads two per thread lost up to 20%.
-int64_t gemmTargetTiles(int threads) {
-  return (threads <= 2 ? 2 : 4) * int64_t(std::max(threads, 1));
-}
-
 struct CompiledKernel {
   KernelFunction function = nullptr;
   // The [begin, end) the function takes, and the elements the kernel
@@ -222,6 +211,22 @@ struct CompiledKernel {
 };
 
 } // namespace
+
+// Four tiles a thread let the pool balance uneven progress, but each tile
+// packs its k blocks of B again (and, where A is packed, a narrower column
+// block packs A again): on one or two threads, where a tile is a large
+// share of the work, one a thread packs least. On the 16-core Xeon at 2
+// threads, one process (GFLOP/s, one tile a thread against two; torch's
+// MKL): Linear 512x256 -> 768 316 / 301 (314), -> 256 300 / 286 (297), ->
+// 1024 273 / 243 (275), 512x1024 -> 256 268 / 253 (283), the 8192-word
+// head 271 / 277 (270), 1024^3 280 / 271 (301); four a thread 289, 276,
+// 281, 233, 268, 289 (session 33: two against four, 512x1024 @ 1024x256
+// 257-274 against 221-239). At 8 and 16 threads fewer than four a thread
+// lost up to 20%.
+int64_t gemmTargetTiles(int threads) {
+  threads = std::max(threads, 1);
+  return threads <= 2 ? threads : 4 * int64_t(threads);
+}
 
 struct CpuProgram::Impl {
   // Its own code and the cached code it shares.

@@ -69,6 +69,10 @@ void clearKernelCache();
 /// (half the last-level cache, or KILN_CPU_STREAMING_BYTES; 0: never).
 int64_t streamingBytes();
 
+/// The tiles a GEMM on `threads` threads aims at (GemmSpec::targetTiles):
+/// one a thread on one or two threads, four a thread on more.
+int64_t gemmTargetTiles(int threads);
+
 /// The threads kernels run on (backend/cpu/ThreadPool.h): torch's OpenMP
 /// team where it is loaded, with OpenMP's thread count unless
 /// KILN_NUM_THREADS or setNumThreads sets kiln's own; setNumThreads(0)

@@ -774,7 +774,7 @@ TEST(GemmEmitter, TilesAreAMultipleOfTheThreads) {
     for (int threads : {2, 3, 8, 16}) {
       GemmSpec shape = rowMajor(m, n, 64);
       shape.threads = threads;
-      shape.targetTiles = (threads <= 2 ? 2 : 4) * threads;
+      shape.targetTiles = backend::gemmTargetTiles(threads);
       backend::EmittedGemm emitted =
           backend::emitGemm(module, shape, withVectorBits(512), "busy");
       int64_t tiles = emitted.parallelRange;
@@ -784,6 +784,26 @@ TEST(GemmEmitter, TilesAreAMultipleOfTheThreads) {
           << " tiles";
       emitted.function->eraseFromParent();
     }
+}
+
+// On one or two threads a GEMM is one tile a thread, each packing its part
+// of B once (and A, where it is packed, once); on more, four a thread.
+TEST(GemmEmitter, OneOrTwoThreadsTakeOneTileEach) {
+  EXPECT_EQ(backend::gemmTargetTiles(1), 1);
+  EXPECT_EQ(backend::gemmTargetTiles(2), 2);
+  EXPECT_EQ(backend::gemmTargetTiles(16), 64);
+  llvm::LLVMContext context;
+  llvm::Module module("tiles", context);
+  for (int threads : {1, 2}) {
+    GemmSpec spec = rowMajor(512, 256, 1024);
+    spec.bRow = 1; // a Linear layer's weight
+    spec.bCol = 1024;
+    spec.threads = threads;
+    spec.targetTiles = backend::gemmTargetTiles(threads);
+    backend::EmittedGemm emitted =
+        backend::emitGemm(module, spec, withVectorBits(512), "linear");
+    EXPECT_EQ(emitted.parallelRange, threads);
+  }
 }
 
 // More tiles for a thread pool narrow the columns before they shorten the
