@@ -450,6 +450,9 @@ def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
     def swiglu(x, gate, up):
         return F.silu(x @ gate) * (x @ up)
 
+    def gated_residual(x, w, r):
+        return torch.sigmoid(x @ w) * r + F.softplus(r)
+
     for m, k, n in [(1, 64, 300), (7, 1000, 65), (65, 257, 33), (13, 7, 1000)]:
         x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
         r = torch.randn(m, n)
@@ -458,7 +461,8 @@ def test_pointwise_after_a_product_runs_in_the_gemms_epilogue():
                  (scaled, (torch.randn(3, m, k), torch.randn(3, k, n), torch.randn(m, n)), 1),
                  (gelu_mlp, (x, w, b), 1),
                  (gelu_mlp, (x.t().contiguous().t(), w[:, :1].expand(n, k), b), 1),
-                 (swiglu, (x, w.t(), torch.randn(k, n)), 2)]
+                 (swiglu, (x, w.t(), torch.randn(k, n)), 2),
+                 (gated_residual, (x, w.t(), r), 1)]
         for fn, args, kernels in cases:
             compiled = kiln.compile(fn, fullgraph=True)
             assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-4)
