@@ -444,6 +444,28 @@ TEST(GemmEmitter, BiasEpilogues) {
   checkGemm(empty, backend::hostTarget());
 }
 
+// The products the epilogue tests run: column and row edges, k in several
+// blocks (300 and 1000 deep), and a transposed A and a batch `depth` deep.
+namespace {
+
+std::vector<GemmSpec> epilogueSpecs(int64_t depth) {
+  std::vector<GemmSpec> specs = {rowMajor(37, 70, 600), rowMajor(5, 100, 300),
+                                 rowMajor(64, 64, 1000)};
+  GemmSpec transposed = rowMajor(65, 40, depth);
+  transposed.aRow = 1;
+  transposed.aCol = 65;
+  specs.push_back(transposed);
+  GemmSpec batched = rowMajor(13, 33, depth);
+  batched.batch = 3;
+  batched.aBatch = 13 * depth;
+  batched.bBatch = depth * 33;
+  batched.cBatch = 13 * 33;
+  specs.push_back(batched);
+  return specs;
+}
+
+} // namespace
+
 // An epilogue computes C from the finished sum at each element's batch,
 // row and column (here 2 * sum + extra[column] + row + 1000 * batch, extra
 // read from the buffers argument's slot 4), stored after the last k block:
@@ -471,19 +493,7 @@ TEST(GemmEmitter, EpiloguesSeeEachElementsIndices) {
         builder.CreateFMul(asFloat(batch), llvm::ConstantFP::get(type, 1000.0));
     return builder.CreateFAdd(value, thousand);
   };
-  std::vector<GemmSpec> specs = {rowMajor(37, 70, 600), rowMajor(5, 100, 300),
-                                 rowMajor(64, 64, 1000)};
-  GemmSpec transposed = rowMajor(65, 40, 257);
-  transposed.aRow = 1;
-  transposed.aCol = 65;
-  specs.push_back(transposed);
-  GemmSpec batched = rowMajor(13, 33, 300);
-  batched.batch = 3;
-  batched.aBatch = 13 * 300;
-  batched.bBatch = 300 * 33;
-  batched.cBatch = 13 * 33;
-  specs.push_back(batched);
-  for (GemmSpec spec : specs) {
+  for (GemmSpec spec : epilogueSpecs(257)) {
     spec.targetTiles = 7;
     SCOPED_TRACE(describe(spec, backend::hostTarget()));
     CompiledGemm gemm = compileGemm(spec, backend::hostTarget(), epilogue);
@@ -544,22 +554,11 @@ TEST(GemmEmitter, CostlyEpiloguesRunOnceAnElementAfterTheLastKBlock) {
         builder.CreateIntrinsic(llvm::Intrinsic::exp, {type}, {scaled});
     return builder.CreateFAdd(exponential, rowValue);
   };
-  std::vector<GemmSpec> specs = {rowMajor(37, 70, 600), rowMajor(24, 64, 1000),
-                                 rowMajor(5, 100, 300)};
-  GemmSpec transposed = rowMajor(65, 40, 700);
-  transposed.aRow = 1;
-  transposed.aCol = 65;
-  specs.push_back(transposed);
+  std::vector<GemmSpec> specs = epilogueSpecs(700);
   GemmSpec columnsOfC = rowMajor(30, 20, 600);
   columnsOfC.cRow = 1;
   columnsOfC.cCol = 30;
   specs.push_back(columnsOfC);
-  GemmSpec batched = rowMajor(13, 33, 600);
-  batched.batch = 3;
-  batched.aBatch = 13 * 600;
-  batched.bBatch = 600 * 33;
-  batched.cBatch = 13 * 33;
-  specs.push_back(batched);
   for (GemmSpec spec : specs) {
     spec.targetTiles = 5;
     spec.costlyEpilogue = true;
