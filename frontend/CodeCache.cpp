@@ -243,6 +243,9 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
   } catch (const Unsupported &error) {
     PyErr_SetString(unsupportedErrorType(), error.what());
     return nullptr;
+  } catch (const IndexOutOfRange &error) {
+    PyErr_SetString(PyExc_IndexError, error.what());
+    return nullptr;
   } catch (const std::exception &error) {
     PyErr_SetString(PyExc_RuntimeError, error.what());
     return nullptr;

@@ -74,6 +74,8 @@ PYBIND11_MODULE(_C, module) {
         std::rethrow_exception(pointer);
     } catch (const Unsupported &error) {
       py::set_error(unsupported, error.what());
+    } catch (const IndexOutOfRange &error) {
+      py::set_error(PyExc_IndexError, error.what());
     } catch (const Error &error) {
       py::set_error(PyExc_RuntimeError, error.what());
     }

@@ -21,4 +21,12 @@ public:
   explicit Unsupported(const std::string &message) : Error(message) {}
 };
 
+/// Raised for an index out of a tensor's range that a compiled program
+/// meets at run time (an embedding's ids), where torch raises IndexError;
+/// the Python bridge maps it to IndexError.
+class IndexOutOfRange : public Error {
+public:
+  explicit IndexOutOfRange(const std::string &message) : Error(message) {}
+};
+
 } // namespace kiln

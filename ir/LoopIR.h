@@ -379,6 +379,16 @@ struct ProgramOutput {
   Argument constant; // when buffer < 0
 };
 
+/// An input of index type whose every element must lie in [0, size): the
+/// rows an embedding or index_select reads from a table of `size` rows. A
+/// kernel reading them clamps each index (it must not read outside the
+/// table); the runtime checks the input before the first step and raises
+/// IndexOutOfRange where torch raises IndexError.
+struct IndexCheck {
+  int64_t buffer = -1;
+  int64_t size = 0;
+};
+
 /// A whole graph as loop IR: buffers, steps in execution order, outputs.
 /// Extern steps read the buffer that `bufferOf` gives for each tensor value
 /// of their node's arguments.
@@ -395,6 +405,8 @@ struct Program {
   /// each size symbol (buffer layouts and ranges mention the symbols, and a
   /// call passes their values). Empty for a static program.
   std::vector<int64_t> symbolHints;
+  /// Inputs the runtime checks before the first step (IndexCheck).
+  std::vector<IndexCheck> indexChecks;
 
   bool isSymbolic() const { return !symbolHints.empty(); }
   /// `size`'s value in the example call: for choices that only affect

@@ -100,6 +100,37 @@ CompiledProgram::CompiledProgram(
     if (output.buffer >= 0)
       leavesKernels(output.buffer, "an output");
   planReleases();
+  planIndexChecks();
+}
+
+void CompiledProgram::planIndexChecks() {
+  const loop::Program &program = compiled_->program;
+  checksBefore_.resize(program.steps.size());
+  for (const loop::IndexCheck &check : program.indexChecks) {
+    size_t first = 0;
+    for (size_t s = 0; s < program.steps.size(); ++s) {
+      const Step &step = program.steps[s];
+      bool reads = false;
+      if (step.kind == Step::Kind::Extern) {
+        for (Value *operand : step.node->operands()) {
+          int64_t buffer = program.operandBuffer(step, operand);
+          reads =
+              reads || (buffer >= 0 && program.rootOf(buffer) == check.buffer);
+        }
+      } else {
+        loop::forEachExpr(step.kernel, [&](const loop::Expr *expr) {
+          for (const loop::Expr *load : loop::loadsOf(expr))
+            reads = reads || program.rootOf(load->id()) == check.buffer;
+        });
+      }
+      if (reads) {
+        first = s;
+        break;
+      }
+    }
+    if (!program.steps.empty())
+      checksBefore_[first].push_back(check);
+  }
 }
 
 void CompiledProgram::planReleases() {

@@ -56,6 +56,12 @@ public:
   bool viewLeavesKernels(int64_t buffer) const {
     return viewLeavesKernels_[buffer];
   }
+  /// The index checks (loop::Program::indexChecks) to run before step
+  /// `step`: the first that reads their input, so that the steps before it
+  /// have run when one raises, as eager's ops before it have.
+  const std::vector<loop::IndexCheck> &checksBefore(size_t step) const {
+    return checksBefore_[step];
+  }
   /// "native: 2 kernel(s), 1 extern(s) [aten::mm]".
   std::string describe() const;
   /// Where its steps' times go: set for CPU programs compiled while
@@ -64,6 +70,7 @@ public:
 
 private:
   void planReleases();
+  void planIndexChecks();
 
   std::unique_ptr<backend::CompiledGraph> compiled_;
   Device &device_;
@@ -72,6 +79,7 @@ private:
   std::vector<std::vector<int64_t>> viewsReadyAfter_;
   std::vector<std::vector<int64_t>> resultsReadByKernels_;
   std::vector<std::vector<int64_t>> releasedAfter_;
+  std::vector<std::vector<loop::IndexCheck>> checksBefore_;
   std::vector<bool> viewLeavesKernels_;
   std::shared_ptr<StepProfile> profile_;
 };

@@ -51,6 +51,40 @@ void checkInput(const CompiledProgram &program, size_t index,
                 ", but the program was compiled for " + expected.str());
 }
 
+namespace {
+
+// Raises IndexOutOfRange, with torch's message, where an element of the
+// index tensor at `data` (laid out as `meta`, int64 or int32) lies outside
+// [0, size).
+void checkIndicesInRange(const char *data, const TensorMeta &meta,
+                         int64_t size) {
+  if (meta.numel() == 0)
+    return;
+  if (meta.dtype != DType::Int64 && meta.dtype != DType::Int32)
+    throw Error("an index check of a " + meta.str() + " input");
+  size_t rank = meta.sizes.size();
+  std::vector<int64_t> position(rank, 0);
+  int64_t itemBytes = itemSize(meta.dtype);
+  for (int64_t element = 0, count = meta.numel(); element < count; ++element) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d)
+      offset += position[d] * meta.strides[d];
+    const char *at = data + offset * itemBytes;
+    int64_t value = meta.dtype == DType::Int64
+                        ? *reinterpret_cast<const int64_t *>(at)
+                        : *reinterpret_cast<const int32_t *>(at);
+    if (value < 0 || value >= size)
+      throw IndexOutOfRange("index out of range in self");
+    for (size_t d = rank; d-- > 0;) {
+      if (++position[d] < meta.sizes[d])
+        break;
+      position[d] = 0;
+    }
+  }
+}
+
+} // namespace
+
 CallLayout CallLayout::of(const loop::Program &program,
                           std::vector<int64_t> symbols) {
   if (symbols.size() != program.symbolHints.size())
@@ -127,6 +161,11 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
   readyViews(-1);
   StepProfile *profile = compiled.profile();
   for (size_t s = 0; s < program.steps.size(); ++s) {
+    for (const loop::IndexCheck &check : compiled.checksBefore(s))
+      checkIndicesInRange(addresses[check.buffer],
+                          layout ? layout->metas[check.buffer]
+                                 : program.buffers[check.buffer].meta,
+                          check.size);
     StepProfile::Mark start;
     if (profile)
       start = StepProfile::now();

@@ -96,8 +96,9 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
         gathers += 1;
       return coefficient && *coefficient == 1;
     };
-    auto visitIndex = [&](const Expr *index, DType dtype) {
-      maxBytes = std::max(maxBytes, computeBytes(dtype));
+    auto visitIndex = [&](const Expr *index, DType dtype, bool widens = true) {
+      if (widens)
+        maxBytes = std::max(maxBytes, computeBytes(dtype));
       count.accesses += 1;
       if (lastOuter >= 0 && classify(index, lastOuter, count.outerGathers))
         outerContiguous = true;
@@ -110,10 +111,22 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
         count.innerGathers += gathers;
       }
     };
+    // A load inside another load's index (an embedding's row number) is
+    // address arithmetic, not data of the vectors: its type does not
+    // narrow the lanes (int64 ids would halve a float kernel's).
     auto visitValue = [&](const Expr *value) {
       count.operations += static_cast<double>(countOperations(value));
+      std::unordered_set<const Expr *> data;
+      loop::anyNode(
+          value,
+          [&](const Expr *node) {
+            if (node->kind() == ExprKind::Load)
+              data.insert(node);
+            return false;
+          },
+          [](const Expr *node) { return node->kind() != ExprKind::Load; });
       for (const Expr *load : loop::loadsOf(value))
-        visitIndex(load->index(), load->dtype());
+        visitIndex(load->index(), load->dtype(), data.count(load) > 0);
     };
     for (const loop::Reduction &reduction : loop.reductions)
       visitValue(reduction.value);

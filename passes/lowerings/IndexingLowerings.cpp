@@ -8,17 +8,64 @@ namespace kiln::lowering {
 namespace {
 
 // An index into a dimension of `size` from an index tensor's element,
-// clamped into [0, size): torch raises an IndexError for an index out of
-// range (negative ones included), which a kernel cannot, and a kernel must
-// never read outside its buffer. An out-of-range index therefore reads the
-// nearest row instead of raising; that is why these lowerings apply only
-// where the program must run without torch (export), and the JIT leaves
-// the op to torch, whose error the user sees.
+// clamped into [0, size): a kernel must never read outside its buffer, and
+// both sides of a selection may be evaluated. torch raises an IndexError
+// for an index out of range (negative ones included); a program that runs
+// without torch (export) reads the nearest row instead, and the JIT reads
+// natively only indices known to be in range (indicesInRange).
 const Expr *clampedIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
   loop::ExprContext &exprs = lowerer.exprs();
   index = lowerer.binary(BinaryOp::Max, lowerer.cast(index, DType::Int64),
                          exprs.integer(0));
   return lowerer.binary(BinaryOp::Min, index, exprs.integer(size - 1));
+}
+
+// Whether every element of `indices` is known to lie in [0, size) when the
+// program runs: where each is an affine function of its position with no
+// loads (an arange's positions) and its least and greatest values over the
+// tensor are in range, or where the indices are a whole input tensor, which
+// the runtime then checks before the first step (Lowerer::checkIndices; it
+// raises IndexError as torch does). Tensors on the CPU only.
+bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
+                    int64_t size) {
+  if (lowerer.device().type != DeviceType::CPU || indices.isSymbolic() ||
+      size <= 0)
+    return false;
+  if (indices.realized()) {
+    int64_t buffer = indices.placement->buffer;
+    const loop::Buffer &placed = lowerer.program().buffers[buffer];
+    int64_t count = 1;
+    for (int64_t extent : indices.sizes)
+      count *= extent;
+    if (placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
+        placed.meta.numel() == count) {
+      lowerer.checkIndices(buffer, size);
+      return true;
+    }
+  }
+  loop::ExprContext &exprs = lowerer.exprs();
+  Index position;
+  for (int64_t d = 0; d < indices.dim(); ++d)
+    position.push_back(exprs.var(d));
+  const Expr *index = indices.loader(position);
+  if (loop::anyNode(index, [](const Expr *node) {
+        return node->kind() == loop::ExprKind::Load ||
+               node->kind() == loop::ExprKind::Symbol;
+      }))
+    return false;
+  std::vector<const Expr *> zeros(position.size(), exprs.integer(0));
+  const Expr *offset = exprs.substituteVars(index, zeros);
+  if (!offset->isConstant())
+    return false;
+  int64_t least = offset->integer(), greatest = offset->integer();
+  for (int64_t d = 0; d < indices.dim(); ++d) {
+    std::optional<int64_t> step = loop::affineCoefficient(index, d);
+    if (!step)
+      return false;
+    int64_t span = *step * (indices.sizes[d] - 1);
+    (span < 0 ? least : greatest) += span;
+  }
+  return least >= 0 && greatest < size;
 }
 
 // A gathered tensor as a copy, not a view of its input.
@@ -31,14 +78,18 @@ bool isIndexType(DType dtype) {
   return dtype == DType::Int64 || dtype == DType::Int32;
 }
 
-// Rows of a table picked by an index tensor. torch raises for an index out
-// of range where the kernel clamps it (clampedIndex), so the JIT leaves them
-// to torch; a program that runs without torch (export) has them natively.
+// Rows of a table picked by an index tensor: natively where the program
+// runs without torch (export; an index out of range reads the nearest row)
+// or the indices are known to be in range (indicesInRange); else torch's
+// call, which raises for one out of range.
 LoweringResult embedding(Lowerer &lowerer, const Node &node) {
   LoweredTensor weight = lowerer.input(node, 0);
   LoweredTensor indices = lowerer.input(node, 1);
-  if (!lowerer.standalone() || weight.dim() != 2 || weight.sizes[0] == 0 ||
-      !isIndexType(indices.dtype))
+  if (weight.dim() != 2 || weight.sizes[0] == 0 ||
+      !isIndexType(indices.dtype) ||
+      (!lowerer.standalone() &&
+       (weight.isSymbolic() ||
+        !indicesInRange(lowerer, indices, weight.sizes[0]))))
     return std::nullopt;
   Shape sizes = indices.sizes;
   sizes.push_back(weight.sizes[1]);
@@ -54,12 +105,14 @@ LoweringResult embedding(Lowerer &lowerer, const Node &node) {
 LoweringResult indexSelect(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = lowerer.input(node, 0);
   LoweredTensor indices = lowerer.input(node, 2);
-  if (!lowerer.standalone() || !isIndexType(indices.dtype) ||
-      indices.dim() > 1 || input.dim() == 0)
+  if (!isIndexType(indices.dtype) || indices.dim() > 1 || input.dim() == 0)
     return std::nullopt;
   int64_t dim = wrapDim(node.arguments()[1].toInt(), input.dim());
   Shape sizes = input.sizes;
-  if (input.sizes[dim] == 0)
+  if (input.sizes[dim] == 0 ||
+      (!lowerer.standalone() &&
+       (input.isSymbolic() ||
+        !indicesInRange(lowerer, indices, input.sizes[dim]))))
     return std::nullopt;
   sizes[dim] = indices.dim() == 0 ? 1 : indices.sizes[0];
   int64_t extent = input.sizes[dim];

@@ -102,6 +102,11 @@ public:
   /// node to torch because torch runs it faster lowers it anyway.
   bool standalone() const { return standalone_; }
   const Device &device() const { return device_; }
+  /// Has the runtime check input buffer `buffer` before the first step:
+  /// every element in [0, size) (loop::IndexCheck).
+  void checkIndices(int64_t buffer, int64_t size) {
+    program_.indexChecks.push_back({buffer, size});
+  }
 
   /// Argument `argument` of `node` as a tensor: a graph value's lowering,
   /// or a 0-d constant for a Python number (Bool, Int64 or Float64).

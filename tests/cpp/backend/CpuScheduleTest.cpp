@@ -107,6 +107,22 @@ TEST(CpuSchedule, LanesFollowTheHostWidthAndTheWidestComputeType) {
   EXPECT_EQ(lanesOf(DType::Float64, 128), 2);
 }
 
+TEST(CpuSchedule, IdsInAnIndexDoNotNarrowTheLanes) {
+  // embedding(table, ids) * 2: the int64 ids are address arithmetic (a
+  // row number per point), so the float kernel keeps float32's lanes.
+  auto graph = std::make_shared<Graph>();
+  Value *table = graph->addInput(TensorMeta(DType::Float32, {100, 64}));
+  Value *ids = graph->addInput(TensorMeta(DType::Int64, {32}));
+  Value *rows = op(*graph, "aten::embedding",
+                   {table, ids, Argument(int64_t(-1)), false, false});
+  graph->setOutputs({op(*graph, "aten::mul.Scalar", {rows, Argument(2.0)})});
+  loop::Program program = lowerAndFuse(graph);
+  ASSERT_EQ(program.indexChecks.size(), 1u) << program.str();
+  KernelSchedule kernel =
+      onlyKernel(program, backend::scheduleForCpu(program, avx2Host()));
+  EXPECT_EQ(kernel.lanes, 8) << program.str();
+}
+
 TEST(CpuSchedule, OutputsFromTheStreamingSizeOnStreamTheirStore) {
   loop::Program program = addProgram(DType::Float32, {64, 32}); // 8 KiB out
   auto streamedAt = [&](int64_t bytes) {

@@ -366,3 +366,36 @@ TEST(ProgramExecutor, CompilesOnceForSizesThatVaryAndRunsAtEach) {
         Error);
   }
 }
+
+TEST(ProgramExecutor, EmbeddingOfInputIdsChecksTheirRange) {
+  // embedding(table, ids) * 2 with the ids an input: one kernel (no call
+  // into torch), which reads rows at the ids; the runtime checks the ids
+  // before that kernel and raises IndexOutOfRange, as torch raises
+  // IndexError, for one outside [0, rows), negative ones included.
+  constexpr int64_t rows = 6, width = 3, count = 4;
+  auto graph = std::make_shared<Graph>();
+  Value *table = graph->addInput(TensorMeta(DType::Float32, {rows, width}));
+  Value *ids = graph->addInput(TensorMeta(DType::Int64, {count}));
+  Value *picked = op(*graph, "aten::embedding",
+                     {table, ids, Argument(int64_t(-1)), false, false});
+  graph->setOutputs({op(*graph, "aten::mul.Scalar", {picked, Argument(2.0)})});
+  auto program = compile(graph);
+  EXPECT_EQ(program->describe(), "native: 1 kernel(s), 0 extern(s)");
+
+  std::vector<float> tableData(rows * width);
+  for (int64_t k = 0; k < rows * width; ++k)
+    tableData[k] = static_cast<float>(k);
+  auto run = [&](std::vector<int64_t> idData) {
+    return runtime::runProgram(
+        *program, {tensor(tableData, DType::Float32, {rows, width}, {width, 1}),
+                   tensor(idData, DType::Int64, {count}, {1})});
+  };
+  std::vector<int64_t> good = {5, 0, 2, 5};
+  runtime::ProgramOutputs outputs = run(good);
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t j = 0; j < width; ++j)
+      EXPECT_EQ(at(outputs.tensors.at(0), i, j),
+                2.0f * tableData[good[i] * width + j]);
+  EXPECT_THROW(run({0, 1, rows, 2}), IndexOutOfRange);
+  EXPECT_THROW(run({0, -1, 1, 2}), IndexOutOfRange);
+}

@@ -51,6 +51,7 @@ NATIVE_OPS = [
     "fill", "nn.functional.interpolate.nearest", "nn.functional.upsample_nearest",
     "nn.functional.interpolate.bilinear", "nn.functional.upsample_bilinear",
     "mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul",
+    "nn.functional.embedding", "index_select",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
@@ -467,3 +468,56 @@ def test_reductions_into_few_points_split_across_threads_and_match_eager(dtype):
                 assert torch.equal(got, want), (got, want)
     finally:
         kiln._C.set_num_threads(0)
+
+
+def test_embeddings_of_input_ids_and_positions_are_kernels_and_raise_as_torch():
+    # Rows read at ids that are an input (checked by the runtime before the
+    # kernel that reads them) or at an arange's positions (in range by
+    # construction) are kernels, fused with what follows; an id out of range,
+    # negative ones included, raises torch's IndexError, after the ops
+    # before it have run as in eager. Ids computed in the graph, or a part of
+    # an input, stay torch's calls.
+    table, positions = torch.randn(100, 16), torch.randn(64, 16)
+
+    def embed(ids):
+        x = F.embedding(ids, table) + F.embedding(torch.arange(ids.shape[-1]), positions)
+        return F.layer_norm(x, (16,))
+
+    def select(x, rows):
+        return x.index_select(0, rows) * 2
+
+    def computed(ids):
+        return F.embedding(ids % 100, table)
+
+    def part(ids):
+        return F.embedding(ids[:, :5], table)
+
+    def after_a_write(y, ids):
+        y.add_(1)
+        return F.embedding(ids, table) * 2
+
+    ids = torch.randint(0, 100, (4, 32))
+    cases = [(embed, (ids,), True), (embed, (ids.to(torch.int32).t().contiguous().t(),), True),
+             (select, (torch.randn(50, 8), torch.randint(0, 50, (20,))), True),
+             (computed, (ids * 3,), False), (part, (ids,), False)]
+    for fn, args, native in cases:
+        compiled = kiln.compile(fn)
+        assert_close(compiled(*args), fn(*args))
+        runner = kiln.cache_info(compiled)["runners"][0]
+        assert (" 0 extern" in runner) == native, (fn.__name__, runner)
+    compiled_embed, compiled_select = kiln.compile(embed), kiln.compile(select)
+    compiled_embed(ids)
+    compiled_select(torch.randn(50, 8), torch.randint(0, 50, (20,)))
+    for bad in (100, -1):
+        wrong = ids.clone()
+        wrong[2, 7] = bad
+        with pytest.raises(IndexError, match="index out of range in self"):
+            compiled_embed(wrong)
+        with pytest.raises(IndexError, match="index out of range in self"):
+            compiled_select(torch.randn(50, 8), torch.tensor([0, 50 if bad > 0 else -1]))
+    compiled_write = kiln.compile(after_a_write)
+    compiled_write(torch.zeros(3), ids)
+    y = torch.zeros(3)
+    with pytest.raises(IndexError):
+        compiled_write(y, torch.full((4, 32), 100))
+    assert torch.equal(y, torch.ones(3))
