@@ -382,8 +382,8 @@ struct ProgramOutput {
 /// An input of index type whose every element must lie in [0, size): the
 /// rows an embedding or index_select reads from a table of `size` rows. A
 /// kernel reading them clamps each index (it must not read outside the
-/// table); the runtime checks the input before the first step and raises
-/// IndexOutOfRange where torch raises IndexError.
+/// table); the runtime checks the input before the first step that reads
+/// it and raises IndexOutOfRange where torch raises IndexError.
 struct IndexCheck {
   int64_t buffer = -1;
   int64_t size = 0;

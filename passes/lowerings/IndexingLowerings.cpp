@@ -24,8 +24,9 @@ const Expr *clampedIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
 // program runs: where each is an affine function of its position with no
 // loads (an arange's positions) and its least and greatest values over the
 // tensor are in range, or where the indices are a whole input tensor, which
-// the runtime then checks before the first step (Lowerer::checkIndices; it
-// raises IndexError as torch does). Tensors on the CPU only.
+// the runtime then checks before the first step that reads it
+// (Lowerer::checkIndices; it raises IndexError as torch does). Tensors on
+// the CPU only.
 bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
                     int64_t size) {
   if (lowerer.device().type != DeviceType::CPU || indices.isSymbolic() ||
@@ -60,10 +61,12 @@ bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
   int64_t least = offset->integer(), greatest = offset->integer();
   for (int64_t d = 0; d < indices.dim(); ++d) {
     std::optional<int64_t> step = loop::affineCoefficient(index, d);
-    if (!step)
+    int64_t span;
+    // (An overflow proves nothing.)
+    if (!step || __builtin_mul_overflow(*step, indices.sizes[d] - 1, &span) ||
+        __builtin_add_overflow(span < 0 ? least : greatest, span,
+                               span < 0 ? &least : &greatest))
       return false;
-    int64_t span = *step * (indices.sizes[d] - 1);
-    (span < 0 ? least : greatest) += span;
   }
   return least >= 0 && greatest < size;
 }

@@ -102,8 +102,8 @@ public:
   /// node to torch because torch runs it faster lowers it anyway.
   bool standalone() const { return standalone_; }
   const Device &device() const { return device_; }
-  /// Has the runtime check input buffer `buffer` before the first step:
-  /// every element in [0, size) (loop::IndexCheck).
+  /// Has the runtime check input buffer `buffer` before the first step
+  /// that reads it: every element in [0, size) (loop::IndexCheck).
   void checkIndices(int64_t buffer, int64_t size) {
     program_.indexChecks.push_back({buffer, size});
   }
