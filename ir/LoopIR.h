@@ -379,14 +379,18 @@ struct ProgramOutput {
   Argument constant; // when buffer < 0
 };
 
-/// An input of index type whose every element must lie in [0, size): the
-/// rows an embedding or index_select reads from a table of `size` rows. A
+/// An input of index type whose every element read must lie in [0, size):
+/// the rows an embedding or index_select reads from a table of `size` rows. A
 /// kernel reading them clamps each index (it must not read outside the
 /// table); the runtime checks the input before the first step that reads
 /// it and raises IndexOutOfRange where torch raises IndexError.
 struct IndexCheck {
   int64_t buffer = -1;
   int64_t size = 0;
+  /// The elements read: a view of the input (a slice, an expand, a
+  /// transpose) from `offset` on, in elements.
+  Shape sizes, strides;
+  int64_t offset = 0;
 };
 
 /// A whole graph as loop IR: buffers, steps in execution order, outputs.

@@ -161,11 +161,12 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
   readyViews(-1);
   StepProfile *profile = compiled.profile();
   for (size_t s = 0; s < program.steps.size(); ++s) {
-    for (const loop::IndexCheck &check : compiled.checksBefore(s))
-      checkIndicesInRange(addresses[check.buffer],
-                          layout ? layout->metas[check.buffer]
-                                 : program.buffers[check.buffer].meta,
-                          check.size);
+    for (const loop::IndexCheck &check : compiled.checksBefore(s)) {
+      DType dtype = program.buffers[check.buffer].dtype();
+      checkIndicesInRange(
+          addresses[check.buffer] + check.offset * itemSize(dtype),
+          TensorMeta(dtype, check.sizes, check.strides), check.size);
+    }
     StepProfile::Mark start;
     if (profile)
       start = StepProfile::now();

@@ -23,24 +23,28 @@ const Expr *clampedIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
 // Whether every element of `indices` is known to lie in [0, size) when the
 // program runs: where each is an affine function of its position with no
 // loads (an arange's positions) and its least and greatest values over the
-// tensor are in range, or where the indices are a whole input tensor, which
-// the runtime then checks before the first step that reads it
-// (Lowerer::checkIndices; it raises IndexError as torch does). Tensors on
-// the CPU only.
+// tensor are in range, or where the indices are an input or a view of one
+// (a slice of a model's position ids), whose elements the runtime then
+// checks before the first step that reads the input (Lowerer::checkIndices;
+// it raises IndexError as torch does). Tensors on the CPU only.
 bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
                     int64_t size) {
   if (lowerer.device().type != DeviceType::CPU || indices.isSymbolic() ||
       size <= 0)
     return false;
   if (indices.realized()) {
-    int64_t buffer = indices.placement->buffer;
-    const loop::Buffer &placed = lowerer.program().buffers[buffer];
-    int64_t count = 1;
-    for (int64_t extent : indices.sizes)
-      count *= extent;
+    const Placement &placement = *indices.placement;
+    const loop::Buffer &placed = lowerer.program().buffers[placement.buffer];
+    loop::IndexCheck check{placement.buffer, size, indices.sizes, {}, 0};
+    bool fixed = placement.offset->isConstant();
+    for (const SymSize &stride : placement.strides) {
+      fixed = fixed && stride->isConstant();
+      check.strides.push_back(fixed ? stride->value() : 0);
+    }
     if (placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
-        placed.meta.numel() == count) {
-      lowerer.checkIndices(buffer, size);
+        fixed && check.strides.size() == check.sizes.size()) {
+      check.offset = placement.offset->value();
+      lowerer.checkIndices(std::move(check));
       return true;
     }
   }

@@ -102,10 +102,10 @@ public:
   /// node to torch because torch runs it faster lowers it anyway.
   bool standalone() const { return standalone_; }
   const Device &device() const { return device_; }
-  /// Has the runtime check input buffer `buffer` before the first step
-  /// that reads it: every element in [0, size) (loop::IndexCheck).
-  void checkIndices(int64_t buffer, int64_t size) {
-    program_.indexChecks.push_back({buffer, size});
+  /// Has the runtime check an input's elements before the first step that
+  /// reads the input: every one in [0, check.size) (loop::IndexCheck).
+  void checkIndices(loop::IndexCheck check) {
+    program_.indexChecks.push_back(std::move(check));
   }
 
   /// Argument `argument` of `node` as a tensor: a graph value's lowering,

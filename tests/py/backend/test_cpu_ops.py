@@ -471,12 +471,13 @@ def test_reductions_into_few_points_split_across_threads_and_match_eager(dtype):
 
 
 def test_embeddings_of_input_ids_and_positions_are_kernels_and_raise_as_torch():
-    # Rows read at ids that are an input (checked by the runtime before the
-    # kernel that reads them) or at an arange's positions (in range by
-    # construction) are kernels, fused with what follows; an id out of range,
-    # negative ones included, raises torch's IndexError, after the ops
-    # before it have run as in eager. Ids computed in the graph, or a part of
-    # an input, stay torch's calls.
+    # Rows read at ids that are an input or a view of one (the elements read
+    # checked by the runtime before the kernel that reads them) or at an
+    # arange's positions (in range by construction) are kernels, fused with
+    # what follows; an id out of range, negative ones included, raises
+    # torch's IndexError, after the ops before it have run as in eager, and
+    # one outside the view read raises nothing, as in eager. Ids computed in
+    # the graph stay torch's calls.
     table, positions = torch.randn(100, 16), torch.randn(64, 16)
 
     def embed(ids):
@@ -499,7 +500,7 @@ def test_embeddings_of_input_ids_and_positions_are_kernels_and_raise_as_torch():
     ids = torch.randint(0, 100, (4, 32))
     cases = [(embed, (ids,), True), (embed, (ids.to(torch.int32).t().contiguous().t(),), True),
              (select, (torch.randn(50, 8), torch.randint(0, 50, (20,))), True),
-             (computed, (ids * 3,), False), (part, (ids,), False)]
+             (computed, (ids * 3,), False), (part, (ids,), True)]
     for fn, args, native in cases:
         compiled = kiln.compile(fn)
         assert_close(compiled(*args), fn(*args))
@@ -515,6 +516,13 @@ def test_embeddings_of_input_ids_and_positions_are_kernels_and_raise_as_torch():
             compiled_embed(wrong)
         with pytest.raises(IndexError, match="index out of range in self"):
             compiled_select(torch.randn(50, 8), torch.tensor([0, 50 if bad > 0 else -1]))
+    compiled_part = kiln.compile(part)
+    outside = ids.clone()
+    outside[:, 5:] = 1000
+    assert_close(compiled_part(outside), part(outside))
+    outside[0, 4] = 1000
+    with pytest.raises(IndexError, match="index out of range in self"):
+        compiled_part(outside)
     compiled_write = kiln.compile(after_a_write)
     compiled_write(torch.zeros(3), ids)
     y = torch.zeros(3)
