@@ -387,10 +387,9 @@ struct ProgramOutput {
 struct IndexCheck {
   int64_t buffer = -1;
   int64_t size = 0;
-  /// The elements read: a view of the input (a slice, an expand, a
-  /// transpose) from `offset` on, in elements.
-  Shape sizes, strides;
-  int64_t offset = 0;
+  /// The elements read: the input, or a view of it (a slice, an expand, a
+  /// transpose), its storage offset in elements from the input's first.
+  TensorMeta elements;
 };
 
 /// A whole graph as loop IR: buffers, steps in execution order, outputs.

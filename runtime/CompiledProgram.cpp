@@ -103,26 +103,36 @@ CompiledProgram::CompiledProgram(
   planIndexChecks();
 }
 
+namespace {
+
+// Calls `read` with each buffer `step` reads: an extern's operands (-1
+// where one has none) or a kernel's loads.
+void forEachRead(const loop::Program &program, const Step &step,
+                 const std::function<void(int64_t)> &read) {
+  if (step.kind == Step::Kind::Extern) {
+    for (Value *operand : step.node->operands())
+      read(program.operandBuffer(step, operand));
+    return;
+  }
+  loop::forEachExpr(step.kernel, [&](const loop::Expr *expr) {
+    for (const loop::Expr *load : loop::loadsOf(expr))
+      read(load->id());
+  });
+}
+
+} // namespace
+
 void CompiledProgram::planIndexChecks() {
   const loop::Program &program = compiled_->program;
   checksBefore_.resize(program.steps.size());
   for (const loop::IndexCheck &check : program.indexChecks) {
     size_t first = 0;
     for (size_t s = 0; s < program.steps.size(); ++s) {
-      const Step &step = program.steps[s];
       bool reads = false;
-      if (step.kind == Step::Kind::Extern) {
-        for (Value *operand : step.node->operands()) {
-          int64_t buffer = program.operandBuffer(step, operand);
-          reads =
-              reads || (buffer >= 0 && program.rootOf(buffer) == check.buffer);
-        }
-      } else {
-        loop::forEachExpr(step.kernel, [&](const loop::Expr *expr) {
-          for (const loop::Expr *load : loop::loadsOf(expr))
-            reads = reads || program.rootOf(load->id()) == check.buffer;
-        });
-      }
+      forEachRead(program, program.steps[s], [&](int64_t buffer) {
+        reads =
+            reads || (buffer >= 0 && program.rootOf(buffer) == check.buffer);
+      });
       if (reads) {
         first = s;
         break;
@@ -157,17 +167,12 @@ void CompiledProgram::planReleases() {
       lastUse[program.rootOf(output.buffer)] = kKept;
   for (size_t s = 0; s < program.steps.size(); ++s) {
     const Step &step = program.steps[s];
+    forEachRead(program, step, [&](int64_t buffer) { use(buffer, s); });
     if (step.kind == Step::Kind::Extern) {
-      for (Value *operand : step.node->operands())
-        use(program.operandBuffer(step, operand), s);
       for (int64_t result : step.results)
         use(result, s);
       continue;
     }
-    loop::forEachExpr(step.kernel, [&](const loop::Expr *expr) {
-      for (const loop::Expr *load : loop::loadsOf(expr))
-        use(load->id(), s);
-    });
     for (const loop::Loop &loop : step.kernel.loops)
       for (const loop::Store &store : loop.stores)
         use(store.buffer, s);

@@ -54,8 +54,8 @@ void checkInput(const CompiledProgram &program, size_t index,
 namespace {
 
 // Raises IndexOutOfRange, with torch's message, where an element of the
-// index tensor at `data` (laid out as `meta`, int64 or int32) lies outside
-// [0, size).
+// index tensor in the buffer at `data` (laid out as `meta`, from its
+// storage offset on; int64 or int32) lies outside [0, size).
 void checkIndicesInRange(const char *data, const TensorMeta &meta,
                          int64_t size) {
   if (meta.numel() == 0)
@@ -65,6 +65,7 @@ void checkIndicesInRange(const char *data, const TensorMeta &meta,
   size_t rank = meta.sizes.size();
   std::vector<int64_t> position(rank, 0);
   int64_t itemBytes = itemSize(meta.dtype);
+  data += meta.storageOffset * itemBytes;
   for (int64_t element = 0, count = meta.numel(); element < count; ++element) {
     int64_t offset = 0;
     for (size_t d = 0; d < rank; ++d)
@@ -161,12 +162,8 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
   readyViews(-1);
   StepProfile *profile = compiled.profile();
   for (size_t s = 0; s < program.steps.size(); ++s) {
-    for (const loop::IndexCheck &check : compiled.checksBefore(s)) {
-      DType dtype = program.buffers[check.buffer].dtype();
-      checkIndicesInRange(
-          addresses[check.buffer] + check.offset * itemSize(dtype),
-          TensorMeta(dtype, check.sizes, check.strides), check.size);
-    }
+    for (const loop::IndexCheck &check : compiled.checksBefore(s))
+      checkIndicesInRange(addresses[check.buffer], check.elements, check.size);
     StepProfile::Mark start;
     if (profile)
       start = StepProfile::now();

@@ -326,6 +326,12 @@ private:
                   llvm::Value *row, llvm::Value *column,
                   llvm::Value *validColumns, llvm::Value *first,
                   llvm::Value *last);
+  /// `vectors` where the micro-tile's columns are whole vectors in C (its
+  /// rows contiguous, all `plan_.columns` valid), else `elements`; a branch
+  /// on validColumns where either can be.
+  void emitByWidth(llvm::Value *validColumns,
+                   const std::function<void()> &vectors,
+                   const std::function<void()> &elements);
   /// A costly epilogue over the micro-tile's elements of C after the last
   /// k block (spec.costlyEpilogue): loads each, applies it, stores it.
   void emitEpilogueOfStoredTile(int rows, llvm::Value *row, llvm::Value *column,
@@ -1082,24 +1088,36 @@ void GemmEmitter::emitStores(const std::vector<llvm::Value *> &accumulators,
                              int rows, llvm::Value *row, llvm::Value *column,
                              llvm::Value *validColumns, llvm::Value *first,
                              llvm::Value *last) {
+  emitByWidth(
+      validColumns,
+      [&] { emitVectorWrite(accumulators, rows, row, column, first, last); },
+      [&] {
+        emitScalarWrite(accumulators, rows, row, column, validColumns, first,
+                        last);
+      });
+}
+
+void GemmEmitter::emitByWidth(llvm::Value *validColumns,
+                              const std::function<void()> &vectors,
+                              const std::function<void()> &elements) {
   if (spec_.cCol != 1) {
-    emitScalarWrite(accumulators, rows, row, column, validColumns, first, last);
+    elements();
     return;
   }
   if (spec_.n % plan_.columns == 0) {
-    emitVectorWrite(accumulators, rows, row, column, first, last);
+    vectors();
     return;
   }
   auto *full = llvm::BasicBlock::Create(context_, "full_tile", function_);
   auto *edge = llvm::BasicBlock::Create(context_, "edge_tile", function_);
-  auto *done = llvm::BasicBlock::Create(context_, "written", function_);
+  auto *done = llvm::BasicBlock::Create(context_, "tile_done", function_);
   builder_.CreateCondBr(
       builder_.CreateICmpEQ(validColumns, constant(plan_.columns)), full, edge);
   builder_.SetInsertPoint(full);
-  emitVectorWrite(accumulators, rows, row, column, first, last);
+  vectors();
   builder_.CreateBr(done);
   builder_.SetInsertPoint(edge);
-  emitScalarWrite(accumulators, rows, row, column, validColumns, first, last);
+  elements();
   builder_.CreateBr(done);
   builder_.SetInsertPoint(done);
 }
@@ -1238,22 +1256,7 @@ void GemmEmitter::emitEpilogueOfStoredTile(int rows, llvm::Value *row,
                           });
         });
   };
-  if (spec_.cCol != 1) {
-    elements();
-  } else if (spec_.n % plan_.columns == 0) {
-    vectors();
-  } else {
-    auto *full = llvm::BasicBlock::Create(context_, "full_epilogue", function_);
-    auto *edge = llvm::BasicBlock::Create(context_, "edge_epilogue", function_);
-    builder_.CreateCondBr(
-        builder_.CreateICmpEQ(validColumns, constant(plan_.columns)), full,
-        edge);
-    builder_.SetInsertPoint(full);
-    vectors();
-    builder_.CreateBr(done);
-    builder_.SetInsertPoint(edge);
-    elements();
-  }
+  emitByWidth(validColumns, vectors, elements);
   builder_.CreateBr(done);
   builder_.SetInsertPoint(done);
 }

@@ -35,16 +35,19 @@ bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
   if (indices.realized()) {
     const Placement &placement = *indices.placement;
     const loop::Buffer &placed = lowerer.program().buffers[placement.buffer];
-    loop::IndexCheck check{placement.buffer, size, indices.sizes, {}, 0};
-    bool fixed = placement.offset->isConstant();
+    bool fixed = placement.offset->isConstant() &&
+                 placement.strides.size() == indices.sizes.size();
+    Shape strides;
     for (const SymSize &stride : placement.strides) {
       fixed = fixed && stride->isConstant();
-      check.strides.push_back(fixed ? stride->value() : 0);
+      strides.push_back(stride->isConstant() ? stride->value() : 0);
     }
     if (placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
-        fixed && check.strides.size() == check.sizes.size()) {
-      check.offset = placement.offset->value();
-      lowerer.checkIndices(std::move(check));
+        fixed) {
+      lowerer.checkIndices(
+          {placement.buffer, size,
+           TensorMeta(indices.dtype, indices.sizes, std::move(strides),
+                      placement.offset->value())});
       return true;
     }
   }
