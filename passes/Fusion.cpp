@@ -366,6 +366,49 @@ bool isAffineOverOuter(const Expr *index, size_t outer) {
   return true;
 }
 
+// A contraction over [batch, row, column digits...] with several column
+// digits (a convolution's output positions) is a GEMM whose columns are
+// those digits read as one flat index (CpuContraction.h): an epilogue may
+// read them only so, in indices whose coefficients of the digits are
+// those of a row-major flat index times a stride, and nowhere else; and
+// C's index (storedIndex) so too.
+bool readsColumnsFlat(const Expr *value, const Expr *storedIndex,
+                      const Ranges &outer) {
+  size_t count = outer.size();
+  if (count < 4)
+    return true;
+  if (!outer.isStatic())
+    return false;
+  Shape extents = outer.constants();
+  auto flat = [&](const Expr *index) {
+    std::vector<int64_t> coefficients;
+    for (size_t var = 2; var < count; ++var) {
+      std::optional<int64_t> coefficient =
+          affineCoefficient(index, static_cast<int64_t>(var));
+      if (!coefficient)
+        return false;
+      coefficients.push_back(*coefficient);
+    }
+    for (size_t digit = 0; digit + 1 < coefficients.size(); ++digit)
+      if (extents[digit + 2] != 1 &&
+          coefficients[digit] != coefficients[digit + 1] * extents[digit + 3])
+        return false;
+    return true;
+  };
+  std::function<bool(const Expr *)> visit = [&](const Expr *node) {
+    if (node->kind() == ExprKind::Load)
+      return !readsMemoryOrSizes(node->index()) && flat(node->index());
+    if (node->kind() == ExprKind::Var && node->id() >= 2 &&
+        static_cast<size_t>(node->id()) < count)
+      return false;
+    for (const Expr *operand : node->operands())
+      if (!visit(operand))
+        return false;
+    return true;
+  };
+  return flat(storedIndex) && visit(value);
+}
+
 // The variables of a kernel over `ranges` as expressions over those of a
 // kernel over `target` with the same points in the same order, where each
 // range is the product of consecutive target ranges (ranges of 1 aside):
@@ -482,6 +525,7 @@ bool fuseEpilogue(Program &program, const std::vector<int> &readers,
     // own.
     if (!samePoints || result.dtype() != DType::Float32 ||
         !isAffineOverOuter(storedIndex, contraction.outerRanges.size()) ||
+        !readsColumnsFlat(value, storedIndex, contraction.outerRanges) ||
         operationCount(next) > (isCheapArithmetic(value)
                                     ? kMaxEpilogueOperations
                                     : kMaxCostlyEpilogueOperations))

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <sstream>
 #include <unordered_map>
 
@@ -25,54 +27,128 @@ struct AffineIndex {
   int64_t offset = 0;
 };
 
-// The value of an integer index with every variable 0; nullopt where it
-// reads anything but constants and variables under sums and products.
-// Kernels are emitted on several threads at once: this reads the
-// expression only (the program's ExprContext is not safe to grow from
-// several threads, as substituting zeros would).
-std::optional<int64_t> valueAtOrigin(const Expr *index) {
+// An index that is affine in the kernel's variables once clamps are seen
+// through: max(e, constant) and min(e, constant) read as e, each noted
+// with the bound it needs (an operand read under a `where` that keeps e
+// inside them, so the clamp never changes it). Reads the expression only.
+struct Clamp {
+  AffineIndex clamped;
+  bool lower; // max(e, bound): needs e >= bound; min: e <= bound
+  int64_t bound;
+};
+
+std::optional<AffineIndex> affineThroughClamps(const Expr *index,
+                                               size_t varCount,
+                                               std::vector<Clamp> &clamps) {
   switch (index->kind()) {
   case ExprKind::Constant:
-    return index->dtype() == DType::Int64
-               ? std::optional<int64_t>(index->integer())
-               : std::nullopt;
-  case ExprKind::Var:
-    return 0;
+    if (index->dtype() != DType::Int64)
+      return std::nullopt;
+    return AffineIndex{std::vector<int64_t>(varCount, 0), index->integer()};
+  case ExprKind::Var: {
+    if (index->id() < 0 || static_cast<size_t>(index->id()) >= varCount)
+      return std::nullopt;
+    AffineIndex var{std::vector<int64_t>(varCount, 0), 0};
+    var.coefficients[index->id()] = 1;
+    return var;
+  }
   case ExprKind::Binary: {
-    std::optional<int64_t> a = valueAtOrigin(index->operand(0));
-    std::optional<int64_t> b = valueAtOrigin(index->operand(1));
+    loop::BinaryOp op = index->binaryOp();
+    const Expr *left = index->operand(0), *right = index->operand(1);
+    if (op == loop::BinaryOp::Max || op == loop::BinaryOp::Min) {
+      if (!right->isConstant() || right->dtype() != DType::Int64)
+        return std::nullopt;
+      std::optional<AffineIndex> inner =
+          affineThroughClamps(left, varCount, clamps);
+      if (inner)
+        clamps.push_back({*inner, op == loop::BinaryOp::Max, right->integer()});
+      return inner;
+    }
+    std::optional<AffineIndex> a = affineThroughClamps(left, varCount, clamps);
+    std::optional<AffineIndex> b = affineThroughClamps(right, varCount, clamps);
     if (!a || !b)
       return std::nullopt;
-    switch (index->binaryOp()) {
-    case loop::BinaryOp::Add:
-      return *a + *b;
-    case loop::BinaryOp::Sub:
-      return *a - *b;
-    case loop::BinaryOp::Mul:
-      return *a * *b;
-    default:
-      return std::nullopt;
+    if (op == loop::BinaryOp::Add || op == loop::BinaryOp::Sub) {
+      int64_t sign = op == loop::BinaryOp::Add ? 1 : -1;
+      for (size_t var = 0; var < varCount; ++var)
+        a->coefficients[var] += sign * b->coefficients[var];
+      a->offset += sign * b->offset;
+      return a;
     }
+    if (op == loop::BinaryOp::Mul) {
+      auto isConstant = [](const AffineIndex &x) {
+        return std::all_of(x.coefficients.begin(), x.coefficients.end(),
+                           [](int64_t c) { return c == 0; });
+      };
+      if (!isConstant(*a) && !isConstant(*b))
+        return std::nullopt;
+      if (isConstant(*a))
+        std::swap(a, b);
+      for (int64_t &coefficient : a->coefficients)
+        coefficient *= b->offset;
+      a->offset *= b->offset;
+      return a;
+    }
+    return std::nullopt;
   }
   default:
     return std::nullopt;
   }
 }
 
-std::optional<AffineIndex> affineIndex(const Expr *index, size_t varCount) {
-  AffineIndex result;
-  for (size_t var = 0; var < varCount; ++var) {
-    std::optional<int64_t> coefficient =
-        loop::affineCoefficient(index, static_cast<int64_t>(var));
-    if (!coefficient)
-      return std::nullopt;
-    result.coefficients.push_back(*coefficient);
+// The bounds a `where`'s condition puts on affine forms of the variables:
+// a conjunction of comparisons of an affine form with a constant, as
+// half-open intervals [lower, upper) of each form (without its constant).
+struct FormBounds {
+  std::vector<int64_t> coefficients;
+  int64_t lower = std::numeric_limits<int32_t>::min();
+  int64_t upper = std::numeric_limits<int32_t>::max();
+};
+
+bool collectBounds(const Expr *condition, size_t varCount,
+                   std::vector<FormBounds> &bounds) {
+  if (condition->kind() != ExprKind::Binary)
+    return false;
+  loop::BinaryOp op = condition->binaryOp();
+  if (op == loop::BinaryOp::LogicalAnd)
+    return collectBounds(condition->operand(0), varCount, bounds) &&
+           collectBounds(condition->operand(1), varCount, bounds);
+  if (op != loop::BinaryOp::Ge && op != loop::BinaryOp::Gt &&
+      op != loop::BinaryOp::Lt && op != loop::BinaryOp::Le)
+    return false;
+  std::vector<Clamp> clamps;
+  std::optional<AffineIndex> left =
+      affineThroughClamps(condition->operand(0), varCount, clamps);
+  std::optional<AffineIndex> right =
+      affineThroughClamps(condition->operand(1), varCount, clamps);
+  if (!left || !right || !clamps.empty() ||
+      std::any_of(right->coefficients.begin(), right->coefficients.end(),
+                  [](int64_t c) { return c != 0; }))
+    return false;
+  // form + left.offset (op) right.offset, as a bound on the form.
+  int64_t constant = right->offset - left->offset;
+  FormBounds *form = nullptr;
+  for (FormBounds &existing : bounds)
+    if (existing.coefficients == left->coefficients)
+      form = &existing;
+  if (!form) {
+    bounds.push_back({left->coefficients});
+    form = &bounds.back();
   }
-  std::optional<int64_t> offset = valueAtOrigin(index);
-  if (!offset)
-    return std::nullopt;
-  result.offset = *offset;
-  return result;
+  switch (op) {
+  case loop::BinaryOp::Ge:
+    form->lower = std::max(form->lower, constant);
+    break;
+  case loop::BinaryOp::Gt:
+    form->lower = std::max(form->lower, constant + 1);
+    break;
+  case loop::BinaryOp::Lt:
+    form->upper = std::min(form->upper, constant);
+    break;
+  default:
+    form->upper = std::min(form->upper, constant + 1);
+  }
+  return true;
 }
 
 // `expr` in full for a cache key: every node's kind, dtype and operation,
@@ -112,16 +188,18 @@ void writeExprKey(std::ostream &out, const Expr *expr,
 
 std::optional<MatchedContraction> matchContraction(const loop::Program &program,
                                                    const loop::Kernel &kernel) {
+  // Outer ranges [row, column] or [batch, row, column digits...]; one loop
+  // summing over the k digits, then one store. A convolution's product is
+  // [image, out channel, output position digits...] over (channel, taps...).
   size_t outer = kernel.outerRanges.size();
-  if (!kernel.contraction || (outer != 2 && outer != 3) ||
-      kernel.loops.size() != 2)
+  if (!kernel.contraction || outer < 2 || kernel.loops.size() != 2)
     return std::nullopt;
   // The GEMM's blocking is chosen for its sizes: a product whose sizes vary
   // between calls runs as the loops it is.
   if (!kernel.outerRanges.isStatic() || !kernel.loops[0].ranges.isStatic())
     return std::nullopt;
   const loop::Loop &sum = kernel.loops[0], &last = kernel.loops[1];
-  if (sum.ranges.size() != 1 || sum.reductions.size() != 1 ||
+  if (sum.ranges.size() < 1 || sum.reductions.size() != 1 ||
       !sum.stores.empty() || !last.ranges.empty() || !last.reductions.empty() ||
       last.stores.size() != 1)
     return std::nullopt;
@@ -132,10 +210,23 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
       product->binaryOp() != loop::BinaryOp::Mul ||
       product->dtype() != DType::Float32)
     return std::nullopt;
-  const Expr *x = product->operand(0), *y = product->operand(1);
+  // An operand is a load, or a load where a condition holds and 0 elsewhere.
+  auto operand = [](const Expr *value, const Expr *&condition) -> const Expr * {
+    condition = nullptr;
+    if (value->kind() == ExprKind::Where) {
+      const Expr *otherwise = value->operand(2);
+      if (!otherwise->isConstant() || otherwise->real() != 0.0)
+        return nullptr;
+      condition = value->operand(0);
+      value = value->operand(1);
+    }
+    return value->kind() == ExprKind::Load ? value : nullptr;
+  };
+  const Expr *xCondition, *yCondition;
+  const Expr *x = operand(product->operand(0), xCondition);
+  const Expr *y = operand(product->operand(1), yCondition);
   const loop::Store &store = last.stores[0];
-  if (x->kind() != ExprKind::Load || y->kind() != ExprKind::Load ||
-      store.value->dtype() != DType::Float32)
+  if (!x || !y || store.value->dtype() != DType::Float32)
     return std::nullopt;
   for (int64_t buffer : {x->id(), y->id(), store.buffer})
     if (program.buffers[buffer].dtype() != DType::Float32)
@@ -160,41 +251,162 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
     match.epilogue = store.value;
   }
 
-  size_t varCount = outer + 1;
-  size_t batchVar = 0, rowVar = outer - 2, columnVar = outer - 1,
-         depthVar = outer;
-  auto xIndex = affineIndex(x->index(), varCount);
-  auto yIndex = affineIndex(y->index(), varCount);
-  auto cIndex = affineIndex(store.index, varCount);
-  if (!xIndex || !yIndex || !cIndex || cIndex->coefficients[depthVar] != 0)
+  Shape outerRanges = kernel.outerRanges.constants();
+  Shape depthRanges = sum.ranges.constants();
+  bool batched = outer >= 3;
+  size_t rowVar = batched ? 1 : 0, firstColumn = rowVar + 1;
+  size_t depthVars = depthRanges.size();
+  size_t varCount = outer + depthVars;
+  std::vector<int64_t> columnExtents(outerRanges.begin() + firstColumn,
+                                     outerRanges.end());
+  auto isColumn = [&](size_t var) { return var >= firstColumn && var < outer; };
+  auto isDepth = [&](size_t var) { return var >= outer; };
+  // The stride of a group of digits read as one flat index (row-major),
+  // where their coefficients allow it.
+  auto flatStride =
+      [](const AffineIndex &index, size_t first,
+         const std::vector<int64_t> &extents) -> std::optional<int64_t> {
+    size_t lastDigit = first + extents.size() - 1;
+    for (size_t digit = first; digit < lastDigit; ++digit)
+      if (extents[digit - first] != 1 &&
+          index.coefficients[digit] !=
+              index.coefficients[digit + 1] * extents[digit + 1 - first])
+        return std::nullopt;
+    return index.coefficients[lastDigit];
+  };
+  std::vector<Clamp> xClamps, yClamps, cClamps;
+  auto xIndex = affineThroughClamps(x->index(), varCount, xClamps);
+  auto yIndex = affineThroughClamps(y->index(), varCount, yClamps);
+  auto cIndex = affineThroughClamps(store.index, varCount, cClamps);
+  if (!xIndex || !yIndex || !cIndex || !cClamps.empty())
     return std::nullopt;
-  // A does not move with the column, B not with the row.
-  bool xIsA =
-      xIndex->coefficients[columnVar] == 0 && yIndex->coefficients[rowVar] == 0;
-  bool yIsA =
-      yIndex->coefficients[columnVar] == 0 && xIndex->coefficients[rowVar] == 0;
+  auto movesWith = [&](const AffineIndex &index, auto which) {
+    for (size_t var = 0; var < varCount; ++var)
+      if (which(var) && index.coefficients[var] != 0)
+        return true;
+    return false;
+  };
+  if (movesWith(*cIndex, isDepth))
+    return std::nullopt;
+  // A does not move with the columns, B not with the row; A is a plain
+  // load.
+  bool xIsA = !movesWith(*xIndex, isColumn) &&
+              yIndex->coefficients[rowVar] == 0 && !xCondition;
+  bool yIsA = !xIsA && !movesWith(*yIndex, isColumn) &&
+              xIndex->coefficients[rowVar] == 0 && !yCondition;
   if (!xIsA && !yIsA)
     return std::nullopt;
   const Expr *aLoad = xIsA ? x : y, *bLoad = xIsA ? y : x;
+  const Expr *bCondition = xIsA ? yCondition : xCondition;
   const AffineIndex &a = xIsA ? *xIndex : *yIndex;
   const AffineIndex &b = xIsA ? *yIndex : *xIndex;
+  const std::vector<Clamp> &aClamps = xIsA ? xClamps : yClamps;
+  const std::vector<Clamp> &bClamps = xIsA ? yClamps : xClamps;
+  std::optional<int64_t> aDepth = flatStride(a, outer, depthRanges);
+  std::optional<int64_t> cColumn =
+      flatStride(*cIndex, firstColumn, columnExtents);
+  if (!aClamps.empty() || !aDepth || !cColumn)
+    return std::nullopt;
 
   GemmSpec &spec = match.spec;
-  bool batched = outer == 3;
-  Shape outerRanges = kernel.outerRanges.constants();
   spec.batch = batched ? outerRanges[0] : 1;
   spec.m = outerRanges[rowVar];
-  spec.n = outerRanges[columnVar];
-  spec.k = sum.ranges.constants()[0];
-  spec.aBatch = batched ? a.coefficients[batchVar] : 0;
+  spec.n = 1;
+  for (int64_t extent : columnExtents)
+    spec.n *= extent;
+  spec.k = 1;
+  for (int64_t extent : depthRanges)
+    spec.k *= extent;
+  spec.aBatch = batched ? a.coefficients[0] : 0;
   spec.aRow = a.coefficients[rowVar];
-  spec.aCol = a.coefficients[depthVar];
-  spec.bBatch = batched ? b.coefficients[batchVar] : 0;
-  spec.bRow = b.coefficients[depthVar];
-  spec.bCol = b.coefficients[columnVar];
-  spec.cBatch = batched ? cIndex->coefficients[batchVar] : 0;
+  spec.aCol = *aDepth;
+  spec.bBatch = batched ? b.coefficients[0] : 0;
+  spec.cBatch = batched ? cIndex->coefficients[0] : 0;
   spec.cRow = cIndex->coefficients[rowVar];
-  spec.cCol = cIndex->coefficients[columnVar];
+  spec.cCol = *cColumn;
+  std::optional<int64_t> bDepth = flatStride(b, outer, depthRanges);
+  std::optional<int64_t> bColumn = flatStride(b, firstColumn, columnExtents);
+  if (!bCondition && bClamps.empty() && bDepth && bColumn) {
+    spec.bRow = *bDepth;
+    spec.bCol = *bColumn;
+  } else {
+    // B as windows: its address and each bound of the condition split
+    // into a part of the k digits and one of the column digits, in 32-bit
+    // lanes; every clamp of its index within a bound (so never applied).
+    std::vector<FormBounds> bounds;
+    if (bCondition && !collectBounds(bCondition, varCount, bounds))
+      return std::nullopt;
+    WindowedOperand window;
+    window.depthExtents = depthRanges;
+    window.columnExtents = columnExtents;
+    auto split = [&](const std::vector<int64_t> &coefficients,
+                     std::vector<int64_t> &depth,
+                     std::vector<int64_t> &column) {
+      int64_t span = 0;
+      for (size_t var = 0; var < varCount; ++var) {
+        int64_t extent =
+            var < outer ? outerRanges[var] : depthRanges[var - outer];
+        if (isDepth(var))
+          depth.push_back(coefficients[var]);
+        else if (isColumn(var))
+          column.push_back(coefficients[var]);
+        else if (coefficients[var] != 0 && !(batched && var == 0))
+          return false; // the row
+        if (!(batched && var == 0))
+          span +=
+              std::abs(coefficients[var]) * std::max<int64_t>(extent - 1, 0);
+      }
+      return span < (int64_t(1) << 30);
+    };
+    if (!split(b.coefficients, window.depthStrides, window.columnStrides))
+      return std::nullopt;
+    for (const FormBounds &form : bounds) {
+      WindowedOperand::Range range;
+      if (!split(form.coefficients, range.depth, range.column) ||
+          (batched && form.coefficients[0] != 0) || form.upper <= form.lower ||
+          form.upper - form.lower > std::numeric_limits<int32_t>::max() ||
+          std::abs(form.lower) >= (int64_t(1) << 30))
+        return std::nullopt;
+      range.offset = -form.lower;
+      range.limit = form.upper - form.lower;
+      window.ranges.push_back(std::move(range));
+    }
+    for (const Clamp &clamp : bClamps) {
+      bool kept = false;
+      for (const FormBounds &form : bounds)
+        if (form.coefficients == clamp.clamped.coefficients)
+          kept = kept ||
+                 (clamp.lower
+                      ? form.lower + clamp.clamped.offset >= clamp.bound
+                      : form.upper - 1 + clamp.clamped.offset <= clamp.bound);
+      if (!kept)
+        return std::nullopt;
+    }
+    spec.windowedB = std::move(window);
+  }
+  // An epilogue over several column digits reads them as the flat column:
+  // each load's index in them must be flat, and no digit read elsewhere.
+  if (match.epilogue && columnExtents.size() > 1) {
+    bool flat = true;
+    std::function<void(const Expr *)> visit = [&](const Expr *node) {
+      if (node->kind() == ExprKind::Load) {
+        std::vector<Clamp> clamps;
+        std::optional<AffineIndex> index =
+            affineThroughClamps(node->index(), varCount, clamps);
+        flat = flat && index && clamps.empty() &&
+               flatStride(*index, firstColumn, columnExtents);
+        return;
+      }
+      if (node->kind() == ExprKind::Var && node->id() >= 0 &&
+          isColumn(static_cast<size_t>(node->id())))
+        flat = false;
+      for (const Expr *child : node->operands())
+        visit(child);
+    };
+    visit(match.epilogue);
+    if (!flat)
+      return std::nullopt;
+  }
   match.aOffset = a.offset;
   match.bOffset = b.offset;
   match.cOffset = cIndex->offset;
@@ -218,7 +430,8 @@ emitContraction(llvm::Module &module, const loop::Program &program,
   // The GEMM's buffers: A, B, C, then the epilogue's from its slot 4 on;
   // its slot 3 (the bias, unused) holds B packed ahead where B is fixed,
   // the kernel's last argument.
-  if (fixedBuffers && fixedBuffers->count(program.rootOf(match->b)))
+  if (fixedBuffers && !match->spec.windowedB &&
+      fixedBuffers->count(program.rootOf(match->b)))
     match->spec.packedBSlot = 3;
   std::vector<int64_t> buffers = {match->a, match->b, match->c};
   std::unordered_map<int64_t, int64_t> slotOf;
@@ -301,6 +514,27 @@ emitContraction(llvm::Module &module, const loop::Program &program,
       << match->aOffset << ' ' << match->bOffset << ' ' << match->cOffset << ' '
       << spec.targetTiles << ' ' << spec.threads << ' ' << spec.packedBSlot
       << ' ' << host.vectorBits << ' ' << host.cpuName << ' ' << host.features;
+  if (spec.windowedB) {
+    const WindowedOperand &window = *spec.windowedB;
+    key << " windows";
+    for (const std::vector<int64_t> *list :
+         {&window.depthExtents, &window.columnExtents, &window.depthStrides,
+          &window.columnStrides}) {
+      key << " [";
+      for (int64_t value : *list)
+        key << value << ',';
+      key << ']';
+    }
+    for (const WindowedOperand::Range &range : window.ranges) {
+      key << " range";
+      for (int64_t value : range.depth)
+        key << ' ' << value;
+      key << ';';
+      for (int64_t value : range.column)
+        key << ' ' << value;
+      key << "; " << range.offset << ' ' << range.limit;
+    }
+  }
   if (match->epilogue) {
     key << " epilogue ";
     writeExprKey(key, match->epilogue, slotOf, program);

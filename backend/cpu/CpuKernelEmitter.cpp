@@ -1374,17 +1374,25 @@ contractionEpilogue(llvm::Module &module, const loop::Program &program,
                     const loop::Kernel &kernel, const loop::Expr *value,
                     std::unordered_map<int64_t, int64_t> slotOf,
                     const HostTarget &host, const MathLibrary &math) {
-  bool batched = kernel.outerRanges.size() == 3;
+  // Outer ranges [row, column] or [batch, row, column digits...]: the
+  // epilogue reads the digits as one flat column (matchContraction), the
+  // last digit that column and the others 0.
+  size_t outer = kernel.outerRanges.size();
+  bool batched = outer >= 3;
+  size_t columnDigits = outer - (batched ? 2 : 1);
   return [&module, &program, &kernel, value, slotOf = std::move(slotOf), &host,
-          &math, batched](llvm::IRBuilder<> &builder, llvm::Value *buffers,
-                          llvm::Value *sum, llvm::Value *batch,
-                          llvm::Value *row, llvm::Value *column, int lanes) {
+          &math, batched, columnDigits](llvm::IRBuilder<> &builder,
+                                        llvm::Value *buffers, llvm::Value *sum,
+                                        llvm::Value *batch, llvm::Value *row,
+                                        llvm::Value *column, int lanes) {
     EpilogueEmitter emitter(module, program, kernel, host, math, slotOf,
                             buffers);
     std::vector<llvm::Value *> vars;
     if (batched)
       vars.push_back(batch);
     vars.push_back(row);
+    for (size_t digit = 1; digit < columnDigits; ++digit)
+      vars.push_back(builder.getInt64(0));
     vars.push_back(column);
     return emitter.emitAt(builder, value, vars, sum, lanes);
   };

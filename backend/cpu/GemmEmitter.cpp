@@ -157,8 +157,8 @@ GemmPlan planGemm(const GemmSpec &spec, const HostTarget &host) {
   }
   // B packed ahead is read by every tile: the packing runs once, split
   // into about targetTiles units for a thread pool.
-  if (spec.packedBSlot >= 0 && spec.m > 0 && spec.n > 0 && spec.k > 0 &&
-      spec.batch > 0) {
+  if (spec.packedBSlot >= 0 && !spec.windowedB && spec.m > 0 && spec.n > 0 &&
+      spec.k > 0 && spec.batch > 0) {
     plan.bPackedAhead = true;
     plan.packedBatches = spec.bBatch == 0 ? 1 : spec.batch;
     int64_t panels = ceilDivide(spec.n, plan.columns);
@@ -271,6 +271,9 @@ private:
   }
   void emitPack(const PanelLayout &layout, llvm::Value *source,
                 llvm::Value *packed, llvm::Value *extent, bool alwaysFull);
+  /// Packs the tile's B of the k block from `depthStart` where B is given
+  /// as windows (spec.windowedB).
+  void emitWindowPack(llvm::Value *depthStart);
   void emitTransposePanel(const PanelLayout &layout, llvm::Value *source,
                           llvm::Value *packed, llvm::Value *depth);
   void emitScalarPanel(const PanelLayout &layout, llvm::Value *source,
@@ -633,6 +636,8 @@ void GemmEmitter::emitDepthBlock(llvm::Value *block) {
   if (plan_.bPackedAhead)
     packedB_ = packedPanels(spec_.bBatch == 0 ? constant(0) : groupBatch_,
                             block, groupColumn_);
+  else if (spec_.k > 0 && spec_.windowedB)
+    emitWindowPack(depthStart);
   else if (spec_.k > 0)
     emitPack(
         {plan_.columns, spec_.bCol, spec_.bRow},
@@ -817,6 +822,165 @@ void GemmEmitter::emitPack(const PanelLayout &layout, llvm::Value *source,
     emitScalarPanel(layout, sourceAt(panel), panelAt(panel), valid, depth,
                     paddedDepth);
   });
+}
+
+void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
+  const WindowedOperand &window = *spec_.windowedB;
+  const int lanes = plan_.lanes, width = plan_.columns,
+            vectors = plan_.columnVectors;
+  llvm::Type *int32 = builder_.getInt32Ty();
+  auto splat = [&](llvm::Value *scalar) {
+    return builder_.CreateVectorSplat(lanes,
+                                      builder_.CreateTrunc(scalar, int32));
+  };
+  auto splatConstant = [&](int64_t value) {
+    return llvm::ConstantVector::getSplat(
+        llvm::ElementCount::getFixed(lanes),
+        llvm::ConstantInt::get(int32, static_cast<uint64_t>(value), true));
+  };
+  auto iota = [&](int64_t start) {
+    std::vector<llvm::Constant *> values;
+    for (int lane = 0; lane < lanes; ++lane)
+      values.push_back(llvm::ConstantInt::get(int32, start + lane));
+    return llvm::ConstantVector::get(values);
+  };
+  // The digits of `flat` over `extents` (row-major), last first: udiv and
+  // urem by constants (multiplies), on a scalar or on lanes.
+  auto digitsOf = [&](llvm::Value *flat, const std::vector<int64_t> &extents,
+                      auto constantOf) {
+    std::vector<llvm::Value *> digits(extents.size());
+    for (size_t d = extents.size(); d-- > 0;) {
+      if (d == 0) {
+        digits[d] = flat;
+        break;
+      }
+      digits[d] = builder_.CreateURem(flat, constantOf(extents[d]));
+      flat = builder_.CreateUDiv(flat, constantOf(extents[d]));
+    }
+    return digits;
+  };
+  auto dot = [&](const std::vector<llvm::Value *> &digits,
+                 const std::vector<int64_t> &weights, llvm::Value *start,
+                 auto constantOf) {
+    llvm::Value *sum = start;
+    for (size_t d = 0; d < digits.size(); ++d)
+      if (weights[d] != 0)
+        sum = builder_.CreateAdd(
+            sum, weights[d] == 1
+                     ? digits[d]
+                     : builder_.CreateMul(digits[d], constantOf(weights[d])));
+    return sum;
+  };
+  auto laneConstant = [&](int64_t value) { return splatConstant(value); };
+  auto scalarConstant = [&](int64_t value) { return constant(value); };
+  llvm::Value *source =
+      element(b_, builder_.CreateMul(groupBatch_, constant(spec_.bBatch)));
+  llvm::Value *endColumn = builder_.CreateAdd(groupColumn_, tileColumns_);
+  llvm::Value *zero = llvm::Constant::getNullValue(vector_);
+  llvm::Align align(4);
+  emitCountedLoop(
+      builder_, constant(0), ceilingDivide(tileColumns_, width), 1,
+      [&](llvm::Value *panel) {
+        llvm::Value *firstColumn = builder_.CreateAdd(
+            groupColumn_, builder_.CreateMul(panel, constant(width)));
+        llvm::Value *packed = builder_.CreateInBoundsGEP(
+            float_, packedB_,
+            builder_.CreateMul(builder_.CreateMul(panel, constant(width)),
+                               paddedDepth_));
+        // Per vector of the panel's lanes: whether the column is in the
+        // tile, its source offset and its part of each range.
+        std::vector<llvm::Value *> valid(vectors), offsets(vectors);
+        std::vector<std::vector<llvm::Value *>> parts(vectors);
+        llvm::Value *firstOffset = nullptr;
+        llvm::Value *contiguous = builder_.getTrue();
+        for (int vector = 0; vector < vectors; ++vector) {
+          llvm::Value *columns =
+              builder_.CreateAdd(splat(firstColumn), iota(vector * lanes));
+          valid[vector] = builder_.CreateICmpSLT(columns, splat(endColumn));
+          std::vector<llvm::Value *> digits =
+              digitsOf(columns, window.columnExtents, laneConstant);
+          offsets[vector] =
+              dot(digits, window.columnStrides, splatConstant(0), laneConstant);
+          for (const WindowedOperand::Range &range : window.ranges)
+            parts[vector].push_back(
+                dot(digits, range.column, splatConstant(0), laneConstant));
+          if (!firstOffset)
+            firstOffset =
+                builder_.CreateExtractElement(offsets[0], uint64_t(0));
+          // Lanes one element apart in the source (a window row of a
+          // stride-1 convolution): masked loads instead of gathers.
+          llvm::Value *expected =
+              builder_.CreateAdd(builder_.CreateVectorSplat(lanes, firstOffset),
+                                 iota(vector * lanes));
+          llvm::Value *consecutive = builder_.CreateOr(
+              builder_.CreateICmpEQ(offsets[vector], expected),
+              builder_.CreateNot(valid[vector]));
+          contiguous = builder_.CreateAnd(
+              contiguous, builder_.CreateAndReduce(consecutive));
+        }
+        auto rows = [&](bool contiguousLanes) {
+          emitCountedLoop(
+              builder_, constant(0), depth_, 1, [&](llvm::Value *step) {
+                std::vector<llvm::Value *> digits =
+                    digitsOf(builder_.CreateAdd(depthStart, step),
+                             window.depthExtents, scalarConstant);
+                llvm::Value *rowSource =
+                    element(source, dot(digits, window.depthStrides,
+                                        constant(0), scalarConstant));
+                std::vector<llvm::Value *> rowParts;
+                for (const WindowedOperand::Range &range : window.ranges)
+                  rowParts.push_back(
+                      splat(dot(digits, range.depth, constant(range.offset),
+                                scalarConstant)));
+                llvm::Value *packedRow = builder_.CreateInBoundsGEP(
+                    float_, packed, builder_.CreateMul(step, constant(width)));
+                for (int vector = 0; vector < vectors; ++vector) {
+                  llvm::Value *mask = valid[vector];
+                  for (size_t r = 0; r < window.ranges.size(); ++r)
+                    mask = builder_.CreateAnd(
+                        mask,
+                        builder_.CreateICmpULT(
+                            builder_.CreateAdd(parts[vector][r], rowParts[r]),
+                            splatConstant(window.ranges[r].limit)));
+                  llvm::Value *value;
+                  if (contiguousLanes)
+                    value = builder_.CreateMaskedLoad(
+                        vector_,
+                        element(rowSource,
+                                builder_.CreateAdd(
+                                    builder_.CreateSExt(firstOffset,
+                                                        builder_.getInt64Ty()),
+                                    constant(vector * lanes))),
+                        align, mask, zero);
+                  else
+                    value = builder_.CreateMaskedGather(
+                        vector_,
+                        builder_.CreateGEP(float_, rowSource, offsets[vector]),
+                        align, mask, zero);
+                  builder_.CreateAlignedStore(
+                      value,
+                      builder_.CreateInBoundsGEP(float_, packedRow,
+                                                 constant(vector * lanes)),
+                      align);
+                }
+              });
+        };
+        auto *loads =
+            llvm::BasicBlock::Create(context_, "window_rows", function_);
+        auto *gathers =
+            llvm::BasicBlock::Create(context_, "window_gathers", function_);
+        auto *done =
+            llvm::BasicBlock::Create(context_, "window_packed", function_);
+        builder_.CreateCondBr(contiguous, loads, gathers);
+        builder_.SetInsertPoint(loads);
+        rows(true);
+        builder_.CreateBr(done);
+        builder_.SetInsertPoint(gathers);
+        rows(false);
+        builder_.CreateBr(done);
+        builder_.SetInsertPoint(done);
+        emitZeroRows(width, packed, depth_, paddedDepth_);
+      });
 }
 
 void GemmEmitter::emitTransposePanel(const PanelLayout &layout,

@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::backend {
 
@@ -18,6 +20,24 @@ namespace kiln::backend {
 /// arbitrary (transposed / sliced operands), e.g. a Linear layer's weight
 /// W[n][k] used as B has bRow = 1, bCol = k. C's elements must be distinct
 /// and must not overlap A, B or bias (C is written before bias is read).
+/// B as windows of another tensor (an implicit GEMM, e.g. a convolution's
+/// im2col, never laid out): k step p and column j are numbered row-major
+/// over digits (p: depthExtents, j: columnExtents), and
+/// B[b][p][j] = src[b * bBatch + sum_i depthStrides[i] * p_i +
+///                  sum_k columnStrides[k] * j_k]
+/// (src at B's pointer) where every range holds, else 0. A range holds
+/// where 0 <= sum_i depth[i] * p_i + sum_k column[k] * j_k + offset < limit.
+struct WindowedOperand {
+  std::vector<int64_t> depthExtents, columnExtents;
+  std::vector<int64_t> depthStrides, columnStrides;
+  struct Range {
+    std::vector<int64_t> depth, column;
+    int64_t offset = 0;
+    int64_t limit = 0;
+  };
+  std::vector<Range> ranges;
+};
+
 struct GemmSpec {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   /// A[b][i][p] at b * aBatch + i * aRow + p * aCol.
@@ -51,6 +71,8 @@ struct GemmSpec {
   /// stored first and, after the last k block, the epilogue runs over the
   /// tile's elements of C in a loop of its own (in L1 still), once.
   bool costlyEpilogue = false;
+  /// B given as windows (bRow and bCol unused then; never packed ahead).
+  std::optional<WindowedOperand> windowedB;
 };
 
 struct EmittedGemm {

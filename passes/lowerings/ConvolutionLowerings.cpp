@@ -1,10 +1,10 @@
 // Lowerings of convolution (N-d, grouped, strided, padded, dilated) and of
 // 2-d pooling (max with indices, average, adaptive average) to reduction
 // kernels over each output element's window, padding read as a `where` on
-// the window position's bounds. A large convolution stays an extern that
-// calls torch (oneDNN) unless the program must run without torch; there,
-// one of one group is a matrix product over the input's windows laid out
-// as columns (kiln's GEMM).
+// the window position's bounds. A large convolution of one group is kiln's
+// GEMM over the input's windows where they are (an implicit GEMM) or laid
+// out as columns, where that pays or the program must run without torch;
+// any other stays an extern that calls torch (oneDNN).
 // Depends on passes/lowerings/Lowerer.h, ir/Error.h.
 #include "passes/lowerings/Lowerer.h"
 
@@ -290,6 +290,111 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
       });
 }
 
+// Whether the windows of consecutive output positions (in NCHW order)
+// read consecutive input elements: stride 1 and the result as wide as the
+// input in every spatial dim but the first (a "same" padding), so that the
+// GEMM packs its B with vector loads rather than gathers.
+bool consecutiveWindows(const std::vector<WindowDim> &windows) {
+  for (size_t s = 0; s < windows.size(); ++s)
+    if (windows[s].stride != 1 ||
+        (s > 0 && windows[s].outputs != windows[s].size))
+      return false;
+  return true;
+}
+
+// Whether `value` reaches a pooling op through ops that keep its shape (a
+// batch norm, a ReLU, a residual add): a pool's windows read channels as
+// vectors where its input is channels-last (oneDNN's result), and an NCHW
+// one's stride-2 windows gather (a 3x3 max pool over 8x32x56x56 took 0.64
+// ms from NCHW on 2 threads, 0.15 channels-last).
+bool feedsPool(const Graph &graph, const Value *value) {
+  std::vector<const Value *> frontier{value};
+  for (int depth = 0; depth < 4 && !frontier.empty(); ++depth) {
+    std::vector<const Value *> next;
+    for (const std::unique_ptr<Node> &node : graph.nodes()) {
+      if (!node->schema())
+        continue;
+      std::vector<Value *> operands = node->operands();
+      if (std::none_of(operands.begin(), operands.end(), [&](Value *operand) {
+            return std::find(frontier.begin(), frontier.end(), operand) !=
+                   frontier.end();
+          }))
+        continue;
+      if (node->schema()->qualifiedName().find("pool") != std::string::npos)
+        return true;
+      for (const std::unique_ptr<Value> &result : node->results())
+        if (result->meta().sizes == value->meta().sizes)
+          next.push_back(result.get());
+    }
+    frontier = std::move(next);
+  }
+  return false;
+}
+
+// A convolution of one group as kiln's GEMM over the windows of its input
+// where they are (an implicit GEMM, no columns laid out): per image,
+// result[n][o][p...] = sum over (c, tap...) of weight[o][c][tap...] *
+// input[n][c][p * stride - padding + tap * dilation] (0 in the padding),
+// a contraction over (c, tap...) whose B the CPU backend packs from the
+// input panel by panel (GemmSpec::windowedB). The result comes out in the
+// input's NCHW order; the bias, and a batch norm and ReLU after it, are
+// the GEMM's epilogue.
+LoweredTensor convolutionAsWindows(Lowerer &lowerer, LoweredTensor input,
+                                   LoweredTensor weight,
+                                   const std::optional<LoweredTensor> &bias,
+                                   const std::vector<WindowDim> &windows,
+                                   const TensorMeta &meta) {
+  input = lowerer.readable(input, "convolution_input");
+  if (!input.realized() &&
+      lowerer.element(input)->kind() != loop::ExprKind::Load)
+    input = lowerer.realize(input, contiguousMeta(input.dtype, input.sizes),
+                            loop::BufferKind::Temporary, "convolution_input");
+  if (!weight.realized())
+    weight = lowerer.realize(weight, contiguousMeta(weight.dtype, weight.sizes),
+                             loop::BufferKind::Temporary, "convolution_weight");
+  size_t spatial = windows.size();
+  Shape domain = meta.sizes;
+  domain.push_back(input.sizes[1]);
+  for (const WindowDim &window : windows)
+    domain.push_back(window.taps);
+  std::vector<int64_t> reduced;
+  for (size_t d = meta.sizes.size(); d < domain.size(); ++d)
+    reduced.push_back(static_cast<int64_t>(d));
+  ReductionKernel kernel(lowerer, domain, reduced);
+  const Index &index = kernel.index();
+  size_t dims = meta.sizes.size();
+  Index inputIndex{index[0], index[dims]};
+  Index weightIndex{index[1], index[dims]};
+  const Expr *inside = nullptr;
+  for (size_t s = 0; s < spatial; ++s) {
+    const Expr *tap = index[dims + 1 + s];
+    WindowPosition at = windowPosition(lowerer, windows[s], index[2 + s], tap);
+    inputIndex.push_back(at.position);
+    weightIndex.push_back(tap);
+    inside = conjunction(lowerer, inside, at.inside);
+  }
+  const Expr *window = input.loader(inputIndex);
+  if (inside)
+    window =
+        lowerer.where(inside, window, lowerer.constant(0, window->dtype()));
+  const Expr *sum = kernel.reduce(
+      ReduceOp::Sum,
+      lowerer.binary(BinaryOp::Mul, weight.loader(weightIndex), window));
+  LoweredTensor products =
+      kernel.store(sum, contiguousMeta(meta.dtype, meta.sizes));
+  kernel.markContraction();
+  kernel.emit("convolution");
+  std::vector<LoweredTensor> inputs{products};
+  if (bias)
+    inputs.push_back(lowerer.remap(
+        *bias, meta.sizes, [](const Index &at) { return Index{at[1]}; }));
+  return lowerer.pointwise(
+      meta.sizes, products.dtype, meta.dtype, inputs,
+      [&lowerer](const std::vector<const Expr *> &v) {
+        return v.size() == 1 ? v[0] : lowerer.binary(BinaryOp::Add, v[0], v[1]);
+      });
+}
+
 // Whether strides `a` and `b` of a tensor of `sizes` address its elements
 // alike: equal wherever a dim has more than one position (a filter of one
 // tap, or of one input channel, is contiguous and channels-last at once).
@@ -505,6 +610,37 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
   // filters: 1568 faults a call).
   bool pointwiseFilter =
       !wide && !lowerer.symbolic() && channelsLastPays(weight, meta);
+  // A filter of several taps over an NCHW input whose positions are at
+  // least its channels is kiln's GEMM over the input's windows where they
+  // are (convolutionAsWindows): without torch always (its columns laid out
+  // took 3-4x oneDNN's time), in the JIT where that beats torch's call and
+  // the layout passes around it. On the 16-core Xeon (conv, batch norm and
+  // ReLU; oneDNN's call with its channels-last copies against the windows,
+  // us, 2 threads / 16 threads): 4x32x56x56 by 64 3x3 2681-2272 / 777-632
+  // against 1748-2592 / 510-481, 8x16x56x56 by 32 1826-1466 / 487-473
+  // against 1301-1294 / 328-304, 8x3x112x112 by 32 2424-2319 / 615-531
+  // against 1412-1367 / 285-264, 8x64x28x28 by 128 at stride 2
+  // (gathers) 1746-1173 / 427-383 against 1099-1305 / 334-286; but
+  // 8x128x14x14 by 128 2121-1791 / 635-606 against 1839-2624 / 482-468 (few
+  // positions), and a 7x7 stem at stride 2 over 3 channels took 2.36 ms
+  // here against oneDNN's 1.26 (gathers for 32 filters). So in the JIT:
+  // at least 256 positions an image, windows read as vectors (stride 1,
+  // "same" width) or at least 128 filters to share each gather, and no
+  // pool after it (feedsPool).
+  int64_t positions = 1;
+  for (const WindowDim &window : windows)
+    positions *= window.outputs;
+  bool windowsPay = lowerer.standalone() ||
+                    (positions >= 256 &&
+                     (consecutiveWindows(windows) || meta.sizes[1] >= 128) &&
+                     !feedsPool(lowerer.graph(), node.result()));
+  if (large && wide && !patches && groups == 1 &&
+      meta.dtype == DType::Float32 &&
+      lowerer.device().type == DeviceType::CPU && !lowerer.symbolic() &&
+      positions >= meta.sizes[1] && windowsPay &&
+      lowerer.sourceFormat(input) == MemoryFormat::Contiguous)
+    return one(
+        convolutionAsWindows(lowerer, input, weight, bias, windows, meta));
   if (large && groups == 1 && meta.dtype == DType::Float32 &&
       lowerer.device().type == DeviceType::CPU &&
       (lowerer.standalone() || (patches && wide) || pointwiseFilter))

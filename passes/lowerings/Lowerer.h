@@ -101,6 +101,7 @@ public:
   /// Whether the program runs without torch: a lowering that would leave a
   /// node to torch because torch runs it faster lowers it anyway.
   bool standalone() const { return standalone_; }
+  const Graph &graph() const { return *graph_; }
   const Device &device() const { return device_; }
   /// Has the runtime check an input's elements before the first step that
   /// reads the input: every one in [0, check.size) (loop::IndexCheck).

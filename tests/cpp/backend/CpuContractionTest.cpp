@@ -102,6 +102,82 @@ TEST(CpuContraction, LinearLayerIsAGemmWithATransposedWeight) {
 }
 
 // bmm of a slice: the operands start past their buffers' first element.
+// A convolution (padding 1, then a bias and a ReLU) over an NCHW input:
+// one GEMM over the input's windows, its B the input read where it is
+// (GemmSpec::windowedB: k digits (channel, tap row, tap column), column
+// digits (row, column) of the result, each padding a range), the bias and
+// ReLU its epilogue; its result as a convolution computed here.
+TEST(CpuContraction, AConvolutionIsAGemmOverItsInputsWindows) {
+  const int64_t batch = 2, channels = 5, height = 9, width = 11, filters = 13;
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(
+      TensorMeta(DType::Float32, {batch, channels, height, width}));
+  Value *w =
+      graph->addInput(TensorMeta(DType::Float32, {filters, channels, 3, 3}));
+  Value *bias = graph->addInput(TensorMeta(DType::Float32, {filters}));
+  Value *y = graph
+                 ->addOp("aten::convolution",
+                         {x, w, bias, Shape{1, 1}, Shape{1, 1}, Shape{1, 1},
+                          false, Shape{0, 0}, Argument(int64_t(1))})
+                 ->result(0);
+  graph->setOutputs({graph->addOp("aten::relu", {y}, {})->result(0)});
+
+  auto matched = matchedContractions(graph);
+  ASSERT_EQ(matched.size(), 1u);
+  const backend::GemmSpec &spec = matched[0].spec;
+  EXPECT_EQ(spec.batch, batch);
+  EXPECT_EQ(spec.m, filters);
+  EXPECT_EQ(spec.n, height * width);
+  EXPECT_EQ(spec.k, channels * 9);
+  ASSERT_TRUE(spec.windowedB.has_value());
+  EXPECT_EQ(spec.windowedB->depthExtents,
+            (std::vector<int64_t>{channels, 3, 3}));
+  EXPECT_EQ(spec.windowedB->columnExtents,
+            (std::vector<int64_t>{height, width}));
+  EXPECT_EQ(spec.windowedB->depthStrides,
+            (std::vector<int64_t>{height * width, width, 1}));
+  EXPECT_EQ(spec.windowedB->columnStrides, (std::vector<int64_t>{width, 1}));
+  EXPECT_EQ(spec.windowedB->ranges.size(), 2u);
+  EXPECT_EQ(matched[0].bOffset, -width - 1);
+  EXPECT_NE(matched[0].epilogue, nullptr);
+
+  backend::Target target;
+  target.standalone = true;
+  runtime::CompiledProgram program(backend::compileGraph(graph, target),
+                                   runtime::CpuDevice::get());
+  std::vector<float> xs = randomValues(batch * channels * height * width, 6);
+  std::vector<float> ws = randomValues(filters * channels * 9, 7);
+  std::vector<float> bs = randomValues(filters, 8);
+  runtime::ProgramOutputs outputs = runtime::runProgram(
+      program,
+      {bufferOf(xs, {batch, channels, height, width},
+                {channels * height * width, height * width, width, 1}),
+       bufferOf(ws, {filters, channels, 3, 3}, {channels * 9, 9, 3, 1}),
+       bufferOf(bs, {filters}, {1})});
+  const runtime::TensorBuffer &out = outputs.tensors.at(0);
+  ASSERT_EQ(out.strides,
+            (Shape{filters * height * width, height * width, width, 1}));
+  const float *result = reinterpret_cast<const float *>(out.data);
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t o = 0; o < filters; ++o)
+      for (int64_t i = 0; i < height; ++i)
+        for (int64_t j = 0; j < width; ++j) {
+          double sum = bs[o];
+          for (int64_t c = 0; c < channels; ++c)
+            for (int64_t di = 0; di < 3; ++di)
+              for (int64_t dj = 0; dj < 3; ++dj) {
+                int64_t row = i + di - 1, column = j + dj - 1;
+                if (row >= 0 && row < height && column >= 0 && column < width)
+                  sum +=
+                      double(ws[((o * channels + c) * 3 + di) * 3 + dj]) *
+                      xs[((n * channels + c) * height + row) * width + column];
+              }
+          EXPECT_NEAR(result[((n * filters + o) * height + i) * width + j],
+                      std::max(sum, 0.0), 1e-4)
+              << n << ' ' << o << ' ' << i << ' ' << j;
+        }
+}
+
 TEST(CpuContraction, BatchedProductOfSlicesKeepsOffsets) {
   const int64_t batch = 2, m = 9, k = 33, n = 17;
   auto graph = std::make_shared<Graph>();

@@ -146,9 +146,12 @@ struct Operands {
     fill(a, spanOf({{spec.batch, spec.aBatch},
                     {spec.m, spec.aRow},
                     {spec.k, spec.aCol}}));
-    fill(b, spanOf({{spec.batch, spec.bBatch},
-                    {spec.k, spec.bRow},
-                    {spec.n, spec.bCol}}));
+    if (spec.windowedB)
+      fill(b, std::max<int64_t>(spec.batch * spec.bBatch, 1));
+    else
+      fill(b, spanOf({{spec.batch, spec.bBatch},
+                      {spec.k, spec.bRow},
+                      {spec.n, spec.bCol}}));
     fill(bias, spanOf({{spec.batch, spec.biasBatch},
                        {spec.m, spec.biasRow},
                        {spec.n, spec.biasCol}}));
@@ -177,9 +180,13 @@ struct Operands {
               std::numeric_limits<float>::quiet_NaN();
   }
 
+  /// Where B is windows: the offset of the windows' origin from the
+  /// source's first element (a convolution's padding before it).
+  int64_t bOrigin = 0;
+
   std::vector<char *> buffers() {
     return {reinterpret_cast<char *>(a.data()),
-            reinterpret_cast<char *>(b.data()),
+            reinterpret_cast<char *>(b.data()) + 4 * bOrigin,
             reinterpret_cast<char *>(c.data()),
             reinterpret_cast<char *>(bias.data())};
   }
@@ -187,6 +194,39 @@ struct Operands {
 
 /// A[b][i][:] . B[b][:][j] in double precision; `magnitude` gets the sum of
 /// its terms' magnitudes (what rounding errors scale with).
+/// B[batch][p][j]: strided, or windows (0 outside their ranges).
+double elementOfB(const GemmSpec &spec, const Operands &operands, int64_t batch,
+                  int64_t p, int64_t j) {
+  if (!spec.windowedB)
+    return operands.b[batch * spec.bBatch + p * spec.bRow + j * spec.bCol];
+  const backend::WindowedOperand &window = *spec.windowedB;
+  auto digits = [](int64_t flat, const std::vector<int64_t> &extents) {
+    std::vector<int64_t> result(extents.size());
+    for (size_t d = extents.size(); d-- > 0;) {
+      result[d] = flat % extents[d];
+      flat /= extents[d];
+    }
+    return result;
+  };
+  auto dot = [](const std::vector<int64_t> &x, const std::vector<int64_t> &y) {
+    int64_t sum = 0;
+    for (size_t d = 0; d < x.size(); ++d)
+      sum += x[d] * y[d];
+    return sum;
+  };
+  std::vector<int64_t> depth = digits(p, window.depthExtents);
+  std::vector<int64_t> column = digits(j, window.columnExtents);
+  for (const backend::WindowedOperand::Range &range : window.ranges) {
+    int64_t at =
+        dot(depth, range.depth) + dot(column, range.column) + range.offset;
+    if (at < 0 || at >= range.limit)
+      return 0.0;
+  }
+  return operands
+      .b[batch * spec.bBatch + operands.bOrigin +
+         dot(depth, window.depthStrides) + dot(column, window.columnStrides)];
+}
+
 double referenceSum(const GemmSpec &spec, const Operands &operands,
                     int64_t batch, int64_t i, int64_t j, double &magnitude) {
   double sum = 0;
@@ -195,7 +235,7 @@ double referenceSum(const GemmSpec &spec, const Operands &operands,
     double product =
         double(
             operands.a[batch * spec.aBatch + i * spec.aRow + p * spec.aCol]) *
-        double(operands.b[batch * spec.bBatch + p * spec.bRow + j * spec.bCol]);
+        elementOfB(spec, operands, batch, p, j);
     sum += product;
     magnitude += std::abs(product);
   }
@@ -250,7 +290,7 @@ std::string describe(const GemmSpec &spec, const HostTarget &host) {
 /// Compiles `spec` and checks it run as one call over all tiles, as uneven
 /// chunks in reverse order, and as chunks on two threads at once.
 void checkGemm(const GemmSpec &spec, const HostTarget &host,
-               bool nanBias = false) {
+               bool nanBias = false, int64_t bOrigin = 0) {
   SCOPED_TRACE(describe(spec, host));
   CompiledGemm gemm = compileGemm(spec, host);
   ASSERT_NE(gemm.function, nullptr);
@@ -259,6 +299,7 @@ void checkGemm(const GemmSpec &spec, const HostTarget &host,
     EXPECT_GE(range, spec.batch);
   }
   Operands operands(spec, 7, nanBias);
+  operands.bOrigin = bOrigin;
   std::vector<char *> buffers = operands.buffers();
 
   gemm.function(buffers.data(), 0, range);
@@ -876,5 +917,59 @@ TEST(GemmEmitter, BPackedAheadIsReadInsteadOfB) {
     for (int64_t tile = gemm.parallelRange; tile-- > 0;)
       gemm.function(buffers.data(), tile, tile + 1);
     expectProduct(spec, operands, "B packed ahead");
+  }
+}
+
+// B as the windows of a 2-d convolution's input (an implicit im2col): per
+// image, C[o][position] = sum over (channel, tap) of weight[o][channel,
+// tap] * input at the tap's position, 0 in the padding. The input ends at
+// an inaccessible page, and reads before its start would land in the
+// page before: the padding's elements must never be read. Stride 1 with
+// "same" padding reads consecutive lanes (masked loads), other windows
+// gather; k in several blocks, partial panels, 1x1 filters.
+TEST(GemmEmitter, WindowedBIsAConvolutionsInput) {
+  struct Convolution {
+    int64_t batch, channels, height, width, outChannels, taps, stride, padding,
+        dilation;
+  };
+  const Convolution convolutions[] = {
+      {2, 3, 9, 11, 5, 3, 1, 1, 1}, {1, 32, 14, 14, 13, 3, 1, 1, 1},
+      {2, 4, 9, 11, 7, 3, 2, 1, 1}, {1, 5, 10, 7, 3, 3, 1, 2, 2},
+      {3, 6, 7, 9, 17, 1, 1, 0, 1}, {1, 70, 6, 6, 20, 3, 1, 0, 1},
+      {1, 2, 1, 40, 3, 3, 1, 1, 1}, {2, 3, 8, 8, 4, 5, 3, 2, 1}};
+  for (const Convolution &conv : convolutions) {
+    auto outputs = [&](int64_t size) {
+      return (size + 2 * conv.padding - conv.dilation * (conv.taps - 1) - 1) /
+                 conv.stride +
+             1;
+    };
+    int64_t outHeight = outputs(conv.height), outWidth = outputs(conv.width);
+    GemmSpec spec;
+    spec.batch = conv.batch;
+    spec.m = conv.outChannels;
+    spec.n = outHeight * outWidth;
+    spec.k = conv.channels * conv.taps * conv.taps;
+    spec.aRow = spec.k;
+    spec.aCol = 1;
+    spec.bBatch = conv.channels * conv.height * conv.width;
+    spec.cBatch = spec.m * spec.n;
+    spec.cRow = spec.n;
+    spec.cCol = 1;
+    spec.targetTiles = 5;
+    backend::WindowedOperand window;
+    window.depthExtents = {conv.channels, conv.taps, conv.taps};
+    window.columnExtents = {outHeight, outWidth};
+    window.depthStrides = {conv.height * conv.width, conv.dilation * conv.width,
+                           conv.dilation};
+    window.columnStrides = {conv.stride * conv.width, conv.stride};
+    window.ranges.push_back(
+        {{0, conv.dilation, 0}, {conv.stride, 0}, -conv.padding, conv.height});
+    window.ranges.push_back(
+        {{0, 0, conv.dilation}, {0, conv.stride}, -conv.padding, conv.width});
+    spec.windowedB = window;
+    checkGemm(spec, backend::hostTarget(), false,
+              -conv.padding * conv.width - conv.padding);
+    checkGemm(spec, withVectorBits(256), false,
+              -conv.padding * conv.width - conv.padding);
   }
 }

@@ -432,9 +432,12 @@ TEST(ConvolutionLowering, JitKeepsLargeAndTransposedConvolutionsInTorch) {
   };
   // 2 * 4 * 4 * 4 * 2 * 9 = 2304 multiply-adds: a kernel in the JIT.
   EXPECT_EQ(lowerConvolution({2, 2, 4, 4}, {4, 2, 3, 3}, false, false), 0);
-  // 16 * 16 * 16 * 16 * 9 multiply-adds: oneDNN's, unless standalone.
-  EXPECT_EQ(lowerConvolution({1, 16, 16, 16}, {16, 16, 3, 3}, false, false), 1);
-  EXPECT_EQ(lowerConvolution({1, 16, 16, 16}, {16, 16, 3, 3}, false, true), 0);
+  // 8 * 8 * 32 * 32 * 9 multiply-adds over 64 positions: oneDNN's, unless
+  // standalone.
+  EXPECT_EQ(lowerConvolution({1, 32, 8, 8}, {32, 32, 3, 3}, false, false), 1);
+  EXPECT_EQ(lowerConvolution({1, 32, 8, 8}, {32, 32, 3, 3}, false, true), 0);
+  // 256 positions read as vectors: kiln's GEMM over the input's windows.
+  EXPECT_EQ(lowerConvolution({1, 16, 16, 16}, {16, 16, 3, 3}, false, false), 0);
   EXPECT_EQ(lowerConvolution({1, 2, 4, 4}, {2, 2, 3, 3}, true, true), 1);
 }
 

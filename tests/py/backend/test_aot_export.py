@@ -417,10 +417,12 @@ CONVOLUTIONS = [  # (input, weight, bias?, stride, padding, dilation)
 
 @pytest.mark.parametrize("case", range(len(CONVOLUTIONS)))
 def test_exported_convolutions_are_matrix_products(case, tmp_path, capfd, monkeypatch):
-    # Without torch, a convolution of one group is kiln's GEMM over the
-    # input's windows laid out as columns (an implicit GEMM), not a loop per
-    # output element: right for strides, padding, dilation, odd and 1-d/3-d
-    # shapes, with and without a bias.
+    # Without torch, a convolution of one group over an NCHW input is kiln's
+    # GEMM over the input's windows where they are (an implicit GEMM: no
+    # columns laid out), not a loop per output element: right for strides
+    # (gathers), padding, dilation, odd and 1-d/3-d shapes, with and without
+    # a bias (CpuContraction.AConvolutionIsAGemmOverItsInputsWindows checks
+    # the GEMM it is).
     input_shape, weight_shape, with_bias, stride, padding, dilation = CONVOLUTIONS[case]
     torch.manual_seed(case)
     convolve = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(input_shape)]
@@ -434,7 +436,8 @@ def test_exported_convolutions_are_matrix_products(case, tmp_path, capfd, monkey
         result = kiln.export(layer, (torch.randn(input_shape),), tmp_path / "out", name="conv")
     finally:
         monkeypatch.delenv("KILN_LOGS")
-    assert "convolution columns" in capfd.readouterr().err
+    log = capfd.readouterr().err
+    assert "kernel_convolution" in log and "convolution columns" not in log
     program = kiln.load_exported(result.directory, "conv")
     x = torch.randn(input_shape)
     close(program(x)[0], layer(x), rtol=1e-4, atol=1e-4)

@@ -343,6 +343,71 @@ def test_overlapping_convolutions_call_onednn():
     assert not kiln.cache_info(compiled)["runners"][0].endswith(" 0 extern(s)")
 
 
+@pytest.mark.parametrize("case", [
+    # input, weight, stride, padding, dilation
+    ((4, 32, 56, 56), (64, 32, 3, 3), 1, 1, 1),     # the bench's conv block
+    ((2, 5, 17, 16), (13, 5, 3, 3), 1, 1, 1),       # odd sizes
+    ((1, 3, 20, 20), (8, 3, 5, 5), 1, 2, 1),        # 3 channels, 5x5
+    ((1, 4, 16, 18), (6, 4, 3, 3), 1, 2, 2),        # dilated, "same"
+    ((2, 8, 34, 34), (128, 8, 3, 3), 2, 1, 1),      # stride 2: gathers
+    ((2, 6, 19, 23), (128, 6, 3, 3), 1, 0, 1),      # no padding: gathers
+    ((2, 6, 300), (7, 6, 5), 1, 2, 1),              # 1-d
+    ((1, 2, 8, 8, 8), (4, 2, 3, 3, 3), 1, 1, 1),    # 3-d
+], ids=["block", "odd", "5x5", "dilated", "stride2", "valid", "1d", "3d"])
+@pytest.mark.parametrize("form", ["bias", "batch_norm", "residual", "view"])
+def test_convolutions_of_nchw_inputs_run_kilns_gemm_over_their_windows(case, form):
+    # A convolution of several taps over an NCHW input with many positions
+    # is kiln's GEMM over the input's windows where they are (no columns,
+    # no call to oneDNN), its bias, a batch norm and ReLU, or a residual
+    # add computed as it writes the result; a view of an input (a slice, a
+    # transpose) is read through its strides. Eager's values and strides.
+    shape, weight_shape, stride, padding, dilation = case
+    torch.manual_seed(len(shape) * 100 + weight_shape[0])
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(shape)]
+    channels = weight_shape[0]
+    x, w, b = torch.randn(shape), torch.randn(weight_shape) / 4, torch.randn(channels)
+    mean, var = torch.randn(channels), torch.rand(channels) + 0.5
+    if form == "view":
+        x = torch.randn(*shape[:-1], shape[-1] + 3)[..., 1:-2]
+        if len(shape) == 4:
+            x = torch.randn(shape[0], shape[1], shape[3], shape[2]).transpose(2, 3)
+    residual = torch.randn_like(conv(x, w, b, stride, padding, dilation))
+
+    def block(x, w, b, mean, var, residual):
+        y = conv(x, w, b, stride, padding, dilation)
+        if form == "batch_norm":
+            return F.relu(F.batch_norm(y, mean, var, None, None, False, 0.1, 1e-5))
+        if form == "residual":
+            return F.relu(y + residual)
+        return y
+
+    args = (x, w, b, mean, var, residual)
+    compiled = kiln.compile(block, fullgraph=True)
+    for fresh in range(2):
+        actual, expected = compiled(*args), block(*args)
+        assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+        assert actual.stride() == expected.stride()
+        args = (torch.randn_like(x), *args[1:])
+        if form == "view":
+            args = (x + 1, *args[1:])
+    kernels, externs = kernels_of(compiled)
+    assert externs == 0
+    assert kernels <= 2   # the product (and a batch norm's scale and shift)
+
+
+def test_a_convolution_before_a_pool_stays_with_onednn_channels_last():
+    # A pool's windows read channels as vectors from oneDNN's channels-last
+    # result; from kiln's NCHW one its stride-2 windows would gather.
+    x, w = torch.randn(2, 8, 32, 32), torch.randn(16, 8, 3, 3)
+
+    def stem(x, w):
+        return F.max_pool2d(F.relu(F.conv2d(x, w, padding=1)), 3, 2, 1)
+
+    compiled = kiln.compile(stem, fullgraph=True)
+    assert_close(compiled(x, w), stem(x, w), rtol=1e-4, atol=1e-4)
+    assert kernels_of(compiled)[1] == 1
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("shape", [(8, 32, 14, 14), (1, 3, 5, 7), (3, 17, 9, 2)])
