@@ -825,18 +825,29 @@ void GemmEmitter::emitPack(const PanelLayout &layout, llvm::Value *source,
 }
 
 void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
+  // Per panel, once per k block: each lane's source offset and its parts
+  // of the ranges (a lane past the tile's columns fails the first range),
+  // and whether the lanes are consecutive in the source (a window row of a
+  // stride-1 convolution: masked loads, else masked gathers). Then per k
+  // step, its part of the offset and of the ranges (digits by udiv and
+  // urem by constants) once for all the tile's panels.
   const WindowedOperand &window = *spec_.windowedB;
   const int lanes = plan_.lanes, width = plan_.columns,
             vectors = plan_.columnVectors;
+  const size_t ranges = std::max<size_t>(window.ranges.size(), 1);
   llvm::Type *int32 = builder_.getInt32Ty();
+  auto *laneType = llvm::FixedVectorType::get(int32, lanes);
   auto splat = [&](llvm::Value *scalar) {
     return builder_.CreateVectorSplat(lanes,
                                       builder_.CreateTrunc(scalar, int32));
   };
-  auto splatConstant = [&](int64_t value) {
+  auto lanesOf = [&](int64_t value) -> llvm::Value * {
     return llvm::ConstantVector::getSplat(
         llvm::ElementCount::getFixed(lanes),
         llvm::ConstantInt::get(int32, static_cast<uint64_t>(value), true));
+  };
+  auto scalarOf = [&](int64_t value) -> llvm::Value * {
+    return constant(value);
   };
   auto iota = [&](int64_t start) {
     std::vector<llvm::Constant *> values;
@@ -844,143 +855,209 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
       values.push_back(llvm::ConstantInt::get(int32, start + lane));
     return llvm::ConstantVector::get(values);
   };
-  // The digits of `flat` over `extents` (row-major), last first: udiv and
-  // urem by constants (multiplies), on a scalar or on lanes.
+  // The digits of `flat` over `extents` (row-major), on a scalar or lanes.
   auto digitsOf = [&](llvm::Value *flat, const std::vector<int64_t> &extents,
-                      auto constantOf) {
+                      const std::function<llvm::Value *(int64_t)> &of) {
     std::vector<llvm::Value *> digits(extents.size());
-    for (size_t d = extents.size(); d-- > 0;) {
-      if (d == 0) {
-        digits[d] = flat;
-        break;
-      }
-      digits[d] = builder_.CreateURem(flat, constantOf(extents[d]));
-      flat = builder_.CreateUDiv(flat, constantOf(extents[d]));
+    for (size_t d = extents.size(); d-- > 1;) {
+      digits[d] = builder_.CreateURem(flat, of(extents[d]));
+      flat = builder_.CreateUDiv(flat, of(extents[d]));
     }
+    if (!digits.empty())
+      digits[0] = flat;
     return digits;
   };
   auto dot = [&](const std::vector<llvm::Value *> &digits,
-                 const std::vector<int64_t> &weights, llvm::Value *start,
-                 auto constantOf) {
-    llvm::Value *sum = start;
+                 const std::vector<int64_t> &weights, llvm::Value *sum,
+                 const std::function<llvm::Value *(int64_t)> &of) {
     for (size_t d = 0; d < digits.size(); ++d)
       if (weights[d] != 0)
         sum = builder_.CreateAdd(
             sum, weights[d] == 1
                      ? digits[d]
-                     : builder_.CreateMul(digits[d], constantOf(weights[d])));
+                     : builder_.CreateMul(digits[d], of(weights[d])));
     return sum;
   };
-  auto laneConstant = [&](int64_t value) { return splatConstant(value); };
-  auto scalarConstant = [&](int64_t value) { return constant(value); };
+  // Without ranges, one that only the tile's columns pass.
+  std::vector<WindowedOperand::Range> bounds = window.ranges;
+  if (bounds.empty())
+    bounds.push_back({std::vector<int64_t>(window.depthExtents.size(), 0),
+                      std::vector<int64_t>(window.columnExtents.size(), 0), 0,
+                      1});
+  // The lane tables: offsets, parts of each range, per panel and vector;
+  // per panel its first lane's offset and whether its lanes are consecutive.
+  const int64_t maxPanels = ceilDivide(plan_.columnBlock, width);
+  auto table = [&](llvm::Type *type, int64_t count, const char *label) {
+    builder_.SetInsertPoint(&function_->getEntryBlock(),
+                            function_->getEntryBlock().begin());
+    llvm::AllocaInst *alloca = builder_.CreateAlloca(
+        llvm::ArrayType::get(type, count), nullptr, label);
+    alloca->setAlignment(llvm::Align(64));
+    return alloca;
+  };
+  auto resume = builder_.saveIP();
+  llvm::Value *offsetTable =
+      table(laneType, maxPanels * vectors, "window_offsets");
+  llvm::Value *partTable =
+      table(laneType, maxPanels * vectors * ranges, "window_parts");
+  llvm::Value *firstTable = table(int32, maxPanels, "window_first");
+  llvm::Value *consecutiveTable =
+      table(builder_.getInt8Ty(), maxPanels, "window_consecutive");
+  builder_.restoreIP(resume);
+  auto vectorAt = [&](llvm::Value *base, llvm::Value *index) {
+    return builder_.CreateInBoundsGEP(laneType, base, index);
+  };
+  llvm::Align laneAlign(4 * lanes);
+
+  llvm::Value *panels = ceilingDivide(tileColumns_, width);
+  llvm::Value *endColumn = builder_.CreateAdd(groupColumn_, tileColumns_);
+  emitCountedLoop(builder_, constant(0), panels, 1, [&](llvm::Value *panel) {
+    llvm::Value *firstColumn = builder_.CreateAdd(
+        groupColumn_, builder_.CreateMul(panel, constant(width)));
+    llvm::Value *firstOffset = nullptr;
+    llvm::Value *consecutive = builder_.getTrue();
+    for (int vector = 0; vector < vectors; ++vector) {
+      llvm::Value *columns =
+          builder_.CreateAdd(splat(firstColumn), iota(vector * lanes));
+      llvm::Value *valid = builder_.CreateICmpSLT(columns, splat(endColumn));
+      std::vector<llvm::Value *> digits =
+          digitsOf(columns, window.columnExtents, lanesOf);
+      llvm::Value *offsets =
+          dot(digits, window.columnStrides, lanesOf(0), lanesOf);
+      llvm::Value *slot = builder_.CreateAdd(
+          builder_.CreateMul(panel, constant(vectors)), constant(vector));
+      builder_.CreateAlignedStore(offsets, vectorAt(offsetTable, slot),
+                                  laneAlign);
+      for (size_t r = 0; r < ranges; ++r) {
+        llvm::Value *part = dot(digits, bounds[r].column, lanesOf(0), lanesOf);
+        // A lane past the tile: far below every range.
+        if (r == 0)
+          part =
+              builder_.CreateSelect(valid, part, lanesOf(-(int64_t(1) << 30)));
+        builder_.CreateAlignedStore(
+            part,
+            vectorAt(partTable, builder_.CreateAdd(
+                                    builder_.CreateMul(slot, constant(ranges)),
+                                    constant(r))),
+            laneAlign);
+      }
+      if (!firstOffset)
+        firstOffset = builder_.CreateExtractElement(offsets, uint64_t(0));
+      llvm::Value *expected = builder_.CreateAdd(
+          builder_.CreateVectorSplat(lanes, firstOffset), iota(vector * lanes));
+      consecutive = builder_.CreateAnd(
+          consecutive, builder_.CreateAndReduce(builder_.CreateOr(
+                           builder_.CreateICmpEQ(offsets, expected),
+                           builder_.CreateNot(valid))));
+    }
+    builder_.CreateAlignedStore(
+        firstOffset, builder_.CreateInBoundsGEP(int32, firstTable, panel),
+        llvm::Align(4));
+    builder_.CreateAlignedStore(
+        builder_.CreateZExt(consecutive, builder_.getInt8Ty()),
+        builder_.CreateInBoundsGEP(builder_.getInt8Ty(), consecutiveTable,
+                                   panel),
+        llvm::Align(1));
+  });
+
   llvm::Value *source =
       element(b_, builder_.CreateMul(groupBatch_, constant(spec_.bBatch)));
-  llvm::Value *endColumn = builder_.CreateAdd(groupColumn_, tileColumns_);
   llvm::Value *zero = llvm::Constant::getNullValue(vector_);
   llvm::Align align(4);
-  emitCountedLoop(
-      builder_, constant(0), ceilingDivide(tileColumns_, width), 1,
-      [&](llvm::Value *panel) {
-        llvm::Value *firstColumn = builder_.CreateAdd(
-            groupColumn_, builder_.CreateMul(panel, constant(width)));
-        llvm::Value *packed = builder_.CreateInBoundsGEP(
+  emitCountedLoop(builder_, constant(0), depth_, 1, [&](llvm::Value *step) {
+    std::vector<llvm::Value *> digits = digitsOf(
+        builder_.CreateAdd(depthStart, step), window.depthExtents, scalarOf);
+    llvm::Value *rowSource = element(
+        source, dot(digits, window.depthStrides, constant(0), scalarOf));
+    std::vector<llvm::Value *> rowParts;
+    for (const WindowedOperand::Range &range : bounds)
+      rowParts.push_back(
+          splat(dot(digits, range.depth, constant(range.offset), scalarOf)));
+    llvm::Value *packedRow = builder_.CreateInBoundsGEP(
+        float_, packedB_, builder_.CreateMul(step, constant(width)));
+    emitCountedLoop(builder_, constant(0), panels, 1, [&](llvm::Value *panel) {
+      llvm::Value *to = builder_.CreateInBoundsGEP(
+          float_, packedRow,
+          builder_.CreateMul(builder_.CreateMul(panel, constant(width)),
+                             paddedDepth_));
+      std::vector<llvm::Value *> masks(vectors);
+      for (int vector = 0; vector < vectors; ++vector) {
+        llvm::Value *slot = builder_.CreateAdd(
+            builder_.CreateMul(panel, constant(vectors)), constant(vector));
+        llvm::Value *mask = nullptr;
+        for (size_t r = 0; r < ranges; ++r) {
+          llvm::Value *part = builder_.CreateAlignedLoad(
+              laneType,
+              vectorAt(
+                  partTable,
+                  builder_.CreateAdd(builder_.CreateMul(slot, constant(ranges)),
+                                     constant(r))),
+              laneAlign);
+          llvm::Value *inside = builder_.CreateICmpULT(
+              builder_.CreateAdd(part, rowParts[r]), lanesOf(bounds[r].limit));
+          mask = mask ? builder_.CreateAnd(mask, inside) : inside;
+        }
+        masks[vector] = mask;
+      }
+      llvm::Value *consecutive = builder_.CreateICmpNE(
+          builder_.CreateAlignedLoad(
+              builder_.getInt8Ty(),
+              builder_.CreateInBoundsGEP(builder_.getInt8Ty(), consecutiveTable,
+                                         panel),
+              llvm::Align(1)),
+          builder_.getInt8(0));
+      auto *loads =
+          llvm::BasicBlock::Create(context_, "window_loads", function_);
+      auto *gathers =
+          llvm::BasicBlock::Create(context_, "window_gathers", function_);
+      auto *done =
+          llvm::BasicBlock::Create(context_, "window_packed", function_);
+      builder_.CreateCondBr(consecutive, loads, gathers);
+      builder_.SetInsertPoint(loads);
+      llvm::Value *first = builder_.CreateSExt(
+          builder_.CreateAlignedLoad(
+              int32, builder_.CreateInBoundsGEP(int32, firstTable, panel),
+              llvm::Align(4)),
+          builder_.getInt64Ty());
+      for (int vector = 0; vector < vectors; ++vector)
+        builder_.CreateAlignedStore(
+            builder_.CreateMaskedLoad(
+                vector_,
+                element(rowSource,
+                        builder_.CreateAdd(first, constant(vector * lanes))),
+                align, masks[vector], zero),
+            builder_.CreateInBoundsGEP(float_, to, constant(vector * lanes)),
+            align);
+      builder_.CreateBr(done);
+      builder_.SetInsertPoint(gathers);
+      for (int vector = 0; vector < vectors; ++vector) {
+        llvm::Value *offsets = builder_.CreateAlignedLoad(
+            laneType,
+            vectorAt(
+                offsetTable,
+                builder_.CreateAdd(builder_.CreateMul(panel, constant(vectors)),
+                                   constant(vector))),
+            laneAlign);
+        builder_.CreateAlignedStore(
+            builder_.CreateMaskedGather(
+                vector_, builder_.CreateGEP(float_, rowSource, offsets), align,
+                masks[vector], zero),
+            builder_.CreateInBoundsGEP(float_, to, constant(vector * lanes)),
+            align);
+      }
+      builder_.CreateBr(done);
+      builder_.SetInsertPoint(done);
+    });
+  });
+  emitCountedLoop(builder_, constant(0), panels, 1, [&](llvm::Value *panel) {
+    emitZeroRows(
+        width,
+        builder_.CreateInBoundsGEP(
             float_, packedB_,
             builder_.CreateMul(builder_.CreateMul(panel, constant(width)),
-                               paddedDepth_));
-        // Per vector of the panel's lanes: whether the column is in the
-        // tile, its source offset and its part of each range.
-        std::vector<llvm::Value *> valid(vectors), offsets(vectors);
-        std::vector<std::vector<llvm::Value *>> parts(vectors);
-        llvm::Value *firstOffset = nullptr;
-        llvm::Value *contiguous = builder_.getTrue();
-        for (int vector = 0; vector < vectors; ++vector) {
-          llvm::Value *columns =
-              builder_.CreateAdd(splat(firstColumn), iota(vector * lanes));
-          valid[vector] = builder_.CreateICmpSLT(columns, splat(endColumn));
-          std::vector<llvm::Value *> digits =
-              digitsOf(columns, window.columnExtents, laneConstant);
-          offsets[vector] =
-              dot(digits, window.columnStrides, splatConstant(0), laneConstant);
-          for (const WindowedOperand::Range &range : window.ranges)
-            parts[vector].push_back(
-                dot(digits, range.column, splatConstant(0), laneConstant));
-          if (!firstOffset)
-            firstOffset =
-                builder_.CreateExtractElement(offsets[0], uint64_t(0));
-          // Lanes one element apart in the source (a window row of a
-          // stride-1 convolution): masked loads instead of gathers.
-          llvm::Value *expected =
-              builder_.CreateAdd(builder_.CreateVectorSplat(lanes, firstOffset),
-                                 iota(vector * lanes));
-          llvm::Value *consecutive = builder_.CreateOr(
-              builder_.CreateICmpEQ(offsets[vector], expected),
-              builder_.CreateNot(valid[vector]));
-          contiguous = builder_.CreateAnd(
-              contiguous, builder_.CreateAndReduce(consecutive));
-        }
-        auto rows = [&](bool contiguousLanes) {
-          emitCountedLoop(
-              builder_, constant(0), depth_, 1, [&](llvm::Value *step) {
-                std::vector<llvm::Value *> digits =
-                    digitsOf(builder_.CreateAdd(depthStart, step),
-                             window.depthExtents, scalarConstant);
-                llvm::Value *rowSource =
-                    element(source, dot(digits, window.depthStrides,
-                                        constant(0), scalarConstant));
-                std::vector<llvm::Value *> rowParts;
-                for (const WindowedOperand::Range &range : window.ranges)
-                  rowParts.push_back(
-                      splat(dot(digits, range.depth, constant(range.offset),
-                                scalarConstant)));
-                llvm::Value *packedRow = builder_.CreateInBoundsGEP(
-                    float_, packed, builder_.CreateMul(step, constant(width)));
-                for (int vector = 0; vector < vectors; ++vector) {
-                  llvm::Value *mask = valid[vector];
-                  for (size_t r = 0; r < window.ranges.size(); ++r)
-                    mask = builder_.CreateAnd(
-                        mask,
-                        builder_.CreateICmpULT(
-                            builder_.CreateAdd(parts[vector][r], rowParts[r]),
-                            splatConstant(window.ranges[r].limit)));
-                  llvm::Value *value;
-                  if (contiguousLanes)
-                    value = builder_.CreateMaskedLoad(
-                        vector_,
-                        element(rowSource,
-                                builder_.CreateAdd(
-                                    builder_.CreateSExt(firstOffset,
-                                                        builder_.getInt64Ty()),
-                                    constant(vector * lanes))),
-                        align, mask, zero);
-                  else
-                    value = builder_.CreateMaskedGather(
-                        vector_,
-                        builder_.CreateGEP(float_, rowSource, offsets[vector]),
-                        align, mask, zero);
-                  builder_.CreateAlignedStore(
-                      value,
-                      builder_.CreateInBoundsGEP(float_, packedRow,
-                                                 constant(vector * lanes)),
-                      align);
-                }
-              });
-        };
-        auto *loads =
-            llvm::BasicBlock::Create(context_, "window_rows", function_);
-        auto *gathers =
-            llvm::BasicBlock::Create(context_, "window_gathers", function_);
-        auto *done =
-            llvm::BasicBlock::Create(context_, "window_packed", function_);
-        builder_.CreateCondBr(contiguous, loads, gathers);
-        builder_.SetInsertPoint(loads);
-        rows(true);
-        builder_.CreateBr(done);
-        builder_.SetInsertPoint(gathers);
-        rows(false);
-        builder_.CreateBr(done);
-        builder_.SetInsertPoint(done);
-        emitZeroRows(width, packed, depth_, paddedDepth_);
-      });
+                               paddedDepth_)),
+        depth_, paddedDepth_);
+  });
 }
 
 void GemmEmitter::emitTransposePanel(const PanelLayout &layout,

@@ -926,7 +926,8 @@ TEST(GemmEmitter, BPackedAheadIsReadInsteadOfB) {
 // an inaccessible page, and reads before its start would land in the
 // page before: the padding's elements must never be read. Stride 1 with
 // "same" padding reads consecutive lanes (masked loads), other windows
-// gather; k in several blocks, partial panels, 1x1 filters.
+// gather; k in several blocks, partial panels, 1x1 filters, no padding
+// (no ranges: only the lanes past the tile are masked).
 TEST(GemmEmitter, WindowedBIsAConvolutionsInput) {
   struct Convolution {
     int64_t batch, channels, height, width, outChannels, taps, stride, padding,
@@ -962,10 +963,15 @@ TEST(GemmEmitter, WindowedBIsAConvolutionsInput) {
     window.depthStrides = {conv.height * conv.width, conv.dilation * conv.width,
                            conv.dilation};
     window.columnStrides = {conv.stride * conv.width, conv.stride};
-    window.ranges.push_back(
-        {{0, conv.dilation, 0}, {conv.stride, 0}, -conv.padding, conv.height});
-    window.ranges.push_back(
-        {{0, 0, conv.dilation}, {0, conv.stride}, -conv.padding, conv.width});
+    // Without padding, no ranges: every window is inside the input.
+    if (conv.padding > 0) {
+      window.ranges.push_back({{0, conv.dilation, 0},
+                               {conv.stride, 0},
+                               -conv.padding,
+                               conv.height});
+      window.ranges.push_back(
+          {{0, 0, conv.dilation}, {0, conv.stride}, -conv.padding, conv.width});
+    }
     spec.windowedB = window;
     checkGemm(spec, backend::hostTarget(), false,
               -conv.padding * conv.width - conv.padding);
