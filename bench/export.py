@@ -18,6 +18,7 @@ import torch
 
 from bench import environment
 from bench.models import TinyGpt, _token_ids, VOCABULARY, WIDTH, LAYERS, HEADS
+from bench.workloads import _conv_block
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 GEMM_SIZES = [(128, 256, 1024), (512, 768, 3072), (1024, 1024, 1024), (2048, 4096, 4096)]
@@ -88,30 +89,38 @@ def gemm_rows(kiln, threads, scratch):
     return rows
 
 
-def gpt_rows(kiln, threads, scratch):
-    model = TinyGpt({"vocabulary": VOCABULARY, "context": 512, "width": WIDTH, "layers": LAYERS,
-                     "heads": HEADS, "mlp_ratio": 4, "activation": "gelu",
-                     "skip_layers": []}).eval()
-    ids = _token_ids("cpu")
+def model_rows(kiln, threads, scratch, model, inputs, name):
+    """One model under eager, kiln's JIT, Inductor and exported from C."""
     with torch.no_grad():
         jit = kiln.compile(model)
-        columns = {"eager": lambda: model(ids), "kiln JIT": lambda: jit(ids)}
+        columns = {"eager": lambda: model(*inputs), "kiln JIT": lambda: jit(*inputs)}
         inductor_error = None
         try:
             inductor = torch.compile(model)
-            inductor(ids)
-            columns["torch.compile (Inductor)"] = lambda: inductor(ids)
+            inductor(*inputs)
+            columns["torch.compile (Inductor)"] = lambda: inductor(*inputs)
         except Exception as error:  # reported, the rest still runs
             inductor_error = environment.describe(error)
-        directory = os.path.join(scratch, "tiny_gpt")
-        result = kiln.export(model, (ids,), directory, name="tiny_gpt")
-        from_c = from_c_driver(directory, "tiny_gpt", result.weights_file, (ids,), threads,
-                               scratch)
+        directory = os.path.join(scratch, name)
+        result = kiln.export(model, inputs, directory, name=name)
+        from_c = from_c_driver(directory, name, result.weights_file, inputs, threads, scratch)
         times = interleaved(list(columns.values()), from_c, 3.0)
     results = dict(zip([*columns, "kiln export, run from C"], times))
     if inductor_error:
         results["torch.compile (Inductor)"] = inductor_error
     return results
+
+
+def gpt_rows(kiln, threads, scratch):
+    model = TinyGpt({"vocabulary": VOCABULARY, "context": 512, "width": WIDTH, "layers": LAYERS,
+                     "heads": HEADS, "mlp_ratio": 4, "activation": "gelu",
+                     "skip_layers": []}).eval()
+    return model_rows(kiln, threads, scratch, model, (_token_ids("cpu"),), "tiny_gpt")
+
+
+def conv_rows(kiln, threads, scratch):
+    model, inputs = _conv_block("cpu")
+    return model_rows(kiln, threads, scratch, model, inputs, "conv_block")
 
 
 def main():
@@ -121,6 +130,7 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         gemms = gemm_rows(kiln, arguments.threads, scratch)
         gpt = gpt_rows(kiln, arguments.threads, scratch)
+        conv = conv_rows(kiln, arguments.threads, scratch)
     date = datetime.date.today().isoformat()
     lines = [f"# kiln export and GEMM, CPU, {arguments.threads} threads ({date})", "",
              f"Processor: {environment.processor_name()}; commit {environment.repository_commit()}; "
@@ -135,14 +145,16 @@ def main():
     for size, torch_rate, c_rate, jit_rate, c_ratio, jit_ratio in gemms:
         lines.append(f"| {size} | {torch_rate:.1f} | {c_rate:.1f} | {jit_rate:.1f} "
                      f"| {c_ratio:.2f}x | {jit_ratio:.2f}x |")
-    lines += ["", f"## hand-written GPT ({LAYERS} layers, {WIDTH} wide), batch of token ids "
-              f"{tuple(_token_ids('cpu').shape)}", "",
-              "| how it runs | ms per call | vs kiln JIT |", "| --- | ---: | ---: |"]
-    for how, value in gpt.items():
-        if isinstance(value, str):
-            lines.append(f"| {how} | {value} | |")
-        else:
-            lines.append(f"| {how} | {value * 1e3:.2f} | {gpt['kiln JIT'] / value:.2f}x |")
+    for title, rows in ((f"hand-written GPT ({LAYERS} layers, {WIDTH} wide), batch of token ids "
+                         f"{tuple(_token_ids('cpu').shape)}", gpt),
+                        ("conv + batch norm + ReLU, 4x32x56x56 by 64 3x3 filters", conv)):
+        lines += ["", f"## {title}", "",
+                  "| how it runs | ms per call | vs kiln JIT |", "| --- | ---: | ---: |"]
+        for how, value in rows.items():
+            if isinstance(value, str):
+                lines.append(f"| {how} | {value} | |")
+            else:
+                lines.append(f"| {how} | {value * 1e3:.2f} | {rows['kiln JIT'] / value:.2f}x |")
     environment.write_table("\n".join(lines) + "\n", arguments.out,
                             f"{date}-export-cpu-{arguments.threads}-threads.md")
 
