@@ -329,6 +329,11 @@ private:
                   llvm::Value *row, llvm::Value *column,
                   llvm::Value *validColumns, llvm::Value *first,
                   llvm::Value *last);
+  /// `then` where `condition` holds at run time, else `otherwise`, in
+  /// blocks named after `name`; the builder after both.
+  void emitIfElse(llvm::Value *condition, const char *name,
+                  const std::function<void()> &then,
+                  const std::function<void()> &otherwise);
   /// `vectors` where the micro-tile's columns are whole vectors in C (its
   /// rows contiguous, all `plan_.columns` valid), else `elements`; a branch
   /// on validColumns where either can be.
@@ -736,23 +741,11 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowStart, llvm::Value *blockRows) {
                 microTile(edgeRows == 0 ? rows : edgeRows);
                 return;
               }
-              auto *whole =
-                  llvm::BasicBlock::Create(context_, "whole_panel", function_);
-              auto *edge =
-                  llvm::BasicBlock::Create(context_, "edge_panel", function_);
-              auto *done =
-                  llvm::BasicBlock::Create(context_, "panel_done", function_);
-              builder_.CreateCondBr(
+              emitIfElse(
                   builder_.CreateICmpULE(
                       builder_.CreateAdd(row, constant(rows)), blockRows),
-                  whole, edge);
-              builder_.SetInsertPoint(whole);
-              microTile(rows);
-              builder_.CreateBr(done);
-              builder_.SetInsertPoint(edge);
-              microTile(edgeRows);
-              builder_.CreateBr(done);
-              builder_.SetInsertPoint(done);
+                  "whole_panel", [&] { microTile(rows); },
+                  [&] { microTile(edgeRows); });
             });
       });
 }
@@ -904,8 +897,20 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
   llvm::Value *consecutiveTable =
       table(builder_.getInt8Ty(), maxPanels, "window_consecutive");
   builder_.restoreIP(resume);
-  auto vectorAt = [&](llvm::Value *base, llvm::Value *index) {
-    return builder_.CreateInBoundsGEP(laneType, base, index);
+  // Vector `vector` of panel `panel` in the offsets, and its part of range
+  // r in the parts.
+  auto offsetsAt = [&](llvm::Value *panel, int vector) {
+    return builder_.CreateInBoundsGEP(
+        laneType, offsetTable,
+        builder_.CreateAdd(builder_.CreateMul(panel, constant(vectors)),
+                           constant(vector)));
+  };
+  auto partAt = [&](llvm::Value *panel, int vector, size_t r) {
+    return builder_.CreateInBoundsGEP(
+        laneType, partTable,
+        builder_.CreateAdd(
+            builder_.CreateMul(panel, constant(vectors * ranges)),
+            constant(vector * ranges + r)));
   };
   llvm::Align laneAlign(4 * lanes);
 
@@ -924,22 +929,14 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
           digitsOf(columns, window.columnExtents, lanesOf);
       llvm::Value *offsets =
           dot(digits, window.columnStrides, lanesOf(0), lanesOf);
-      llvm::Value *slot = builder_.CreateAdd(
-          builder_.CreateMul(panel, constant(vectors)), constant(vector));
-      builder_.CreateAlignedStore(offsets, vectorAt(offsetTable, slot),
-                                  laneAlign);
+      builder_.CreateAlignedStore(offsets, offsetsAt(panel, vector), laneAlign);
       for (size_t r = 0; r < ranges; ++r) {
         llvm::Value *part = dot(digits, bounds[r].column, lanesOf(0), lanesOf);
         // A lane past the tile: far below every range.
         if (r == 0)
           part =
               builder_.CreateSelect(valid, part, lanesOf(-(int64_t(1) << 30)));
-        builder_.CreateAlignedStore(
-            part,
-            vectorAt(partTable, builder_.CreateAdd(
-                                    builder_.CreateMul(slot, constant(ranges)),
-                                    constant(r))),
-            laneAlign);
+        builder_.CreateAlignedStore(part, partAt(panel, vector, r), laneAlign);
       }
       if (!firstOffset)
         firstOffset = builder_.CreateExtractElement(offsets, uint64_t(0));
@@ -982,17 +979,10 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
                              paddedDepth_));
       std::vector<llvm::Value *> masks(vectors);
       for (int vector = 0; vector < vectors; ++vector) {
-        llvm::Value *slot = builder_.CreateAdd(
-            builder_.CreateMul(panel, constant(vectors)), constant(vector));
         llvm::Value *mask = nullptr;
         for (size_t r = 0; r < ranges; ++r) {
           llvm::Value *part = builder_.CreateAlignedLoad(
-              laneType,
-              vectorAt(
-                  partTable,
-                  builder_.CreateAdd(builder_.CreateMul(slot, constant(ranges)),
-                                     constant(r))),
-              laneAlign);
+              laneType, partAt(panel, vector, r), laneAlign);
           llvm::Value *inside = builder_.CreateICmpULT(
               builder_.CreateAdd(part, rowParts[r]), lanesOf(bounds[r].limit));
           mask = mask ? builder_.CreateAnd(mask, inside) : inside;
@@ -1006,47 +996,35 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
                                          panel),
               llvm::Align(1)),
           builder_.getInt8(0));
-      auto *loads =
-          llvm::BasicBlock::Create(context_, "window_loads", function_);
-      auto *gathers =
-          llvm::BasicBlock::Create(context_, "window_gathers", function_);
-      auto *done =
-          llvm::BasicBlock::Create(context_, "window_packed", function_);
-      builder_.CreateCondBr(consecutive, loads, gathers);
-      builder_.SetInsertPoint(loads);
-      llvm::Value *first = builder_.CreateSExt(
-          builder_.CreateAlignedLoad(
-              int32, builder_.CreateInBoundsGEP(int32, firstTable, panel),
-              llvm::Align(4)),
-          builder_.getInt64Ty());
-      for (int vector = 0; vector < vectors; ++vector)
-        builder_.CreateAlignedStore(
-            builder_.CreateMaskedLoad(
-                vector_,
-                element(rowSource,
-                        builder_.CreateAdd(first, constant(vector * lanes))),
-                align, masks[vector], zero),
-            builder_.CreateInBoundsGEP(float_, to, constant(vector * lanes)),
-            align);
-      builder_.CreateBr(done);
-      builder_.SetInsertPoint(gathers);
-      for (int vector = 0; vector < vectors; ++vector) {
-        llvm::Value *offsets = builder_.CreateAlignedLoad(
-            laneType,
-            vectorAt(
-                offsetTable,
-                builder_.CreateAdd(builder_.CreateMul(panel, constant(vectors)),
-                                   constant(vector))),
-            laneAlign);
-        builder_.CreateAlignedStore(
-            builder_.CreateMaskedGather(
-                vector_, builder_.CreateGEP(float_, rowSource, offsets), align,
-                masks[vector], zero),
-            builder_.CreateInBoundsGEP(float_, to, constant(vector * lanes)),
-            align);
-      }
-      builder_.CreateBr(done);
-      builder_.SetInsertPoint(done);
+      auto loads = [&] {
+        llvm::Value *first = builder_.CreateSExt(
+            builder_.CreateAlignedLoad(
+                int32, builder_.CreateInBoundsGEP(int32, firstTable, panel),
+                llvm::Align(4)),
+            builder_.getInt64Ty());
+        for (int vector = 0; vector < vectors; ++vector)
+          builder_.CreateAlignedStore(
+              builder_.CreateMaskedLoad(
+                  vector_,
+                  element(rowSource,
+                          builder_.CreateAdd(first, constant(vector * lanes))),
+                  align, masks[vector], zero),
+              builder_.CreateInBoundsGEP(float_, to, constant(vector * lanes)),
+              align);
+      };
+      auto gathers = [&] {
+        for (int vector = 0; vector < vectors; ++vector) {
+          llvm::Value *offsets = builder_.CreateAlignedLoad(
+              laneType, offsetsAt(panel, vector), laneAlign);
+          builder_.CreateAlignedStore(
+              builder_.CreateMaskedGather(
+                  vector_, builder_.CreateGEP(float_, rowSource, offsets),
+                  align, masks[vector], zero),
+              builder_.CreateInBoundsGEP(float_, to, constant(vector * lanes)),
+              align);
+        }
+      };
+      emitIfElse(consecutive, "window_loads", loads, gathers);
     });
   });
   emitCountedLoop(builder_, constant(0), panels, 1, [&](llvm::Value *panel) {
@@ -1338,6 +1316,23 @@ void GemmEmitter::emitStores(const std::vector<llvm::Value *> &accumulators,
       });
 }
 
+void GemmEmitter::emitIfElse(llvm::Value *condition, const char *name,
+                             const std::function<void()> &then,
+                             const std::function<void()> &otherwise) {
+  std::string label(name);
+  auto *yes = llvm::BasicBlock::Create(context_, label + "_then", function_);
+  auto *no = llvm::BasicBlock::Create(context_, label + "_else", function_);
+  auto *done = llvm::BasicBlock::Create(context_, label + "_done", function_);
+  builder_.CreateCondBr(condition, yes, no);
+  builder_.SetInsertPoint(yes);
+  then();
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(no);
+  otherwise();
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
+}
+
 void GemmEmitter::emitByWidth(llvm::Value *validColumns,
                               const std::function<void()> &vectors,
                               const std::function<void()> &elements) {
@@ -1349,18 +1344,8 @@ void GemmEmitter::emitByWidth(llvm::Value *validColumns,
     vectors();
     return;
   }
-  auto *full = llvm::BasicBlock::Create(context_, "full_tile", function_);
-  auto *edge = llvm::BasicBlock::Create(context_, "edge_tile", function_);
-  auto *done = llvm::BasicBlock::Create(context_, "tile_done", function_);
-  builder_.CreateCondBr(
-      builder_.CreateICmpEQ(validColumns, constant(plan_.columns)), full, edge);
-  builder_.SetInsertPoint(full);
-  vectors();
-  builder_.CreateBr(done);
-  builder_.SetInsertPoint(edge);
-  elements();
-  builder_.CreateBr(done);
-  builder_.SetInsertPoint(done);
+  emitIfElse(builder_.CreateICmpEQ(validColumns, constant(plan_.columns)),
+             "full_tile", vectors, elements);
 }
 
 // The first k block stores, later ones add to C, the last applies the

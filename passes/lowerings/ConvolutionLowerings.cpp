@@ -93,6 +93,32 @@ WindowPosition windowPosition(Lowerer &lowerer, const WindowDim &dim,
   return {position, inside};
 }
 
+// A convolution's reads at a point of its kernel over [n, o, positions...,
+// c, taps...] (dims = 2 + spatial dims): the input's index at `channel`, the
+// weight's at (outChannel, weightChannel, taps...), and where the window
+// position is inside the input (nullptr: everywhere).
+struct WindowIndices {
+  Index input, weight;
+  const Expr *inside = nullptr;
+};
+
+WindowIndices windowIndices(Lowerer &lowerer,
+                            const std::vector<WindowDim> &windows,
+                            const Index &index, const Expr *channel,
+                            const Expr *outChannel, const Expr *weightChannel) {
+  size_t dims = windows.size() + 2;
+  WindowIndices at{{index[0], channel}, {outChannel, weightChannel}};
+  for (size_t s = 0; s < windows.size(); ++s) {
+    const Expr *tap = index[dims + 1 + s];
+    WindowPosition position =
+        windowPosition(lowerer, windows[s], index[2 + s], tap);
+    at.input.push_back(position.position);
+    at.weight.push_back(tap);
+    at.inside = conjunction(lowerer, at.inside, position.inside);
+  }
+  return at;
+}
+
 // A `int[]` argument with one value per spatial dim (one value stands for
 // all); nullopt where the count fits neither.
 std::optional<Shape> perSpatialDim(const Argument &argument, size_t spatial) {
@@ -109,6 +135,22 @@ std::optional<Shape> perSpatialDim(const Argument &argument, size_t spatial) {
 std::optional<int64_t> wholeBuffer(Lowerer &lowerer,
                                    const LoweredTensor &tensor,
                                    const TensorMeta &layout);
+
+// A convolution's result from its products ([n][o][positions...]), plus
+// the bias of each output channel where there is one.
+LoweredTensor withBias(Lowerer &lowerer, const LoweredTensor &products,
+                       const std::optional<LoweredTensor> &bias,
+                       const TensorMeta &meta) {
+  std::vector<LoweredTensor> inputs{products};
+  if (bias)
+    inputs.push_back(lowerer.remap(
+        *bias, meta.sizes, [](const Index &at) { return Index{at[1]}; }));
+  return lowerer.pointwise(
+      meta.sizes, products.dtype, meta.dtype, inputs,
+      [&lowerer](const std::vector<const Expr *> &v) {
+        return v.size() == 1 ? v[0] : lowerer.binary(BinaryOp::Add, v[0], v[1]);
+      });
+}
 
 // A convolution of one group as a matrix product (an implicit GEMM) over
 // the input's windows laid out as columns: columns[n][r][p] is the input
@@ -279,15 +321,7 @@ LoweredTensor convolutionAsProduct(Lowerer &lowerer, LoweredTensor input,
               at[1]};
         return Index{at[0], at[1], flat};
       });
-  std::vector<LoweredTensor> inputs{products};
-  if (bias)
-    inputs.push_back(lowerer.remap(
-        *bias, meta.sizes, [](const Index &at) { return Index{at[1]}; }));
-  return lowerer.pointwise(
-      meta.sizes, products.dtype, meta.dtype, inputs,
-      [&lowerer](const std::vector<const Expr *> &v) {
-        return v.size() == 1 ? v[0] : lowerer.binary(BinaryOp::Add, v[0], v[1]);
-      });
+  return withBias(lowerer, products, bias, meta);
 }
 
 // Whether the windows of consecutive output positions (in NCHW order)
@@ -352,7 +386,6 @@ LoweredTensor convolutionAsWindows(Lowerer &lowerer, LoweredTensor input,
   if (!weight.realized())
     weight = lowerer.realize(weight, contiguousMeta(weight.dtype, weight.sizes),
                              loop::BufferKind::Temporary, "convolution_weight");
-  size_t spatial = windows.size();
   Shape domain = meta.sizes;
   domain.push_back(input.sizes[1]);
   for (const WindowDim &window : windows)
@@ -363,36 +396,20 @@ LoweredTensor convolutionAsWindows(Lowerer &lowerer, LoweredTensor input,
   ReductionKernel kernel(lowerer, domain, reduced);
   const Index &index = kernel.index();
   size_t dims = meta.sizes.size();
-  Index inputIndex{index[0], index[dims]};
-  Index weightIndex{index[1], index[dims]};
-  const Expr *inside = nullptr;
-  for (size_t s = 0; s < spatial; ++s) {
-    const Expr *tap = index[dims + 1 + s];
-    WindowPosition at = windowPosition(lowerer, windows[s], index[2 + s], tap);
-    inputIndex.push_back(at.position);
-    weightIndex.push_back(tap);
-    inside = conjunction(lowerer, inside, at.inside);
-  }
-  const Expr *window = input.loader(inputIndex);
-  if (inside)
+  WindowIndices at = windowIndices(lowerer, windows, index, index[dims],
+                                   index[1], index[dims]);
+  const Expr *window = input.loader(at.input);
+  if (const Expr *inside = at.inside)
     window =
         lowerer.where(inside, window, lowerer.constant(0, window->dtype()));
   const Expr *sum = kernel.reduce(
       ReduceOp::Sum,
-      lowerer.binary(BinaryOp::Mul, weight.loader(weightIndex), window));
+      lowerer.binary(BinaryOp::Mul, weight.loader(at.weight), window));
   LoweredTensor products =
       kernel.store(sum, contiguousMeta(meta.dtype, meta.sizes));
   kernel.markContraction();
   kernel.emit("convolution");
-  std::vector<LoweredTensor> inputs{products};
-  if (bias)
-    inputs.push_back(lowerer.remap(
-        *bias, meta.sizes, [](const Index &at) { return Index{at[1]}; }));
-  return lowerer.pointwise(
-      meta.sizes, products.dtype, meta.dtype, inputs,
-      [&lowerer](const std::vector<const Expr *> &v) {
-        return v.size() == 1 ? v[0] : lowerer.binary(BinaryOp::Add, v[0], v[1]);
-      });
+  return withBias(lowerer, products, bias, meta);
 }
 
 // Whether strides `a` and `b` of a tensor of `sizes` address its elements
@@ -671,16 +688,10 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
         exprs.add(exprs.mul(exprs.floorDiv(outChannel, outChannels / groups),
                             exprs.integer(groupChannels)),
                   groupChannel);
-  Index inputIndex{index[0], channel};
-  Index weightIndex{outChannel, groupChannel};
-  const Expr *inside = nullptr;
-  for (size_t s = 0; s < spatial; ++s) {
-    const Expr *tap = index[dims + 1 + s];
-    WindowPosition at = windowPosition(lowerer, windows[s], index[2 + s], tap);
-    inputIndex.push_back(at.position);
-    weightIndex.push_back(tap);
-    inside = conjunction(lowerer, inside, at.inside);
-  }
+  WindowIndices at =
+      windowIndices(lowerer, windows, index, channel, outChannel, groupChannel);
+  const Index &inputIndex = at.input, &weightIndex = at.weight;
+  const Expr *inside = at.inside;
   const Expr *product = lowerer.binary(
       BinaryOp::Mul, lowerer.cast(input.loader(inputIndex), math),
       lowerer.cast(weight.loader(weightIndex), math));
