@@ -643,7 +643,8 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
   // here against oneDNN's 1.26 (gathers for 32 filters). So in the JIT:
   // at least 256 positions an image, windows read as vectors (stride 1,
   // "same" width) or at least 128 filters to share each gather, and no
-  // pool after it (feedsPool).
+  // pool after it (feedsPool). An image's offsets must fit the GEMM's
+  // 32-bit lanes.
   int64_t positions = 1;
   for (const WindowDim &window : windows)
     positions *= window.outputs;
@@ -655,6 +656,7 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
       meta.dtype == DType::Float32 &&
       lowerer.device().type == DeviceType::CPU && !lowerer.symbolic() &&
       positions >= meta.sizes[1] && windowsPay &&
+      numelOf(input.sizes) / input.sizes[0] < (int64_t(1) << 30) &&
       lowerer.sourceFormat(input) == MemoryFormat::Contiguous)
     return one(
         convolutionAsWindows(lowerer, input, weight, bias, windows, meta));

@@ -395,6 +395,32 @@ def test_convolutions_of_nchw_inputs_run_kilns_gemm_over_their_windows(case, for
     assert kernels <= 2   # the product (and a batch norm's scale and shift)
 
 
+def test_stacked_convolutions_over_windows_pass_nchw_results_on():
+    # conv, batch norm, ReLU twice and a residual add: each convolution
+    # kiln's GEMM over the windows of the NCHW result before it, its batch
+    # norm and ReLU (and the residual add) its epilogue.
+    torch.manual_seed(3)
+    block = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16)).eval()
+    with torch.no_grad():
+        for norm in (block[1], block[4]):
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 2.0)
+
+    def residual(x):
+        y = block(x)
+        return torch.relu(y + y.mean())
+
+    x = torch.randn(2, 8, 20, 18)
+    compiled = kiln.compile(block, fullgraph=True)
+    with torch.no_grad():
+        assert_close(compiled(x), block(x), rtol=1e-4, atol=1e-4)
+        assert kernels_of(compiled)[1] == 0
+        summed = kiln.compile(residual, fullgraph=True)
+        assert_close(summed(x), residual(x), rtol=1e-4, atol=1e-4)
+
+
 def test_a_convolution_before_a_pool_stays_with_onednn_channels_last():
     # A pool's windows read channels as vectors from oneDNN's channels-last
     # result; from kiln's NCHW one its stride-2 windows would gather.
