@@ -340,7 +340,10 @@ typedef struct kiln_tensor_info {
       << "/* Runs the model. `outputs` receives one tensor per output; their\n"
          "   memory belongs to the model and stays valid until the next run "
          "or\n   destroy (an output that is an input, or a view of one, points "
-         "into it).\n   One run at a time per model. */\n"
+         "into it).\n   One run at a time per model. Ids an input holds "
+         "for an embedding, index_select\n   or gather must lie in the "
+         "table: one outside it is KILN_ERROR_INVALID_ARGUMENT\n   (\"index "
+         "out of range in self\"), before any step runs. */\n"
       << "KILN_AOT_EXPORT kiln_status " << p << "_run(" << p
       << " *model, const kiln_tensor *inputs,\n    size_t num_inputs, "
          "kiln_tensor *outputs, size_t num_outputs);\n\n"
@@ -807,6 +810,31 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
   };
   describeTensors("INPUTS", apiInputs);
   describeTensors("OUTPUTS", apiOutputs);
+  // Ids that an input holds, checked by run before any step (an
+  // embedding's rows): the view of the input each check reads.
+  int64_t checkCount = 0;
+  size_t checkRank = 1;
+  std::ostringstream checks;
+  for (const loop::IndexCheck &check : program.indexChecks) {
+    const loop::Buffer &buffer = program.buffers[check.buffer];
+    if (buffer.kind != loop::BufferKind::Input || buffer.graphInput < 0 ||
+        apiOfGraphInput[buffer.graphInput] < 0)
+      continue; // a weight's ids: fixed, clamped by the kernel
+    const TensorMeta &elements = check.elements;
+    tables << "static const int64_t CHECK_SIZES_" << checkCount
+           << "[] = " << int64Array(elements.sizes)
+           << ";\nstatic const int64_t CHECK_STRIDES_" << checkCount
+           << "[] = " << int64Array(elements.strides) << ";\n";
+    checks << "  {" << apiOfGraphInput[buffer.graphInput] << ", "
+           << static_cast<int>(elements.dtype) << ", " << check.size << "LL, "
+           << elements.sizes.size() << ", CHECK_SIZES_" << checkCount
+           << ", CHECK_STRIDES_" << checkCount << ", " << elements.storageOffset
+           << "LL},\n";
+    checkRank = std::max(checkRank, elements.sizes.size());
+    ++checkCount;
+  }
+  tables << "static const kiln_index_check INDEX_CHECKS[] = {\n"
+         << checks.str() << "  {0, 0, 0, 0, 0, 0, 0}};\n";
   tables << "static const kiln_weight_desc WEIGHTS[] = {\n";
   for (const WeightEntry &weight : weights)
     tables << "  {" << cString(weight.name) << ", " << weight.bytes << "LL},\n";
@@ -836,6 +864,8 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
           << "#define STEP_COUNT " << kernelCount << "\n"
           << "#define INPUT_COUNT " << apiInputs.size() << "\n"
           << "#define OUTPUT_COUNT " << apiOutputs.size() << "\n"
+          << "#define INDEX_CHECK_COUNT " << checkCount << "\n"
+          << "#define INDEX_CHECK_RANK " << checkRank << "\n"
           << "#define WEIGHT_COUNT " << weights.size() << "\n"
           << "#define MAX_SLOTS " << maxSlots << "\n"
           << "#define WORKSPACE_BYTES " << program.workspaceBytes << "LL\n"

@@ -46,8 +46,8 @@ typedef struct {
   int64_t parallel_range; /* the kernel runs [0, parallel_range) */
   int64_t pack_range;
   int64_t packed_b_bytes;
-  int64_t alignment; /* chunk boundaries are multiples of it */
-  int64_t work;      /* elements touched, roughly */
+  int64_t alignment;   /* chunk boundaries are multiples of it */
+  int64_t work;        /* elements touched, roughly */
   int32_t equal_units; /* units of equal work (a GEMM's tiles) */
 } kiln_step_desc;
 
@@ -64,6 +64,19 @@ typedef struct {
   const char *name;
   int64_t bytes;
 } kiln_weight_desc;
+
+/* Ids an input holds that a kernel reads rows at (an embedding's): each
+   element of the view (rank, sizes, strides, offset in elements) of input
+   `input` must lie in [0, rows). */
+typedef struct {
+  int32_t input;
+  int32_t dtype;
+  int64_t rows;
+  int32_t rank;
+  const int64_t *sizes;
+  const int64_t *strides;
+  int64_t offset;
+} kiln_index_check;
 
 /* KILN_TABLES */
 
@@ -548,6 +561,42 @@ static kiln_status check_input(size_t index, const kiln_tensor *given) {
   return KILN_OK;
 }
 
+/* An id out of range is an error before any step runs, as torch's
+   IndexError is. */
+static kiln_status check_indices(const kiln_tensor *inputs) {
+  for (int c = 0; c < INDEX_CHECK_COUNT; ++c) {
+    const kiln_index_check *check = &INDEX_CHECKS[c];
+    int64_t count = 1;
+    for (int d = 0; d < check->rank; ++d)
+      count *= check->sizes[d];
+    if (count == 0)
+      continue;
+    int64_t position[INDEX_CHECK_RANK] = {0};
+    int wide = check->dtype == KILN_INT64;
+    const char *data = (const char *)inputs[check->input].data +
+                       check->offset * (wide ? 8 : 4);
+    for (int64_t element = 0; element < count; ++element) {
+      int64_t offset = 0;
+      for (int d = 0; d < check->rank; ++d)
+        offset += position[d] * check->strides[d];
+      int64_t id = wide ? ((const int64_t *)data)[offset]
+                        : ((const int32_t *)data)[offset];
+      if (id < 0 || id >= check->rows)
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "run: input %d (%s): index out of range in self (id "
+                    "%lld, the table has %lld rows)",
+                    (int)check->input, INPUTS[check->input].name, (long long)id,
+                    (long long)check->rows);
+      for (int d = check->rank - 1; d >= 0; --d) {
+        if (++position[d] < check->sizes[d])
+          break;
+        position[d] = 0;
+      }
+    }
+  }
+  return KILN_OK;
+}
+
 kiln_status KILN_API(run)(KILN_HANDLE *model, const kiln_tensor *inputs,
                           size_t num_inputs, kiln_tensor *outputs,
                           size_t num_outputs) {
@@ -569,6 +618,9 @@ kiln_status KILN_API(run)(KILN_HANDLE *model, const kiln_tensor *inputs,
     if (status != KILN_OK)
       return status;
   }
+  kiln_status status = check_indices(inputs);
+  if (status != KILN_OK)
+    return status;
   int idle = 0;
   if (!atomic_compare_exchange_strong(&model->running, &idle, 1))
     return fail(KILN_ERROR_INVALID_ARGUMENT,

@@ -10,9 +10,11 @@ namespace {
 // An index into a dimension of `size` from an index tensor's element,
 // clamped into [0, size): a kernel must never read outside its buffer, and
 // both sides of a selection may be evaluated. torch raises an IndexError
-// for an index out of range (negative ones included); a program that runs
-// without torch (export) reads the nearest row instead, and the JIT reads
-// natively only indices known to be in range (indicesInRange).
+// for an index out of range (negative ones included); the JIT reads
+// natively only indices known to be in range (indicesInRange), and a
+// program that runs without torch (export) checks those that are an input
+// too (its run returns an error) and reads the nearest row for computed
+// ones.
 const Expr *clampedIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
   loop::ExprContext &exprs = lowerer.exprs();
   index = lowerer.binary(BinaryOp::Max, lowerer.cast(index, DType::Int64),
@@ -95,11 +97,11 @@ bool isIndexType(DType dtype) {
 LoweringResult embedding(Lowerer &lowerer, const Node &node) {
   LoweredTensor weight = lowerer.input(node, 0);
   LoweredTensor indices = lowerer.input(node, 1);
-  if (weight.dim() != 2 || weight.sizes[0] == 0 ||
-      !isIndexType(indices.dtype) ||
-      (!lowerer.standalone() &&
-       (weight.isSymbolic() ||
-        !indicesInRange(lowerer, indices, weight.sizes[0]))))
+  if (weight.dim() != 2 || weight.sizes[0] == 0 || !isIndexType(indices.dtype))
+    return std::nullopt;
+  bool inRange =
+      !weight.isSymbolic() && indicesInRange(lowerer, indices, weight.sizes[0]);
+  if (!lowerer.standalone() && !inRange)
     return std::nullopt;
   Shape sizes = indices.sizes;
   sizes.push_back(weight.sizes[1]);
@@ -119,10 +121,11 @@ LoweringResult indexSelect(Lowerer &lowerer, const Node &node) {
     return std::nullopt;
   int64_t dim = wrapDim(node.arguments()[1].toInt(), input.dim());
   Shape sizes = input.sizes;
-  if (input.sizes[dim] == 0 ||
-      (!lowerer.standalone() &&
-       (input.isSymbolic() ||
-        !indicesInRange(lowerer, indices, input.sizes[dim]))))
+  if (input.sizes[dim] == 0)
+    return std::nullopt;
+  bool inRange =
+      !input.isSymbolic() && indicesInRange(lowerer, indices, input.sizes[dim]);
+  if (!lowerer.standalone() && !inRange)
     return std::nullopt;
   sizes[dim] = indices.dim() == 0 ? 1 : indices.sizes[0];
   int64_t extent = input.sizes[dim];
@@ -159,6 +162,7 @@ LoweringResult gather(Lowerer &lowerer, const Node &node) {
   int64_t extent = input.sizes[dim];
   if (extent == 0)
     return std::nullopt;
+  indicesInRange(lowerer, positions, extent); // checked where an input
   Loader pick = positions.loader;
   LoweredTensor result = lowerer.remap(
       input, meta.sizes, [&lowerer, pick, dim, extent](const Index &index) {

@@ -371,9 +371,46 @@ def test_index_select_and_out_of_range_indices(tmp_path):
     program = kiln.load_exported(result.directory, "pick")
     fresh = torch.tensor([9, 9, 1, 2])
     close(program(table, fresh)[0], pick(table, fresh))
-    # torch raises for an index out of range; the exported kernel clamps it
-    # into the table rather than read outside it.
-    close(program(table, torch.tensor([-5, 42, 0, 1]))[0], pick(table, torch.tensor([0, 9, 0, 1])))
+    # torch raises for an index out of range (negative ones included); so
+    # does the exported run, an error code and torch's message before any
+    # step runs, for ids that are an input. The model runs on afterwards.
+    for bad in ([-5, 0, 0, 1], [0, 1, 10, 2]):
+        with pytest.raises(RuntimeError, match="index out of range in self"):
+            program(table, torch.tensor(bad))
+    close(program(table, fresh)[0], pick(table, fresh))
+
+
+def test_embeddings_of_input_ids_refuse_ids_out_of_range(tmp_path):
+    # Ids an input holds are checked, in the view the kernel reads (a slice
+    # of them, int32): an id outside the slice is not read, so no error;
+    # gather's positions too. Computed ids are no input: not checked.
+    table = torch.randn(7, 4)
+
+    def lookup(table, ids):
+        return F.embedding(ids[:, 1:], table), F.embedding((ids + 1).clamp(0, 6), table)
+
+    ids = torch.randint(0, 7, (3, 5), dtype=torch.int32)
+    result = kiln.export(lookup, (table, ids), tmp_path / "out", name="lookup")
+    program = kiln.load_exported(result.directory, "lookup")
+    fresh = torch.randint(0, 7, (3, 5), dtype=torch.int32)
+    close(program(table, fresh)[0], lookup(table, fresh)[0])
+    outside = fresh.clone()
+    outside[1, 0] = 99   # not in the slice read
+    close(program(table, outside)[0], lookup(table, outside)[0])
+    inside = fresh.clone()
+    inside[2, 3] = 7
+    with pytest.raises(RuntimeError, match=r"input 1 \(.*\): index out of range in self \(id 7"):
+        program(table, inside)
+
+    def pick(values, positions):
+        return values.gather(1, positions)
+
+    values, positions = torch.randn(3, 6), torch.randint(0, 6, (3, 4))
+    result = kiln.export(pick, (values, positions), tmp_path / "gather", name="pick")
+    gathered = kiln.load_exported(result.directory, "pick")
+    close(gathered(values, positions)[0], pick(values, positions))
+    with pytest.raises(RuntimeError, match="index out of range in self"):
+        gathered(values, torch.full((3, 4), 6))
 
 
 class SmallCnn(torch.nn.Module):
@@ -467,7 +504,7 @@ def test_op_db_samples_export_natively(name, tmp_path):
             continue
         if name in ("gather", "index_select", "nn.functional.embedding"):
             if any(not t.is_floating_point() and (t < 0).any() for t in tensors):
-                continue  # torch wraps or raises; exported code clamps
+                continue  # torch wraps or raises; so does exported code
 
         slots, constants = [], list(sample.args)
         for position, argument in enumerate(sample.args):
