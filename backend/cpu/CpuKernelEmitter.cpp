@@ -82,6 +82,8 @@ private:
     const Expr *position = nullptr; // t
     const Expr *wrapped = nullptr;  // mod(t, modulus), or nullptr: a clamp
     int64_t low = 0, high = 0, modulus = 0;
+    /// t's coefficient: lanes `stride` elements apart (a clamped run only).
+    int64_t stride = 1;
   };
   std::optional<EdgedRun> edgedRun(const Expr *index);
   /// The points of the vectorised loop where a comparison of its variable
@@ -93,6 +95,13 @@ private:
   /// the others; a wrapped run's as two masked contiguous loads.
   llvm::Value *loadEdgedRun(const EdgedRun &run, llvm::Type *storage,
                             llvm::Value *base, llvm::Type *vectorType);
+  /// The lanes of a run `stride` elements apart from `start` (2 to 4: a
+  /// stride-2 window, x[..., ::2]) where `inside` holds (all lanes where
+  /// null), without a gather: one masked load of the span they cover, its
+  /// every stride-th element picked by a shuffle. Elements between the
+  /// lanes are read; none past the last lane's or where `inside` fails.
+  llvm::Value *loadStridedRun(llvm::Type *storage, llvm::Value *start,
+                              int64_t stride, llvm::Value *inside);
   void emitStores(const std::vector<loop::Store> &stores);
   void emitOuter(size_t level);
   void emitVectorLoops(size_t level, llvm::Value *start, llvm::Value *end);
@@ -146,6 +155,17 @@ private:
   void loadSymbols();
 };
 
+namespace {
+
+// Whether a run of lanes a few elements apart loads as a span and a shuffle
+// (elements of 4 or 8 bytes) rather than a gather.
+bool stridedRunsLoad(llvm::Type *storage) {
+  unsigned bits = storage->getPrimitiveSizeInBits();
+  return bits == 32 || bits == 64;
+}
+
+} // namespace
+
 llvm::Value *CpuKernelEmitter::bufferPointer(int64_t buffer) {
   auto found = bufferPointers_.find(buffer);
   if (found != bufferPointers_.end())
@@ -198,9 +218,15 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
   }
   // Masked loads are single instructions from AVX on (SSE would take them
   // lane by lane, as it takes a gather).
+  if (runs && coefficient && *coefficient >= 2 && *coefficient <= 4 &&
+      host_.vectorBits >= 256 && stridedRunsLoad(storage))
+    return loadStridedRun(
+        storage, builder_.CreateGEP(storage, base, emit(expr->index(), false)),
+        *coefficient, nullptr);
   if (runs && !coefficient && host_.vectorBits >= 256)
     if (std::optional<EdgedRun> run = edgedRun(expr->index()))
-      return loadEdgedRun(*run, storage, base, vectorType);
+      if (run->stride == 1 || stridedRunsLoad(storage))
+        return loadEdgedRun(*run, storage, base, vectorType);
   llvm::Value *addresses =
       builder_.CreateGEP(storage, base, emit(expr->index(), true));
   return builder_.CreateMaskedGather(vectorType, addresses,
@@ -232,6 +258,15 @@ bool clampOf(const Expr *node, const Expr *&t, int64_t &low, int64_t &high) {
   if (split(node, BinaryOp::Max, inner, low) &&
       split(inner, BinaryOp::Min, t, high))
     return low <= high;
+  // One side only (a window that never passes the input's end).
+  if (split(node, BinaryOp::Max, t, low)) {
+    high = std::numeric_limits<int64_t>::max();
+    return true;
+  }
+  if (split(node, BinaryOp::Min, t, high)) {
+    low = std::numeric_limits<int64_t>::min();
+    return true;
+  }
   return false;
 }
 
@@ -372,8 +407,11 @@ CpuKernelEmitter::edgedRun(const Expr *index) {
     } else if (!clampOf(term, position, run.low, run.high)) {
       return std::nullopt;
     }
-    if (loop::affineCoefficient(position, vectorVar_) != 1)
+    std::optional<int64_t> stride =
+        loop::affineCoefficient(position, vectorVar_);
+    if (!stride || *stride < 1 || *stride > 4 || (*stride > 1 && run.wrapped))
       return std::nullopt;
+    run.stride = *stride;
     run.position = position;
   }
   if (!run.position)
@@ -412,7 +450,7 @@ llvm::Value *CpuKernelEmitter::loadEdgedRun(const EdgedRun &run,
   // Within a segment whose positions all lie inside the bounds the clamp
   // does nothing: one contiguous load.
   int64_t offset;
-  if (segment_.var == vectorVar_ &&
+  if (run.stride == 1 && segment_.var == vectorVar_ &&
       offsetOfVar(run.position, vectorVar_, offset) &&
       segment_.low + offset >= run.low &&
       segment_.high - 1 + offset <= run.high)
@@ -428,7 +466,8 @@ llvm::Value *CpuKernelEmitter::loadEdgedRun(const EdgedRun &run,
   // rise along the lanes, so a lane below the run has the first lane's
   // element and one above it the last lane's, elements the kernel reads.
   auto elementOfLane = [&](int64_t lane) {
-    llvm::Value *position = builder_.CreateAdd(first, builder_.getInt64(lane));
+    llvm::Value *position =
+        builder_.CreateAdd(first, builder_.getInt64(lane * run.stride));
     position = builder_.CreateBinaryIntrinsic(
         llvm::Intrinsic::smin,
         builder_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, position,
@@ -443,8 +482,41 @@ llvm::Value *CpuKernelEmitter::loadEdgedRun(const EdgedRun &run,
   // Masked-off lanes are not read: the run's address may lie outside the
   // buffer where they do.
   llvm::Value *start = builder_.CreateGEP(storage, row, first);
+  if (run.stride > 1)
+    return builder_.CreateSelect(
+        inside, loadStridedRun(storage, start, run.stride, inside), outside);
   return builder_.CreateMaskedLoad(vectorType, start, llvm::Align(1), inside,
                                    outside);
+}
+
+llvm::Value *CpuKernelEmitter::loadStridedRun(llvm::Type *storage,
+                                              llvm::Value *start,
+                                              int64_t stride,
+                                              llvm::Value *inside) {
+  const int lanes = currentLanes_;
+  const int span = static_cast<int>((lanes - 1) * stride + 1);
+  // Element j of the span is read where it is a lane's (j % stride == 0)
+  // and that lane is inside: the last lane's element is the span's last.
+  llvm::Value *mask;
+  if (inside) {
+    std::vector<int> pick;
+    for (int j = 0; j < span; ++j)
+      pick.push_back(j % stride == 0 ? j / static_cast<int>(stride) : lanes);
+    mask = builder_.CreateShuffleVector(
+        inside,
+        llvm::Constant::getNullValue(
+            llvm::FixedVectorType::get(builder_.getInt1Ty(), lanes)),
+        pick);
+  } else {
+    mask = llvm::Constant::getAllOnesValue(
+        llvm::FixedVectorType::get(builder_.getInt1Ty(), span));
+  }
+  llvm::Value *wide = builder_.CreateMaskedLoad(
+      llvm::FixedVectorType::get(storage, span), start, llvm::Align(1), mask);
+  std::vector<int> lanesOfSpan;
+  for (int lane = 0; lane < lanes; ++lane)
+    lanesOfSpan.push_back(lane * static_cast<int>(stride));
+  return builder_.CreateShuffleVector(wide, lanesOfSpan);
 }
 
 void CpuKernelEmitter::emitStores(const std::vector<loop::Store> &stores) {

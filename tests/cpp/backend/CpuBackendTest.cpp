@@ -901,6 +901,51 @@ TEST(CpuLoads, WrappedColumnsAreTwoMaskedContiguousLoads) {
   }
 }
 
+// Columns a few elements apart, in[r, k * j + shift] (x[..., ::2]) and a
+// stride-k window's clamped to the row (max(k * j + shift, 0), and min of
+// that with C - 1: an NCHW pool's), load the span their lanes cover and
+// shuffle out every k-th element, no gather, where the host has AVX; the
+// span never passes the last lane's element (the row ends at the buffer's
+// end for the last row).
+TEST(CpuLoads, StridedColumnsAreSpansShuffled) {
+  const int64_t rows = 3;
+  for (int64_t stride : {2, 3, 4}) {
+    for (int64_t columns : {9, 40, 131}) {
+      for (int clamp = 0; clamp < 3; ++clamp) {
+        int64_t shift = clamp == 0 ? 0 : -1;
+        // The last lane's position is the row's last element at most, but
+        // for min's clamp, which it passes.
+        int64_t width = clamp == 0   ? (columns - 1) / stride + 1
+                        : clamp == 1 ? columns / stride + 1
+                                     : (columns + 1) / stride + 1;
+        ColumnRead read = readColumns(
+            rows, columns, width, [&](loop::ExprContext &e, const Expr *j) {
+              const Expr *t =
+                  e.add(e.mul(j, e.integer(stride)), e.integer(shift));
+              if (clamp == 0)
+                return t;
+              t = e.binary(BinaryOp::Max, t, e.integer(0));
+              return clamp == 1
+                         ? t
+                         : e.binary(BinaryOp::Min, t, e.integer(columns - 1));
+            });
+        if (backend::hostTarget().vectorBits >= 256 && width >= 16) {
+          EXPECT_EQ(read.ir.find("llvm.masked.gather"), std::string::npos)
+              << "stride " << stride << " columns " << columns;
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < width; ++c) {
+            int64_t source = std::min<int64_t>(
+                std::max<int64_t>(c * stride + shift, 0), columns - 1);
+            EXPECT_EQ(read.out[r * width + c], read.in[r * columns + source])
+                << "stride " << stride << " columns " << columns << " clamp "
+                << clamp << " at " << r << "," << c;
+          }
+      }
+    }
+  }
+}
+
 // A flip's column, in[r, C - 1 - j], is one contiguous load with its lanes
 // reversed (no gather), on every host.
 TEST(CpuLoads, ReversedColumnsAreContiguousLoadsReversed) {
