@@ -236,7 +236,8 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
 namespace {
 
 // t, low and high of min(max(t, low), high) or max(min(t, high), low) with
-// integer constant bounds, low <= high.
+// integer constant bounds, low <= high; or of max(t, low) or min(t, high)
+// alone, the other bound the int64 extreme.
 bool clampOf(const Expr *node, const Expr *&t, int64_t &low, int64_t &high) {
   auto split = [](const Expr *e, BinaryOp op, const Expr *&other,
                   int64_t &bound) {
