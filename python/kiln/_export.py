@@ -303,11 +303,13 @@ class ExportedProgram:
             strides = list(out.strides[:out.rank])
             dtype = _dtypes()[out.dtype]
             span = 1 + sum((s - 1) * st for s, st in zip(sizes, strides)) if all(sizes) else 0
-            item = torch.empty((), dtype=dtype).element_size()
-            raw = (ctypes.c_char * max(1, span * item)).from_address(out.data) if span else b""
-            # A view of the program's own output memory, copied once by clone().
-            flat = torch.frombuffer(raw, dtype=dtype) if span else torch.empty(0, dtype=dtype)
-            results.append(flat.as_strided(sizes, strides).clone() if span else
+            # The program's own output memory, copied once with a plain
+            # memmove: a torch copy would start torch's worker threads, whose
+            # spinning after it takes cores from the program's next run.
+            owned = torch.empty(max(span, 0), dtype=dtype)
+            if span:
+                ctypes.memmove(owned.data_ptr(), out.data, span * owned.element_size())
+            results.append(owned.as_strided(sizes, strides) if span else
                            torch.empty(sizes, dtype=dtype))
         return results
 
