@@ -554,6 +554,44 @@ std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var) {
   return affineCoefficientOf(index, var, memo);
 }
 
+bool readsDigitsFlat(const Expr *index, int64_t firstDigit,
+                     const std::vector<int64_t> &digitExtents) {
+  if (anyNode(index, [](const Expr *node) {
+        return node->kind() == ExprKind::Load ||
+               node->kind() == ExprKind::Symbol;
+      }))
+    return false;
+  std::vector<int64_t> coefficients;
+  for (size_t digit = 0; digit < digitExtents.size(); ++digit) {
+    std::optional<int64_t> coefficient =
+        affineCoefficient(index, firstDigit + static_cast<int64_t>(digit));
+    if (!coefficient)
+      return false;
+    coefficients.push_back(*coefficient);
+  }
+  for (size_t digit = 0; digit + 1 < coefficients.size(); ++digit)
+    if (digitExtents[digit] != 1 &&
+        coefficients[digit] !=
+            coefficients[digit + 1] * digitExtents[digit + 1])
+      return false;
+  return true;
+}
+
+bool loadsReadDigitsFlat(const Expr *value, int64_t firstDigit,
+                         const std::vector<int64_t> &digitExtents) {
+  int64_t end = firstDigit + static_cast<int64_t>(digitExtents.size());
+  // A load whose index is not flat, or a digit read outside a load's index.
+  return !anyNode(
+      value,
+      [&](const Expr *node) {
+        if (node->kind() == ExprKind::Load)
+          return !readsDigitsFlat(node->index(), firstDigit, digitExtents);
+        return node->kind() == ExprKind::Var && node->id() >= firstDigit &&
+               node->id() < end;
+      },
+      [](const Expr *node) { return node->kind() != ExprKind::Load; });
+}
+
 bool anyNode(const Expr *root, const std::function<bool(const Expr *)> &match,
              const std::function<bool(const Expr *)> &descend) {
   std::unordered_set<const Expr *> seen;

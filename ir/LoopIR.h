@@ -208,6 +208,17 @@ int64_t floorDivide(int64_t value, int64_t divisor);
 /// the variable does not occur, and nullopt otherwise (under division,
 /// modulo, a load, ...).
 std::optional<int64_t> affineCoefficient(const Expr *index, int64_t var);
+/// Whether `index`, free of loads and size symbols, reads Var(firstDigit),
+/// ..., Var(firstDigit + digitExtents.size() - 1) only as one row-major flat
+/// index over `digitExtents` times a stride (each digit's coefficient the
+/// next one's times the next digit's extent): a GEMM's columns that are a
+/// convolution's output positions.
+bool readsDigitsFlat(const Expr *index, int64_t firstDigit,
+                     const std::vector<int64_t> &digitExtents);
+/// Whether `value` reads those digits only in load indices that
+/// readsDigitsFlat accepts, and nowhere else.
+bool loadsReadDigitsFlat(const Expr *value, int64_t firstDigit,
+                         const std::vector<int64_t> &digitExtents);
 /// `affineCoefficient` where the coefficient may be a size expression (an
 /// index over a tensor whose strides vary between calls).
 std::optional<SymSize> symbolicCoefficient(const Expr *index, int64_t var);
@@ -380,10 +391,12 @@ struct ProgramOutput {
 };
 
 /// An input of index type whose every element read must lie in [0, size):
-/// the rows an embedding or index_select reads from a table of `size` rows. A
-/// kernel reading them clamps each index (it must not read outside the
-/// table); the runtime checks the input before the first step that reads
-/// it and raises IndexOutOfRange where torch raises IndexError.
+/// the rows an embedding, index_select or gather reads from a table of
+/// `size` rows. A kernel reading them clamps each index (it must not read
+/// outside the table); the runtime checks the input before the first step
+/// that reads it and raises IndexOutOfRange where torch raises IndexError
+/// (an exported run checks every one before any step and returns an
+/// error).
 struct IndexCheck {
   int64_t buffer = -1;
   int64_t size = 0;

@@ -369,44 +369,18 @@ bool isAffineOverOuter(const Expr *index, size_t outer) {
 // A contraction over [batch, row, column digits...] with several column
 // digits (a convolution's output positions) is a GEMM whose columns are
 // those digits read as one flat index (CpuContraction.h): an epilogue may
-// read them only so, in indices whose coefficients of the digits are
-// those of a row-major flat index times a stride, and nowhere else; and
-// C's index (storedIndex) so too.
+// read them only so (loop::loadsReadDigitsFlat), and C's index
+// (storedIndex) so too.
 bool readsColumnsFlat(const Expr *value, const Expr *storedIndex,
                       const Ranges &outer) {
-  size_t count = outer.size();
-  if (count < 4)
+  if (outer.size() < 4)
     return true;
   if (!outer.isStatic())
     return false;
   Shape extents = outer.constants();
-  auto flat = [&](const Expr *index) {
-    std::vector<int64_t> coefficients;
-    for (size_t var = 2; var < count; ++var) {
-      std::optional<int64_t> coefficient =
-          affineCoefficient(index, static_cast<int64_t>(var));
-      if (!coefficient)
-        return false;
-      coefficients.push_back(*coefficient);
-    }
-    for (size_t digit = 0; digit + 1 < coefficients.size(); ++digit)
-      if (extents[digit + 2] != 1 &&
-          coefficients[digit] != coefficients[digit + 1] * extents[digit + 3])
-        return false;
-    return true;
-  };
-  std::function<bool(const Expr *)> visit = [&](const Expr *node) {
-    if (node->kind() == ExprKind::Load)
-      return !readsMemoryOrSizes(node->index()) && flat(node->index());
-    if (node->kind() == ExprKind::Var && node->id() >= 2 &&
-        static_cast<size_t>(node->id()) < count)
-      return false;
-    for (const Expr *operand : node->operands())
-      if (!visit(operand))
-        return false;
-    return true;
-  };
-  return flat(storedIndex) && visit(value);
+  std::vector<int64_t> digits(extents.begin() + 2, extents.end());
+  return readsDigitsFlat(storedIndex, 2, digits) &&
+         loadsReadDigitsFlat(value, 2, digits);
 }
 
 // The variables of a kernel over `ranges` as expressions over those of a

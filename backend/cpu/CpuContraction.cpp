@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <sstream>
 #include <unordered_map>
@@ -384,28 +383,19 @@ std::optional<MatchedContraction> matchContraction(const loop::Program &program,
     }
     spec.windowedB = std::move(window);
   }
-  // An epilogue over several column digits reads them as the flat column:
-  // each load's index in them must be flat, and no digit read elsewhere.
+  // An epilogue over several column digits reads them as the flat column
+  // (loop::loadsReadDigitsFlat, as Fusion fused it), its loads at indices
+  // affine in the kernel's variables without clamps.
   if (match.epilogue && columnExtents.size() > 1) {
-    bool flat = true;
-    std::function<void(const Expr *)> visit = [&](const Expr *node) {
-      if (node->kind() == ExprKind::Load) {
-        std::vector<Clamp> clamps;
-        std::optional<AffineIndex> index =
-            affineThroughClamps(node->index(), varCount, clamps);
-        flat = flat && index && clamps.empty() &&
-               flatStride(*index, firstColumn, columnExtents);
-        return;
-      }
-      if (node->kind() == ExprKind::Var && node->id() >= 0 &&
-          isColumn(static_cast<size_t>(node->id())))
-        flat = false;
-      for (const Expr *child : node->operands())
-        visit(child);
-    };
-    visit(match.epilogue);
-    if (!flat)
+    if (!loop::loadsReadDigitsFlat(
+            match.epilogue, static_cast<int64_t>(firstColumn), columnExtents))
       return std::nullopt;
+    for (const Expr *load : loop::loadsOf(match.epilogue)) {
+      std::vector<Clamp> clamps;
+      if (!affineThroughClamps(load->index(), varCount, clamps) ||
+          !clamps.empty())
+        return std::nullopt;
+    }
   }
   match.aOffset = a.offset;
   match.bOffset = b.offset;

@@ -878,7 +878,7 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
                       std::vector<int64_t>(window.columnExtents.size(), 0), 0,
                       1});
   // The lane tables: offsets, parts of each range, per panel and vector;
-  // per panel its first lane's offset and whether its lanes are consecutive.
+  // per panel whether its lanes are consecutive.
   const int64_t maxPanels = ceilDivide(plan_.columnBlock, width);
   auto table = [&](llvm::Type *type, int64_t count, const char *label) {
     builder_.SetInsertPoint(&function_->getEntryBlock(),
@@ -893,7 +893,6 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
       table(laneType, maxPanels * vectors, "window_offsets");
   llvm::Value *partTable =
       table(laneType, maxPanels * vectors * ranges, "window_parts");
-  llvm::Value *firstTable = table(int32, maxPanels, "window_first");
   llvm::Value *consecutiveTable =
       table(builder_.getInt8Ty(), maxPanels, "window_consecutive");
   builder_.restoreIP(resume);
@@ -919,7 +918,7 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
   emitCountedLoop(builder_, constant(0), panels, 1, [&](llvm::Value *panel) {
     llvm::Value *firstColumn = builder_.CreateAdd(
         groupColumn_, builder_.CreateMul(panel, constant(width)));
-    llvm::Value *firstOffset = nullptr;
+    llvm::Value *firstOffset = nullptr; // the panel's first lane's
     llvm::Value *consecutive = builder_.getTrue();
     for (int vector = 0; vector < vectors; ++vector) {
       llvm::Value *columns =
@@ -947,9 +946,6 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
                            builder_.CreateICmpEQ(offsets, expected),
                            builder_.CreateNot(valid))));
     }
-    builder_.CreateAlignedStore(
-        firstOffset, builder_.CreateInBoundsGEP(int32, firstTable, panel),
-        llvm::Align(4));
     builder_.CreateAlignedStore(
         builder_.CreateZExt(consecutive, builder_.getInt8Ty()),
         builder_.CreateInBoundsGEP(builder_.getInt8Ty(), consecutiveTable,
@@ -998,9 +994,10 @@ void GemmEmitter::emitWindowPack(llvm::Value *depthStart) {
           builder_.getInt8(0));
       auto loads = [&] {
         llvm::Value *first = builder_.CreateSExt(
-            builder_.CreateAlignedLoad(
-                int32, builder_.CreateInBoundsGEP(int32, firstTable, panel),
-                llvm::Align(4)),
+            builder_.CreateExtractElement(
+                builder_.CreateAlignedLoad(laneType, offsetsAt(panel, 0),
+                                           laneAlign),
+                uint64_t(0)),
             builder_.getInt64Ty());
         for (int vector = 0; vector < vectors; ++vector)
           builder_.CreateAlignedStore(

@@ -15,11 +15,6 @@
 
 namespace kiln::backend {
 
-/// C[b] = alpha * (A[b] @ B[b]) + beta * bias[b], float32, for b < batch.
-/// Strides are in elements; any stride may be 0 (broadcast) or
-/// arbitrary (transposed / sliced operands), e.g. a Linear layer's weight
-/// W[n][k] used as B has bRow = 1, bCol = k. C's elements must be distinct
-/// and must not overlap A, B or bias (C is written before bias is read).
 /// B as windows of another tensor (an implicit GEMM, e.g. a convolution's
 /// im2col, never laid out): k step p and column j are numbered row-major
 /// over digits (p: depthExtents, j: columnExtents), and
@@ -38,6 +33,11 @@ struct WindowedOperand {
   std::vector<Range> ranges;
 };
 
+/// C[b] = alpha * (A[b] @ B[b]) + beta * bias[b], float32, for b < batch.
+/// Strides are in elements; any stride may be 0 (broadcast) or
+/// arbitrary (transposed / sliced operands), e.g. a Linear layer's weight
+/// W[n][k] used as B has bRow = 1, bCol = k. C's elements must be distinct
+/// and must not overlap A, B or bias (C is written before bias is read).
 struct GemmSpec {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   /// A[b][i][p] at b * aBatch + i * aRow + p * aCol.

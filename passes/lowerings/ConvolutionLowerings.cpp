@@ -648,16 +648,18 @@ LoweringResult convolution(Lowerer &lowerer, const Node &node) {
   int64_t positions = 1;
   for (const WindowDim &window : windows)
     positions *= window.outputs;
-  bool windowsPay = lowerer.standalone() ||
-                    (positions >= 256 &&
-                     (consecutiveWindows(windows) || meta.sizes[1] >= 128) &&
-                     !feedsPool(lowerer.graph(), node.result()));
+  // (The graph walk of feedsPool last: only for a convolution that
+  // otherwise qualifies.)
   if (large && wide && !patches && groups == 1 &&
       meta.dtype == DType::Float32 &&
       lowerer.device().type == DeviceType::CPU && !lowerer.symbolic() &&
-      positions >= meta.sizes[1] && windowsPay &&
+      positions >= meta.sizes[1] &&
       numelOf(input.sizes) / input.sizes[0] < (int64_t(1) << 30) &&
-      lowerer.sourceFormat(input) == MemoryFormat::Contiguous)
+      lowerer.sourceFormat(input) == MemoryFormat::Contiguous &&
+      (lowerer.standalone() ||
+       (positions >= 256 &&
+        (consecutiveWindows(windows) || meta.sizes[1] >= 128) &&
+        !feedsPool(lowerer.graph(), node.result()))))
     return one(
         convolutionAsWindows(lowerer, input, weight, bias, windows, meta));
   if (large && groups == 1 && meta.dtype == DType::Float32 &&

@@ -91,8 +91,9 @@ bool isIndexType(DType dtype) {
 }
 
 // Rows of a table picked by an index tensor: natively where the program
-// runs without torch (export; an index out of range reads the nearest row)
-// or the indices are known to be in range (indicesInRange); else torch's
+// runs without torch (export: ids that are an input are checked by the
+// exported run, computed ones read the nearest row when out of range) or
+// the indices are known to be in range (indicesInRange); else torch's
 // call, which raises for one out of range.
 LoweringResult embedding(Lowerer &lowerer, const Node &node) {
   LoweredTensor weight = lowerer.input(node, 0);
