@@ -946,6 +946,95 @@ TEST(CpuLoads, StridedColumnsAreSpansShuffled) {
   }
 }
 
+// A padded 3x3 window's sum and maximum over each point of a rows x
+// columns float32 plane (an NCHW pool's), vectorised along the columns: the
+// columns past the whole vectors take vectors of half and a quarter of the
+// lanes before any scalar point (28 columns: 16 + 8 + 4 on AVX-512, 8 x 3
+// + 4 on AVX2), and the 9 taps are emitted one after another, their sum
+// without the blocks and compensation of long sums (no fsub in the IR).
+// The values are the window's, padding excluded, over rows of 28, 7, 13
+// and 40 columns, NaN included.
+TEST(CpuWindows, RowsPastWholeVectorsTakeNarrowerOnesAndTapsAreUnrolled) {
+  const int64_t rows = 5;
+  for (int64_t columns : {28, 7, 13, 40}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      TestProgram test;
+      int64_t in = test.buffer(DType::Float32, rows * columns);
+      int64_t out = test.buffer(DType::Float32, rows * columns);
+      auto &e = test.exprs();
+      const Expr *i = test.var(0), *j = test.var(1);
+      const Expr *r = e.add(e.add(i, test.var(2)), e.integer(-1));
+      const Expr *c = e.add(e.add(j, test.var(3)), e.integer(-1));
+      auto inside = [&](const Expr *t, int64_t extent) {
+        return e.binary(BinaryOp::LogicalAnd,
+                        e.binary(BinaryOp::Ge, t, e.integer(0)),
+                        e.binary(BinaryOp::Lt, t, e.integer(extent)));
+      };
+      auto clamp = [&](const Expr *t, int64_t extent) {
+        return e.binary(BinaryOp::Min, e.binary(BinaryOp::Max, t, e.integer(0)),
+                        e.integer(extent - 1));
+      };
+      const Expr *tap =
+          test.load(in, e.add(e.mul(clamp(r, rows), e.integer(columns)),
+                              clamp(c, columns)));
+      const Expr *identity = e.constant(
+          op == ReduceOp::Sum ? 0.0 : -std::numeric_limits<double>::infinity(),
+          DType::Float32);
+      loop::Kernel kernel;
+      kernel.name = "window";
+      kernel.outerRanges = {rows, columns};
+      loop::Loop window;
+      window.ranges = {3, 3};
+      window.reductions.push_back(
+          {op, e.where(e.binary(BinaryOp::LogicalAnd, inside(r, rows),
+                                inside(c, columns)),
+                       tap, identity)});
+      loop::Loop store;
+      store.stores.push_back({out, e.add(e.mul(i, e.integer(columns)), j),
+                              e.reductionValue(0, DType::Float32)});
+      kernel.loops = {window, store};
+      test.addKernel(kernel);
+      std::vector<float> values = randomFloats(rows * columns, -1, 1);
+      values[columns + 2] = NAN;
+      test.fill(in, values);
+      std::string ir;
+      auto compiled = compileWithIr(test, ir);
+      test.runAgain(*compiled);
+      std::string label = std::to_string(columns) + " columns, " +
+                          (op == ReduceOp::Sum ? "sum" : "max");
+      if (backend::hostTarget().vectorBits >= 256 && columns == 28) {
+        EXPECT_NE(ir.find("<4 x float>"), std::string::npos) << label;
+      }
+      EXPECT_EQ(ir.find("fsub"), std::string::npos) << label;
+      for (int64_t row = 0; row < rows; ++row)
+        for (int64_t column = 0; column < columns; ++column) {
+          float expected = op == ReduceOp::Sum
+                               ? 0.0f
+                               : -std::numeric_limits<float>::infinity();
+          bool nan = false;
+          for (int64_t dr = -1; dr <= 1; ++dr)
+            for (int64_t dc = -1; dc <= 1; ++dc) {
+              int64_t y = row + dr, x = column + dc;
+              if (y < 0 || y >= rows || x < 0 || x >= columns)
+                continue;
+              float value = values[y * columns + x];
+              nan = nan || std::isnan(value);
+              expected = op == ReduceOp::Sum ? expected + value
+                                             : std::max(expected, value);
+            }
+          float actual = test.data<float>(out)[row * columns + column];
+          if (nan) {
+            EXPECT_TRUE(std::isnan(actual))
+                << label << " at " << row << "," << column;
+          } else {
+            EXPECT_NEAR(actual, expected, 1e-6f)
+                << label << " at " << row << "," << column;
+          }
+        }
+    }
+  }
+}
+
 // A flip's column, in[r, C - 1 - j], is one contiguous load with its lanes
 // reversed (no gather), on every host.
 TEST(CpuLoads, ReversedColumnsAreContiguousLoadsReversed) {

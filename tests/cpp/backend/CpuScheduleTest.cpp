@@ -171,6 +171,24 @@ TEST(CpuSchedule, ColumnReductionVectorisesTheOuterVariable) {
   EXPECT_EQ(kernel.lanes, 8);
 }
 
+// A 2x2 stride-2 max pool over NCHW reads each output column's window as
+// two taps 1 apart and the output columns 2 apart: vectors along the taps
+// would cover none of their 2 points (all scalar), so the pool vectorises
+// its output columns, whose stride-2 loads are spans shuffled, not
+// gathers.
+TEST(CpuSchedule, StridedPoolsVectoriseTheirOutputColumnsNotTheirTaps) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 4, 32, 32}));
+  graph->setOutputs(
+      {op(*graph, "aten::max_pool2d",
+          {x, Shape{2, 2}, Shape{2, 2}, Shape{0, 0}, Shape{1, 1}, false})});
+  loop::Program program = lowerAndFuse(graph);
+  KernelSchedule kernel =
+      onlyKernel(program, backend::scheduleForCpu(program, avx2Host()));
+  EXPECT_EQ(kernel.strategy, VectorStrategy::Outer) << program.str();
+  EXPECT_EQ(kernel.lanes, 8);
+}
+
 TEST(CpuSchedule, SoftmaxCarriesItsExpAndStreamsItsOutput) {
   auto graph = std::make_shared<Graph>();
   Value *x = graph->addInput(TensorMeta(DType::Float32, {2, 8, 100}));
