@@ -345,6 +345,97 @@ std::vector<TensorMeta> constantPad(const MetaArgs &args) {
                  0, self.device));
 }
 
+// pixel_shuffle (`shuffle`) and pixel_unshuffle: (*, C r^2, H, W) to (*,
+// C, H r, W r) and back.
+std::vector<TensorMeta> pixelShuffled(const MetaArgs &args, bool shuffle) {
+  const TensorMeta &self = args.tensor(0);
+  int64_t factor = args.integer(1);
+  std::string op = shuffle ? "pixel_shuffle" : "pixel_unshuffle";
+  std::string factorName = shuffle ? "upscale_factor" : "downscale_factor";
+  if (self.dim() < 3)
+    fail(args, op +
+                   " expects input to have at least 3 dimensions, but got "
+                   "input with " +
+                   std::to_string(self.dim()) + " dimension(s)");
+  if (factor <= 0)
+    fail(args, op + " expects a positive " + factorName + ", but got " +
+                   std::to_string(factor));
+  Shape sizes = self.sizes;
+  int64_t rank = self.dim();
+  int64_t &channels = sizes[rank - 3], &height = sizes[rank - 2],
+          &width = sizes[rank - 1];
+  if (shuffle) {
+    if (channels % (factor * factor) != 0)
+      fail(args, "pixel_shuffle expects its input's 'channel' dimension to "
+                 "be divisible by the square of upscale_factor, but "
+                 "input.size(-3)=" +
+                     std::to_string(channels) + " is not divisible by " +
+                     std::to_string(factor * factor));
+    channels /= factor * factor;
+    height *= factor;
+    width *= factor;
+  } else {
+    if (height % factor != 0)
+      fail(args, "pixel_unshuffle expects height to be divisible by "
+                 "downscale_factor, but input.size(-2)=" +
+                     std::to_string(height) + " is not divisible by " +
+                     std::to_string(factor));
+    if (width % factor != 0)
+      fail(args, "pixel_unshuffle expects width to be divisible by "
+                 "downscale_factor, but input.size(-1)=" +
+                     std::to_string(width) + " is not divisible by " +
+                     std::to_string(factor));
+    channels *= factor * factor;
+    height /= factor;
+    width /= factor;
+  }
+  // torch's CPU kernels keep a channels-last input's format and return
+  // early for an empty input: pixel_unshuffle a clone of it (its sizes
+  // unchanged), pixel_shuffle a contiguous result. Its meta functions keep
+  // the format for pixel_unshuffle only.
+  bool cpu = self.device.type == DeviceType::CPU;
+  if (cpu && self.numel() == 0 && !shuffle)
+    return one(emptyLike(self));
+  bool keepsFormat = cpu ? self.numel() > 0 : !shuffle;
+  MemoryFormat format =
+      keepsFormat ? meta::suggestMemoryFormat(self) : MemoryFormat::Contiguous;
+  return one(TensorMeta(self.dtype, sizes,
+                        meta::stridesForFormat(sizes, format), 0, self.device));
+}
+
+std::vector<TensorMeta> pixelShuffle(const MetaArgs &args) {
+  return pixelShuffled(args, true);
+}
+
+std::vector<TensorMeta> pixelUnshuffle(const MetaArgs &args) {
+  return pixelShuffled(args, false);
+}
+
+// channel_shuffle(self, groups): self's sizes, in the input's suggested
+// format on the CPU (its kernel's), contiguous elsewhere (the meta one's).
+std::vector<TensorMeta> channelShuffle(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0);
+  int64_t groups = args.integer(1);
+  if (self.dim() <= 2)
+    fail(args, "channel_shuffle expects input with > 2 dims, but got input "
+               "with sizes " +
+                   shapeToString(self.sizes));
+  if (groups <= 0)
+    fail(args, "Number of groups to divide channels in must be positive. "
+               "Value of groups:" +
+                   std::to_string(groups));
+  if (self.sizes[1] % groups != 0)
+    fail(args, "Number of channels must be divisible by groups. Got " +
+                   std::to_string(self.sizes[1]) + " channels and " +
+                   std::to_string(groups) + " groups.");
+  MemoryFormat format = self.device.type == DeviceType::CPU
+                            ? meta::suggestMemoryFormat(self)
+                            : MemoryFormat::Contiguous;
+  return one(TensorMeta(self.dtype, self.sizes,
+                        meta::stridesForFormat(self.sizes, format), 0,
+                        self.device));
+}
+
 // tril and triu: a contiguous result.
 std::vector<TensorMeta> triangle(const MetaArgs &args) {
   const TensorMeta &self = args.tensor(0);
@@ -718,6 +809,12 @@ void registerTensorOps(OpRegistry &registry) {
       {"aten::tril(Tensor self, SymInt diagonal=0) -> Tensor", triangle},
       {"aten::triu(Tensor self, SymInt diagonal=0) -> Tensor", triangle},
       {"aten::flip(Tensor self, int[] dims) -> Tensor", flip},
+      {"aten::channel_shuffle(Tensor self, SymInt groups) -> Tensor",
+       channelShuffle},
+      {"aten::pixel_shuffle(Tensor self, int upscale_factor) -> Tensor",
+       pixelShuffle},
+      {"aten::pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor",
+       pixelUnshuffle},
       {"aten::roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor",
        roll},
       {"aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool "

@@ -198,6 +198,65 @@ LoweringResult flip(Lowerer &lowerer, const Node &node) {
   }));
 }
 
+// pixel_shuffle and pixel_unshuffle: out[..., c, h r + i, w r + j] is
+// in[..., c r^2 + i r + j, h, w] (unshuffle the other way round): a copy
+// through the index map, so the shuffle fuses with what reads it.
+LoweringResult pixelShuffled(Lowerer &lowerer, const Node &node, bool shuffle) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (input.isSymbolic() || input.dim() < 3)
+    return std::nullopt;
+  int64_t factor = node.arguments().at(1).toInt();
+  size_t c = input.dim() - 3, h = c + 1, w = c + 2;
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return one(copyThrough(lowerer, input, meta.sizes, [=](const Index &index) {
+    Index source = index;
+    const Expr *r = exprs->integer(factor);
+    if (shuffle) {
+      source[c] =
+          exprs->add(exprs->mul(index[c], exprs->integer(factor * factor)),
+                     exprs->add(exprs->mul(exprs->mod(index[h], factor), r),
+                                exprs->mod(index[w], factor)));
+      source[h] = exprs->floorDiv(index[h], factor);
+      source[w] = exprs->floorDiv(index[w], factor);
+    } else {
+      const Expr *offset = exprs->mod(index[c], factor * factor);
+      source[c] = exprs->floorDiv(index[c], factor * factor);
+      source[h] =
+          exprs->add(exprs->mul(index[h], r), exprs->floorDiv(offset, factor));
+      source[w] =
+          exprs->add(exprs->mul(index[w], r), exprs->mod(offset, factor));
+    }
+    return source;
+  }));
+}
+
+// channel_shuffle(self, g): out[:, k g + j] is self[:, j (C / g) + k].
+LoweringResult channelShuffle(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  if (input.isSymbolic() || input.dim() < 3)
+    return std::nullopt;
+  int64_t groups = node.arguments().at(1).toInt();
+  int64_t perGroup = input.sizes[1] / groups;
+  loop::ExprContext *exprs = &lowerer.exprs();
+  return one(copyThrough(
+      lowerer, input, lowerer.resultMeta(node).sizes, [=](const Index &index) {
+        Index source = index;
+        source[1] = exprs->add(
+            exprs->mul(exprs->mod(index[1], groups), exprs->integer(perGroup)),
+            exprs->floorDiv(index[1], groups));
+        return source;
+      }));
+}
+
+LoweringResult pixelShuffle(Lowerer &lowerer, const Node &node) {
+  return pixelShuffled(lowerer, node, true);
+}
+
+LoweringResult pixelUnshuffle(Lowerer &lowerer, const Node &node) {
+  return pixelShuffled(lowerer, node, false);
+}
+
 LoweringResult roll(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = lowerer.input(node, 0);
   std::vector<int64_t> shifts = node.arguments().at(1).toIntList();
@@ -518,6 +577,9 @@ void registerTensorLowerings(LoweringTable &table) {
       {"aten::triu", triangle<false>},
       {"aten::flip", flip},
       {"aten::roll", roll},
+      {"aten::channel_shuffle", channelShuffle},
+      {"aten::pixel_shuffle", pixelShuffle},
+      {"aten::pixel_unshuffle", pixelUnshuffle},
       {"aten::repeat", repeat},
       {"aten::constant_pad_nd", constantPad},
       {"aten::upsample_nearest2d", upsampleNearest2d},

@@ -4,6 +4,7 @@
 # for the ops kiln lowers to loops.
 import copy
 import functools
+import re
 
 import pytest
 import torch
@@ -52,6 +53,7 @@ NATIVE_OPS = [
     "nn.functional.interpolate.bilinear", "nn.functional.upsample_bilinear",
     "mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul",
     "nn.functional.embedding", "index_select",
+    "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.channel_shuffle",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
@@ -434,6 +436,49 @@ def test_rolls_read_wrapped_runs_and_match_eager(shape, shifts, dims):
     x = torch.randn(shape)
     fn = lambda x: torch.roll(x, shifts, dims) * 2
     assert torch.equal(kiln.compile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "sliced", "empty"])
+@pytest.mark.parametrize("shape,factor", [((2, 8, 3, 5), 2), ((1, 18, 4, 7), 3), ((3, 2, 4, 3, 5), 2),
+                                          ((4, 3, 5), 2), ((2, 4, 3, 3), 1)])
+def test_pixel_shuffles_are_index_maps_that_fuse(shape, factor, layout):
+    # pixel_shuffle, pixel_unshuffle and channel_shuffle are copies through
+    # an index map,
+    # fused with what reads them (one kernel, no call into torch): eager's
+    # values and strides (a channels-last input keeps its format, an empty
+    # one takes torch's CPU shortcuts: unshuffle returns its input's sizes).
+    x = torch.randn(shape)
+    if layout == "channels_last" and x.dim() == 4:
+        x = x.to(memory_format=torch.channels_last)
+    elif layout == "sliced":
+        x = torch.randn(shape[:-1] + (shape[-1] * 2,))[..., ::2]
+    elif layout == "empty":
+        x = torch.randn((0,) + shape[1:])
+    for fn in (lambda x: F.pixel_shuffle(x, factor).relu() * 2,
+               lambda x: F.pixel_unshuffle(F.pixel_shuffle(x, factor) + 1, factor),
+               lambda x: F.pixel_unshuffle(x.transpose(-1, -2), 1) - x.transpose(-1, -2),
+               lambda x: (lambda y: F.channel_shuffle(y, 2 - y.shape[1] % 2))(F.pixel_shuffle(x, factor))):
+        compiled = kiln.compile(fn)
+        actual, expected = compiled(x), fn(x)
+        assert actual.shape == expected.shape and actual.stride() == expected.stride()
+        assert torch.equal(actual, expected)
+        if x.numel():
+            runner = kiln.cache_info(compiled)["runners"][0]
+            assert runner.startswith("native: 1 kernel(s), 0 extern"), runner
+
+
+def test_pixel_shuffles_of_bad_shapes_raise_eagers_errors():
+    for fn, x in ((lambda x: F.pixel_shuffle(x, 2), torch.randn(2, 5, 3, 3)),
+                  (lambda x: F.pixel_shuffle(x, 0), torch.randn(2, 4, 3, 3)),
+                  (lambda x: F.pixel_unshuffle(x, 2), torch.randn(2, 4, 3, 4)),
+                  (lambda x: F.pixel_shuffle(x, 2), torch.randn(8, 3)),
+                  (lambda x: F.channel_shuffle(x, 2), torch.randn(2, 5, 3, 3)),
+                  (lambda x: F.channel_shuffle(x, 0), torch.randn(2, 4, 3, 3)),
+                  (lambda x: F.channel_shuffle(x, 2), torch.randn(2, 4))):
+        with pytest.raises(RuntimeError) as eager:
+            fn(x)
+        with pytest.raises(RuntimeError, match=re.escape(str(eager.value).splitlines()[0])):
+            kiln.compile(fn)(x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.bfloat16, torch.bool])

@@ -193,15 +193,40 @@ def roll_cases():
             yield "aten::roll", (t, [1, -1], [d, -1]), {}
 
 
+def pixel_shuffle_cases():
+    for dtype in (torch.float32, torch.int64):
+        for shape, factor in (((2, 8, 3, 5), 2), ((1, 9, 2, 2), 3), ((8, 3, 5), 2),
+                              ((3, 2, 4, 3, 5), 2), ((2, 4, 3, 3), 1), ((0, 8, 3, 5), 2),
+                              ((2, 0, 3, 5), 2), ((2, 8, 0, 5), 2), ((2, 5, 3, 3), 2),
+                              ((8, 3), 2)):
+            for t in layouts(shape, dtype):
+                yield "aten::pixel_shuffle", (t, factor), {}
+                unshuffled = meta(shape[:-2] + (shape[-2] * factor, shape[-1] * factor), dtype) \
+                    if len(shape) >= 2 else meta(shape, dtype)
+                yield "aten::pixel_unshuffle", (unshuffled, factor), {}
+        cl = meta((2, 8, 4, 6), dtype).to(memory_format=torch.channels_last)
+        yield "aten::pixel_shuffle", (cl, 2), {}
+        yield "aten::pixel_unshuffle", (cl, 2), {}
+        yield "aten::pixel_unshuffle", (meta((2, 2, 5, 6)), 2), {}
+        yield "aten::pixel_unshuffle", (meta((2, 2, 6, 5)), 2), {}
+        for shape, groups in (((2, 6, 3, 5), 3), ((2, 6, 5), 2), ((0, 6, 3, 5), 3), ((2, 6), 2),
+                              ((2, 5, 3, 3), 2), ((2, 4, 3, 3), 0), ((2, 4, 3, 3), -1)):
+            for t in layouts(shape, dtype):
+                yield "aten::channel_shuffle", (t, groups), {}
+        yield "aten::channel_shuffle", (cl, 4), {}
+
+
 FAMILIES = {
     "factories": list(factory_cases()),
     "like": list(like_cases()),
     "combine": list(combine_cases()),
     "index": list(index_cases()),
     "roll": list(roll_cases()),
+    "pixel_shuffle": list(pixel_shuffle_cases()),
 }
 # Ops whose result layout differs between torch's kernels for devices.
-DEVICE_DEPENDENT = {"aten::index.Tensor", "aten::roll"}
+DEVICE_DEPENDENT = {"aten::index.Tensor", "aten::roll", "aten::pixel_shuffle", "aten::pixel_unshuffle",
+                    "aten::channel_shuffle"}
 
 
 def grouped():
