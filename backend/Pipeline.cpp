@@ -11,6 +11,7 @@
 #include "backend/nvptx/GpuSchedule.h"
 #include "ir/Logging.h"
 #include "passes/DeadCodeElimination.h"
+#include "passes/Functionalization.h"
 #include "passes/Lowering.h"
 #include "passes/Scheduler.h"
 
@@ -74,6 +75,8 @@ void cleanUpGraph(Graph &graph) { passes::eliminateDeadCode(graph); }
 loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   PhaseTimes times("planning (" + std::to_string(graph->nodes().size()) +
                    " graph nodes)");
+  graph = passes::functionalizeInPlaceOps(std::move(graph));
+  times.lap("functionalization");
   cleanUpGraph(*graph);
   times.lap("dead code elimination");
   if (logVerbose("graph"))
