@@ -97,13 +97,25 @@ LoweringResult binaryOp(Lowerer &lowerer, const Node &node) {
   });
 }
 
-// Ops whose integer forms raise on a zero divisor or a negative power:
-// native only for floating results.
+// Whether an integer division's divisor is a nonzero number (not a tensor,
+// not a size that varies): it never raises eager's ZeroDivisionError.
+bool divisorIsNonzeroNumber(const Node &node) {
+  const Argument &divisor = node.arguments().at(1);
+  return divisor.isScalar() && !divisor.isSymbolic() && divisor.toDouble() != 0;
+}
+
+// Ops whose integer forms raise on a zero divisor: native for floating
+// results, and for integer ones by a nonzero number (x % 10, x // 2).
 template <BinaryOp Op>
 LoweringResult floatOnlyBinaryOp(Lowerer &lowerer, const Node &node) {
-  if (!isFloatingPoint(resultType(lowerer, node)))
+  DType result = resultType(lowerer, node);
+  if (isFloatingPoint(result))
+    return binaryOp<Op>(lowerer, node);
+  if (!divisorIsNonzeroNumber(node))
     return std::nullopt;
-  return binaryOp<Op>(lowerer, node);
+  return map(lowerer, node, {0, 1}, result, [&lowerer](const Values &v) {
+    return lowerer.binary(Op, v[0], v[1]);
+  });
 }
 
 template <BinaryOp Op>
@@ -198,8 +210,18 @@ LoweringResult divideWithMode(Lowerer &lowerer, const Node &node) {
   const Argument &mode = node.arguments().at(2);
   if (mode.isNone())
     return binaryOp<BinaryOp::Div>(lowerer, node);
-  if (!isFloatingPoint(resultType(lowerer, node)))
-    return std::nullopt;
+  DType result = resultType(lowerer, node);
+  if (!isFloatingPoint(result)) {
+    // Integer division truncates; floor's steps down where the signs differ.
+    if (!divisorIsNonzeroNumber(node))
+      return std::nullopt;
+    bool trunc = mode.toString() == "trunc";
+    return map(lowerer, node, {0, 1}, result,
+               [&lowerer, trunc](const Values &v) {
+                 return lowerer.binary(
+                     trunc ? BinaryOp::Div : BinaryOp::FloorDiv, v[0], v[1]);
+               });
+  }
   if (mode.toString() != "trunc")
     return binaryOp<BinaryOp::FloorDiv>(lowerer, node);
   return map(lowerer, node, {0, 1}, resultType(lowerer, node),

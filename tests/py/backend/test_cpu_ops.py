@@ -467,6 +467,31 @@ def test_pixel_shuffles_are_index_maps_that_fuse(shape, factor, layout):
             assert runner.startswith("native: 1 kernel(s), 0 extern"), runner
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_integer_divisions_by_a_nonzero_number_are_kernels(dtype):
+    # x % 10, x // 2, fmod and div with a rounding mode over integers, by a
+    # number: no zero divisor can reach eager's ZeroDivisionError, so they
+    # are kernels (Python's floor rounding, C's truncation for fmod and
+    # trunc), with eager's values at the type's extremes too.
+    info = torch.iinfo(dtype)
+    x = torch.cat([torch.arange(-20, 21).clamp(info.min, info.max),
+                   torch.tensor([info.min, info.min + 1, info.max, info.max - 1])]).to(dtype)
+    x = x.view(5, -1)[:, ::2]  # not contiguous
+    divisors = [1, 2, 3, 7, 100] + ([] if dtype == torch.uint8 else [-1, -2, -3, -7])
+    for d in divisors:
+        for fn in (lambda x: x % d, lambda x: x // d, lambda x: torch.fmod(x, d),
+                   lambda x: torch.remainder(x, d), lambda x: torch.div(x, d, rounding_mode="floor"),
+                   lambda x: torch.div(x, d, rounding_mode="trunc")):
+            compiled = kiln.compile(fn)
+            expected, actual = fn(x), compiled(x)
+            assert actual.dtype == expected.dtype and torch.equal(actual, expected), (d, x, actual, expected)
+            runner = kiln.cache_info(compiled)["runners"][0]
+            assert "0 extern" in runner, runner
+    # A zero divisor raises eager's error.
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        kiln.compile(lambda x: x % 0)(x)
+
+
 def test_pixel_shuffles_of_bad_shapes_raise_eagers_errors():
     for fn, x in ((lambda x: F.pixel_shuffle(x, 2), torch.randn(2, 5, 3, 3)),
                   (lambda x: F.pixel_shuffle(x, 0), torch.randn(2, 4, 3, 3)),
