@@ -436,6 +436,55 @@ std::vector<TensorMeta> channelShuffle(const MetaArgs &args) {
                         self.device));
 }
 
+// reflection_pad{1,2,3}d and replication_pad{1,2,3}d over the last
+// `spatial` dims of a (batched or not) input: (left, right) pairs from the
+// last dim backwards, negative ones trim. The result has the input's
+// suggested format on the CPU (its kernels'), contiguous elsewhere.
+std::vector<TensorMeta> edgePad(const MetaArgs &args, int64_t spatial,
+                                bool reflect) {
+  const TensorMeta &self = args.tensor(0);
+  Shape pad = args.intList(1);
+  if (static_cast<int64_t>(pad.size()) != 2 * spatial)
+    fail(args, "padding size is expected to be " + std::to_string(2 * spatial));
+  bool rankOk = self.dim() == spatial + 1 || self.dim() == spatial + 2;
+  for (int64_t d = self.dim() - spatial - 1; rankOk && d < self.dim(); ++d)
+    rankOk = d < 0 || self.sizes[d] != 0;
+  if (!rankOk)
+    fail(args, "Expected " + std::to_string(spatial + 1) + "D or " +
+                   std::to_string(spatial + 2) +
+                   "D (batch mode) tensor with possibly 0 batch size and "
+                   "other non-zero dimensions for input, but got: " +
+                   shapeToString(self.sizes));
+  Shape sizes = self.sizes;
+  for (int64_t i = 0; i < spatial; ++i) {
+    int64_t d = self.dim() - 1 - i;
+    int64_t before = pad[2 * i], after = pad[2 * i + 1];
+    if (reflect && (before >= self.sizes[d] || after >= self.sizes[d]))
+      fail(args, "Argument #" + std::to_string(4 + 2 * i) +
+                     ": Padding size should be less than the corresponding "
+                     "input dimension, but got: padding (" +
+                     std::to_string(before) + ", " + std::to_string(after) +
+                     ") at dimension " + std::to_string(d) + " of input " +
+                     shapeToString(self.sizes));
+    sizes[d] += before + after;
+    // torch's 1-d pads refuse an empty result, the others a negative size.
+    if (sizes[d] < (spatial == 1 ? 1 : 0))
+      fail(args, "input (W: " + std::to_string(self.sizes[d]) +
+                     ") is too small. Calculated output W: " +
+                     std::to_string(sizes[d]));
+  }
+  MemoryFormat format = self.device.type == DeviceType::CPU
+                            ? meta::suggestMemoryFormat(self)
+                            : MemoryFormat::Contiguous;
+  return one(TensorMeta(self.dtype, sizes,
+                        meta::stridesForFormat(sizes, format), 0, self.device));
+}
+
+template <int Spatial, bool Reflect>
+std::vector<TensorMeta> edgePadded(const MetaArgs &args) {
+  return edgePad(args, Spatial, Reflect);
+}
+
 // tril and triu: a contiguous result.
 std::vector<TensorMeta> triangle(const MetaArgs &args) {
   const TensorMeta &self = args.tensor(0);
@@ -809,6 +858,18 @@ void registerTensorOps(OpRegistry &registry) {
       {"aten::tril(Tensor self, SymInt diagonal=0) -> Tensor", triangle},
       {"aten::triu(Tensor self, SymInt diagonal=0) -> Tensor", triangle},
       {"aten::flip(Tensor self, int[] dims) -> Tensor", flip},
+      {"aten::reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor",
+       edgePadded<1, true>},
+      {"aten::reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor",
+       edgePadded<2, true>},
+      {"aten::reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor",
+       edgePadded<3, true>},
+      {"aten::replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor",
+       edgePadded<1, false>},
+      {"aten::replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor",
+       edgePadded<2, false>},
+      {"aten::replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor",
+       edgePadded<3, false>},
       {"aten::channel_shuffle(Tensor self, SymInt groups) -> Tensor",
        channelShuffle},
       {"aten::pixel_shuffle(Tensor self, int upscale_factor) -> Tensor",

@@ -341,6 +341,69 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
   return one(result);
 }
 
+// reflection_pad and replication_pad: output position o of a padded dim
+// reads input position i = o - left, reflected at the ends (-i below 0,
+// 2 (n - 1) - i past n - 1) or clamped to them. The last dim (the one the
+// CPU vectorises) reflects as a select between three clamped reads, which
+// the CPU emitter splits the loop at: the interior reads contiguous runs,
+// each edge its reversed one; the other dims select the position itself.
+template <int Spatial, bool Reflect>
+LoweringResult edgePad(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (input.isSymbolic())
+    return std::nullopt;
+  std::vector<int64_t> pad = node.arguments().at(1).toIntList();
+  Shape from = input.sizes;
+  int64_t rank = input.dim();
+  LoweredTensor result;
+  result.dtype = meta.dtype;
+  result.sizes = meta.sizes;
+  result.symSizes = symbolicSizes(meta);
+  Loader inner = input.loader;
+  result.loader = [&lowerer, inner, pad, from, rank](const Index &index) {
+    loop::ExprContext &exprs = lowerer.exprs();
+    Index source = index;
+    auto position = [&](int64_t i) {
+      return exprs.add(index[rank - 1 - i], exprs.integer(-pad[2 * i]));
+    };
+    auto below = [&](const Expr *p) {
+      return lowerer.binary(BinaryOp::Lt, p, exprs.integer(0));
+    };
+    auto above = [&](const Expr *p, int64_t last) {
+      return lowerer.binary(BinaryOp::Gt, p, exprs.integer(last));
+    };
+    auto mirrored = [&](const Expr *p, int64_t last) {
+      return std::pair{
+          exprs.mul(p, exprs.integer(-1)),
+          exprs.add(exprs.mul(p, exprs.integer(-1)), exprs.integer(2 * last))};
+    };
+    for (int64_t i = Spatial - 1; i >= 0; --i) {
+      int64_t d = rank - 1 - i, last = from[d] - 1;
+      const Expr *p = position(i);
+      if (!Reflect) {
+        source[d] = clampIndex(lowerer, p, size::constant(from[d]));
+        continue;
+      }
+      auto [low, high] = mirrored(p, last);
+      if (i > 0) {
+        source[d] = lowerer.where(below(p), low,
+                                  lowerer.where(above(p, last), high, p));
+        continue;
+      }
+      auto read = [&](const Expr *at) {
+        Index clamped = source;
+        clamped[d] = clampIndex(lowerer, at, size::constant(from[d]));
+        return inner(clamped);
+      };
+      return lowerer.where(below(p), read(low),
+                           lowerer.where(above(p, last), read(high), read(p)));
+    }
+    return inner(source);
+  };
+  return one(result);
+}
+
 // The scales an upsampling's arguments give for height and width, from
 // argument `first` on: scales_h and scales_w, or .vec's scale_factors (a
 // list); none where not given; nullopt for a list of another length.
@@ -577,6 +640,12 @@ void registerTensorLowerings(LoweringTable &table) {
       {"aten::triu", triangle<false>},
       {"aten::flip", flip},
       {"aten::roll", roll},
+      {"aten::reflection_pad1d", edgePad<1, true>},
+      {"aten::reflection_pad2d", edgePad<2, true>},
+      {"aten::reflection_pad3d", edgePad<3, true>},
+      {"aten::replication_pad1d", edgePad<1, false>},
+      {"aten::replication_pad2d", edgePad<2, false>},
+      {"aten::replication_pad3d", edgePad<3, false>},
       {"aten::channel_shuffle", channelShuffle},
       {"aten::pixel_shuffle", pixelShuffle},
       {"aten::pixel_unshuffle", pixelUnshuffle},

@@ -54,6 +54,7 @@ NATIVE_OPS = [
     "mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul",
     "nn.functional.embedding", "index_select",
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.channel_shuffle",
+    "nn.functional.pad.reflect", "nn.functional.pad.replicate", "nn.functional.pad.replicate_negative",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
@@ -490,6 +491,36 @@ def test_integer_divisions_by_a_nonzero_number_are_kernels(dtype):
     # A zero divisor raises eager's error.
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         kiln.compile(lambda x: x % 0)(x)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "sliced"])
+def test_reflected_and_replicated_pads_are_kernels(mode, layout):
+    # reflection_pad{1,2,3}d and replication_pad{1,2,3}d read the input
+    # through reflected or clamped positions: one kernel, eager's values and
+    # strides (channels-last kept), negative pads trimming, pads as wide as
+    # the input allows; too wide a reflection raises eager's error.
+    cases = [((2, 3, 5, 6), (1, 2, 2, 1)), ((2, 3, 5, 6), (0, 0, 4, 4)), ((3, 5, 6), (1, 2)),
+             ((2, 3, 7), (3, 2)), ((2, 3, 4, 5, 6), (1, 1, 2, 0, 3, 1)), ((2, 3, 5, 6), (-1, 2, 0, 1)),
+             ((1, 1, 3, 3), (2, 2, 2, 2)), ((1, 2, 9, 1), (0, 0, 3, 3)), ((2, 4, 20, 40), (3, 3, 1, 1))]
+    for shape, pad in cases:
+        x = torch.randn(shape)
+        if layout == "channels_last" and x.dim() == 4:
+            x = x.to(memory_format=torch.channels_last)
+        elif layout == "sliced":
+            x = torch.randn(shape[:-1] + (shape[-1] * 2,))[..., ::2]
+        fn = lambda x: F.pad(x, pad, mode=mode) * 2  # noqa: E731
+        compiled = kiln.compile(fn)
+        expected, actual = fn(x), compiled(x)
+        assert actual.stride() == expected.stride() and torch.equal(actual, expected), (shape, pad)
+        runner = kiln.cache_info(compiled)["runners"][0]
+        assert runner.startswith("native: 1 kernel(s), 0 extern"), runner
+    x = torch.randn(1, 1, 3, 3)
+    with pytest.raises(RuntimeError, match="Padding size should be less than"):
+        F.pad(x, (3, 0, 0, 0), mode="reflect")
+    if mode == "reflect":
+        with pytest.raises(RuntimeError, match="Padding size should be less than"):
+            kiln.compile(lambda x: F.pad(x, (3, 0, 0, 0), mode="reflect"))(x)
 
 
 def test_pixel_shuffles_of_bad_shapes_raise_eagers_errors():

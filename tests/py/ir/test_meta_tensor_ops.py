@@ -216,6 +216,20 @@ def pixel_shuffle_cases():
         yield "aten::channel_shuffle", (cl, 4), {}
 
 
+def edge_pad_cases():
+    for mode in ("reflection", "replication"):
+        for spatial, shapes in ((1, [(3, 5), (2, 3, 5), (2, 0, 5), (5,)]),  # torch's meta is wrong for 4-d
+                                (2, [(3, 5, 6), (2, 3, 5, 6), (0, 3, 5, 6), (2, 3, 0, 6), (5, 6)]),
+                                (3, [(3, 4, 5, 6), (2, 3, 4, 5, 6)])):
+            for shape in shapes:
+                for pad in ([1] * (2 * spatial), [0, 2] * spatial, [-1, 2] * spatial, [4, 0] * spatial,
+                            [7, 0] * spatial, [-5, 0] * spatial):
+                    for t in layouts(shape):
+                        yield f"aten::{mode}_pad{spatial}d", (t, pad), {}
+        cl = meta((2, 3, 5, 6)).to(memory_format=torch.channels_last)
+        yield f"aten::{mode}_pad2d", (cl, [1, 2, 0, 1]), {}
+
+
 FAMILIES = {
     "factories": list(factory_cases()),
     "like": list(like_cases()),
@@ -223,10 +237,13 @@ FAMILIES = {
     "index": list(index_cases()),
     "roll": list(roll_cases()),
     "pixel_shuffle": list(pixel_shuffle_cases()),
+    "edge_pad": list(edge_pad_cases()),
 }
 # Ops whose result layout differs between torch's kernels for devices.
 DEVICE_DEPENDENT = {"aten::index.Tensor", "aten::roll", "aten::pixel_shuffle", "aten::pixel_unshuffle",
-                    "aten::channel_shuffle"}
+                    "aten::channel_shuffle", "aten::reflection_pad1d", "aten::reflection_pad2d",
+                    "aten::reflection_pad3d", "aten::replication_pad1d", "aten::replication_pad2d",
+                    "aten::replication_pad3d"}
 
 
 def grouped():
