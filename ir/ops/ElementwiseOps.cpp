@@ -262,6 +262,26 @@ std::vector<TensorMeta> where(const MetaArgs &args) {
 // log_sigmoid_forward (what F.logsigmoid calls): the output and a buffer for
 // the backward, both contiguous on the CPU (the buffer holds exp(-|x|));
 // on CUDA the output is empty_like(self) and the buffer empty.
+// glu(self, dim): the first half of `dim` times the sigmoid of the second,
+// laid out as an elementwise op over the two halves.
+std::vector<TensorMeta> glu(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0);
+  if (self.dim() == 0)
+    fail(args, "glu does not support scalars because halving size must be "
+               "even");
+  int64_t dim = meta::wrapDim(args.integer(1), self.dim());
+  if (self.sizes[dim] % 2 != 0)
+    fail(args, "Halving dimension must be even, but dimension " +
+                   std::to_string(dim) + " is size " +
+                   std::to_string(self.sizes[dim]));
+  checkSupported(args, self.dtype, kFloatingTypes);
+  TensorMeta first = self, second = self;
+  first.sizes[dim] /= 2;
+  second.sizes[dim] /= 2;
+  second.storageOffset += first.sizes[dim] * self.strides[dim];
+  return {elementwiseResult({&first, &second}, self.dtype, true)};
+}
+
 std::vector<TensorMeta> logSigmoidForward(const MetaArgs &args) {
   const TensorMeta &self = args.tensor(0);
   checkSupported(args, self.dtype, kFloatingTypes);
@@ -485,6 +505,11 @@ void registerElementwiseOps(OpRegistry &registry) {
       {"hardsigmoid(Tensor self) -> Tensor", unary(R::Self, kFloatingTypes)},
       {"hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor",
        unary(R::Self, kRealNoBool, checkHardtanh)},
+      {"glu(Tensor self, int dim=-1) -> Tensor", glu},
+      {"hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor",
+       unary(R::Self, kFloatingTypes)},
+      {"softshrink(Tensor self, Scalar lambd=0.5) -> Tensor",
+       unary(R::Self, kFloatingTypes)},
       {"leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor",
        unary(R::Self, kFloatingTypes)},
       {"elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar "

@@ -175,6 +175,11 @@ std::vector<TensorMeta> fill(const MetaArgs &args) {
   return one(emptyLike(args.tensor(0)));
 }
 
+// zero: zeros of self's layout (the functional form of zero_).
+std::vector<TensorMeta> zero(const MetaArgs &args) {
+  return one(emptyLike(args.tensor(0)));
+}
+
 // --- Combining tensors ---
 
 // cat's legacy rule: 1-d empty tensors are skipped whatever the others'
@@ -849,6 +854,7 @@ void registerTensorOps(OpRegistry &registry) {
        copy},
       {"aten::fill.Scalar(Tensor self, Scalar value) -> Tensor", fill},
       {"aten::fill.Tensor(Tensor self, Tensor value) -> Tensor", fill},
+      {"aten::zero(Tensor self) -> Tensor", zero},
       {"aten::cat(Tensor[] tensors, int dim=0) -> Tensor", cat},
       {"aten::stack(Tensor[] tensors, int dim=0) -> Tensor", stack},
       {"aten::repeat(Tensor self, SymInt[] repeats) -> Tensor", repeat},

@@ -548,6 +548,64 @@ LoweringResult hardtanh(Lowerer &lowerer, const Node &node) {
   });
 }
 
+// glu(self, dim): a * sigmoid(b), a and b the halves of `dim`.
+LoweringResult glu(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  if (input.isSymbolic())
+    return std::nullopt;
+  int64_t dim = wrapDim(node.arguments().at(1).toInt(), input.dim());
+  Shape half = input.sizes;
+  half[dim] /= 2;
+  loop::ExprContext *exprs = &lowerer.exprs();
+  int64_t shift = half[dim];
+  LoweredTensor first =
+      lowerer.remap(input, half, [](const Index &index) { return index; });
+  LoweredTensor second = lowerer.remap(input, half, [=](const Index &index) {
+    Index source = index;
+    source[dim] = exprs->add(index[dim], exprs->integer(shift));
+    return source;
+  });
+  DType math = mathType(lowerer, node);
+  return std::vector<LoweredTensor>{lowerer.pointwise(
+      half, math, resultType(lowerer, node), {first, second},
+      [&lowerer](const Values &v) {
+        return lowerer.binary(BinaryOp::Mul, v[0],
+                              lowerer.unary(UnaryOp::Sigmoid, v[1]));
+      })};
+}
+
+// hardshrink: 0 where -lambd <= x <= lambd, else x (NaN stays), compared
+// in the tensor's dtype as torch's kernel does.
+LoweringResult hardshrink(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  double lambd = scalarArgument(node, 1);
+  return map(lowerer, node, {0}, dtype, [=, &lowerer](const Values &v) {
+    const Expr *inside = lowerer.binary(
+        BinaryOp::LogicalAnd,
+        lowerer.binary(BinaryOp::Ge, v[0], lowerer.constant(-lambd, dtype)),
+        lowerer.binary(BinaryOp::Le, v[0], lowerer.constant(lambd, dtype)));
+    return lowerer.where(inside, lowerer.constant(0, dtype), v[0]);
+  });
+}
+
+// softshrink: x - lambd above lambd, x + lambd below -lambd, else x * 0
+// (NaN stays NaN).
+LoweringResult softshrink(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  double lambd = scalarArgument(node, 1);
+  return map(lowerer, node, {0}, math, [=, &lowerer](const Values &v) {
+    const Expr *l = lowerer.constant(lambd, math);
+    const Expr *minus = lowerer.constant(-lambd, math);
+    return lowerer.where(
+        lowerer.binary(BinaryOp::Gt, v[0], l),
+        lowerer.binary(BinaryOp::Sub, v[0], l),
+        lowerer.where(
+            lowerer.binary(BinaryOp::Lt, v[0], minus),
+            lowerer.binary(BinaryOp::Add, v[0], l),
+            lowerer.binary(BinaryOp::Mul, v[0], lowerer.constant(0, math))));
+  });
+}
+
 // relu6(x + 3) / 6, times x for hardswish.
 template <bool TimesInput>
 LoweringResult hardActivation(Lowerer &lowerer, const Node &node) {
@@ -722,6 +780,9 @@ void registerPointwiseLowerings(LoweringTable &table) {
       {"aten::hardswish", hardActivation<true>},
       {"aten::hardsigmoid", hardActivation<false>},
       {"aten::hardtanh", hardtanh},
+      {"aten::glu", glu},
+      {"aten::hardshrink", hardshrink},
+      {"aten::softshrink", softshrink},
       {"aten::leaky_relu", leakyRelu},
       {"aten::elu", elu},
       {"aten::softplus", softplusOp},

@@ -631,6 +631,7 @@ void registerTensorLowerings(LoweringTable &table) {
       {"aten::new_full", constant<2, 0>},
       {"aten::fill.Scalar", constant<1, 0>},
       {"aten::fill.Tensor", fillTensor},
+      {"aten::zero", constant<-1, 0>},
       {"aten::arange", arange<-1, -1>},
       {"aten::arange.start", arange<0, -1>},
       {"aten::arange.start_step", arange<0, 2>},

@@ -55,6 +55,7 @@ NATIVE_OPS = [
     "nn.functional.embedding", "index_select",
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.channel_shuffle",
     "nn.functional.pad.reflect", "nn.functional.pad.replicate", "nn.functional.pad.replicate_negative",
+    "nn.functional.glu", "nn.functional.hardshrink", "nn.functional.softshrink",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")

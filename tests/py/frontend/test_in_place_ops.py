@@ -84,6 +84,12 @@ def fill_and_copy(x):
     return y + x, z
 
 
+def zeroed(x):
+    y = x * 2
+    y.zero_()
+    return y + x
+
+
 def masked_scores(x):
     scores = x @ x.t()
     scores.masked_fill_(torch.ones(8, 8, dtype=torch.bool).triu(1), float("-inf"))
@@ -104,7 +110,7 @@ def channels_last(x):
 
 
 @pytest.mark.parametrize("fn", [chained, augmented, read_before_and_after, returned_as_both,
-                                views_after_the_writes, activations, fill_and_copy, masked_scores,
+                                views_after_the_writes, activations, fill_and_copy, zeroed, masked_scores,
                                 in_a_loop, channels_last])
 def test_writes_to_the_functions_own_tensors_are_functional_ops(fn):
     runner = _check(fn, torch.randn(8, 16))
