@@ -234,8 +234,44 @@ std::vector<TensorMeta> scan(const MetaArgs &args) {
 
 } // namespace
 
+// mse_loss and smooth_l1_loss (self and target promoted) and huber_loss
+// (self's dtype): elementwise over the two broadcast (reduction 0, none),
+// else a 0-d mean (1) or sum (2).
+std::vector<TensorMeta> pointwiseLoss(const MetaArgs &args, bool promotes) {
+  const TensorMeta &self = args.tensor(0), &target = args.tensor(1);
+  DType dtype =
+      promotes
+          ? meta::resultType({meta::operandOf(self), meta::operandOf(target)})
+          : self.dtype;
+  checkSupported(args, dtype, kFloatingTypes);
+  int64_t reduction = args.integer(2);
+  if (reduction < 0 || reduction > 2)
+    fail(args, std::to_string(reduction) + " is not a valid value for "
+                                           "reduction");
+  if (reduction == 0)
+    return {meta::elementwiseResult({&self, &target}, dtype, true)};
+  meta::broadcastShapes(self.sizes, target.sizes);
+  return {TensorMeta(dtype, {}, meta::commonDevice({&self, &target}))};
+}
+
+std::vector<TensorMeta> promotedLoss(const MetaArgs &args) {
+  return pointwiseLoss(args, true);
+}
+
+std::vector<TensorMeta> selfTypedLoss(const MetaArgs &args) {
+  return pointwiseLoss(args, false);
+}
+
 void registerReductionOps(OpRegistry &registry) {
   const OpRegistration table[] = {
+      {"mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor",
+       promotedLoss},
+      {"smooth_l1_loss(Tensor self, Tensor target, int reduction=1, float "
+       "beta=1.0) -> Tensor",
+       promotedLoss},
+      {"huber_loss(Tensor self, Tensor target, int reduction=1, float "
+       "delta=1.0) -> Tensor",
+       selfTypedLoss},
       {"sum(Tensor self, *, ScalarType? dtype=None) -> Tensor",
        reduction(kSum)},
       {"sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, "

@@ -4,6 +4,8 @@
 // Depends on passes/lowerings/Lowerer.h.
 #include "passes/lowerings/Lowerer.h"
 
+#include "ir/ops/MetaUtils.h"
+
 #include <cmath>
 #include <limits>
 
@@ -258,12 +260,75 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
                    })};
 }
 
+// mse_loss, smooth_l1_loss and huber_loss: the elementwise loss of
+// d = self - target (broadcast), in float32 for half types, kept as is
+// (reduction none) or summed in one reduction kernel (divided by the count
+// for mean: NaN for none, as eager's mean of nothing).
+enum class Loss { Squared, SmoothL1, Huber };
+
+template <Loss Kind>
+LoweringResult pointwiseLoss(Lowerer &lowerer, const Node &node) {
+  LoweredTensor self = lowerer.input(node, 0), target = lowerer.input(node, 1);
+  if (self.isSymbolic() || target.isSymbolic())
+    return std::nullopt;
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  int64_t reduction = node.arguments().at(2).toInt();
+  double parameter =
+      Kind == Loss::Squared ? 0 : node.arguments().at(3).toDouble();
+  Shape sizes = meta::broadcastShapes(self.sizes, target.sizes);
+  DType math = accumulationType(meta.dtype);
+  LoweredTensor terms = lowerer.pointwise(
+      sizes, math, reduction == 0 ? meta.dtype : math, {self, target},
+      [&lowerer, math, parameter](const std::vector<const Expr *> &v) {
+        auto c = [&](double value) { return lowerer.constant(value, math); };
+        const Expr *d = lowerer.binary(BinaryOp::Sub, v[0], v[1]);
+        const Expr *square = lowerer.binary(BinaryOp::Mul, d, d);
+        if (Kind == Loss::Squared)
+          return square;
+        const Expr *magnitude = lowerer.unary(UnaryOp::Abs, d);
+        const Expr *small =
+            lowerer.binary(BinaryOp::Lt, magnitude, c(parameter));
+        if (Kind == Loss::SmoothL1) {
+          if (parameter == 0) // torch's l1 loss
+            return magnitude;
+          return lowerer.where(
+              small,
+              lowerer.binary(BinaryOp::Div,
+                             lowerer.binary(BinaryOp::Mul, c(0.5), square),
+                             c(parameter)),
+              lowerer.binary(BinaryOp::Sub, magnitude, c(0.5 * parameter)));
+        }
+        return lowerer.where(
+            small, lowerer.binary(BinaryOp::Mul, c(0.5), square),
+            lowerer.binary(
+                BinaryOp::Mul, c(parameter),
+                lowerer.binary(BinaryOp::Sub, magnitude, c(0.5 * parameter))));
+      });
+  if (reduction == 0)
+    return std::vector<LoweredTensor>{terms};
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d)
+    dims.push_back(d);
+  int64_t count = numelOf(sizes);
+  bool mean = reduction == 1;
+  return std::vector<LoweredTensor>{reduceTensor(
+      lowerer, terms, dims, ReduceOp::Sum, math, meta, what(node),
+      [&lowerer, mean, count, math](const Expr *sum) {
+        return mean ? lowerer.binary(BinaryOp::Div, sum,
+                                     lowerer.count(size::constant(count), math))
+                    : sum;
+      })};
+}
+
 } // namespace
 
 void registerReductionLowerings(LoweringTable &table) {
   using R = ReduceOp;
   using C = CorrectionFrom;
   table.insert({
+      {"aten::mse_loss", pointwiseLoss<Loss::Squared>},
+      {"aten::smooth_l1_loss", pointwiseLoss<Loss::SmoothL1>},
+      {"aten::huber_loss", pointwiseLoss<Loss::Huber>},
       {"aten::sum", accumulate<R::Sum, -1>},
       {"aten::sum.dim_IntList", accumulate<R::Sum, 1>},
       {"aten::nansum", accumulate<R::Sum, 1, true>},

@@ -56,6 +56,7 @@ NATIVE_OPS = [
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.channel_shuffle",
     "nn.functional.pad.reflect", "nn.functional.pad.replicate", "nn.functional.pad.replicate_negative",
     "nn.functional.glu", "nn.functional.hardshrink", "nn.functional.softshrink",
+    "nn.functional.mse_loss", "nn.functional.smooth_l1_loss", "nn.functional.huber_loss",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
