@@ -168,6 +168,29 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
         group.other = true;
     }
   }
+  // Whether the functional op of in-place `node` gives the tensor as the
+  // in-place op leaves it: its dtype, sizes and strides (a float16 tensor
+  // plus a float32 one is float32; add_ keeps float16).
+  auto rewritable = [](const Node &node) -> const OpInfo * {
+    const OpInfo *functional = functionalOf(*node.schema());
+    if (!functional)
+      return nullptr;
+    try {
+      std::vector<TensorMeta> metas = inferMeta(*functional, node.arguments());
+      return metas.size() == 1 &&
+                     metas[0] == node.arguments()[0].toTensor()->meta()
+                 ? functional
+                 : nullptr;
+    } catch (const Error &) {
+      return nullptr;
+    }
+  };
+  // A group with a write that stays in place keeps all of its writes: a
+  // functional op after it would read the tensor as a value (fused with
+  // its producer, say), not the storage the write changed.
+  for (const auto &node : nodes)
+    if (writesItsSelf(*node) && !rewritable(*node))
+      byRoot[groups.root(node->arguments()[0].toTensor())].other = true;
   auto qualifies = [&](Value *value) {
     const Group &group = byRoot[groups.root(value)];
     return group.fresh == 1 && !group.other &&
@@ -205,27 +228,12 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
     std::vector<Argument> arguments;
     for (const Argument &argument : node->arguments())
       arguments.push_back(map(argument));
-    Node *made = nullptr;
     Value *self =
         writesItsSelf(*node) ? node->arguments()[0].toTensor() : nullptr;
-    const OpInfo *functional =
-        self && qualifies(self) ? functionalOf(*node->schema()) : nullptr;
-    if (functional) {
-      // The functional op must give the tensor as the in-place op leaves
-      // it: its dtype, sizes and strides (a float16 tensor plus a float32
-      // one is float32; add_ keeps float16).
-      const TensorMeta &written = arguments[0].toTensor()->meta();
-      try {
-        std::vector<TensorMeta> metas = inferMeta(*functional, arguments);
-        if (metas.size() == 1 && metas[0] == written)
-          made = addOp(*rewritten, *functional->schema, arguments);
-      } catch (const Error &) {
-        made = nullptr;
-      }
-    }
-    bool write = made != nullptr;
-    if (!made)
-      made = copyNode(*rewritten, *node, std::move(arguments));
+    bool write = self && qualifies(self);
+    Node *made = write
+                     ? addOp(*rewritten, *rewritable(*node)->schema, arguments)
+                     : copyNode(*rewritten, *node, std::move(arguments));
     made->setOrigin(node->origin());
     for (size_t i = 0; i < node->results().size(); ++i) {
       Value *result = node->result(static_cast<unsigned>(i));

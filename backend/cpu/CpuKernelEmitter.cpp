@@ -1152,9 +1152,12 @@ void CpuKernelEmitter::emitLoopNest(size_t loopIndex, size_t reductionBase) {
   // constants, and its sums of at most kMaxUnrolledPoints elements need no
   // blocks (a 3x3 average pool over NCHW 8x64x28x28 on 2 threads of the
   // 2-core EPYC: 501 -> 95 us, Inductor's 460; its max pool 479 -> 234).
+  // Only where the kernel's body is short (the schedule unrolls it): a long
+  // one copied per tap would cost more compile time than it saves.
   std::optional<int64_t> points = constantPoints(loop.ranges);
-  bool unrolled = schedule_.strategy == VectorStrategy::Outer && !innerVector &&
-                  points && *points <= kMaxUnrolledPoints;
+  bool unrolled = schedule_.strategy == VectorStrategy::Outer &&
+                  schedule_.unroll > 1 && !innerVector && points &&
+                  *points <= kMaxUnrolledPoints;
   std::vector<Accumulator> pointAccs =
       makeAccumulators(loop, currentLanes_, !unrolled);
   bool blocked = false;

@@ -75,6 +75,9 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
   struct LoopCounts {
     double trip = 1, accesses = 0, operations = 0;
     double outerGathers = 0, innerGathers = 0;
+    // Loads whose lanes are 2 to 4 elements apart: one span shuffled (AVX
+    // and up), about one instruction a vector more than a contiguous load.
+    double outerStrided = 0, innerStrided = 0;
   };
   std::vector<LoopCounts> counts(kernel.loops.size());
   // Each loop's innermost range where known: whole vectors cover only part
@@ -95,14 +98,12 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
     int64_t contiguous = 0, other = 0;
     // A gather when the index walks `var` neither contiguously nor not at
     // all; true when it walks it contiguously.
-    // Lanes 2 to 4 elements apart load as one span shuffled (AVX and up):
-    // about two instructions a vector, not a gather.
-    auto classify = [&host](const Expr *index, int64_t var, double &gathers) {
+    auto classify = [&host](const Expr *index, int64_t var, double &gathers,
+                            double &strided) {
       std::optional<int64_t> coefficient = loop::affineCoefficient(index, var);
-      bool strided = coefficient && *coefficient >= 2 && *coefficient <= 4 &&
-                     host.vectorBits >= 256;
-      if (strided)
-        gathers += 1.0 / 16;
+      if (coefficient && *coefficient >= 2 && *coefficient <= 4 &&
+          host.vectorBits >= 256)
+        strided += 1;
       else if (!coefficient || (*coefficient != 0 && *coefficient != 1))
         gathers += 1;
       return coefficient && *coefficient == 1;
@@ -111,15 +112,17 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
       if (widens)
         maxBytes = std::max(maxBytes, computeBytes(dtype));
       count.accesses += 1;
-      if (lastOuter >= 0 && classify(index, lastOuter, count.outerGathers))
+      if (lastOuter >= 0 &&
+          classify(index, lastOuter, count.outerGathers, count.outerStrided))
         outerContiguous = true;
       if (!loop.ranges.empty()) {
-        double gathers = 0;
-        if (classify(index, lastVar, gathers))
+        double gathers = 0, strided = 0;
+        if (classify(index, lastVar, gathers, strided))
           ++contiguous;
-        else if (gathers > 0)
+        else if (gathers > 0 || strided > 0)
           ++other;
         count.innerGathers += gathers;
+        count.innerStrided += strided;
       }
     };
     // A load inside another load's index (an embedding's row number) is
@@ -156,13 +159,14 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
   for (size_t loopIndex = 0; loopIndex < counts.size(); ++loopIndex) {
     const LoopCounts &count = counts[loopIndex];
     double scalar = count.trip * (count.accesses + count.operations);
-    auto vectorCost = [&](double gathers) {
+    auto vectorCost = [&](double gathers, double strided) {
       return count.trip *
-             (count.accesses + gathers * (lanes - 1) + count.operations) /
+             (count.accesses + gathers * (lanes - 1) + strided +
+              count.operations) /
              lanes;
     };
     scalarCost += scalar;
-    outerCost += vectorCost(count.outerGathers);
+    outerCost += vectorCost(count.outerGathers, count.outerStrided);
     double share = 1;
     if (const std::optional<int64_t> &range = innermost[loopIndex];
         range && *range > 0)
@@ -170,7 +174,8 @@ void chooseStrategy(KernelSchedule &schedule, const loop::Program &program,
               static_cast<double>(*range);
     innerCost +=
         schedule.innerVectorLoop[loopIndex]
-            ? share * vectorCost(count.innerGathers) + (1 - share) * scalar
+            ? share * vectorCost(count.innerGathers, count.innerStrided) +
+                  (1 - share) * scalar
             : scalar;
   }
   bool outerWorks = outerCount > 0 && outerContiguous;

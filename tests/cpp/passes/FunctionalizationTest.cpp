@@ -99,7 +99,9 @@ TEST(Functionalization, ViewsBeforeAWriteKeepItInPlace) {
 
 // Writes others can see stay: to a graph input, to a constant, and to a
 // view's storage; a write whose functional op would change the tensor's
-// dtype (float16 plus float32 is float32; add_ keeps float16) stays too.
+// dtype (float16 plus float32 is float32; add_ keeps float16) stays too,
+// and so do the other writes to a tensor that one write to keeps in place
+// (an op with no functional form the registry knows).
 TEST(Functionalization, WritesOthersCanSeeOrThatChangeTheDtypeStay) {
   auto check = [](std::shared_ptr<Graph> graph) {
     EXPECT_EQ(passes::functionalizeInPlaceOps(graph), graph) << graph->str();
@@ -133,6 +135,18 @@ TEST(Functionalization, WritesOthersCanSeeOrThatChangeTheDtypeStay) {
                 {graph->addInput(TensorMeta(DType::Float16, {4}), "h"), 2.0})
             ->result();
     graph->setOutputs({inPlace(*graph, kAddInPlace, {half, x})});
+    check(graph);
+  }
+  {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, {4}), "x");
+    Value *y = graph->addOp("aten::mul.Scalar", {x, 2.0})->result();
+    inPlace(*graph,
+            "aten::exponential_(Tensor(a!) self, float lambd=1) -> "
+            "Tensor(a!)",
+            {y});
+    inPlace(*graph, kReluInPlace, {y});
+    graph->setOutputs({y});
     check(graph);
   }
 }
