@@ -95,11 +95,22 @@ Graph::addOp(std::string_view qualifiedName,
   if (!info)
     throw Error("unknown op '" + std::string(qualifiedName) +
                 "': add it to the op registry or use an extern node");
+  return addNormalizedOp(qualifiedName,
+                         info->schema->normalize(positional, keywords));
+}
+
+Node *Graph::addNormalizedOp(std::string_view qualifiedName,
+                             std::vector<Argument> normalizedArguments) {
+  const OpInfo *info = OpRegistry::global().find(qualifiedName);
+  if (!info)
+    throw Error("unknown op '" + std::string(qualifiedName) +
+                "': add it to the op registry or use an extern node");
+  info->schema->check(normalizedArguments);
   auto node = std::make_unique<Node>();
   node->kind_ = Node::Kind::Op;
   node->schema_ = info->schema;
   node->opInfo_ = info;
-  node->arguments_ = info->schema->normalize(positional, keywords);
+  node->arguments_ = std::move(normalizedArguments);
   for (Value *operand : node->operands())
     if (!ownsValue(operand))
       throw Error(std::string(qualifiedName) +
@@ -163,6 +174,19 @@ symbolValues(const Graph &graph,
   return values;
 }
 
+Argument mapTensors(const Argument &argument,
+                    const std::unordered_map<const Value *, Value *> &mapped) {
+  if (argument.isTensor())
+    return Argument(mapped.at(argument.toTensor()));
+  if (argument.isTensorList()) {
+    std::vector<Value *> values;
+    for (Value *value : argument.toTensorList())
+      values.push_back(value ? mapped.at(value) : nullptr);
+    return Argument(std::move(values));
+  }
+  return argument;
+}
+
 // An op whose meta function disagrees with the graph's symbolic layout at
 // these values (or fails) becomes an extern node with that layout: torch
 // runs it, and the graph never holds sizes other than the symbols give.
@@ -171,14 +195,8 @@ std::shared_ptr<Graph> specializeGraph(const Graph &graph,
   auto result = std::make_shared<Graph>();
   std::unordered_map<const Value *, Value *> mapped;
   auto mapArgument = [&](const Argument &argument) -> Argument {
-    if (argument.isTensor())
-      return Argument(mapped.at(argument.toTensor()));
-    if (argument.isTensorList()) {
-      std::vector<Value *> values;
-      for (Value *value : argument.toTensorList())
-        values.push_back(value ? mapped.at(value) : nullptr);
-      return Argument(std::move(values));
-    }
+    if (argument.isTensor() || argument.isTensorList())
+      return mapTensors(argument, mapped);
     return argument.specialized(symbols);
   };
   for (const auto &node : graph.nodes()) {
@@ -218,17 +236,8 @@ std::shared_ptr<Graph> specializeGraph(const Graph &graph,
                                  std::move(expected));
         break;
       }
-      std::vector<Argument> positional;
-      std::vector<std::pair<std::string, Argument>> keywords;
-      const auto &schemaArguments = node->schema()->arguments;
-      for (size_t i = 0; i < arguments.size(); ++i) {
-        if (i < schemaArguments.size() && schemaArguments[i].kwargOnly)
-          keywords.emplace_back(schemaArguments[i].name, arguments[i]);
-        else
-          positional.push_back(arguments[i]);
-      }
-      made =
-          result->addOp(node->schema()->qualifiedName(), positional, keywords);
+      made = result->addNormalizedOp(node->schema()->qualifiedName(),
+                                     std::move(arguments));
       break;
     }
     case Node::Kind::Extern: {

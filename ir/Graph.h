@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -124,6 +125,10 @@ public:
   Node *
   addOp(std::string_view qualifiedName, const std::vector<Argument> &positional,
         const std::vector<std::pair<std::string, Argument>> &keywords = {});
+  /// The same with arguments already normalised against the op's schema
+  /// (one per schema argument, as a node holds them).
+  Node *addNormalizedOp(std::string_view qualifiedName,
+                        std::vector<Argument> normalizedArguments);
   /// Adds an op the registry does not know; the caller provides its schema
   /// and the metadata of its results (one per tensor the op returns).
   Node *addExtern(std::shared_ptr<const OpSchema> schema,
@@ -166,6 +171,11 @@ private:
   std::unordered_set<const Value *> values_; // every node's results
   unsigned nextTemporary_ = 0;
 };
+
+/// `argument` with each tensor in it (a tensor, or the values of a tensor
+/// list) replaced by its entry in `mapped`, which must have one.
+Argument mapTensors(const Argument &argument,
+                    const std::unordered_map<const Value *, Value *> &mapped);
 
 /// A static copy of a graph with symbols: every symbol given its value in
 /// `symbols`, sizes and arguments evaluated, metas of ops inferred again.

@@ -96,27 +96,13 @@ void joinAliases(const Node &node, AliasGroups &groups) {
   }
 }
 
-// Adds op `schema` to `graph` with normalised `arguments` (one per schema
-// argument): its metas inferred by the registry.
-Node *addOp(Graph &graph, const OpSchema &schema,
-            const std::vector<Argument> &arguments) {
-  std::vector<Argument> positional;
-  std::vector<std::pair<std::string, Argument>> keywords;
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    if (i < schema.arguments.size() && schema.arguments[i].kwargOnly)
-      keywords.emplace_back(schema.arguments[i].name, arguments[i]);
-    else
-      positional.push_back(arguments[i]);
-  }
-  return graph.addOp(schema.qualifiedName(), positional, keywords);
-}
-
 // Adds `node`'s copy to `graph` with `arguments` (mapped): an op by its
 // name (its metas inferred again), an extern with its metas.
 Node *copyNode(Graph &graph, const Node &node,
                std::vector<Argument> arguments) {
   if (node.kind() != Node::Kind::Extern)
-    return addOp(graph, *node.schema(), arguments);
+    return graph.addNormalizedOp(node.schema()->qualifiedName(),
+                                 std::move(arguments));
   std::vector<TensorMeta> metas;
   for (const auto &value : node.results())
     metas.push_back(value->meta());
@@ -199,17 +185,6 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
 
   auto rewritten = std::make_shared<Graph>();
   std::unordered_map<const Value *, Value *> mapped;
-  auto map = [&](const Argument &argument) -> Argument {
-    if (argument.isTensor())
-      return Argument(mapped.at(argument.toTensor()));
-    if (argument.isTensorList()) {
-      std::vector<Value *> values;
-      for (Value *value : argument.toTensorList())
-        values.push_back(value ? mapped.at(value) : nullptr);
-      return Argument(std::move(values));
-    }
-    return argument;
-  };
   // The values of each rewritten group seen so far, by root: after a write
   // each of them reads as its result.
   std::unordered_map<Value *, std::vector<const Value *>> members;
@@ -227,13 +202,14 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
     }
     std::vector<Argument> arguments;
     for (const Argument &argument : node->arguments())
-      arguments.push_back(map(argument));
+      arguments.push_back(mapTensors(argument, mapped));
     Value *self =
         writesItsSelf(*node) ? node->arguments()[0].toTensor() : nullptr;
     bool write = self && qualifies(self);
-    Node *made = write
-                     ? addOp(*rewritten, *rewritable(*node)->schema, arguments)
-                     : copyNode(*rewritten, *node, std::move(arguments));
+    Node *made = write ? rewritten->addNormalizedOp(
+                             rewritable(*node)->schema->qualifiedName(),
+                             std::move(arguments))
+                       : copyNode(*rewritten, *node, std::move(arguments));
     made->setOrigin(node->origin());
     for (size_t i = 0; i < node->results().size(); ++i) {
       Value *result = node->result(static_cast<unsigned>(i));
@@ -252,7 +228,7 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
     return graph;
   std::vector<Argument> outputs;
   for (const Argument &output : graph->outputs())
-    outputs.push_back(map(output));
+    outputs.push_back(mapTensors(output, mapped));
   rewritten->setOutputs(std::move(outputs));
   return rewritten;
 }
