@@ -557,3 +557,41 @@ def test_kept_row_groups_load_four_wide_aligned_or_not(name, dtype):
         compiled = kiln.compile(fn)
         torch.testing.assert_close(compiled(x), fn(x), **tolerance, msg=lambda m: f"{layout}: {m}")
         assert _ran_natively(compiled), (layout, kiln.cache_info(compiled)["runners"])
+
+
+def _written_in_place(x):
+    y = x * 2
+    y.relu_()
+    y += x
+    y.masked_fill_(y > 1, 0.5)
+    return y
+
+
+_INDEX_MAPS_AND_LOSSES = {
+    "pixel_shuffle": (lambda x: torch.nn.functional.pixel_shuffle(x, 2) * 2, (2, 8, 6, 10)),
+    "pixel_unshuffle": (lambda x: torch.nn.functional.pixel_unshuffle(x, 2) + 1, (2, 8, 6, 10)),
+    "channel_shuffle": (lambda x: torch.nn.functional.channel_shuffle(x, 2) * 2, (2, 8, 6, 10)),
+    "reflect": (lambda x: torch.nn.functional.pad(x, (1, 2, 2, 1), mode="reflect") * 2, (2, 8, 6, 10)),
+    "replicate": (lambda x: torch.nn.functional.pad(x, (1, 2, 2, 1), mode="replicate") * 2, (2, 8, 6, 10)),
+    "glu": (lambda x: torch.nn.functional.glu(x, 1), (16, 12)),
+    "softshrink": (lambda x: torch.nn.functional.softshrink(x, 0.3), (16, 12)),
+    "mse": (lambda x: torch.nn.functional.mse_loss(x, x.flip(0)), (16, 12)),
+    "smooth_l1": (lambda x: torch.nn.functional.smooth_l1_loss(x, x.flip(0), reduction="sum", beta=0.5),
+                  (16, 12)),
+    "integer division": (lambda x: (x * 10).long() % 7 + (x * 10).long() // -3, (16, 12)),
+    "in-place writes": (_written_in_place, (16, 12)),
+}
+
+
+@pytest.mark.parametrize("name", list(_INDEX_MAPS_AND_LOSSES))
+def test_index_maps_losses_and_in_place_writes_are_gpu_kernels(name):
+    # The lowerings of session 37 (pixel and channel shuffles, reflected
+    # and replicated pads, glu, shrinks, pointwise losses, integer division
+    # by a number, in-place writes as functional ops) are the GPU's too.
+    fn, shape = _INDEX_MAPS_AND_LOSSES[name]
+    x = torch.randn(shape, device="cuda")
+    compiled = kiln.compile(fn)
+    actual, expected = compiled(x), fn(x)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected)
+    assert "0 extern" in kiln.cache_info(compiled)["runners"][0]
