@@ -108,14 +108,10 @@ bool divisorIsNonzeroNumber(const Node &node) {
 // results, and for integer ones by a nonzero number (x % 10, x // 2).
 template <BinaryOp Op>
 LoweringResult floatOnlyBinaryOp(Lowerer &lowerer, const Node &node) {
-  DType result = resultType(lowerer, node);
-  if (isFloatingPoint(result))
-    return binaryOp<Op>(lowerer, node);
-  if (!divisorIsNonzeroNumber(node))
+  if (!isFloatingPoint(resultType(lowerer, node)) &&
+      !divisorIsNonzeroNumber(node))
     return std::nullopt;
-  return map(lowerer, node, {0, 1}, result, [&lowerer](const Values &v) {
-    return lowerer.binary(Op, v[0], v[1]);
-  });
+  return binaryOp<Op>(lowerer, node);
 }
 
 template <BinaryOp Op>
@@ -210,20 +206,16 @@ LoweringResult divideWithMode(Lowerer &lowerer, const Node &node) {
   const Argument &mode = node.arguments().at(2);
   if (mode.isNone())
     return binaryOp<BinaryOp::Div>(lowerer, node);
-  DType result = resultType(lowerer, node);
-  if (!isFloatingPoint(result)) {
-    // Integer division truncates; floor's steps down where the signs differ.
-    if (!divisorIsNonzeroNumber(node))
-      return std::nullopt;
-    bool trunc = mode.toString() == "trunc";
-    return map(lowerer, node, {0, 1}, result,
-               [&lowerer, trunc](const Values &v) {
-                 return lowerer.binary(
-                     trunc ? BinaryOp::Div : BinaryOp::FloorDiv, v[0], v[1]);
-               });
-  }
+  bool integer = !isFloatingPoint(resultType(lowerer, node));
+  if (integer && !divisorIsNonzeroNumber(node))
+    return std::nullopt;
   if (mode.toString() != "trunc")
     return binaryOp<BinaryOp::FloorDiv>(lowerer, node);
+  if (integer) // integer division truncates
+    return map(lowerer, node, {0, 1}, resultType(lowerer, node),
+               [&lowerer](const Values &v) {
+                 return lowerer.binary(BinaryOp::Div, v[0], v[1]);
+               });
   return map(lowerer, node, {0, 1}, resultType(lowerer, node),
              [&lowerer](const Values &v) {
                return lowerer.unary(UnaryOp::Trunc,

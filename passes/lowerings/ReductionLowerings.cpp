@@ -306,9 +306,8 @@ LoweringResult pointwiseLoss(Lowerer &lowerer, const Node &node) {
       });
   if (reduction == 0)
     return std::vector<LoweredTensor>{terms};
-  std::vector<int64_t> dims;
-  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d)
-    dims.push_back(d);
+  std::vector<int64_t> dims =
+      reductionDims(Argument(), static_cast<int64_t>(sizes.size()));
   int64_t count = numelOf(sizes);
   bool mean = reduction == 1;
   return std::vector<LoweredTensor>{reduceTensor(

@@ -37,6 +37,17 @@ LoweringResult fillTensor(Lowerer &lowerer, const Node &node) {
                                {value}, [](const Values &v) { return v[0]; }));
 }
 
+// A tensor of `meta`'s dtype and sizes whose elements `loader` computes
+// from their index (not placed anywhere: its readers inline the loader).
+LoweringResult computed(const TensorMeta &meta, Loader loader) {
+  LoweredTensor result;
+  result.dtype = meta.dtype;
+  result.sizes = meta.sizes;
+  result.symSizes = symbolicSizes(meta);
+  result.loader = std::move(loader);
+  return one(std::move(result));
+}
+
 // arange(end), arange.start(start, end), arange.start_step(...): start +
 // i * step, computed in float64 (int64 for integer results).
 template <int Start, int Step>
@@ -48,20 +59,16 @@ LoweringResult arange(Lowerer &lowerer, const Node &node) {
   double start = Start >= 0 ? node.arguments().at(Start).toDouble() : 0;
   double step = Step >= 0 ? node.arguments().at(Step).toDouble() : 1;
   DType math = isFloatingPoint(meta.dtype) ? DType::Float64 : DType::Int64;
-  LoweredTensor result;
-  result.dtype = meta.dtype;
-  result.sizes = meta.sizes;
-  result.symSizes = symbolicSizes(meta);
   DType dtype = meta.dtype;
-  result.loader = [&lowerer, start, step, math, dtype](const Index &index) {
-    const Expr *value = lowerer.binary(
-        BinaryOp::Add,
-        lowerer.binary(BinaryOp::Mul, lowerer.cast(index.at(0), math),
-                       lowerer.constant(step, math)),
-        lowerer.constant(start, math));
-    return lowerer.cast(value, dtype);
-  };
-  return one(result);
+  return computed(
+      meta, [&lowerer, start, step, math, dtype](const Index &index) {
+        const Expr *value = lowerer.binary(
+            BinaryOp::Add,
+            lowerer.binary(BinaryOp::Mul, lowerer.cast(index.at(0), math),
+                           lowerer.constant(step, math)),
+            lowerer.constant(start, math));
+        return lowerer.cast(value, dtype);
+      });
 }
 
 // An index clamped into [0, size): selects whose other branch is taken
@@ -96,12 +103,9 @@ LoweringResult cat(Lowerer &lowerer, const Node &node) {
   }
   if (pieces.empty())
     return one(lowerer.full(0, meta.dtype, symbolicSizes(meta)));
-  LoweredTensor result;
-  result.dtype = meta.dtype;
-  result.sizes = meta.sizes;
-  result.symSizes = symbolicSizes(meta);
   DType dtype = meta.dtype;
-  result.loader = [&lowerer, pieces, starts, dim, dtype](const Index &index) {
+  return computed(meta, [&lowerer, pieces, starts, dim,
+                         dtype](const Index &index) {
     const Expr *value = nullptr;
     for (size_t k = pieces.size(); k-- > 0;) {
       Index inner = index;
@@ -115,8 +119,7 @@ LoweringResult cat(Lowerer &lowerer, const Node &node) {
                                      element, value);
     }
     return value;
-  };
-  return one(result);
+  });
 }
 
 // stack: piece k at position k of the new dim.
@@ -126,12 +129,8 @@ LoweringResult stack(Lowerer &lowerer, const Node &node) {
   std::vector<LoweredTensor> pieces;
   for (const Value *value : node.arguments().at(0).toTensorList())
     pieces.push_back(lowerer.lowered(value));
-  LoweredTensor result;
-  result.dtype = meta.dtype;
-  result.sizes = meta.sizes;
-  result.symSizes = symbolicSizes(meta);
   DType dtype = meta.dtype;
-  result.loader = [&lowerer, pieces, dim, dtype](const Index &index) {
+  return computed(meta, [&lowerer, pieces, dim, dtype](const Index &index) {
     Index inner = index;
     inner.erase(inner.begin() + dim);
     const Expr *value = nullptr;
@@ -145,8 +144,7 @@ LoweringResult stack(Lowerer &lowerer, const Node &node) {
                                   element, value);
     }
     return value;
-  };
-  return one(result);
+  });
 }
 
 // tril and triu: x where column - row is on the kept side of `diagonal`.
@@ -305,15 +303,11 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
   std::vector<int64_t> before(from.size(), 0);
   for (size_t i = 0; 2 * i < pad.size(); ++i)
     before[from.size() - 1 - i] = pad[2 * i];
-  LoweredTensor result;
-  result.dtype = meta.dtype;
-  result.sizes = meta.sizes;
-  result.symSizes = symbolicSizes(meta);
   Loader inner = input.loader;
   DType dtype = meta.dtype;
   Shape to = meta.sizes;
-  result.loader = [&lowerer, inner, from, to, before, fill,
-                   dtype](const Index &index) {
+  return computed(meta, [&lowerer, inner, from, to, before, fill,
+                         dtype](const Index &index) {
     loop::ExprContext &exprs = lowerer.exprs();
     Index source;
     const Expr *inside = nullptr;
@@ -337,8 +331,7 @@ LoweringResult constantPad(Lowerer &lowerer, const Node &node) {
     if (!inside)
       return element;
     return lowerer.where(inside, element, lowerer.constant(fill, dtype));
-  };
-  return one(result);
+  });
 }
 
 // reflection_pad and replication_pad: output position o of a padded dim
@@ -356,12 +349,8 @@ LoweringResult edgePad(Lowerer &lowerer, const Node &node) {
   std::vector<int64_t> pad = node.arguments().at(1).toIntList();
   Shape from = input.sizes;
   int64_t rank = input.dim();
-  LoweredTensor result;
-  result.dtype = meta.dtype;
-  result.sizes = meta.sizes;
-  result.symSizes = symbolicSizes(meta);
   Loader inner = input.loader;
-  result.loader = [&lowerer, inner, pad, from, rank](const Index &index) {
+  return computed(meta, [&lowerer, inner, pad, from, rank](const Index &index) {
     loop::ExprContext &exprs = lowerer.exprs();
     Index source = index;
     auto position = [&](int64_t i) {
@@ -400,8 +389,7 @@ LoweringResult edgePad(Lowerer &lowerer, const Node &node) {
                            lowerer.where(above(p, last), read(high), read(p)));
     }
     return inner(source);
-  };
-  return one(result);
+  });
 }
 
 // The scales an upsampling's arguments give for height and width, from
