@@ -43,6 +43,14 @@ CpuJit::CpuJit() {
                             "cannot describe the host CPU to LLVM");
   builder.setCPU(host_.cpuName);
   builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
+  // LLVM's default for JIT code on x86-64 is the large code model, whose
+  // every constant costs a movabs and a register (a GELU epilogue reloaded
+  // its 25 constants per row of a GEMM tile). JITLink places an object's
+  // sections together and reaches other objects and the host's math
+  // functions through its GOT and stubs, so the small model is safe with
+  // position-independent code; constants then become memory operands.
+  builder.setCodeModel(llvm::CodeModel::Small);
+  builder.setRelocationModel(llvm::Reloc::PIC_);
   machineBuilder_ =
       std::make_unique<llvm::orc::JITTargetMachineBuilder>(builder);
   jit_ = unwrapLlvm(llvm::orc::LLJITBuilder()

@@ -17,6 +17,9 @@
 namespace kiln::backend {
 namespace {
 
+/// Columns of the strips a costly epilogue runs over (emitEpilogueOfStrip).
+constexpr int kEpilogueStripColumns = 256;
+
 int64_t ceilDivide(int64_t value, int64_t divisor) {
   return (value + divisor - 1) / divisor;
 }
@@ -340,10 +343,13 @@ private:
   void emitByWidth(llvm::Value *validColumns,
                    const std::function<void()> &vectors,
                    const std::function<void()> &elements);
-  /// A costly epilogue over the micro-tile's elements of C after the last
-  /// k block (spec.costlyEpilogue): loads each, applies it, stores it.
-  void emitEpilogueOfStoredTile(int rows, llvm::Value *row, llvm::Value *column,
-                                llvm::Value *validColumns, llvm::Value *last);
+  /// After column panel `columnPanel` of `columnPanels` of the row block
+  /// (`rows` rows from `row`): where it ends a strip of columns (or the
+  /// tile), the costly epilogue (spec.costlyEpilogue) over the strip's
+  /// elements of C in the last k block: loads each, applies it, stores it.
+  void emitEpilogueOfStrip(llvm::Value *columnPanel, llvm::Value *columnPanels,
+                           llvm::Value *rows, llvm::Value *row,
+                           llvm::Value *stripEnd);
   bool epilogueAfterStore() const { return epilogue_ && spec_.costlyEpilogue; }
   bool usesBias() const { return spec_.hasBias && spec_.beta != 0.0; }
   llvm::Value *loadBias(llvm::Value *row, llvm::Value *column, int lanes);
@@ -747,7 +753,66 @@ void GemmEmitter::emitRowBlock(llvm::Value *rowStart, llvm::Value *blockRows) {
                   "whole_panel", [&] { microTile(rows); },
                   [&] { microTile(edgeRows); });
             });
+        if (epilogueAfterStore())
+          emitEpilogueOfStrip(columnPanel, columnPanels, blockRows, rowStart,
+                              builder_.CreateAdd(column, validColumns));
       });
+}
+
+// A costly epilogue (combine leaves it out of the stores) runs once the row
+// block's panels of a strip of columns are stored, row by row over the
+// strip: rows of 1 KiB that the prefetchers follow in C and in the
+// epilogue's own operands (a SiLU gate's other product), over a strip that
+// stays in L2. On the 16-core Xeon, 2 threads, what the epilogue added to
+// 512x256 @ 256x688 with silu(gate) * it: 291-364 us run over each micro-
+// tile after its stores (before), 292-407 over each column panel, 222-228
+// over strips of 256 columns, 242-289 over whole rows; GELU over 512x256 @
+// 256x1024: 351, 368-399, 332-349, 299-302 (the same kernels stand alone:
+// 126 and 160). Whole vectors come first in a partial strip: 688 columns
+// end in a panel of 16 that went element by element.
+void GemmEmitter::emitEpilogueOfStrip(llvm::Value *columnPanel,
+                                      llvm::Value *columnPanels,
+                                      llvm::Value *rows, llvm::Value *row,
+                                      llvm::Value *stripEnd) {
+  const int64_t stripPanels =
+      std::max(1, kEpilogueStripColumns / plan_.columns);
+  llvm::Value *panelInStrip =
+      builder_.CreateURem(columnPanel, constant(stripPanels));
+  llvm::Value *next = builder_.CreateAdd(columnPanel, constant(1));
+  llvm::Value *ends = builder_.CreateOr(
+      builder_.CreateICmpEQ(panelInStrip, constant(stripPanels - 1)),
+      builder_.CreateICmpEQ(next, columnPanels));
+  auto *apply = llvm::BasicBlock::Create(context_, "epilogue", function_);
+  auto *done = llvm::BasicBlock::Create(context_, "epilogue_done", function_);
+  builder_.CreateCondBr(builder_.CreateAnd(ends, last_), apply, done);
+  builder_.SetInsertPoint(apply);
+  llvm::Value *stripStart = builder_.CreateMul(
+      builder_.CreateSub(columnPanel, panelInStrip), constant(plan_.columns));
+  auto finish = [&](llvm::Value *cRow, llvm::Value *cColumn, int lanes) {
+    llvm::Value *pointer = elementOfC(cRow, cColumn);
+    llvm::Value *finished =
+        epilogue_(builder_, function_->getArg(0), loadFloats(pointer, lanes),
+                  groupBatch_, builder_.CreateAdd(groupRow_, cRow),
+                  builder_.CreateAdd(groupColumn_, cColumn), lanes);
+    builder_.CreateAlignedStore(finished, pointer, llvm::Align(4));
+  };
+  emitCountedLoop(builder_, constant(0), rows, 1, [&](llvm::Value *rowIndex) {
+    llvm::Value *cRow = builder_.CreateAdd(row, rowIndex);
+    llvm::Value *vectorEnd = stripStart;
+    if (spec_.cCol == 1) {
+      vectorEnd = builder_.CreateAdd(
+          stripStart,
+          builder_.CreateAnd(builder_.CreateSub(stripEnd, stripStart),
+                             constant(~int64_t(plan_.lanes - 1))));
+      emitCountedLoop(
+          builder_, stripStart, vectorEnd, plan_.lanes,
+          [&](llvm::Value *column) { finish(cRow, column, plan_.lanes); });
+    }
+    emitCountedLoop(builder_, vectorEnd, stripEnd, 1,
+                    [&](llvm::Value *column) { finish(cRow, column, 1); });
+  });
+  builder_.CreateBr(done);
+  builder_.SetInsertPoint(done);
 }
 
 void GemmEmitter::emitPack(const PanelLayout &layout, llvm::Value *source,
@@ -1294,10 +1359,6 @@ void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
                             llvm::Value *validColumns, llvm::Value *first,
                             llvm::Value *last) {
   emitStores(accumulators, rows, row, column, validColumns, first, last);
-  // A costly epilogue follows the stores (combine leaves it out of them),
-  // with the accumulators' registers free.
-  if (epilogueAfterStore())
-    emitEpilogueOfStoredTile(rows, row, column, validColumns, last);
 }
 
 void GemmEmitter::emitStores(const std::vector<llvm::Value *> &accumulators,
@@ -1361,7 +1422,7 @@ llvm::Value *GemmEmitter::combine(llvm::Value *accumulator,
         first, accumulator,
         builder_.CreateFAdd(loadFloats(pointer, lanes), accumulator));
   // A cheap epilogue is computed in every k block and selected in the
-  // last; a costly one runs after the stores (emitEpilogueOfStoredTile).
+  // last; a costly one runs after the stores (emitEpilogueOfStrip).
   if (epilogueAfterStore())
     return value;
   llvm::Value *finished =
@@ -1433,55 +1494,6 @@ void GemmEmitter::emitScalarWrite(
               builder_.CreateAlignedStore(finished, pointer, llvm::Align(4));
             });
       });
-}
-
-// GELU's erfc or a SiLU's exp computed from the accumulators kept its
-// constants in memory and reloaded them for every vector (256x512 @
-// 512x2048 with GELU on 2 threads: 0.59 ms against 0.40 for the GEMM and a
-// kernel of its own); here they stay in registers over the tile's rows,
-// and the activation's pass over C goes (the GELU MLP 256x512x2048x512 on
-// one thread of the 2-core EPYC: 11.07-11.21 ms against 11.20-11.38 with
-// the kernel of its own; the erfc's arithmetic, not the pass, dominates).
-void GemmEmitter::emitEpilogueOfStoredTile(int rows, llvm::Value *row,
-                                           llvm::Value *column,
-                                           llvm::Value *validColumns,
-                                           llvm::Value *last) {
-  auto *apply = llvm::BasicBlock::Create(context_, "epilogue", function_);
-  auto *done = llvm::BasicBlock::Create(context_, "epilogue_done", function_);
-  builder_.CreateCondBr(last, apply, done);
-  builder_.SetInsertPoint(apply);
-  auto finish = [&](llvm::Value *cRow, llvm::Value *cColumn, int lanes) {
-    llvm::Value *pointer = elementOfC(cRow, cColumn);
-    llvm::Value *finished =
-        epilogue_(builder_, function_->getArg(0), loadFloats(pointer, lanes),
-                  groupBatch_, builder_.CreateAdd(groupRow_, cRow),
-                  builder_.CreateAdd(groupColumn_, cColumn), lanes);
-    builder_.CreateAlignedStore(finished, pointer, llvm::Align(4));
-  };
-  auto vectors = [&]() {
-    emitCountedLoop(
-        builder_, constant(0), constant(rows), 1, [&](llvm::Value *rowIndex) {
-          llvm::Value *cRow = builder_.CreateAdd(row, rowIndex);
-          for (int vector = 0; vector < plan_.columnVectors; ++vector)
-            finish(cRow,
-                   builder_.CreateAdd(column, constant(vector * plan_.lanes)),
-                   plan_.lanes);
-        });
-  };
-  auto elements = [&]() {
-    emitCountedLoop(
-        builder_, constant(0), constant(rows), 1, [&](llvm::Value *rowIndex) {
-          llvm::Value *cRow = builder_.CreateAdd(row, rowIndex);
-          emitCountedLoop(builder_, constant(0), validColumns, 1,
-                          [&](llvm::Value *columnIndex) {
-                            finish(cRow,
-                                   builder_.CreateAdd(column, columnIndex), 1);
-                          });
-        });
-  };
-  emitByWidth(validColumns, vectors, elements);
-  builder_.CreateBr(done);
-  builder_.SetInsertPoint(done);
 }
 
 llvm::Value *GemmEmitter::loadBias(llvm::Value *row, llvm::Value *column,

@@ -367,6 +367,29 @@ TEST(CpuMath, Float32TanhFusesItsExpIntoItsDenominator) {
   EXPECT_EQ(ir.find("-1.040000e+02"), std::string::npos);
 }
 
+// Kernels are compiled for the small code model with position-independent
+// code (CpuJit): a constant is read relative to the instruction pointer, as
+// a memory operand where it fits, not loaded from an absolute address
+// (movabs) into a register first: a GELU epilogue's 28 constants took a
+// movabs and a broadcast each, for every row of a GEMM's tile.
+TEST(CpuJit, KernelsReadConstantsRelativeToTheInstructionPointer) {
+  TestProgram test;
+  int64_t in = test.buffer(DType::Float32, 64);
+  int64_t out = test.buffer(DType::Float32, 64);
+  test.addKernel(
+      pointwise(test, 64, out,
+                test.exprs().unary(UnaryOp::Tanh, test.load(in, test.var(0)))));
+  startLogCapture({"asm"});
+  auto compiled = backend::CpuProgram::compile(test.program);
+  std::string assembly;
+  for (const auto &[name, text] : stopLogCapture())
+    assembly += text;
+  if (llvm::sys::getProcessTriple().find("x86_64") == std::string::npos)
+    GTEST_SKIP() << "x86-64 assembly only";
+  EXPECT_NE(assembly.find("(%rip)"), std::string::npos);
+  EXPECT_EQ(assembly.find("movabs"), std::string::npos);
+}
+
 // A float32 division by a constant, in a kernel with another divider
 // operation (a square root beside it), is a product by the reciprocal with
 // one correction (ExprEmitter::quotientByConstant): no fdiv in the kernel,

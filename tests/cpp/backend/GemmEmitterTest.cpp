@@ -569,23 +569,31 @@ TEST(GemmEmitter, EpiloguesSeeEachElementsIndices) {
 // the last k block, over the stored tile: here it counts the elements it
 // sees in a float at slot 4 (a cheap epilogue runs in every k block, so
 // with k in several blocks, k above 256, it would count each element more
-// than once) and
-// gives exp(sum / 8) + row, over column and row edges, k blocks, a
-// transposed A, a transposed C (element by element) and a batch.
+// than once), and those it sees one at a time at slot 5: only the last
+// n % lanes columns of a row (the matrix's last column panel of 30 columns
+// of 32 took its elements one by one), every element where C is
+// transposed. It gives exp(sum / 8) + row, over column and row edges, k
+// blocks, strips of columns, a transposed A, a transposed C (element by
+// element) and a batch.
 TEST(GemmEmitter, CostlyEpiloguesRunOnceAnElementAfterTheLastKBlock) {
   backend::GemmEpilogue epilogue =
       [](llvm::IRBuilder<> &builder, llvm::Value *buffers, llvm::Value *sum,
          llvm::Value *, llvm::Value *row, llvm::Value *,
          int lanes) -> llvm::Value * {
     llvm::Type *type = sum->getType();
-    llvm::Value *counter = builder.CreateLoad(
-        builder.getPtrTy(),
-        builder.CreateConstGEP1_64(builder.getPtrTy(), buffers, 4));
-    llvm::Value *count = builder.CreateLoad(builder.getFloatTy(), counter);
-    builder.CreateStore(
-        builder.CreateFAdd(
-            count, llvm::ConstantFP::get(builder.getFloatTy(), double(lanes))),
-        counter);
+    auto add = [&](int slot) {
+      llvm::Value *counter = builder.CreateLoad(
+          builder.getPtrTy(),
+          builder.CreateConstGEP1_64(builder.getPtrTy(), buffers, slot));
+      llvm::Value *count = builder.CreateLoad(builder.getFloatTy(), counter);
+      builder.CreateStore(
+          builder.CreateFAdd(count, llvm::ConstantFP::get(builder.getFloatTy(),
+                                                          double(lanes))),
+          counter);
+    };
+    add(4);
+    if (lanes == 1)
+      add(5);
     llvm::Value *rowValue = builder.CreateSIToFP(row, builder.getFloatTy());
     if (lanes > 1)
       rowValue = builder.CreateVectorSplat(lanes, rowValue);
@@ -596,22 +604,28 @@ TEST(GemmEmitter, CostlyEpiloguesRunOnceAnElementAfterTheLastKBlock) {
     return builder.CreateFAdd(exponential, rowValue);
   };
   std::vector<GemmSpec> specs = epilogueSpecs(700);
+  specs.push_back(rowMajor(9, 62, 40));
+  specs.push_back(rowMajor(20, 700, 300));
   GemmSpec columnsOfC = rowMajor(30, 20, 600);
   columnsOfC.cRow = 1;
   columnsOfC.cCol = 30;
   specs.push_back(columnsOfC);
+  const int lanes = std::max(backend::hostTarget().vectorBits, 128) / 32;
   for (GemmSpec spec : specs) {
     spec.targetTiles = 5;
     spec.costlyEpilogue = true;
     SCOPED_TRACE(describe(spec, backend::hostTarget()));
     CompiledGemm gemm = compileGemm(spec, backend::hostTarget(), epilogue);
     Operands operands(spec, 5, false);
-    float count = 0;
+    float count = 0, single = 0;
     std::vector<char *> buffers = operands.buffers();
     buffers.push_back(reinterpret_cast<char *>(&count));
+    buffers.push_back(reinterpret_cast<char *>(&single));
     for (int64_t tile = gemm.parallelRange; tile-- > 0;)
       gemm.function(buffers.data(), tile, tile + 1);
     EXPECT_EQ(count, static_cast<float>(spec.batch * spec.m * spec.n));
+    int64_t elementColumns = spec.cCol == 1 ? spec.n % lanes : spec.n;
+    EXPECT_EQ(single, static_cast<float>(spec.batch * spec.m * elementColumns));
     int failures = 0;
     for (int64_t batch = 0; batch < spec.batch; ++batch)
       for (int64_t i = 0; i < spec.m; ++i)
