@@ -57,6 +57,7 @@ NATIVE_OPS = [
     "nn.functional.pad.reflect", "nn.functional.pad.replicate", "nn.functional.pad.replicate_negative",
     "nn.functional.glu", "nn.functional.hardshrink", "nn.functional.softshrink",
     "nn.functional.mse_loss", "nn.functional.smooth_l1_loss", "nn.functional.huber_loss",
+    "cumsum", "cumprod",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
@@ -632,3 +633,75 @@ def test_embeddings_of_input_ids_and_positions_are_kernels_and_raise_as_torch():
     with pytest.raises(IndexError):
         compiled_write(y, torch.full((4, 32), 100))
     assert torch.equal(y, torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int32, torch.int64,
+                                   torch.bool])
+def test_cumulative_sums_and_products_are_kernels(dtype):
+    # cumsum and cumprod along any dim as two reduction kernels (blocks of
+    # about sqrt(n) elements, then each element from the blocks before its
+    # own and its block's elements up to it): eager's values (float32
+    # accumulated in float64 as eager's CPU kernel does, integers in int64
+    # and wrapping alike), eager's dtypes (integers and bool to int64, a
+    # requested dtype), contiguous results of strided inputs, edge sizes.
+    def sample(shape):
+        if dtype == torch.bool:
+            return torch.randn(shape) > 0
+        if dtype.is_floating_point:
+            return (torch.randn(shape) * 1.5).to(dtype)
+        return torch.randint(-9, 10, shape, dtype=dtype)
+    cases = [((7,), 0), ((4, 130), 1), ((130, 3), 0), ((2, 3, 50), 1), ((1,), 0), ((3, 17), -1),
+             ((2, 1, 5), 1), ((0, 5), 1), ((5, 0), 1), ((), 0)]
+    for shape, dim in cases:
+        base = sample(shape + (2,))
+        for x in (base[..., 0], base[..., 1].contiguous()):
+            fns = [lambda x: torch.cumsum(x, dim) * 2, lambda x: x.cumsum(dim, dtype=torch.float64)]
+            if dtype != torch.bool:
+                fns.append(lambda x: torch.cumprod(x, dim) + 1)
+            for fn in fns:
+                compiled = kiln.compile(fn)
+                expected, actual = fn(x), compiled(x)
+                assert actual.dtype == expected.dtype and actual.stride() == expected.stride(), shape
+                tolerance = dict(rtol=2e-3, atol=2e-3) if dtype == torch.float16 else {}
+                assert_close(actual, expected, **tolerance, equal_nan=True)
+                if x.numel() and x.dim():  # torch runs a 0-d tensor's dim ops
+                    runner = kiln.cache_info(compiled)["runners"][0]
+                    assert "0 extern" in runner, (shape, runner)
+
+
+def test_cumulative_sums_wrap_products_of_specials_and_positions_of_masks():
+    # int64 sums wrap as eager's sequential ones; products through 0, inf
+    # and NaN give eager's NaN, inf and 0; the positions of an attention
+    # mask, (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1), fuse into
+    # kernels; a scan too long to pay for as reductions calls torch where
+    # torch runs, and the same function exports (natively) all the same.
+    big = torch.tensor([2**62, 2**62, 2**62, -5, 7], dtype=torch.int64)
+    assert torch.equal(kiln.compile(lambda x: x.cumsum(0))(big), big.cumsum(0))
+    specials = torch.tensor([[2.0, 0.0, float("inf"), 3.0], [float("nan"), 1.0, 2.0, 0.5],
+                             [float("inf"), -1.0, 0.0, 4.0]])
+    for dim in (0, 1):
+        fn = lambda x: x.cumprod(dim)  # noqa: E731
+        assert_close(kiln.compile(fn)(specials), fn(specials), equal_nan=True)
+    mask = torch.ones(4, 128, dtype=torch.int64)
+    mask[1, :17] = 0
+    mask[3, 100:] = 0
+    positions = lambda m: (m.cumsum(-1) - 1).masked_fill(m == 0, 1)  # noqa: E731
+    compiled = kiln.compile(positions)
+    assert torch.equal(compiled(mask), positions(mask))
+    assert "0 extern" in kiln.cache_info(compiled)["runners"][0]
+    long_rows = torch.randn(64, 4096)
+    fn = lambda x: x.cumsum(1) * 2  # noqa: E731
+    compiled = kiln.compile(fn)
+    assert_close(compiled(long_rows), fn(long_rows))
+    assert "1 extern(s) [aten::cumsum]" in kiln.cache_info(compiled)["runners"][0]
+
+
+def test_a_long_cumulative_sum_exports_as_kernels(tmp_path):
+    x = torch.randn(8, 3000)
+    fn = lambda x: torch.cumsum(x, 1) / 3  # noqa: E731
+    kiln.export(fn, (x,), str(tmp_path), name="scan")
+    exported = kiln.load_exported(str(tmp_path), "scan")
+    x = torch.randn(8, 3000)
+    result = exported(x)
+    result = result[0] if isinstance(result, (tuple, list)) else result
+    assert_close(result, fn(x), rtol=1e-5, atol=1e-4)
