@@ -1,8 +1,12 @@
 // Lowerings of the ops that read a tensor at positions held in an index
 // tensor (an indirect load: the load's index contains a load of the index
-// buffer): embedding, index_select, gather.
+// buffer): embedding, index_select, gather, indexing with index tensors.
 // Depends on passes/lowerings/Lowerer.h.
 #include "passes/lowerings/Lowerer.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
 
 namespace kiln::lowering {
 namespace {
@@ -22,18 +26,80 @@ const Expr *clampedIndex(Lowerer &lowerer, const Expr *index, int64_t size) {
   return lowerer.binary(BinaryOp::Min, index, exprs.integer(size - 1));
 }
 
+// The least and greatest values of `value` over `extents` of its variables
+// 0.. where it is an affine function of them with no loads (an arange's
+// positions, a shifted one), else nothing.
+std::optional<std::pair<int64_t, int64_t>>
+affineRange(loop::ExprContext &exprs, const Expr *value, const Shape &extents) {
+  if (loop::anyNode(value, [](const Expr *node) {
+        return node->kind() == loop::ExprKind::Load ||
+               node->kind() == loop::ExprKind::Symbol ||
+               node->kind() == loop::ExprKind::ReductionValue;
+      }))
+    return std::nullopt;
+  std::vector<const Expr *> zeros(extents.size(), exprs.integer(0));
+  const Expr *offset = exprs.substituteVars(value, zeros);
+  if (!offset->isConstant())
+    return std::nullopt;
+  int64_t least = offset->integer(), greatest = offset->integer();
+  for (size_t d = 0; d < extents.size(); ++d) {
+    if (extents[d] <= 0)
+      return std::nullopt;
+    std::optional<int64_t> step =
+        loop::affineCoefficient(value, static_cast<int64_t>(d));
+    int64_t span;
+    // (An overflow proves nothing.)
+    if (!step || __builtin_mul_overflow(*step, extents[d] - 1, &span) ||
+        __builtin_add_overflow(span < 0 ? least : greatest, span,
+                               span < 0 ? &least : &greatest))
+      return std::nullopt;
+  }
+  return std::make_pair(least, greatest);
+}
+
+// The range of the values a kernel stored in `buffer`, a temporary (only
+// kernels read it, none write it in place) written by one pointwise store
+// of an affine function of its kernel's outer variables (an arange that
+// several readers made a buffer), else nothing.
+std::optional<std::pair<int64_t, int64_t>> storedRange(Lowerer &lowerer,
+                                                       int64_t buffer) {
+  const loop::Program &program = lowerer.program();
+  if (program.buffers[buffer].kind != loop::BufferKind::Temporary)
+    return std::nullopt;
+  const loop::Kernel *writer = nullptr;
+  const loop::Store *store = nullptr;
+  for (const loop::Step &step : program.steps) {
+    if (step.kind != loop::Step::Kind::Kernel)
+      continue;
+    for (const loop::Loop &loop : step.kernel.loops)
+      for (const loop::Store &candidate : loop.stores)
+        if (candidate.buffer == buffer) {
+          if (store || !loop.ranges.empty())
+            return std::nullopt;
+          writer = &step.kernel;
+          store = &candidate;
+        }
+  }
+  if (!store || !writer->outerRanges.isStatic())
+    return std::nullopt;
+  return affineRange(lowerer.exprs(), store->value,
+                     writer->outerRanges.constants());
+}
+
 // Whether every element of `indices` is known to lie in [0, size) when the
 // program runs: where each is an affine function of its position with no
-// loads (an arange's positions) and its least and greatest values over the
-// tensor are in range, or where the indices are an input or a view of one
-// (a slice of a model's position ids), whose elements the runtime then
-// checks before the first step that reads the input (Lowerer::checkIndices;
-// it raises IndexError as torch does). Tensors on the CPU only.
+// loads (an arange's positions) or a buffer of such values (storedRange)
+// and its least and greatest values are in range, or where the indices
+// are an input or a view of one (a slice of a model's position ids), whose
+// elements the runtime then checks before the first step that reads the
+// input (Lowerer::checkIndices; it raises IndexError as torch does), unless
+// `checkInputs` is false. Tensors on the CPU only.
 bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
-                    int64_t size) {
+                    int64_t size, bool checkInputs = true) {
   if (lowerer.device().type != DeviceType::CPU || indices.isSymbolic() ||
       size <= 0)
     return false;
+  std::optional<std::pair<int64_t, int64_t>> range;
   if (indices.realized()) {
     const Placement &placement = *indices.placement;
     const loop::Buffer &placed = lowerer.program().buffers[placement.buffer];
@@ -44,40 +110,24 @@ bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
       fixed = fixed && stride->isConstant();
       strides.push_back(stride->isConstant() ? stride->value() : 0);
     }
-    if (placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
-        fixed) {
+    if (checkInputs && placed.kind == loop::BufferKind::Input &&
+        !placed.meta.isSymbolic() && fixed) {
       lowerer.checkIndices(
           {placement.buffer, size,
            TensorMeta(indices.dtype, indices.sizes, std::move(strides),
                       placement.offset->value())});
       return true;
     }
+    range = storedRange(lowerer, placement.buffer);
   }
-  loop::ExprContext &exprs = lowerer.exprs();
-  Index position;
-  for (int64_t d = 0; d < indices.dim(); ++d)
-    position.push_back(exprs.var(d));
-  const Expr *index = indices.loader(position);
-  if (loop::anyNode(index, [](const Expr *node) {
-        return node->kind() == loop::ExprKind::Load ||
-               node->kind() == loop::ExprKind::Symbol;
-      }))
-    return false;
-  std::vector<const Expr *> zeros(position.size(), exprs.integer(0));
-  const Expr *offset = exprs.substituteVars(index, zeros);
-  if (!offset->isConstant())
-    return false;
-  int64_t least = offset->integer(), greatest = offset->integer();
-  for (int64_t d = 0; d < indices.dim(); ++d) {
-    std::optional<int64_t> step = loop::affineCoefficient(index, d);
-    int64_t span;
-    // (An overflow proves nothing.)
-    if (!step || __builtin_mul_overflow(*step, indices.sizes[d] - 1, &span) ||
-        __builtin_add_overflow(span < 0 ? least : greatest, span,
-                               span < 0 ? &least : &greatest))
-      return false;
+  if (!range) {
+    loop::ExprContext &exprs = lowerer.exprs();
+    Index position;
+    for (int64_t d = 0; d < indices.dim(); ++d)
+      position.push_back(exprs.var(d));
+    range = affineRange(exprs, indices.loader(position), indices.sizes);
   }
-  return least >= 0 && greatest < size;
+  return range && range->first >= 0 && range->second < size;
 }
 
 // A gathered tensor as a copy, not a view of its input.
@@ -176,6 +226,92 @@ LoweringResult gather(Lowerer &lowerer, const Node &node) {
   return std::vector<LoweredTensor>{result};
 }
 
+// index.Tensor(self, indices): numpy's advanced indexing with integer
+// index tensors (None keeps a dim): the index tensors broadcast together,
+// their shape replacing the indexed dims where those are adjacent, else
+// leading the result; each result element reads self at the positions its
+// index tensors hold, a negative one counting from the end. Natively where
+// each index tensor's values are known to be in [0, size) (computed ones:
+// the runtime's check of an input's would refuse eager's negative
+// indices) or the program runs without torch (out of range: the nearest);
+// masks (bool, uint8) have data-dependent shapes and stay torch's.
+LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = lowerer.input(node, 0);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (input.isSymbolic() || meta.isSymbolic() || input.dim() == 0)
+    return std::nullopt;
+  const std::vector<Value *> &list = node.arguments().at(1).toTensorList();
+  std::vector<int64_t> indexed;
+  std::vector<LoweredTensor> indices;
+  for (size_t d = 0; d < list.size(); ++d) {
+    if (!list[d])
+      continue;
+    LoweredTensor index = lowerer.lowered(list[d]);
+    if (!isIndexType(index.dtype) || index.isSymbolic() || input.sizes[d] == 0)
+      return std::nullopt;
+    indexed.push_back(static_cast<int64_t>(d));
+    indices.push_back(index);
+  }
+  if (indexed.empty())
+    return std::nullopt;
+  bool inRange = true;
+  for (size_t k = 0; k < indices.size(); ++k)
+    inRange =
+        indicesInRange(lowerer, indices[k], input.sizes[indexed[k]], false) &&
+        inRange;
+  if (!lowerer.standalone() && !inRange)
+    return std::nullopt;
+  bool adjacent = indexed.back() - indexed.front() + 1 ==
+                  static_cast<int64_t>(indexed.size());
+  const int64_t insertAt = adjacent ? indexed.front() : 0;
+  std::vector<int64_t> others; // self's dims that are not indexed, in order
+  for (int64_t d = 0; d < input.dim(); ++d)
+    if (std::find(indexed.begin(), indexed.end(), d) == indexed.end())
+      others.push_back(d);
+  const int64_t broadcast =
+      meta.dim() - static_cast<int64_t>(others.size()); // its dims
+  if (broadcast < 0)
+    return std::nullopt;
+  Shape inputSizes = input.sizes;
+  std::vector<Loader> picks;
+  std::vector<Shape> indexSizes;
+  for (const LoweredTensor &index : indices) {
+    picks.push_back(index.loader);
+    indexSizes.push_back(index.sizes);
+  }
+  loop::ExprContext &exprs = lowerer.exprs();
+  return copyOf(lowerer.remap(
+      input, meta.sizes,
+      [&lowerer, &exprs, inputSizes, indexed, others, picks, indexSizes,
+       insertAt, broadcast](const Index &result) {
+        Index at(inputSizes.size(), nullptr);
+        for (size_t m = 0; m < others.size(); ++m) {
+          int64_t position = static_cast<int64_t>(m) < insertAt
+                                 ? static_cast<int64_t>(m)
+                                 : static_cast<int64_t>(m) + broadcast;
+          at[others[m]] = result[position];
+        }
+        for (size_t k = 0; k < indexed.size(); ++k) {
+          // The index tensor's dims align with the broadcast shape's last.
+          const Shape &sizes = indexSizes[k];
+          int64_t lead =
+              insertAt + broadcast - static_cast<int64_t>(sizes.size());
+          Index position;
+          for (size_t j = 0; j < sizes.size(); ++j)
+            position.push_back(sizes[j] == 1 ? exprs.integer(0)
+                                             : result[lead + j]);
+          int64_t extent = inputSizes[indexed[k]];
+          const Expr *index = lowerer.cast(picks[k](position), DType::Int64);
+          index = lowerer.where(
+              lowerer.binary(BinaryOp::Lt, index, exprs.integer(0)),
+              lowerer.binary(BinaryOp::Add, index, exprs.integer(extent)),
+              index);
+          at[indexed[k]] = clampedIndex(lowerer, index, extent);
+        }
+        return at;
+      }));
+}
+
 } // namespace
 
 void registerIndexingLowerings(LoweringTable &table) {
@@ -183,6 +319,7 @@ void registerIndexingLowerings(LoweringTable &table) {
       {"aten::embedding", embedding},
       {"aten::index_select", indexSelect},
       {"aten::gather", gather},
+      {"aten::index.Tensor", indexWithTensors},
   });
 }
 

@@ -705,3 +705,48 @@ def test_a_long_cumulative_sum_exports_as_kernels(tmp_path):
     result = exported(x)
     result = result[0] if isinstance(result, (tuple, list)) else result
     assert_close(result, fn(x), rtol=1e-5, atol=1e-4)
+
+
+def test_advanced_indexing_with_computed_positions_is_a_kernel():
+    # x[i, j] with integer index tensors (aten::index.Tensor): the index
+    # tensors broadcast, replace adjacent indexed dims in place or lead the
+    # result where separated; one kernel where their values are known in
+    # range (aranges, shifted, viewed, or a buffer of one that several
+    # readers share: a mask builder's positions), eager's values and strides.
+    x = torch.randn(5, 6, 7)
+    two_readers = lambda x: (lambda b, q: x[b, q] + x[b, q].exp() * x[q, b])(  # noqa: E731
+        torch.arange(4)[:, None, None], torch.arange(5)[None, :, None])
+    cases = [lambda x: x[torch.arange(3)] * 2,
+             lambda x: x[torch.arange(3) + 1, torch.arange(3) * 2],
+             lambda x: x[:, torch.arange(4).view(2, 2)],
+             lambda x: x[:, :, torch.arange(5) + 2],
+             lambda x: x[torch.arange(2).view(2, 1), :, torch.arange(3).view(1, 3)],
+             lambda x: x.transpose(0, 2)[torch.arange(3)],
+             lambda x: x[torch.arange(4).view(4, 1, 1, 1), torch.arange(6).view(1, 1, 6, 1)],
+             two_readers]
+    for fn in cases:
+        compiled = kiln.compile(fn)
+        expected, actual = fn(x), compiled(x)
+        assert actual.stride() == expected.stride()
+        assert_close(actual, expected)
+        assert "0 extern" in kiln.cache_info(compiled)["runners"][0]
+    # Positions not known in range, negative ones (eager counts them from
+    # the end) and an input's: torch runs the indexing, eager's values and
+    # errors.
+    for fn, args in ((lambda x: x[torch.arange(3) - 2], (x,)),
+                     (lambda x, i: x[i, i], (x, torch.tensor([-1, 0, 4]))),
+                     (lambda x, i: x[:, i] * 2, (x, torch.tensor([[5, -6], [0, 1]])))):
+        compiled = kiln.compile(fn)
+        assert torch.equal(compiled(*args), fn(*args))
+    with pytest.raises(IndexError, match="out of bounds"):
+        kiln.compile(lambda x, i: x[i, i])(x, torch.tensor([0, 5]))
+
+
+def test_advanced_indexing_exports_and_counts_negative_positions_from_the_end(tmp_path):
+    x, i = torch.randn(5, 6), torch.tensor([[4, -1], [0, -5]])
+    fn = lambda x, i: x[i] * 2  # noqa: E731
+    kiln.export(fn, (x, i), str(tmp_path), name="gather_rows")
+    exported = kiln.load_exported(str(tmp_path), "gather_rows")
+    result = exported(x, i)
+    result = result[0] if isinstance(result, (tuple, list)) else result
+    assert torch.equal(result, fn(x, i))
