@@ -93,11 +93,10 @@ std::optional<std::pair<int64_t, int64_t>> storedRange(Lowerer &lowerer,
 // are an input or a view of one (a slice of a model's position ids), whose
 // elements the runtime then checks before the first step that reads the
 // input (Lowerer::checkIndices; it raises IndexError as torch does), unless
-// `checkInputs` is false. Tensors on the CPU only.
+// `checkInputs` is false or the input is not on the CPU.
 bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
                     int64_t size, bool checkInputs = true) {
-  if (lowerer.device().type != DeviceType::CPU || indices.isSymbolic() ||
-      size <= 0)
+  if (indices.isSymbolic() || size <= 0)
     return false;
   std::optional<std::pair<int64_t, int64_t>> range;
   if (indices.realized()) {
@@ -110,8 +109,9 @@ bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
       fixed = fixed && stride->isConstant();
       strides.push_back(stride->isConstant() ? stride->value() : 0);
     }
-    if (checkInputs && placed.kind == loop::BufferKind::Input &&
-        !placed.meta.isSymbolic() && fixed) {
+    if (checkInputs && lowerer.device().type == DeviceType::CPU &&
+        placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
+        fixed) {
       lowerer.checkIndices(
           {placement.buffer, size,
            TensorMeta(indices.dtype, indices.sizes, std::move(strides),

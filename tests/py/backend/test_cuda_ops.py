@@ -580,14 +580,20 @@ _INDEX_MAPS_AND_LOSSES = {
                   (16, 12)),
     "integer division": (lambda x: (x * 10).long() % 7 + (x * 10).long() // -3, (16, 12)),
     "in-place writes": (_written_in_place, (16, 12)),
+    "cumsum": (lambda x: x.cumsum(1) * 2, (16, 300)),
+    "cumprod": (lambda x: (x * 0.1 + 1).cumprod(0), (40, 12)),
+    "integer cumsum": (lambda x: (x > 0).cumsum(-1) - 1, (4, 128)),
+    "advanced indexing": (lambda x: x[torch.arange(4, device=x.device)[:, None],
+                                      torch.arange(6, device=x.device)[None, :] + 3] * 2, (16, 12)),
 }
 
 
 @pytest.mark.parametrize("name", list(_INDEX_MAPS_AND_LOSSES))
 def test_index_maps_losses_and_in_place_writes_are_gpu_kernels(name):
-    # The lowerings of session 37 (pixel and channel shuffles, reflected
-    # and replicated pads, glu, shrinks, pointwise losses, integer division
-    # by a number, in-place writes as functional ops) are the GPU's too.
+    # The lowerings of sessions 37 and 38 (pixel and channel shuffles,
+    # reflected and replicated pads, glu, shrinks, pointwise losses, integer
+    # division by a number, in-place writes as functional ops, cumulative
+    # sums and products, indexing with computed positions) are the GPU's too.
     fn, shape = _INDEX_MAPS_AND_LOSSES[name]
     x = torch.randn(shape, device="cuda")
     compiled = kiln.compile(fn)
