@@ -310,8 +310,9 @@ private:
   void emitMicroSteps(std::vector<llvm::Value *> &accumulators,
                       const PanelOfA &a, llvm::Value *packedB,
                       llvm::Value *start, llvm::Value *end, int unroll);
-  /// Writes the `rows` rows of a micro-tile (its accumulators) to rows
-  /// [row, row + rows) of C, `validColumns` of its columns.
+  /// Writes the `rows` rows of a micro-tile (its accumulators, with a cheap
+  /// epilogue applied in the last k block) to rows [row, row + rows) of C,
+  /// `validColumns` of its columns.
   void emitWrite(const std::vector<llvm::Value *> &accumulators, int rows,
                  llvm::Value *row, llvm::Value *column,
                  llvm::Value *validColumns, llvm::Value *first,
@@ -327,11 +328,6 @@ private:
                        llvm::Value *row, llvm::Value *column,
                        llvm::Value *validColumns, llvm::Value *first,
                        llvm::Value *last);
-  /// emitWrite's stores of the sums (and of a cheap epilogue's values).
-  void emitStores(const std::vector<llvm::Value *> &accumulators, int rows,
-                  llvm::Value *row, llvm::Value *column,
-                  llvm::Value *validColumns, llvm::Value *first,
-                  llvm::Value *last);
   /// `then` where `condition` holds at run time, else `otherwise`, in
   /// blocks named after `name`; the builder after both.
   void emitIfElse(llvm::Value *condition, const char *name,
@@ -1358,13 +1354,6 @@ void GemmEmitter::emitWrite(const std::vector<llvm::Value *> &accumulators,
                             int rows, llvm::Value *row, llvm::Value *column,
                             llvm::Value *validColumns, llvm::Value *first,
                             llvm::Value *last) {
-  emitStores(accumulators, rows, row, column, validColumns, first, last);
-}
-
-void GemmEmitter::emitStores(const std::vector<llvm::Value *> &accumulators,
-                             int rows, llvm::Value *row, llvm::Value *column,
-                             llvm::Value *validColumns, llvm::Value *first,
-                             llvm::Value *last) {
   emitByWidth(
       validColumns,
       [&] { emitVectorWrite(accumulators, rows, row, column, first, last); },

@@ -80,7 +80,10 @@ std::optional<std::pair<int64_t, int64_t>> storedRange(Lowerer &lowerer,
           store = &candidate;
         }
   }
-  if (!store || !writer->outerRanges.isStatic())
+  // Every element written: as many outer points as the buffer holds.
+  if (!store || !writer->outerRanges.isStatic() ||
+      numelOf(writer->outerRanges.constants()) !=
+          program.buffers[buffer].meta.numel())
     return std::nullopt;
   return affineRange(lowerer.exprs(), store->value,
                      writer->outerRanges.constants());
@@ -283,7 +286,7 @@ LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
   return copyOf(lowerer.remap(
       input, meta.sizes,
       [&lowerer, &exprs, inputSizes, indexed, others, picks, indexSizes,
-       insertAt, broadcast](const Index &result) {
+       insertAt, broadcast, inRange](const Index &result) {
         Index at(inputSizes.size(), nullptr);
         for (size_t m = 0; m < others.size(); ++m) {
           int64_t position = static_cast<int64_t>(m) < insertAt
@@ -302,10 +305,11 @@ LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
                                              : result[lead + j]);
           int64_t extent = inputSizes[indexed[k]];
           const Expr *index = lowerer.cast(picks[k](position), DType::Int64);
-          index = lowerer.where(
-              lowerer.binary(BinaryOp::Lt, index, exprs.integer(0)),
-              lowerer.binary(BinaryOp::Add, index, exprs.integer(extent)),
-              index);
+          if (!inRange)
+            index = lowerer.where(
+                lowerer.binary(BinaryOp::Lt, index, exprs.integer(0)),
+                lowerer.binary(BinaryOp::Add, index, exprs.integer(extent)),
+                index);
           at[indexed[k]] = clampedIndex(lowerer, index, extent);
         }
         return at;

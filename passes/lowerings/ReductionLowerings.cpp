@@ -228,13 +228,15 @@ template <ReduceOp Op> LoweringResult scan(Lowerer &lowerer, const Node &node) {
   const int64_t dim = wrapDim(node.arguments().at(1).toInt(), input.dim());
   const Shape &sizes = input.sizes;
   const int64_t n = sizes[dim];
-  const int64_t b =
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(
-                               static_cast<double>(std::max<int64_t>(n, 1))))));
-  const int64_t blocks = (std::max<int64_t>(n, 1) + b - 1) / b;
   int64_t numel = 1;
   for (int64_t size : sizes)
     numel *= size;
+  // Nothing to read (and no element to clamp positions to).
+  if (numel == 0)
+    return std::vector<LoweredTensor>{lowerer.full(0, meta.dtype, sizes)};
+  const int64_t b = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  const int64_t blocks = (n + b - 1) / b;
   if (!lowerer.standalone() && numel * 2 * b > kMaxScanWork)
     return std::nullopt;
   // The element at `position` along dim of `input`, clamped into the dim
