@@ -396,10 +396,14 @@ struct ProgramOutput {
 /// outside the table); the runtime checks the input before the first step
 /// that reads it and raises IndexOutOfRange where torch raises IndexError
 /// (an exported run checks every one before any step and returns an
-/// error).
+/// error). Where `fromEnd`, elements in [-size, 0) pass too (indexing
+/// counts them from the end) and the error names dimension `dim` as
+/// torch's indexing does.
 struct IndexCheck {
   int64_t buffer = -1;
   int64_t size = 0;
+  bool fromEnd = false;
+  int64_t dim = 0;
   /// The elements read: the input, or a view of it (a slice, an expand, a
   /// transpose), its storage offset in elements from the input's first.
   TensorMeta elements;

@@ -54,10 +54,13 @@ void checkInput(const CompiledProgram &program, size_t index,
 namespace {
 
 // Raises IndexOutOfRange, with torch's message, where an element of the
-// index tensor in the buffer at `data` (laid out as `meta`, from its
-// storage offset on; int64 or int32) lies outside [0, size).
-void checkIndicesInRange(const char *data, const TensorMeta &meta,
-                         int64_t size) {
+// index tensor in the buffer at `data` (laid out as `check.elements`, from
+// its storage offset on; int64 or int32) lies outside [0, size) (or
+// [-size, size) where check.fromEnd).
+void checkIndicesInRange(const char *data, const loop::IndexCheck &check) {
+  const TensorMeta &meta = check.elements;
+  const int64_t size = check.size;
+  const int64_t least = check.fromEnd ? -size : 0;
   if (meta.numel() == 0)
     return;
   if (meta.dtype != DType::Int64 && meta.dtype != DType::Int32)
@@ -74,8 +77,13 @@ void checkIndicesInRange(const char *data, const TensorMeta &meta,
     int64_t value = meta.dtype == DType::Int64
                         ? *reinterpret_cast<const int64_t *>(at)
                         : *reinterpret_cast<const int32_t *>(at);
-    if (value < 0 || value >= size)
-      throw IndexOutOfRange("index out of range in self");
+    if (value < least || value >= size)
+      throw IndexOutOfRange(check.fromEnd
+                                ? "index " + std::to_string(value) +
+                                      " is out of bounds for dimension " +
+                                      std::to_string(check.dim) +
+                                      " with size " + std::to_string(size)
+                                : "index out of range in self");
     for (size_t d = rank; d-- > 0;) {
       if (++position[d] < meta.sizes[d])
         break;
@@ -163,7 +171,7 @@ void runProgram(const CompiledProgram &compiled, char *const *inputAddresses,
   StepProfile *profile = compiled.profile();
   for (size_t s = 0; s < program.steps.size(); ++s) {
     for (const loop::IndexCheck &check : compiled.checksBefore(s))
-      checkIndicesInRange(addresses[check.buffer], check.elements, check.size);
+      checkIndicesInRange(addresses[check.buffer], check);
     StepProfile::Mark start;
     if (profile)
       start = StepProfile::now();

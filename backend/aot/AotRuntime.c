@@ -67,7 +67,8 @@ typedef struct {
 
 /* Ids an input holds that a kernel reads rows at (an embedding's): each
    element of the view (rank, sizes, strides, offset in elements) of input
-   `input` must lie in [0, rows). */
+   `input` must lie in [0, rows), or in [-rows, rows) where `from_end`
+   (indexing, which counts negative ids from the end). */
 typedef struct {
   int32_t input;
   int32_t dtype;
@@ -76,6 +77,7 @@ typedef struct {
   const int64_t *sizes;
   const int64_t *strides;
   int64_t offset;
+  int32_t from_end;
 } kiln_index_check;
 
 /* KILN_TABLES */
@@ -581,7 +583,13 @@ static kiln_status check_indices(const kiln_tensor *inputs) {
         offset += position[d] * check->strides[d];
       int64_t id = wide ? ((const int64_t *)data)[offset]
                         : ((const int32_t *)data)[offset];
-      if (id < 0 || id >= check->rows)
+      if (check->from_end && (id < -check->rows || id >= check->rows))
+        return fail(KILN_ERROR_INVALID_ARGUMENT,
+                    "run: input %d (%s): index %lld is out of bounds for a "
+                    "dimension of size %lld",
+                    (int)check->input, INPUTS[check->input].name, (long long)id,
+                    (long long)check->rows);
+      if (!check->from_end && (id < 0 || id >= check->rows))
         return fail(KILN_ERROR_INVALID_ARGUMENT,
                     "run: input %d (%s): index out of range in self (id "
                     "%lld, the table has %lld rows)",

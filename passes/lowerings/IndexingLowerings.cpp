@@ -89,18 +89,29 @@ std::optional<std::pair<int64_t, int64_t>> storedRange(Lowerer &lowerer,
                      writer->outerRanges.constants());
 }
 
-// Whether every element of `indices` is known to lie in [0, size) when the
-// program runs: where each is an affine function of its position with no
-// loads (an arange's positions) or a buffer of such values (storedRange)
-// and its least and greatest values are in range, or where the indices
-// are an input or a view of one (a slice of a model's position ids), whose
-// elements the runtime then checks before the first step that reads the
-// input (Lowerer::checkIndices; it raises IndexError as torch does), unless
-// `checkInputs` is false or the input is not on the CPU.
-bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
-                    int64_t size, bool checkInputs = true) {
+// How the elements of an index tensor are known to be valid positions.
+enum class Positions {
+  Unknown,
+  // Known to lie in [0, size): an affine function of their position with no
+  // loads (an arange's positions) or a buffer of such values (storedRange)
+  // whose least and greatest values are in range.
+  InRange,
+  // An input or a view of one (a slice of a model's position ids), whose
+  // elements the runtime checks before the first step that reads the input
+  // (Lowerer::checkIndices; it raises IndexError as torch does): in
+  // [0, size), or in [-size, size) where negative ones count from the end.
+  Checked,
+};
+
+// What is known of the positions `indices` holds in a dim of `size`;
+// `fromEndDim`, where given, is the dim of an indexing that counts negative
+// positions from the end (named in the runtime's error). Only CPU inputs
+// are checked.
+Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
+                         int64_t size,
+                         std::optional<int64_t> fromEndDim = std::nullopt) {
   if (indices.isSymbolic() || size <= 0)
-    return false;
+    return Positions::Unknown;
   std::optional<std::pair<int64_t, int64_t>> range;
   if (indices.realized()) {
     const Placement &placement = *indices.placement;
@@ -112,14 +123,15 @@ bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
       fixed = fixed && stride->isConstant();
       strides.push_back(stride->isConstant() ? stride->value() : 0);
     }
-    if (checkInputs && lowerer.device().type == DeviceType::CPU &&
+    if (lowerer.device().type == DeviceType::CPU &&
         placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
         fixed) {
       lowerer.checkIndices(
-          {placement.buffer, size,
+          {placement.buffer, size, fromEndDim.has_value(),
+           fromEndDim.value_or(0),
            TensorMeta(indices.dtype, indices.sizes, std::move(strides),
                       placement.offset->value())});
-      return true;
+      return Positions::Checked;
     }
     range = storedRange(lowerer, placement.buffer);
   }
@@ -130,7 +142,16 @@ bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
       position.push_back(exprs.var(d));
     range = affineRange(exprs, indices.loader(position), indices.sizes);
   }
-  return range && range->first >= 0 && range->second < size;
+  return range && range->first >= 0 && range->second < size
+             ? Positions::InRange
+             : Positions::Unknown;
+}
+
+// Whether every element of `indices` is known to lie in [0, size) when the
+// program runs, proven or checked (knownPositions).
+bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
+                    int64_t size) {
+  return knownPositions(lowerer, indices, size) != Positions::Unknown;
 }
 
 // A gathered tensor as a copy, not a view of its input.
@@ -234,10 +255,11 @@ LoweringResult gather(Lowerer &lowerer, const Node &node) {
 // their shape replacing the indexed dims where those are adjacent, else
 // leading the result; each result element reads self at the positions its
 // index tensors hold, a negative one counting from the end. Natively where
-// each index tensor's values are known to be in [0, size) (computed ones:
-// the runtime's check of an input's would refuse eager's negative
-// indices) or the program runs without torch (out of range: the nearest);
-// masks (bool, uint8) have data-dependent shapes and stay torch's.
+// each index tensor's values are known to be valid (knownPositions: an
+// input's are checked in [-size, size), as torch's IndexError) or the
+// program runs without torch (an exported run checks an input's; computed
+// ones out of range read the nearest); masks (bool, uint8) have
+// data-dependent shapes and stay torch's.
 LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
   LoweredTensor input = lowerer.input(node, 0);
   const TensorMeta &meta = lowerer.resultMeta(node);
@@ -257,12 +279,14 @@ LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
   }
   if (indexed.empty())
     return std::nullopt;
-  bool inRange = true;
-  for (size_t k = 0; k < indices.size(); ++k)
-    inRange =
-        indicesInRange(lowerer, indices[k], input.sizes[indexed[k]], false) &&
-        inRange;
-  if (!lowerer.standalone() && !inRange)
+  bool known = true, inRange = true; // valid; proven non-negative
+  for (size_t k = 0; k < indices.size(); ++k) {
+    Positions positions = knownPositions(lowerer, indices[k],
+                                         input.sizes[indexed[k]], indexed[k]);
+    known = known && positions != Positions::Unknown;
+    inRange = inRange && positions == Positions::InRange;
+  }
+  if (!lowerer.standalone() && !known)
     return std::nullopt;
   bool adjacent = indexed.back() - indexed.front() + 1 ==
                   static_cast<int64_t>(indexed.size());

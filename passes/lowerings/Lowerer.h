@@ -104,7 +104,8 @@ public:
   const Graph &graph() const { return *graph_; }
   const Device &device() const { return device_; }
   /// Has the runtime check an input's elements before the first step that
-  /// reads the input: every one in [0, check.size) (loop::IndexCheck).
+  /// reads the input: every one in [0, check.size), or [-size, size) where
+  /// check.fromEnd (loop::IndexCheck).
   void checkIndices(loop::IndexCheck check) {
     program_.indexChecks.push_back(std::move(check));
   }

@@ -730,19 +730,30 @@ def test_advanced_indexing_with_computed_positions_is_a_kernel():
         assert actual.stride() == expected.stride()
         assert_close(actual, expected)
         assert "0 extern" in kiln.cache_info(compiled)["runners"][0]
-    # Positions not known in range, negative ones (eager counts them from
-    # the end) and an input's: torch runs the indexing, eager's values and
-    # errors.
-    for fn, args in ((lambda x: x[torch.arange(3) - 2], (x,)),
-                     (lambda x, i: x[i, i], (x, torch.tensor([-1, 0, 4]))),
-                     (lambda x, i: x[:, i] * 2, (x, torch.tensor([[5, -6], [0, 1]])))):
+    # An input's positions, negative ones counted from the end as eager
+    # does, are checked before the kernel runs: one kernel, eager's values
+    # and eager's IndexError. Computed positions not known in range: torch
+    # runs the indexing.
+    for fn, args in ((lambda x, i: x[i, i], (x, torch.tensor([-1, 0, 4]))),
+                     (lambda x, i: x[:, i] * 2, (x, torch.tensor([[5, -6], [0, 1]]))),
+                     (lambda x, i: x[i[:, :1], 2:, i[:, 1:]], (x, torch.tensor([[4, -7], [-5, 6]])))):
         compiled = kiln.compile(fn)
         assert torch.equal(compiled(*args), fn(*args))
-    with pytest.raises(IndexError, match="out of bounds"):
-        kiln.compile(lambda x, i: x[i, i])(x, torch.tensor([0, 5]))
+        assert "0 extern" in kiln.cache_info(compiled)["runners"][0]
+    for i in (torch.tensor([0, 5]), torch.tensor([-6, 1])):
+        with pytest.raises(IndexError) as eager:
+            x[i, i]
+        with pytest.raises(IndexError, match=re.escape(str(eager.value))):
+            kiln.compile(lambda x, i: x[i, i])(x, i)
+    computed = lambda x: x[torch.arange(3) - 2]  # noqa: E731
+    compiled = kiln.compile(computed)
+    assert torch.equal(compiled(x), computed(x))
+    assert "1 extern" in kiln.cache_info(compiled)["runners"][0]
 
 
 def test_advanced_indexing_exports_and_counts_negative_positions_from_the_end(tmp_path):
+    # The exported run counts negative positions from the end and refuses
+    # one out of [-size, size) with an error, as eager raises.
     x, i = torch.randn(5, 6), torch.tensor([[4, -1], [0, -5]])
     fn = lambda x, i: x[i] * 2  # noqa: E731
     kiln.export(fn, (x, i), str(tmp_path), name="gather_rows")
@@ -750,3 +761,5 @@ def test_advanced_indexing_exports_and_counts_negative_positions_from_the_end(tm
     result = exported(x, i)
     result = result[0] if isinstance(result, (tuple, list)) else result
     assert torch.equal(result, fn(x, i))
+    with pytest.raises(RuntimeError, match="index -6 is out of bounds for a dimension of size 5"):
+        exported(x, torch.tensor([[1, -6], [0, 2]]))
