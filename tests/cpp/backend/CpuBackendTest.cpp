@@ -353,13 +353,22 @@ TEST(CpuMath, Float32ExpOfAClampedValueIsTheNormalRangeExp) {
 // e^{2|x|} + 1, |x| clamped to 9.1 (where tanh rounds to 1): neither exp's
 // overflow clamp (89) nor the general exp's underflow bound is in its kernel
 // (the results are checked against float64 in tests/py/backend).
-TEST(CpuMath, Float32TanhFusesItsExpIntoItsDenominator) {
-  TestProgram test;
+namespace {
+
+// A kernel of tanh over 64 floats.
+void addTanhKernel(TestProgram &test) {
   int64_t in = test.buffer(DType::Float32, 64);
   int64_t out = test.buffer(DType::Float32, 64);
   test.addKernel(
       pointwise(test, 64, out,
                 test.exprs().unary(UnaryOp::Tanh, test.load(in, test.var(0)))));
+}
+
+} // namespace
+
+TEST(CpuMath, Float32TanhFusesItsExpIntoItsDenominator) {
+  TestProgram test;
+  addTanhKernel(test);
   std::string ir;
   compileWithIr(test, ir);
   EXPECT_NE(ir.find("0x4022333340000000"), std::string::npos); // 9.1f
@@ -374,11 +383,7 @@ TEST(CpuMath, Float32TanhFusesItsExpIntoItsDenominator) {
 // movabs and a broadcast each, for every row of a GEMM's tile.
 TEST(CpuJit, KernelsReadConstantsRelativeToTheInstructionPointer) {
   TestProgram test;
-  int64_t in = test.buffer(DType::Float32, 64);
-  int64_t out = test.buffer(DType::Float32, 64);
-  test.addKernel(
-      pointwise(test, 64, out,
-                test.exprs().unary(UnaryOp::Tanh, test.load(in, test.var(0)))));
+  addTanhKernel(test);
   startLogCapture({"asm"});
   auto compiled = backend::CpuProgram::compile(test.program);
   std::string assembly;
