@@ -5,6 +5,8 @@
 #include "passes/lowerings/Lowerer.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -89,17 +91,48 @@ std::optional<std::pair<int64_t, int64_t>> storedRange(Lowerer &lowerer,
                      writer->outerRanges.constants());
 }
 
+// The least and greatest of the index values a constant holds (all of
+// them, a superset of those a view of it reads), else nothing.
+std::optional<std::pair<int64_t, int64_t>>
+constantRange(const loop::Buffer &buffer) {
+  const ConstantData *data = buffer.constant;
+  if (!data ||
+      (data->meta.dtype != DType::Int64 && data->meta.dtype != DType::Int32))
+    return std::nullopt;
+  int64_t count = data->meta.numel();
+  bool wide = data->meta.dtype == DType::Int64;
+  if (count == 0 ||
+      data->bytes.size() < static_cast<size_t>(count) * (wide ? 8 : 4))
+    return std::nullopt;
+  int64_t least = INT64_MAX, greatest = INT64_MIN;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t value;
+    if (wide) {
+      std::memcpy(&value, data->bytes.data() + i * 8, 8);
+    } else {
+      int32_t narrow;
+      std::memcpy(&narrow, data->bytes.data() + i * 4, 4);
+      value = narrow;
+    }
+    least = std::min(least, value);
+    greatest = std::max(greatest, value);
+  }
+  return std::make_pair(least, greatest);
+}
+
 // How the elements of an index tensor are known to be valid positions.
 enum class Positions {
   Unknown,
   // Known to lie in [0, size): an affine function of their position with no
-  // loads (an arange's positions) or a buffer of such values (storedRange)
-  // whose least and greatest values are in range.
+  // loads (an arange's positions), a buffer of such values (storedRange)
+  // or a constant (constantRange) whose least and greatest values are in
+  // range.
   InRange,
   // An input or a view of one (a slice of a model's position ids), whose
   // elements the runtime checks before the first step that reads the input
   // (Lowerer::checkIndices; it raises IndexError as torch does): in
-  // [0, size), or in [-size, size) where negative ones count from the end.
+  // [0, size), or in [-size, size) where negative ones count from the end;
+  // or a constant whose values lie in [-size, size) there.
   Checked,
 };
 
@@ -133,7 +166,12 @@ Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
                       placement.offset->value())});
       return Positions::Checked;
     }
-    range = storedRange(lowerer, placement.buffer);
+    range = placed.kind == loop::BufferKind::Constant
+                ? constantRange(placed)
+                : storedRange(lowerer, placement.buffer);
+    if (range && fromEndDim && range->first >= -size && range->first < 0 &&
+        range->second < size)
+      return Positions::Checked;
   }
   if (!range) {
     loop::ExprContext &exprs = lowerer.exprs();

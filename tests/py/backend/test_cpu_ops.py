@@ -711,8 +711,9 @@ def test_advanced_indexing_with_computed_positions_is_a_kernel():
     # x[i, j] with integer index tensors (aten::index.Tensor): the index
     # tensors broadcast, replace adjacent indexed dims in place or lead the
     # result where separated; one kernel where their values are known in
-    # range (aranges, shifted, viewed, or a buffer of one that several
-    # readers share: a mask builder's positions), eager's values and strides.
+    # range (aranges, shifted, viewed, a buffer of one that several readers
+    # share: a mask builder's positions, constants), eager's values and
+    # strides.
     x = torch.randn(5, 6, 7)
     two_readers = lambda x: (lambda b, q: x[b, q] + x[b, q].exp() * x[q, b])(  # noqa: E731
         torch.arange(4)[:, None, None], torch.arange(5)[None, :, None])
@@ -723,6 +724,9 @@ def test_advanced_indexing_with_computed_positions_is_a_kernel():
              lambda x: x[torch.arange(2).view(2, 1), :, torch.arange(3).view(1, 3)],
              lambda x: x.transpose(0, 2)[torch.arange(3)],
              lambda x: x[torch.arange(4).view(4, 1, 1, 1), torch.arange(6).view(1, 1, 6, 1)],
+             lambda x: x[torch.tensor([0, 4, 2])] * 2,  # constants, negative ones too
+             lambda x: x[:, torch.tensor([[-1, 0], [5, -6]])],
+             lambda x: x[torch.tensor([1, 2], dtype=torch.int32)],
              two_readers]
     for fn in cases:
         compiled = kiln.compile(fn)
@@ -749,6 +753,8 @@ def test_advanced_indexing_with_computed_positions_is_a_kernel():
     compiled = kiln.compile(computed)
     assert torch.equal(compiled(x), computed(x))
     assert "1 extern" in kiln.cache_info(compiled)["runners"][0]
+    with pytest.raises(IndexError, match="out of bounds"):
+        kiln.compile(lambda x: x[torch.tensor([7])])(x)
 
 
 def test_advanced_indexing_exports_and_counts_negative_positions_from_the_end(tmp_path):
