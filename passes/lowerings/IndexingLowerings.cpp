@@ -139,7 +139,7 @@ enum class Positions {
 // What is known of the positions `indices` holds in a dim of `size`;
 // `fromEndDim`, where given, is the dim of an indexing that counts negative
 // positions from the end (named in the runtime's error). Only CPU inputs
-// are checked.
+// are checked, and only on the CPU are buffers' positions read.
 Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
                          int64_t size,
                          std::optional<int64_t> fromEndDim = std::nullopt) {
@@ -166,9 +166,12 @@ Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
                       placement.offset->value())});
       return Positions::Checked;
     }
-    range = placed.kind == loop::BufferKind::Constant
-                ? constantRange(placed)
-                : storedRange(lowerer, placement.buffer);
+    // (A GPU kernel's reads of positions from a buffer are not tested:
+    // there, only positions computed in the kernel.)
+    if (lowerer.device().type == DeviceType::CPU)
+      range = placed.kind == loop::BufferKind::Constant
+                  ? constantRange(placed)
+                  : storedRange(lowerer, placement.buffer);
     if (range && fromEndDim && range->first >= -size && range->first < 0 &&
         range->second < size)
       return Positions::Checked;
