@@ -794,17 +794,14 @@ void GemmEmitter::emitEpilogueOfStrip(llvm::Value *columnPanel,
   };
   emitCountedLoop(builder_, constant(0), rows, 1, [&](llvm::Value *rowIndex) {
     llvm::Value *cRow = builder_.CreateAdd(row, rowIndex);
-    llvm::Value *vectorEnd = stripStart;
+    llvm::Value *vectors = stripStart;
     if (spec_.cCol == 1) {
-      vectorEnd = builder_.CreateAdd(
-          stripStart,
-          builder_.CreateAnd(builder_.CreateSub(stripEnd, stripStart),
-                             constant(~int64_t(plan_.lanes - 1))));
+      vectors = vectorEnd(builder_, stripStart, stripEnd, plan_.lanes);
       emitCountedLoop(
-          builder_, stripStart, vectorEnd, plan_.lanes,
+          builder_, stripStart, vectors, plan_.lanes,
           [&](llvm::Value *column) { finish(cRow, column, plan_.lanes); });
     }
-    emitCountedLoop(builder_, vectorEnd, stripEnd, 1,
+    emitCountedLoop(builder_, vectors, stripEnd, 1,
                     [&](llvm::Value *column) { finish(cRow, column, 1); });
   });
   builder_.CreateBr(done);

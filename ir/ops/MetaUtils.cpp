@@ -358,6 +358,19 @@ reductionDims(const std::optional<std::vector<int64_t>> &dims, int64_t ndim) {
   return all;
 }
 
+IndexedDims indexedDims(const std::vector<bool> &present, int64_t rank) {
+  IndexedDims dims;
+  for (int64_t d = 0; d < rank; ++d)
+    (d < static_cast<int64_t>(present.size()) && present[d] ? dims.indexed
+                                                            : dims.others)
+        .push_back(d);
+  bool adjacent =
+      !dims.indexed.empty() && dims.indexed.back() - dims.indexed.front() + 1 ==
+                                   static_cast<int64_t>(dims.indexed.size());
+  dims.insertAt = adjacent ? dims.indexed.front() : 0;
+  return dims;
+}
+
 Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
                    bool keepdim) {
   Shape shape;

@@ -117,6 +117,16 @@ reductionDims(const std::optional<std::vector<int64_t>> &dims, int64_t ndim);
 Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
                    bool keepdim);
 
+/// Where advanced indexing (aten::index.Tensor) puts its dims: self's dims
+/// that have an index tensor (`present`, one flag per given index), the
+/// others in order, and the result dim the broadcast index shape starts at:
+/// the first indexed dim where they are adjacent, else 0 (numpy's rule).
+struct IndexedDims {
+  std::vector<int64_t> indexed, others;
+  int64_t insertAt = 0;
+};
+IndexedDims indexedDims(const std::vector<bool> &present, int64_t rank);
+
 /// Throws Error with "<op>: <message>" from inside a meta function.
 [[noreturn]] void fail(const MetaArgs &args, const std::string &message);
 

@@ -676,8 +676,9 @@ advancedIndex(const MetaArgs &args, const TensorMeta &self,
                    std::to_string(self.dim()) + " (got " +
                    std::to_string(indices.size()) + ")");
   std::vector<const Shape *> shapes;
-  std::vector<int64_t> indexed;
+  std::vector<bool> present;
   for (size_t d = 0; d < indices.size(); ++d) {
+    present.push_back(indices[d] != nullptr);
     const TensorMeta *index = indices[d];
     if (!index)
       continue;
@@ -694,21 +695,16 @@ advancedIndex(const MetaArgs &args, const TensorMeta &self,
       fail(args, "tensors used as indices must be long, int, byte or bool "
                  "tensors");
     shapes.push_back(&index->sizes);
-    indexed.push_back(static_cast<int64_t>(d));
   }
-  if (indexed.empty())
+  if (shapes.empty())
     fail(args, "at least one index must be a tensor");
   Shape broadcast = meta::broadcastShapes(shapes);
 
   // Adjacent indexed dims are replaced in place by the broadcast index
   // shape; separated ones move it to the front (numpy's rule).
-  bool adjacent = indexed.back() - indexed.front() + 1 ==
-                  static_cast<int64_t>(indexed.size());
-  int64_t insertAt = adjacent ? indexed.front() : 0;
-  std::vector<int64_t> others; // self's dims that are not indexed, in order
-  for (int64_t d = 0; d < self.dim(); ++d)
-    if (std::find(indexed.begin(), indexed.end(), d) == indexed.end())
-      others.push_back(d);
+  const meta::IndexedDims dims = meta::indexedDims(present, self.dim());
+  const std::vector<int64_t> &indexed = dims.indexed, &others = dims.others;
+  const int64_t insertAt = dims.insertAt;
 
   Shape sizes, strides;
   for (int64_t d : others) {

@@ -1,8 +1,10 @@
 // Lowerings of the ops that read a tensor at positions held in an index
 // tensor (an indirect load: the load's index contains a load of the index
 // buffer): embedding, index_select, gather, indexing with index tensors.
-// Depends on passes/lowerings/Lowerer.h.
+// Depends on passes/lowerings/Lowerer.h and ir/ops/MetaUtils.h.
 #include "passes/lowerings/Lowerer.h"
+
+#include "ir/ops/MetaUtils.h"
 
 #include <algorithm>
 #include <climits>
@@ -307,19 +309,22 @@ LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
   if (input.isSymbolic() || meta.isSymbolic() || input.dim() == 0)
     return std::nullopt;
   const std::vector<Value *> &list = node.arguments().at(1).toTensorList();
-  std::vector<int64_t> indexed;
+  std::vector<bool> present;
   std::vector<LoweredTensor> indices;
   for (size_t d = 0; d < list.size(); ++d) {
+    present.push_back(list[d] != nullptr);
     if (!list[d])
       continue;
     LoweredTensor index = lowerer.lowered(list[d]);
     if (!isIndexType(index.dtype) || index.isSymbolic() || input.sizes[d] == 0)
       return std::nullopt;
-    indexed.push_back(static_cast<int64_t>(d));
     indices.push_back(index);
   }
-  if (indexed.empty())
+  if (indices.empty())
     return std::nullopt;
+  const meta::IndexedDims dims = meta::indexedDims(present, input.dim());
+  const std::vector<int64_t> &indexed = dims.indexed, &others = dims.others;
+  const int64_t insertAt = dims.insertAt;
   bool known = true, inRange = true; // valid; proven non-negative
   for (size_t k = 0; k < indices.size(); ++k) {
     Positions positions = knownPositions(lowerer, indices[k],
@@ -329,13 +334,6 @@ LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
   }
   if (!lowerer.standalone() && !known)
     return std::nullopt;
-  bool adjacent = indexed.back() - indexed.front() + 1 ==
-                  static_cast<int64_t>(indexed.size());
-  const int64_t insertAt = adjacent ? indexed.front() : 0;
-  std::vector<int64_t> others; // self's dims that are not indexed, in order
-  for (int64_t d = 0; d < input.dim(); ++d)
-    if (std::find(indexed.begin(), indexed.end(), d) == indexed.end())
-      others.push_back(d);
   const int64_t broadcast =
       meta.dim() - static_cast<int64_t>(others.size()); // its dims
   if (broadcast < 0)

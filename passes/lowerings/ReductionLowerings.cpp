@@ -222,9 +222,7 @@ template <ReduceOp Op> LoweringResult scan(Lowerer &lowerer, const Node &node) {
   auto value = [&](const Expr *element) {
     return lowerer.cast(lowerer.cast(element, meta.dtype), accumulate);
   };
-  auto index = [&](int64_t value) {
-    return lowerer.constant(static_cast<double>(value), DType::Int64);
-  };
+  auto index = [&](int64_t value) { return lowerer.exprs().integer(value); };
   const int64_t dim = wrapDim(node.arguments().at(1).toInt(), input.dim());
   const Shape &sizes = input.sizes;
   const int64_t n = sizes[dim];
