@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -394,19 +395,30 @@ struct ProgramOutput {
 /// the rows an embedding, index_select or gather reads from a table of
 /// `size` rows. A kernel reading them clamps each index (it must not read
 /// outside the table); the runtime checks the input before the first step
-/// that reads it and raises IndexOutOfRange where torch raises IndexError
-/// (an exported run checks every one before any step and returns an
-/// error). Where `fromEnd`, elements in [-size, 0) pass too (indexing
-/// counts them from the end) and the error names dimension `dim` as
-/// torch's indexing does.
+/// that reads it and raises what torch raises (`report`; an exported run
+/// checks every one before any step and returns an error). Where
+/// `fromEnd`, elements in [-size, 0) pass too (indexing counts them from
+/// the end); where `ignored` is set, elements of that value pass wherever
+/// it lies (nll_loss's ignore_index).
 struct IndexCheck {
+  /// What an element out of range raises, as torch's op does.
+  enum class Report : uint8_t {
+    Table,    // IndexError "index out of range in self" (embedding)
+    Indexing, // IndexError "index 5 is out of bounds for dimension 0 with
+              // size 5" (indexing with index tensors)
+    Gather,   // RuntimeError with that text (gather)
+    Target,   // IndexError "Target 5 is out of bounds." (nll_loss)
+  };
   int64_t buffer = -1;
   int64_t size = 0;
   bool fromEnd = false;
+  /// The dim the message names (Indexing, Gather).
   int64_t dim = 0;
   /// The elements read: the input, or a view of it (a slice, an expand, a
   /// transpose), its storage offset in elements from the input's first.
   TensorMeta elements;
+  Report report = Report::Table;
+  std::optional<int64_t> ignored;
 };
 
 /// A whole graph as loop IR: buffers, steps in execution order, outputs.

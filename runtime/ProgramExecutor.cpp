@@ -53,11 +53,12 @@ void checkInput(const CompiledProgram &program, size_t index,
 
 namespace {
 
-// Raises IndexOutOfRange, with torch's message, where an element of the
+// Raises what torch's op raises (check.report) where an element of the
 // index tensor in the buffer at `data` (laid out as `check.elements`, from
 // its storage offset on; int64 or int32) lies outside [0, size) (or
-// [-size, size) where check.fromEnd).
+// [-size, size) where check.fromEnd) and is not check.ignored.
 void checkIndicesInRange(const char *data, const loop::IndexCheck &check) {
+  using Report = loop::IndexCheck::Report;
   const TensorMeta &meta = check.elements;
   const int64_t size = check.size;
   const int64_t least = check.fromEnd ? -size : 0;
@@ -77,13 +78,23 @@ void checkIndicesInRange(const char *data, const loop::IndexCheck &check) {
     int64_t value = meta.dtype == DType::Int64
                         ? *reinterpret_cast<const int64_t *>(at)
                         : *reinterpret_cast<const int32_t *>(at);
-    if (value < least || value >= size)
-      throw IndexOutOfRange(check.fromEnd
-                                ? "index " + std::to_string(value) +
-                                      " is out of bounds for dimension " +
-                                      std::to_string(check.dim) +
-                                      " with size " + std::to_string(size)
-                                : "index out of range in self");
+    if ((value < least || value >= size) && value != check.ignored) {
+      std::string bounds = "index " + std::to_string(value) +
+                           " is out of bounds for dimension " +
+                           std::to_string(check.dim) + " with size " +
+                           std::to_string(size);
+      switch (check.report) {
+      case Report::Table:
+        throw IndexOutOfRange("index out of range in self");
+      case Report::Indexing:
+        throw IndexOutOfRange(bounds);
+      case Report::Gather:
+        throw Error(bounds);
+      case Report::Target:
+        throw IndexOutOfRange("Target " + std::to_string(value) +
+                              " is out of bounds.");
+      }
+    }
     for (size_t d = rank; d-- > 0;) {
       if (++position[d] < meta.sizes[d])
         break;

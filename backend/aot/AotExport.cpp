@@ -829,12 +829,15 @@ ExportResult exportGraph(std::shared_ptr<Graph> graph,
            << static_cast<int>(elements.dtype) << ", " << check.size << "LL, "
            << elements.sizes.size() << ", CHECK_SIZES_" << checkCount
            << ", CHECK_STRIDES_" << checkCount << ", " << elements.storageOffset
-           << "LL, " << (check.fromEnd ? 1 : 0) << "},\n";
+           << "LL, " << (check.fromEnd ? 1 : 0) << ", "
+           << static_cast<int>(check.report) << ", " << check.dim << "LL, "
+           << (check.ignored ? 1 : 0) << ", " << check.ignored.value_or(0)
+           << "LL},\n";
     checkRank = std::max(checkRank, elements.sizes.size());
     ++checkCount;
   }
   tables << "static const kiln_index_check INDEX_CHECKS[] = {\n"
-         << checks.str() << "  {0, 0, 0, 0, 0, 0, 0, 0}};\n";
+         << checks.str() << "  {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}};\n";
   tables << "static const kiln_weight_desc WEIGHTS[] = {\n";
   for (const WeightEntry &weight : weights)
     tables << "  {" << cString(weight.name) << ", " << weight.bytes << "LL},\n";

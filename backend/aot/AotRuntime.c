@@ -68,7 +68,11 @@ typedef struct {
 /* Ids an input holds that a kernel reads rows at (an embedding's): each
    element of the view (rank, sizes, strides, offset in elements) of input
    `input` must lie in [0, rows), or in [-rows, rows) where `from_end`
-   (indexing, which counts negative ids from the end). */
+   (indexing, which counts negative ids from the end), or equal `ignored`
+   where `has_ignored` (nll_loss's ignore_index). `report` is the error's
+   wording, as torch's op words it (loop::IndexCheck::Report): 0 an
+   embedding's, 1 indexing's, 2 gather's, 3 a loss target's; `dim` the
+   dimension it names. */
 typedef struct {
   int32_t input;
   int32_t dtype;
@@ -78,6 +82,10 @@ typedef struct {
   const int64_t *strides;
   int64_t offset;
   int32_t from_end;
+  int32_t report;
+  int64_t dim;
+  int32_t has_ignored;
+  int64_t ignored;
 } kiln_index_check;
 
 /* KILN_TABLES */
@@ -583,18 +591,28 @@ static kiln_status check_indices(const kiln_tensor *inputs) {
         offset += position[d] * check->strides[d];
       int64_t id = wide ? ((const int64_t *)data)[offset]
                         : ((const int32_t *)data)[offset];
-      if (check->from_end && (id < -check->rows || id >= check->rows))
-        return fail(KILN_ERROR_INVALID_ARGUMENT,
-                    "run: input %d (%s): index %lld is out of bounds for a "
-                    "dimension of size %lld",
-                    (int)check->input, INPUTS[check->input].name, (long long)id,
-                    (long long)check->rows);
-      if (!check->from_end && (id < 0 || id >= check->rows))
+      int64_t least = check->from_end ? -check->rows : 0;
+      if ((id < least || id >= check->rows) &&
+          !(check->has_ignored && id == check->ignored)) {
+        if (check->report == 3)
+          return fail(KILN_ERROR_INVALID_ARGUMENT,
+                      "run: input %d (%s): Target %lld is out of bounds "
+                      "(%lld classes)",
+                      (int)check->input, INPUTS[check->input].name,
+                      (long long)id, (long long)check->rows);
+        if (check->report != 0)
+          return fail(KILN_ERROR_INVALID_ARGUMENT,
+                      "run: input %d (%s): index %lld is out of bounds for "
+                      "dimension %lld with size %lld",
+                      (int)check->input, INPUTS[check->input].name,
+                      (long long)id, (long long)check->dim,
+                      (long long)check->rows);
         return fail(KILN_ERROR_INVALID_ARGUMENT,
                     "run: input %d (%s): index out of range in self (id "
                     "%lld, the table has %lld rows)",
                     (int)check->input, INPUTS[check->input].name, (long long)id,
                     (long long)check->rows);
+      }
       for (int d = check->rank - 1; d >= 0; --d) {
         if (++position[d] < check->sizes[d])
           break;

@@ -262,10 +262,78 @@ std::vector<TensorMeta> selfTypedLoss(const MetaArgs &args) {
   return pointwiseLoss(args, false);
 }
 
+// nll_loss_forward (self [N, C] or [C], target [N] or []) and
+// nll_loss2d_forward (self [N, C, H, W], target [N, H, W]): the output has
+// target's sizes for reduction none of a batch, else it is 0-d; the total
+// weight is 0-d. torch's checks, in its words.
+std::vector<TensorMeta> nllLoss(const MetaArgs &args, bool spatial) {
+  const TensorMeta &self = args.tensor(0), &target = args.tensor(1);
+  checkSupported(args, self.dtype, kFloatingTypes);
+  if (target.dtype != DType::Int64 && target.dtype != DType::UInt8)
+    fail(args, "expected target dtype to be Long or Byte, but got " +
+                   std::string(dtypeName(target.dtype)));
+  int64_t reduction = args.integer(3);
+  if (reduction < 0 || reduction > 2)
+    fail(args, std::to_string(reduction) + " is not a valid value for "
+                                           "reduction");
+  if (spatial) {
+    if (self.dim() != 4)
+      fail(args, "only batches of spatial inputs supported (4D tensors), but "
+                 "got input of dimension: " +
+                     std::to_string(self.dim()));
+    if (target.dim() != 3)
+      fail(args, "only batches of spatial targets supported (3D tensors) but "
+                 "got targets of dimension: " +
+                     std::to_string(target.dim()));
+    if (self.sizes[0] != target.sizes[0] || self.sizes[2] != target.sizes[1] ||
+        self.sizes[3] != target.sizes[2])
+      fail(args, "input and target batch or spatial sizes don't match: "
+                 "target " +
+                     shapeToString(target.sizes) + ", input " +
+                     shapeToString(self.sizes));
+  } else {
+    if (self.dim() < 1 || self.dim() > 2)
+      fail(args, "input tensor should be 1D or 2D");
+    if (target.dim() > 1)
+      fail(args, "0D or 1D target tensor expected, multi-target not "
+                 "supported");
+    bool unbatched = self.dim() == 1 && target.dim() == 0;
+    if (!unbatched && self.sizes[0] != target.numel())
+      fail(args, "size mismatch (got input: " + shapeToString(self.sizes) +
+                     ", target: " + shapeToString(target.sizes) + ")");
+  }
+  int64_t classes = self.sizes[spatial || self.dim() == 2 ? 1 : 0];
+  if (const TensorMeta *weight = args.optionalTensor(2);
+      weight && weight->numel() != classes)
+    fail(args, "weight tensor should be defined either for all " +
+                   std::to_string(classes) +
+                   " classes or no classes but got weight tensor of shape: " +
+                   shapeToString(weight->sizes));
+  Shape sizes = reduction == 0 && self.dim() > 1 ? target.sizes : Shape{};
+  return {meta::contiguousLike(self.dtype, sizes, self.device),
+          TensorMeta(self.dtype, {}, self.device)};
+}
+
+std::vector<TensorMeta> nllLoss1d(const MetaArgs &args) {
+  return nllLoss(args, false);
+}
+
+std::vector<TensorMeta> nllLoss2d(const MetaArgs &args) {
+  return nllLoss(args, true);
+}
+
 void registerReductionOps(OpRegistry &registry) {
   const OpRegistration table[] = {
       {"mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor",
        promotedLoss},
+      {"nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int "
+       "reduction, SymInt ignore_index) -> (Tensor output, Tensor "
+       "total_weight)",
+       nllLoss1d},
+      {"nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int "
+       "reduction, SymInt ignore_index) -> (Tensor output, Tensor "
+       "total_weight)",
+       nllLoss2d},
       {"smooth_l1_loss(Tensor self, Tensor target, int reduction=1, float "
        "beta=1.0) -> Tensor",
        promotedLoss},

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -138,13 +139,21 @@ enum class Positions {
   Checked,
 };
 
-// What is known of the positions `indices` holds in a dim of `size`;
-// `fromEndDim`, where given, is the dim of an indexing that counts negative
-// positions from the end (named in the runtime's error). Only CPU inputs
-// are checked, and only on the CPU are buffers' positions read.
+// How an input's positions are checked at run time where they are not
+// proven: the error torch's op raises, the dim it names, whether negative
+// positions count from the end, a value that passes (loop::IndexCheck).
+struct CheckWording {
+  loop::IndexCheck::Report report = loop::IndexCheck::Report::Table;
+  int64_t dim = 0;
+  bool fromEnd = false;
+  std::optional<int64_t> ignored;
+};
+
+// What is known of the positions `indices` holds in a dim of `size`, an
+// input's checked as `wording` says. Only CPU inputs are checked, and
+// only on the CPU are buffers' positions read.
 Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
-                         int64_t size,
-                         std::optional<int64_t> fromEndDim = std::nullopt) {
+                         int64_t size, const CheckWording &wording = {}) {
   if (indices.isSymbolic() || size <= 0)
     return Positions::Unknown;
   std::optional<std::pair<int64_t, int64_t>> range;
@@ -162,10 +171,10 @@ Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
         placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
         fixed) {
       lowerer.checkIndices(
-          {placement.buffer, size, fromEndDim.has_value(),
-           fromEndDim.value_or(0),
+          {placement.buffer, size, wording.fromEnd, wording.dim,
            TensorMeta(indices.dtype, indices.sizes, std::move(strides),
-                      placement.offset->value())});
+                      placement.offset->value()),
+           wording.report, wording.ignored});
       return Positions::Checked;
     }
     // (A GPU kernel's reads of positions from a buffer are not tested:
@@ -174,7 +183,7 @@ Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
       range = placed.kind == loop::BufferKind::Constant
                   ? constantRange(placed)
                   : storedRange(lowerer, placement.buffer);
-    if (range && fromEndDim && range->first >= -size && range->first < 0 &&
+    if (range && wording.fromEnd && range->first >= -size && range->first < 0 &&
         range->second < size)
       return Positions::Checked;
   }
@@ -264,14 +273,12 @@ LoweringResult indexSelect(Lowerer &lowerer, const Node &node) {
 // gather(self, dim, index, *, sparse_grad): result[i...] is self at i...
 // with position index[i...] along `dim`; the result has index's sizes.
 LoweringResult gather(Lowerer &lowerer, const Node &node) {
-  if (!lowerer.standalone())
-    return std::nullopt;
   LoweredTensor input = lowerer.input(node, 0);
   LoweredTensor positions = lowerer.input(node, 2);
   const TensorMeta &meta = lowerer.resultMeta(node);
-  if (input.dim() == 0 || positions.dim() != input.dim() ||
-      !isIndexType(positions.dtype) || meta.sizes != positions.sizes ||
-      meta.dtype != input.dtype)
+  if (input.dim() == 0 || input.isSymbolic() || positions.isSymbolic() ||
+      positions.dim() != input.dim() || !isIndexType(positions.dtype) ||
+      meta.sizes != positions.sizes || meta.dtype != input.dtype)
     return std::nullopt;
   int64_t dim = wrapDim(node.arguments().at(1).toInt(), input.dim());
   for (int64_t d = 0; d < input.dim(); ++d)
@@ -280,7 +287,13 @@ LoweringResult gather(Lowerer &lowerer, const Node &node) {
   int64_t extent = input.sizes[dim];
   if (extent == 0)
     return std::nullopt;
-  indicesInRange(lowerer, positions, extent); // checked where an input
+  // An input's positions are checked in [0, extent), as torch's
+  // RuntimeError; computed ones must be proven.
+  if (knownPositions(lowerer, positions, extent,
+                     {loop::IndexCheck::Report::Gather, dim, false,
+                      std::nullopt}) == Positions::Unknown &&
+      !lowerer.standalone())
+    return std::nullopt;
   Loader pick = positions.loader;
   LoweredTensor result = lowerer.remap(
       input, meta.sizes, [&lowerer, pick, dim, extent](const Index &index) {
@@ -327,8 +340,9 @@ LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
   const int64_t insertAt = dims.insertAt;
   bool known = true, inRange = true; // valid; proven non-negative
   for (size_t k = 0; k < indices.size(); ++k) {
-    Positions positions = knownPositions(lowerer, indices[k],
-                                         input.sizes[indexed[k]], indexed[k]);
+    Positions positions = knownPositions(
+        lowerer, indices[k], input.sizes[indexed[k]],
+        {loop::IndexCheck::Report::Indexing, indexed[k], true, std::nullopt});
     known = known && positions != Positions::Unknown;
     inRange = inRange && positions == Positions::InRange;
   }
@@ -379,6 +393,120 @@ LoweringResult indexWithTensors(Lowerer &lowerer, const Node &node) {
       }));
 }
 
+// nll_loss_forward (self [N, C] or [C]) and nll_loss2d_forward (self
+// [N, C, H, W]): each target t's term -weight[t] * self at class t (0
+// where t is ignore_index), kept (reduction none of a batch), summed (2) or
+// divided by the sum of the kept targets' weights (1, mean: NaN where
+// every target is ignored, as torch's 0 / 0), that sum being total_weight
+// (0 for reduction none of a batch, as torch's). Natively where the
+// targets are known to be classes (an input's are checked before the
+// kernel, raising torch's "Target 7 is out of bounds."; ignore_index
+// passes) or the program runs without torch.
+LoweringResult nllLoss(Lowerer &lowerer, const Node &node) {
+  LoweredTensor self = lowerer.input(node, 0);
+  LoweredTensor target = lowerer.input(node, 1);
+  const TensorMeta &meta = lowerer.resultMeta(node, 0);
+  const TensorMeta &totalMeta = lowerer.resultMeta(node, 1);
+  const bool batched = self.dim() > 1;
+  const int64_t classDim = batched ? 1 : 0;
+  if (self.isSymbolic() || target.isSymbolic() ||
+      target.dtype != DType::Int64 || self.dim() == 0 ||
+      self.sizes[classDim] == 0)
+    return std::nullopt;
+  const int64_t classes = self.sizes[classDim];
+  std::optional<LoweredTensor> weight;
+  if (!node.arguments().at(2).isNone()) {
+    weight = lowerer.input(node, 2);
+    if (weight->dim() != 1 || weight->sizes[0] != classes)
+      return std::nullopt;
+  }
+  const int64_t reduction = node.arguments().at(3).toInt();
+  const int64_t ignored = node.arguments().at(4).toInt();
+  if (knownPositions(lowerer, target, classes,
+                     {loop::IndexCheck::Report::Target, 0, false, ignored}) ==
+          Positions::Unknown &&
+      !lowerer.standalone())
+    return std::nullopt;
+
+  loop::ExprContext &exprs = lowerer.exprs();
+  const DType math = accumulationType(meta.dtype);
+  const Shape sizes = target.sizes;
+  Loader pickClass = target.loader;
+  auto classOf = [&lowerer, pickClass, classes](const Index &index) {
+    return clampedIndex(lowerer, pickClass(index), classes);
+  };
+  std::vector<LoweredTensor> operands{
+      target, lowerer.remap(self, sizes, [classOf, classDim](const Index &at) {
+        Index index = at;
+        index.insert(index.begin() + classDim, classOf(at));
+        return index;
+      })};
+  if (weight)
+    operands.push_back(
+        lowerer.remap(*weight, sizes, [classOf](const Index &at) {
+          return Index{classOf(at)};
+        }));
+  std::vector<DType> computations(operands.size(), math);
+  computations[0] = DType::Int64;
+  // A term and its weight, from (target, self at it[, weight at it]).
+  auto term = [&lowerer, &exprs, math, ignored](bool ofWeight) {
+    return [&lowerer, &exprs, math, ignored,
+            ofWeight](const std::vector<const Expr *> &v) {
+      const Expr *weightOf = v.size() > 2 ? v[2] : lowerer.constant(1, math);
+      const Expr *value =
+          ofWeight
+              ? weightOf
+              : lowerer.binary(BinaryOp::Mul, lowerer.unary(UnaryOp::Neg, v[1]),
+                               weightOf);
+      return lowerer.where(
+          lowerer.binary(BinaryOp::Ne, v[0], exprs.integer(ignored)), value,
+          lowerer.constant(0, math));
+    };
+  };
+  LoweredTensor losses =
+      lowerer.pointwise(sizes, computations, math, operands, term(false));
+  LoweredTensor weights =
+      lowerer.pointwise(sizes, computations, math, operands, term(true));
+  const bool mean = reduction == 1;
+  auto cast = [&lowerer](const LoweredTensor &tensor, DType dtype) {
+    return lowerer.pointwise(
+        tensor.sizes, dtype, dtype, {tensor},
+        [](const std::vector<const Expr *> &v) { return v[0]; });
+  };
+  if (!batched) {
+    LoweredTensor output =
+        mean ? lowerer.pointwise(
+                   sizes, math, meta.dtype, {losses, weights},
+                   [&lowerer](const std::vector<const Expr *> &v) {
+                     return lowerer.binary(BinaryOp::Div, v[0], v[1]);
+                   })
+             : cast(losses, meta.dtype);
+    return std::vector<LoweredTensor>{output, cast(weights, totalMeta.dtype)};
+  }
+  if (reduction == 0)
+    return std::vector<LoweredTensor>{
+        cast(losses, meta.dtype), lowerer.full(0, totalMeta.dtype, Shape{})};
+  if (numelOf(sizes) == 0)
+    return std::vector<LoweredTensor>{
+        lowerer.full(mean ? std::nan("") : 0.0, meta.dtype, Shape{}),
+        lowerer.full(0, totalMeta.dtype, Shape{})};
+  std::vector<int64_t> dims(sizes.size());
+  for (size_t d = 0; d < dims.size(); ++d)
+    dims[d] = static_cast<int64_t>(d);
+  ReductionKernel kernel(lowerer, sizes, dims);
+  const Expr *lossSum =
+      kernel.reduce(ReduceOp::Sum, losses.loader(kernel.index()));
+  const Expr *weightSum =
+      kernel.reduce(ReduceOp::Sum, weights.loader(kernel.index()));
+  std::vector<LoweredTensor> results{
+      kernel.store(mean ? lowerer.binary(BinaryOp::Div, lossSum, weightSum)
+                        : lossSum,
+                   meta),
+      kernel.store(weightSum, totalMeta)};
+  kernel.emit("nll_loss");
+  return results;
+}
+
 } // namespace
 
 void registerIndexingLowerings(LoweringTable &table) {
@@ -387,6 +515,8 @@ void registerIndexingLowerings(LoweringTable &table) {
       {"aten::index_select", indexSelect},
       {"aten::gather", gather},
       {"aten::index.Tensor", indexWithTensors},
+      {"aten::nll_loss_forward", nllLoss},
+      {"aten::nll_loss2d_forward", nllLoss},
   });
 }
 

@@ -399,3 +399,64 @@ TEST(ProgramExecutor, EmbeddingOfInputIdsChecksTheirRange) {
   EXPECT_THROW(run({0, 1, rows, 2}), IndexOutOfRange);
   EXPECT_THROW(run({0, -1, 1, 2}), IndexOutOfRange);
 }
+
+TEST(ProgramExecutor,
+     LossTargetsPassTheIgnoredValueAndGatherRaisesTorchsError) {
+  // nll_loss_forward(self, targets, None, mean, ignore_index=-100): one
+  // kernel; targets outside [0, classes) raise IndexOutOfRange with torch's
+  // "Target 9 is out of bounds." unless they are the ignored value.
+  constexpr int64_t rows = 3, classes = 4;
+  auto graph = std::make_shared<Graph>();
+  Value *self = graph->addInput(TensorMeta(DType::Float32, {rows, classes}));
+  Value *targets = graph->addInput(TensorMeta(DType::Int64, {rows}));
+  Node *loss = graph->addOp("aten::nll_loss_forward",
+                            {self, targets, Argument(), Argument(int64_t(1)),
+                             Argument(int64_t(-100))});
+  graph->setOutputs({loss->result(0)});
+  auto program = compile(graph);
+  EXPECT_EQ(program->describe(), "native: 1 kernel(s), 0 extern(s)");
+  std::vector<float> values(rows * classes);
+  for (int64_t k = 0; k < rows * classes; ++k)
+    values[k] = static_cast<float>(k);
+  auto run = [&](std::vector<int64_t> targetData) {
+    return runtime::runProgram(
+        *program,
+        {tensor(values, DType::Float32, {rows, classes}, {classes, 1}),
+         tensor(targetData, DType::Int64, {rows}, {1})});
+  };
+  // -(1 + 11) / 2: the ignored row counts in neither sum.
+  runtime::ProgramOutputs outputs = run({1, -100, 3});
+  EXPECT_EQ(*reinterpret_cast<const float *>(outputs.tensors.at(0).data),
+            -6.0f);
+  try {
+    run({1, 9, 3});
+    ADD_FAILURE() << "no error";
+  } catch (const IndexOutOfRange &error) {
+    EXPECT_STREQ(error.what(), "Target 9 is out of bounds.");
+  }
+  EXPECT_THROW(run({-1, 0, 0}), IndexOutOfRange);
+
+  // gather raises torch's RuntimeError (an Error, not IndexOutOfRange),
+  // naming the dim.
+  auto gatherGraph = std::make_shared<Graph>();
+  Value *input =
+      gatherGraph->addInput(TensorMeta(DType::Float32, {rows, classes}));
+  Value *index = gatherGraph->addInput(TensorMeta(DType::Int64, {rows, 2}));
+  gatherGraph->setOutputs(
+      {op(*gatherGraph, "aten::gather", {input, Argument(int64_t(1)), index})});
+  auto gathers = compile(gatherGraph);
+  EXPECT_EQ(gathers->describe(), "native: 1 kernel(s), 0 extern(s)");
+  std::vector<int64_t> bad = {0, 1, 4, 0, 2, 3};
+  try {
+    runtime::runProgram(
+        *gathers,
+        {tensor(values, DType::Float32, {rows, classes}, {classes, 1}),
+         tensor(bad, DType::Int64, {rows, 2}, {2, 1})});
+    ADD_FAILURE() << "no error";
+  } catch (const IndexOutOfRange &) {
+    ADD_FAILURE() << "torch raises a RuntimeError here";
+  } catch (const Error &error) {
+    EXPECT_STREQ(error.what(),
+                 "index 4 is out of bounds for dimension 1 with size 4");
+  }
+}

@@ -57,7 +57,7 @@ NATIVE_OPS = [
     "nn.functional.pad.reflect", "nn.functional.pad.replicate", "nn.functional.pad.replicate_negative",
     "nn.functional.glu", "nn.functional.hardshrink", "nn.functional.softshrink",
     "nn.functional.mse_loss", "nn.functional.smooth_l1_loss", "nn.functional.huber_loss",
-    "cumsum", "cumprod",
+    "cumsum", "cumprod", "gather", "nn.functional.nll_loss", "nn.functional.cross_entropy",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
@@ -767,5 +767,51 @@ def test_advanced_indexing_exports_and_counts_negative_positions_from_the_end(tm
     result = exported(x, i)
     result = result[0] if isinstance(result, (tuple, list)) else result
     assert torch.equal(result, fn(x, i))
-    with pytest.raises(RuntimeError, match="index -6 is out of bounds for a dimension of size 5"):
+    with pytest.raises(RuntimeError, match="index -6 is out of bounds for dimension 0 with size 5"):
         exported(x, torch.tensor([[1, -6], [0, 2]]))
+
+
+def test_losses_and_gathers_of_input_positions_are_kernels():
+    # nll_loss (cross_entropy's second half) and gather read at positions an
+    # input holds: checked before the kernel runs, they are kernels, with
+    # eager's error for one out of range (ignore_index passes).
+    F = torch.nn.functional
+    logits, weight = torch.randn(6, 5), torch.rand(5)
+    targets = torch.tensor([0, 4, -100, 2, 3, 1])
+    cases = [
+        (lambda x, t: F.cross_entropy(x, t), (logits, targets)),
+        (lambda x, t, w: F.cross_entropy(x, t, weight=w, reduction="sum"), (logits, targets, weight)),
+        (lambda x, t, w: F.nll_loss(x, t, weight=w, reduction="none"), (logits, targets, weight)),
+        (lambda x, t: F.cross_entropy(x, t, ignore_index=4, label_smoothing=0.2), (logits, targets.abs() % 5)),
+        (lambda x, t: F.cross_entropy(x.t(), t[::2]), (torch.randn(5, 6), targets.repeat(2))),
+        (lambda x, t: F.cross_entropy(x, t), (torch.randn(2, 5, 3, 4), torch.randint(0, 5, (2, 3, 4)))),
+        (lambda x, t: F.cross_entropy(x, t), (torch.randn(5), torch.tensor(3))),
+        (lambda x, t: F.cross_entropy(x, t), (logits, torch.full((6,), -100))),  # NaN, as eager
+        (lambda x, t: F.cross_entropy(x, t, reduction="sum"), (torch.randn(0, 5), targets[:0])),
+        (lambda x, i: torch.gather(x, 1, i) * 2, (logits, torch.randint(0, 5, (6, 7)))),
+        (lambda x, i: x.t().gather(0, i[:, ::2]), (logits, torch.randint(0, 5, (3, 8)))),
+    ]
+    for fn, args in cases:
+        compiled = kiln.compile(fn)
+        assert_close(compiled(*args), fn(*args), equal_nan=True)
+        assert "0 extern" in kiln.cache_info(compiled)["runners"][0], fn
+    for fn, args in ((cases[0][0], (logits, torch.tensor([0, 5, 1, 1, 1, 1]))),
+                     (cases[0][0], (logits, torch.tensor([0, -1, 1, 1, 1, 1]))),
+                     (cases[-2][0], (logits, torch.tensor([[0, 5]]))),
+                     (cases[-2][0], (logits, torch.tensor([[-1]])))):
+        with pytest.raises((IndexError, RuntimeError)) as eager:
+            fn(*args)
+        with pytest.raises(type(eager.value), match=re.escape(str(eager.value))):
+            kiln.compile(fn)(*args)
+
+
+def test_a_classification_loss_exports_and_refuses_a_target_out_of_range(tmp_path):
+    logits, targets = torch.randn(4, 3), torch.tensor([2, -100, 0, 1])
+    fn = lambda x, t: torch.nn.functional.cross_entropy(x, t)  # noqa: E731
+    kiln.export(fn, (logits, targets), str(tmp_path), name="loss")
+    exported = kiln.load_exported(str(tmp_path), "loss")
+    result = exported(logits, targets)
+    result = result[0] if isinstance(result, (tuple, list)) else result
+    assert_close(result, fn(logits, targets))
+    with pytest.raises(RuntimeError, match="Target 3 is out of bounds"):
+        exported(logits, torch.tensor([2, 3, 0, 1]))
