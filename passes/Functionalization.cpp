@@ -1,7 +1,8 @@
 // In-place ops on the graph's own tensors as functional ops: alias groups
 // (a tensor and the values that share its storage through views and
-// in-place results) are found first; a group of one fresh tensor and the
-// results of in-place ops on it, and nothing else, is rewritten.
+// in-place results) are found first; a group of one fresh tensor, views of
+// it and the results of in-place ops on them, and nothing else, is
+// rewritten (writes through views scattered into the tensor).
 // Depends on passes/Functionalization.h, ir/Graph.h, ir/OpRegistry.h.
 #include "passes/Functionalization.h"
 
@@ -96,6 +97,29 @@ void joinAliases(const Node &node, AliasGroups &groups) {
   }
 }
 
+// Whether some element of `meta`'s view is another's too (an expand): its
+// strides, largest first, each beyond the farthest the smaller ones reach
+// otherwise. torch refuses writes to such a view.
+bool overlapsItself(const TensorMeta &meta) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < meta.sizes.size(); ++d) {
+    if (meta.sizes[d] == 0)
+      return false;
+    if (meta.sizes[d] > 1)
+      dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) {
+    return meta.strides[a] < meta.strides[b];
+  });
+  int64_t reach = 0;
+  for (size_t d : dims) {
+    if (meta.strides[d] <= reach)
+      return true;
+    reach += (meta.sizes[d] - 1) * meta.strides[d];
+  }
+  return false;
+}
+
 // Adds `node`'s copy to `graph` with `arguments` (mapped): an op by its
 // name (its metas inferred again), an extern with its metas.
 Node *copyNode(Graph &graph, const Node &node,
@@ -126,45 +150,62 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
   if (!anyInPlace)
     return graph;
   // A group qualifies where exactly one of its values is fresh (an op's
-  // result that aliases nothing), the others are in-place ops' results or
-  // views, and every view is taken after the group's last write (a view
-  // taken before would see the write).
+  // result that aliases nothing: the base), dense, and the others are
+  // views of it (taken anywhere) or in-place ops' results.
   struct Group {
+    const Value *base = nullptr;
     int fresh = 0;
     bool other = false;
-    size_t lastWrite = 0, firstView = SIZE_MAX;
+    int64_t viewWrites = 0;
   };
   std::unordered_map<Value *, Group> byRoot;
   const auto &nodes = graph->nodes();
-  for (size_t index = 0; index < nodes.size(); ++index) {
-    const Node &node = *nodes[index];
-    const OpSchema *schema = node.schema();
-    bool inPlace = writesItsSelf(node);
+  for (const auto &node : nodes) {
+    const OpSchema *schema = node->schema();
+    bool inPlace = writesItsSelf(*node);
     bool made =
-        node.kind() == Node::Kind::Op || node.kind() == Node::Kind::Extern;
-    for (const auto &result : node.results()) {
+        node->kind() == Node::Kind::Op || node->kind() == Node::Kind::Extern;
+    for (const auto &result : node->results()) {
       Group &group = byRoot[groups.root(result.get())];
-      if (inPlace)
-        group.lastWrite = index;
-      else if (made && schema->isView() && !schema->isMutable())
-        group.firstView = std::min(group.firstView, index);
-      else if (made && !schema->isMutable() && !result->meta().isSymbolic())
+      if (inPlace || (made && schema->isView() && !schema->isMutable()))
+        continue;
+      const TensorMeta &meta = result->meta();
+      if (made && !schema->isMutable() && !meta.isSymbolic() &&
+          meta.storageOffset == 0 && meta.isNonOverlappingAndDense()) {
         ++group.fresh;
-      else
+        group.base = result.get();
+      } else {
         group.other = true;
+      }
     }
   }
-  // Whether the functional op of in-place `node` gives the tensor as the
-  // in-place op leaves it: its dtype, sizes and strides (a float16 tensor
-  // plus a float32 one is float32; add_ keeps float16).
-  auto rewritable = [](const Node &node) -> const OpInfo * {
+  // Whether a tensor is the whole base: its elements where the base's are.
+  auto isWhole = [](const TensorMeta &value, const TensorMeta &base) {
+    return value.dtype == base.dtype && value.sizes == base.sizes &&
+           value.strides == base.strides &&
+           value.storageOffset == base.storageOffset;
+  };
+  // The functional op of in-place `node` that gives its tensor's elements:
+  // for a write to the whole base, with the base's dtype, sizes and
+  // strides (a float16 tensor plus a float32 one is float32; add_ keeps
+  // float16); for a write through a view (scattered into the base), its
+  // dtype and sizes.
+  auto rewritable = [&](const Node &node) -> const OpInfo * {
     const OpInfo *functional = functionalOf(*node.schema());
     if (!functional)
       return nullptr;
+    const Value *self = node.arguments()[0].toTensor();
+    const Group &group = byRoot[groups.root(const_cast<Value *>(self))];
     try {
       std::vector<TensorMeta> metas = inferMeta(*functional, node.arguments());
-      return metas.size() == 1 &&
-                     metas[0] == node.arguments()[0].toTensor()->meta()
+      if (metas.size() != 1)
+        return nullptr;
+      if (!group.base || isWhole(self->meta(), group.base->meta()))
+        return metas[0] == self->meta() ? functional : nullptr;
+      return metas[0].dtype == self->meta().dtype &&
+                     metas[0].sizes == self->meta().sizes &&
+                     self->meta().dtype == group.base->meta().dtype &&
+                     !self->meta().isSymbolic() && !overlapsItself(self->meta())
                  ? functional
                  : nullptr;
     } catch (const Error &) {
@@ -173,23 +214,67 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
   };
   // A group with a write that stays in place keeps all of its writes: a
   // functional op after it would read the tensor as a value (fused with
-  // its producer, say), not the storage the write changed.
-  for (const auto &node : nodes)
-    if (writesItsSelf(*node) && !rewritable(*node))
-      byRoot[groups.root(node->arguments()[0].toTensor())].other = true;
-  auto qualifies = [&](Value *value) {
-    const Group &group = byRoot[groups.root(value)];
-    return group.fresh == 1 && !group.other &&
-           group.firstView > group.lastWrite;
+  // its producer, say), not the storage the write changed. Many writes
+  // through views (a loop filling columns) each scatter into the whole
+  // base: past kMaxViewWrites they stay torch's.
+  constexpr int64_t kMaxViewWrites = 64;
+  for (const auto &node : nodes) {
+    if (!writesItsSelf(*node))
+      continue;
+    Value *self = node->arguments()[0].toTensor();
+    Group &group = byRoot[groups.root(self)];
+    if (!rewritable(*node))
+      group.other = true;
+    else if (group.base && !isWhole(self->meta(), group.base->meta()) &&
+             ++group.viewWrites > kMaxViewWrites)
+      group.other = true;
+  }
+  auto qualifies = [&](const Value *value) {
+    const Group &group = byRoot[groups.root(const_cast<Value *>(value))];
+    return group.fresh == 1 && !group.other;
   };
+  // The last node (or the outputs, nodes.size()) that reads each value:
+  // after a write, only views read later are taken again.
+  std::unordered_map<const Value *, size_t> lastUse;
+  for (size_t index = 0; index < nodes.size(); ++index)
+    for (const Value *operand : nodes[index]->operands())
+      lastUse[operand] = index;
+  for (const Argument &output : graph->outputs()) {
+    if (output.isTensor())
+      lastUse[output.toTensor()] = nodes.size();
+    if (output.isTensorList())
+      for (const Value *value : output.toTensorList())
+        lastUse[value] = nodes.size();
+  }
+  // A view is read where a view of it or a write's result through it is.
+  for (size_t index = nodes.size(); index-- > 0;) {
+    const Node &node = *nodes[index];
+    const OpSchema *schema = node.schema();
+    bool write = writesItsSelf(node);
+    if (!write && !(schema && schema->isView() && !schema->isMutable()))
+      continue;
+    for (const auto &result : node.results())
+      for (const Value *operand : node.operands())
+        if (write ? operand == node.arguments()[0].toTensor() : true)
+          lastUse[operand] = std::max(lastUse[operand], lastUse[result.get()]);
+  }
+
+  // How a value of a rewritten group is had again after a write: the base
+  // is the write's result, a view is its op taken again of its (current)
+  // source, an in-place op's result is what its self is.
+  struct Member {
+    const Value *value;
+    const Node *view = nullptr;  // the op that took it, for a view
+    const Value *same = nullptr; // the written tensor, for a write's result
+  };
+  std::unordered_map<Value *, std::vector<Member>> members;
+  std::unordered_map<Value *, Value *> current; // each group's base now
 
   auto rewritten = std::make_shared<Graph>();
   std::unordered_map<const Value *, Value *> mapped;
-  // The values of each rewritten group seen so far, by root: after a write
-  // each of them reads as its result.
-  std::unordered_map<Value *, std::vector<const Value *>> members;
   bool changed = false;
-  for (const auto &node : graph->nodes()) {
+  for (size_t index = 0; index < nodes.size(); ++index) {
+    const Node *node = nodes[index].get();
     if (node->kind() == Node::Kind::Input) {
       const Value *input = node->result();
       mapped[input] = rewritten->addInput(input->meta(), input->name());
@@ -206,6 +291,20 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
     Value *self =
         writesItsSelf(*node) ? node->arguments()[0].toTensor() : nullptr;
     bool write = self && qualifies(self);
+    // copy_(v, w) where w is v's elements now (Python's `y[:, 1:3] += 1`
+    // writes the slice back into itself) changes nothing.
+    if (write && node->schema()->name == "aten::copy_" &&
+        node->arguments()[1].isTensor()) {
+      const Value *source = node->arguments()[1].toTensor();
+      if (qualifies(source) &&
+          groups.root(const_cast<Value *>(source)) == groups.root(self) &&
+          source->meta() == self->meta()) {
+        Value *result = node->result();
+        mapped[result] = mapped[self];
+        members[groups.root(self)].push_back({result, nullptr, self});
+        continue;
+      }
+    }
     Node *made = write ? rewritten->addNormalizedOp(
                              rewritable(*node)->schema->qualifiedName(),
                              std::move(arguments))
@@ -214,14 +313,52 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
     for (size_t i = 0; i < node->results().size(); ++i) {
       Value *result = node->result(static_cast<unsigned>(i));
       mapped[result] = made->result(static_cast<unsigned>(i));
-      if (qualifies(result))
-        members[groups.root(result)].push_back(result);
+      if (!qualifies(result))
+        continue;
+      Value *root = groups.root(result);
+      if (write) {
+        members[root].push_back({result, nullptr, self});
+      } else if (result == byRoot[root].base) {
+        current[root] = made->result(static_cast<unsigned>(i));
+        members[root].push_back({result});
+      } else {
+        members[root].push_back({result, node});
+      }
     }
-    if (write) {
-      // Every value of the group reads as this write's result from now on.
-      changed = true;
-      for (const Value *member : members[groups.root(self)])
-        mapped[member] = made->result();
+    if (!write)
+      continue;
+    // The base now: the write's result where it wrote the whole base,
+    // else the base with the view's elements replaced by it.
+    changed = true;
+    Value *root = groups.root(self);
+    const TensorMeta &view = self->meta();
+    const TensorMeta &base = byRoot[root].base->meta();
+    Value *now = made->result();
+    if (!isWhole(view, base)) {
+      Node *scatter = rewritten->addNormalizedOp(
+          "aten::as_strided_scatter",
+          {current[root], now, view.sizes, view.strides,
+           Argument(view.storageOffset)});
+      scatter->setOrigin(node->origin());
+      now = scatter->result();
+    }
+    current[root] = now;
+    // Every value of the group that is read later reads it from now on.
+    for (const Member &member : members[root]) {
+      if (member.value == byRoot[root].base) {
+        mapped[member.value] = now;
+      } else if (member.same) {
+        mapped[member.value] = mapped[member.same];
+      } else if (lastUse[member.value] > index) {
+        std::vector<Argument> again;
+        for (const Argument &argument : member.view->arguments())
+          again.push_back(mapTensors(argument, mapped));
+        Node *taken = copyNode(*rewritten, *member.view, std::move(again));
+        taken->setOrigin(member.view->origin());
+        for (size_t r = 0; r < member.view->results().size(); ++r)
+          if (member.view->result(static_cast<unsigned>(r)) == member.value)
+            mapped[member.value] = taken->result(static_cast<unsigned>(r));
+      }
     }
   }
   if (!changed)

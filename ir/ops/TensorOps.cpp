@@ -655,6 +655,24 @@ std::vector<TensorMeta> scatter(const MetaArgs &args) {
   return one(TensorMeta(self.dtype, self.sizes, self.device));
 }
 
+// as_strided_scatter(self, src, size, stride, storage_offset): self, with
+// the elements of the view as_strided(size, stride, storage_offset) of its
+// storage replaced by src's, in self's layout (emptyLike: a dense one kept,
+// as the clone torch writes into keeps it).
+std::vector<TensorMeta> asStridedScatter(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0), &source = args.tensor(1);
+  Shape sizes = args.intList(2), strides = args.intList(3);
+  if (sizes.size() != strides.size())
+    fail(args, "mismatch in length of strides and shape");
+  meta::checkSizesNonNegative(args, sizes);
+  if (source.sizes != sizes)
+    fail(args, "expected src to have a size equal to the slice of self. src "
+               "size = " +
+                   shapeToString(source.sizes) +
+                   ", slice size = " + shapeToString(sizes));
+  return one(emptyLike(self));
+}
+
 // Advanced indexing's result shape, and the operands its TensorIterator
 // lays the result out by: self restrided over the result (stride 0 where
 // the index tensors' dims go), then each index tensor viewed over it.
@@ -903,6 +921,9 @@ void registerTensorOps(OpRegistry &registry) {
       {"aten::scatter.value(Tensor self, int dim, Tensor index, Scalar value) "
        "-> Tensor",
        scatter},
+      {"aten::as_strided_scatter(Tensor self, Tensor src, SymInt[] size, "
+       "SymInt[] stride, SymInt? storage_offset=None) -> Tensor",
+       asStridedScatter},
       {"aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor", index},
       {"aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool "
        "accumulate=False) -> Tensor",

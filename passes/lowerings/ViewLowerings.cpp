@@ -433,6 +433,202 @@ LoweringResult asStrided(Lowerer &lowerer, const Node &node) {
   return one(lowerer.placed(placement, meta.dtype, symbolicSizes(meta)));
 }
 
+// A view of a dense tensor (`sizes`, `strides`) that steps along its dims
+// (a slice, a select, a transpose of them): where the view (`viewSizes`,
+// `viewStrides`, `offset` into the tensor's storage) starts, and for each
+// dim of the view longer than 1, the tensor's dim it steps along (each a
+// different one) and the step; nothing where the view is not one.
+struct AlignedView {
+  Shape start;                      // per dim of the tensor
+  std::vector<int64_t> along, step; // per dim of the view (-1: size 1)
+};
+std::optional<AlignedView> alignedView(const Shape &sizes, const Shape &strides,
+                                       const Shape &viewSizes,
+                                       const Shape &viewStrides,
+                                       int64_t offset) {
+  std::vector<size_t> order;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] > 1)
+      order.push_back(d);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+  // A storage position as coordinates (dense strides: unique).
+  auto coordinates = [&](int64_t position) -> std::optional<Shape> {
+    Shape at(sizes.size(), 0);
+    for (size_t d : order) {
+      at[d] = position / strides[d];
+      position %= strides[d];
+      if (at[d] >= sizes[d])
+        return std::nullopt;
+    }
+    if (position != 0)
+      return std::nullopt;
+    return at;
+  };
+  std::optional<Shape> start = coordinates(offset);
+  if (offset < 0 || !start)
+    return std::nullopt;
+  AlignedView view{*start, {}, {}};
+  std::vector<bool> taken(sizes.size(), false);
+  for (size_t m = 0; m < viewSizes.size(); ++m) {
+    view.along.push_back(-1);
+    view.step.push_back(0);
+    if (viewSizes[m] <= 1)
+      continue;
+    std::optional<Shape> next = coordinates(offset + viewStrides[m]);
+    if (!next)
+      return std::nullopt;
+    int64_t dim = -1;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if ((*next)[d] != view.start[d]) {
+        if (dim >= 0 || (*next)[d] < view.start[d])
+          return std::nullopt;
+        dim = static_cast<int64_t>(d);
+      }
+    if (dim < 0 || taken[dim])
+      return std::nullopt;
+    int64_t step = (*next)[dim] - view.start[dim];
+    if (viewStrides[m] != step * strides[dim] ||
+        view.start[dim] + step * (viewSizes[m] - 1) >= sizes[dim])
+      return std::nullopt;
+    taken[dim] = true;
+    view.along.back() = dim;
+    view.step.back() = step;
+  }
+  return view;
+}
+
+// as_strided_scatter(self, src, size, stride, storage_offset): the
+// result's element i sits at storage position q = sum_d i_d * strides_d of
+// its own (dense, offset 0) layout; it is src's element j where q =
+// offset + sum_m j_m * stride_m for j in src's range, else self's. The view
+// must not overlap itself: each stride exceeds the farthest the smaller
+// ones reach, so that j is q - offset's digits, taken from the largest
+// stride down, q inside where the last remainder is 0 (dims of size 1 add
+// nothing). A graph's writes
+// through views become this op (passes/Functionalization.cpp).
+LoweringResult asStridedScatter(Lowerer &lowerer, const Node &node) {
+  LoweredTensor self = lowerer.input(node, 0);
+  LoweredTensor source = lowerer.input(node, 1);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (meta.isSymbolic() || source.isSymbolic() || meta.storageOffset != 0)
+    return std::nullopt;
+  const Shape sizes = node.arguments().at(2).toIntList();
+  const Shape strides = node.arguments().at(3).toIntList();
+  const Argument &offsetArgument = node.arguments().at(4);
+  const int64_t offset = offsetArgument.isNone()
+                             ? sourceMeta(node).storageOffset
+                             : offsetArgument.toInt();
+  std::vector<int64_t> digits;
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    if (sizes[m] == 0)
+      return one(lowerer.remap(self, meta.sizes,
+                               [](const Index &index) { return index; }));
+    if (sizes[m] > 1)
+      digits.push_back(static_cast<int64_t>(m));
+  }
+  std::sort(digits.begin(), digits.end(),
+            [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  // Each stride above the farthest the smaller ones reach.
+  int64_t reach = 0;
+  for (size_t k = digits.size(); k-- > 0;) {
+    int64_t m = digits[k];
+    if (strides[m] <= reach)
+      return std::nullopt; // the view overlaps itself
+    reach += (sizes[m] - 1) * strides[m];
+  }
+  loop::ExprContext &exprs = lowerer.exprs();
+  const Shape resultStrides = meta.strides;
+  const DType dtype = meta.dtype;
+  Loader fromSelf = self.loader, fromSource = source.loader;
+  LoweredTensor result;
+  result.dtype = dtype;
+  result.sizes = meta.sizes;
+  result.symSizes = constantShape(meta.sizes);
+  // A view stepping along the result's dims: a range (and stride) test
+  // per dim, no division of positions.
+  if (std::optional<AlignedView> aligned =
+          alignedView(meta.sizes, resultStrides, sizes, strides, offset)) {
+    result.loader = [&lowerer, &exprs, fromSelf, fromSource, sizes,
+                     extents = meta.sizes, view = *aligned,
+                     dtype](const Index &index) {
+      // Tests a position could fail, and'ed.
+      const Expr *inside = nullptr;
+      auto require = [&](BinaryOp op, const Expr *a, int64_t b) {
+        const Expr *test = lowerer.binary(op, a, exprs.integer(b));
+        inside =
+            inside ? lowerer.binary(BinaryOp::LogicalAnd, inside, test) : test;
+      };
+      std::vector<bool> stepped(index.size(), false);
+      Index at(sizes.size(), exprs.integer(0));
+      for (size_t m = 0; m < sizes.size(); ++m) {
+        if (view.along[m] < 0)
+          continue;
+        int64_t d = view.along[m], step = view.step[m];
+        stepped[d] = true;
+        // The distance from the start runs over [least, most].
+        int64_t least = -view.start[d], most = extents[d] - 1 - view.start[d];
+        int64_t last = step * (sizes[m] - 1);
+        const Expr *distance =
+            exprs.add(index[d], exprs.integer(-view.start[d]));
+        if (least < 0)
+          require(BinaryOp::Ge, distance, 0);
+        if (most > last)
+          require(BinaryOp::Le, distance, last);
+        if (step > 1)
+          require(BinaryOp::Eq,
+                  lowerer.binary(BinaryOp::Mod, distance, exprs.integer(step)),
+                  0);
+        const Expr *digit = step > 1 ? lowerer.binary(BinaryOp::Div, distance,
+                                                      exprs.integer(step))
+                                     : distance;
+        if (least < 0)
+          digit = lowerer.binary(BinaryOp::Max, digit, exprs.integer(0));
+        if (most > last)
+          digit =
+              lowerer.binary(BinaryOp::Min, digit, exprs.integer(sizes[m] - 1));
+        at[m] = digit;
+      }
+      for (size_t d = 0; d < index.size(); ++d)
+        if (!stepped[d] && extents[d] > 1)
+          require(BinaryOp::Eq, index[d], view.start[d]);
+      if (!inside)
+        return lowerer.cast(fromSource(at), dtype);
+      return lowerer.where(inside, lowerer.cast(fromSource(at), dtype),
+                           fromSelf(index));
+    };
+    return one(result);
+  }
+  result.loader = [&lowerer, &exprs, fromSelf, fromSource, sizes, strides,
+                   offset, digits, resultStrides,
+                   dtype](const Index &index) -> const Expr * {
+    const Expr *position = exprs.integer(-offset);
+    for (size_t d = 0; d < index.size(); ++d)
+      position = exprs.add(
+          position, exprs.mul(index[d], exprs.integer(resultStrides[d])));
+    const Expr *inside =
+        lowerer.binary(BinaryOp::Ge, position, exprs.integer(0));
+    const Expr *rest =
+        lowerer.binary(BinaryOp::Max, position, exprs.integer(0));
+    Index at(sizes.size(), exprs.integer(0));
+    for (int64_t m : digits) {
+      const Expr *digit =
+          lowerer.binary(BinaryOp::Div, rest, exprs.integer(strides[m]));
+      rest = lowerer.binary(BinaryOp::Mod, rest, exprs.integer(strides[m]));
+      inside = lowerer.binary(
+          BinaryOp::LogicalAnd, inside,
+          lowerer.binary(BinaryOp::Lt, digit, exprs.integer(sizes[m])));
+      at[m] = lowerer.binary(BinaryOp::Min, digit, exprs.integer(sizes[m] - 1));
+    }
+    inside =
+        lowerer.binary(BinaryOp::LogicalAnd, inside,
+                       lowerer.binary(BinaryOp::Eq, rest, exprs.integer(0)));
+    return lowerer.where(inside, lowerer.cast(fromSource(at), dtype),
+                         fromSelf(index));
+  };
+  return one(result);
+}
+
 // contiguous: the tensor itself where it already is contiguous, else a
 // copy (the result's metadata is contiguous).
 LoweringResult contiguous(Lowerer &lowerer, const Node &node) {
@@ -456,6 +652,7 @@ void registerViewLowerings(LoweringTable &table) {
       {"aten::unflatten.int", reshape},
       {"aten::_reshape_alias", asStrided},
       {"aten::as_strided", asStrided},
+      {"aten::as_strided_scatter", asStridedScatter},
       {"aten::permute", permute},
       {"aten::transpose.int", transpose},
       {"aten::t", matrixTranspose},

@@ -69,8 +69,8 @@ TEST(Functionalization, WritesToTheGraphsOwnTensorsBecomeFunctionalOps) {
 }
 
 // A view taken after the last write reads the written tensor; one taken
-// before would see the write, so the write stays.
-TEST(Functionalization, ViewsBeforeAWriteKeepItInPlace) {
+// before the write and read after it is taken again of the written tensor.
+TEST(Functionalization, ViewsReadAfterAWriteSeeIt) {
   for (bool viewFirst : {false, true}) {
     auto graph = std::make_shared<Graph>();
     Value *x = graph->addInput(TensorMeta(DType::Float32, {4, 3}), "x");
@@ -85,23 +85,52 @@ TEST(Functionalization, ViewsBeforeAWriteKeepItInPlace) {
       view = graph->addExtern(transpose, {y}, {transposed})->result();
     graph->setOutputs({view});
     std::shared_ptr<Graph> result = passes::functionalizeInPlaceOps(graph);
-    if (viewFirst) {
-      EXPECT_EQ(result, graph);
-      continue;
-    }
-    EXPECT_EQ(opsOf(*result),
-              (std::vector<std::string>{"aten::mul.Scalar", "aten::relu",
-                                        "extern aten::t"}));
-    EXPECT_EQ(result->nodes()[3]->arguments()[0].toTensor(),
-              result->nodes()[2]->result());
+    ASSERT_NE(result, graph);
+    result->verify();
+    std::vector<std::string> expected = {"aten::mul.Scalar", "aten::relu",
+                                         "extern aten::t"};
+    if (viewFirst)
+      expected.insert(expected.begin() + 1, "extern aten::t");
+    EXPECT_EQ(opsOf(*result), expected);
+    const Node &relu = *result->nodes()[viewFirst ? 3 : 2];
+    const Node &taken = *result->nodes().back();
+    EXPECT_EQ(taken.arguments()[0].toTensor(), relu.result());
+    EXPECT_EQ(result->outputs()[0].toTensor(), taken.result());
   }
 }
 
-// Writes others can see stay: to a graph input, to a constant, and to a
-// view's storage; a write whose functional op would change the tensor's
-// dtype (float16 plus float32 is float32; add_ keeps float16) stays too,
-// and so do the other writes to a tensor that one write to keeps in place
-// (an op with no functional form the registry knows).
+// y = x * 2; y.t().relu_(); return y: the write through the view is its
+// functional op of the view, scattered into y (as_strided_scatter with the
+// view's sizes, strides and offset), and y reads the scatter.
+TEST(Functionalization, WritesThroughAViewScatterIntoItsBase) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {4, 3}), "x");
+  Value *y = graph->addOp("aten::mul.Scalar", {x, 2.0})->result();
+  auto transpose = schemaOf(kTranspose);
+  Value *view = graph
+                    ->addExtern(transpose, {y},
+                                {TensorMeta(DType::Float32, {3, 4}, {1, 3})})
+                    ->result();
+  inPlace(*graph, kReluInPlace, {view});
+  graph->setOutputs({y});
+  std::shared_ptr<Graph> result = passes::functionalizeInPlaceOps(graph);
+  ASSERT_NE(result, graph);
+  result->verify();
+  EXPECT_EQ(opsOf(*result), (std::vector<std::string>{
+                                "aten::mul.Scalar", "extern aten::t",
+                                "aten::relu", "aten::as_strided_scatter"}));
+  const Node &scatter = *result->nodes().back();
+  EXPECT_EQ(scatter.arguments()[0].toTensor(), result->nodes()[1]->result());
+  EXPECT_EQ(scatter.arguments()[2].toIntList(), (Shape{3, 4}));
+  EXPECT_EQ(scatter.arguments()[3].toIntList(), (Shape{1, 3}));
+  EXPECT_EQ(result->outputs()[0].toTensor(), scatter.result());
+}
+
+// Writes others can see stay: to a graph input and to a constant; a write whose
+// functional op would change the tensor's dtype (float16 plus float32 is
+// float32; add_ keeps float16) stays too, and so do the other writes to a
+// tensor that one write to keeps in place (an op with no functional form the
+// registry knows).
 TEST(Functionalization, WritesOthersCanSeeOrThatChangeTheDtypeStay) {
   auto check = [](std::shared_ptr<Graph> graph) {
     EXPECT_EQ(passes::functionalizeInPlaceOps(graph), graph) << graph->str();
@@ -110,19 +139,6 @@ TEST(Functionalization, WritesOthersCanSeeOrThatChangeTheDtypeStay) {
     auto graph = std::make_shared<Graph>();
     Value *x = graph->addInput(TensorMeta(DType::Float32, {4}), "x");
     graph->setOutputs({inPlace(*graph, kReluInPlace, {x})});
-    check(graph);
-  }
-  {
-    auto graph = std::make_shared<Graph>();
-    Value *x = graph->addInput(TensorMeta(DType::Float32, {4, 3}), "x");
-    Value *y = graph->addOp("aten::mul.Scalar", {x, 2.0})->result();
-    auto transpose = schemaOf(kTranspose);
-    Value *view = graph
-                      ->addExtern(transpose, {y},
-                                  {TensorMeta(DType::Float32, {3, 4}, {1, 3})})
-                      ->result();
-    inPlace(*graph, kReluInPlace, {view});
-    graph->setOutputs({y});
     check(graph);
   }
   {
