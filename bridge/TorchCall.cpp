@@ -185,11 +185,6 @@ TorchCall::TorchCall(const Node &node,
 extern "C" void _PyTraceback_Add(const char *function, const char *filename,
                                  int line);
 
-namespace {
-
-// An origin "path:line in function" (kiln's frontend) becomes a traceback
-// entry, so the error points at the user's line as eager's does; other
-// origins (FX node names) add none.
 void addOriginToTraceback(const std::string &origin) {
   size_t in = origin.rfind(" in ");
   if (in == std::string::npos)
@@ -206,8 +201,6 @@ void addOriginToTraceback(const std::string &origin) {
   _PyTraceback_Add(origin.substr(in + 4).c_str(),
                    origin.substr(0, colon).c_str(), line);
 }
-
-} // namespace
 
 void TorchCall::raiseWithOrigin() const {
   py::error_already_set error;

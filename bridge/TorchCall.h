@@ -88,4 +88,9 @@ py::object constantTensor(const ConstantData &data);
 /// legacy default stream): what kiln's launches and recordings order with.
 void *currentCudaStream(int device);
 
+/// Appends a traceback entry for `origin` ("path:line in function", kiln's
+/// frontend) to the current Python exception, so that an error points at
+/// the user's line as eager's does; other origins (FX node names) add none.
+void addOriginToTraceback(const std::string &origin);
+
 } // namespace kiln::python

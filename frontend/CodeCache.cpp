@@ -6,6 +6,7 @@
 #include "bridge/DynamicRunner.h"
 #include "bridge/PythonConversion.h"
 #include "bridge/RunnerChoice.h"
+#include "bridge/TorchCall.h"
 #include "frontend/EvalFrameHook.h"
 #include "frontend/SymbolicEvaluator.h"
 #include "ir/Error.h"
@@ -244,7 +245,9 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     PyErr_SetString(unsupportedErrorType(), error.what());
     return nullptr;
   } catch (const IndexOutOfRange &error) {
-    PyErr_SetString(PyExc_IndexError, error.what());
+    PyErr_SetString(error.indexError() ? PyExc_IndexError : PyExc_RuntimeError,
+                    error.what());
+    python::addOriginToTraceback(error.origin());
     return nullptr;
   } catch (const std::exception &error) {
     PyErr_SetString(PyExc_RuntimeError, error.what());

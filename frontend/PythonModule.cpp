@@ -2,6 +2,7 @@
 // graphs, meta inference) and of the runtime. Depends on ir/, bridge/,
 // frontend/ and pybind11.
 #include "bridge/PythonConversion.h"
+#include "bridge/TorchCall.h"
 #include "frontend/CompiledFunction.h"
 #include "frontend/EvalFrameHook.h"
 #include "frontend/FxImporter.h"
@@ -75,7 +76,9 @@ PYBIND11_MODULE(_C, module) {
     } catch (const Unsupported &error) {
       py::set_error(unsupported, error.what());
     } catch (const IndexOutOfRange &error) {
-      py::set_error(PyExc_IndexError, error.what());
+      py::set_error(error.indexError() ? PyExc_IndexError : PyExc_RuntimeError,
+                    error.what());
+      python::addOriginToTraceback(error.origin());
     } catch (const Error &error) {
       py::set_error(PyExc_RuntimeError, error.what());
     }

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace kiln {
 
@@ -22,11 +23,22 @@ public:
 };
 
 /// Raised for an index out of a tensor's range that a compiled program
-/// meets at run time (an embedding's ids), where torch raises IndexError;
-/// the Python bridge maps it to IndexError.
+/// meets at run time (an embedding's ids), where torch raises IndexError,
+/// or RuntimeError where `indexError` is false (gather's); `origin` is the
+/// line of the user's code the op came from ("path:line in function", or
+/// empty). The Python bridge maps it to that type, the origin added to the
+/// traceback.
 class IndexOutOfRange : public Error {
 public:
-  explicit IndexOutOfRange(const std::string &message) : Error(message) {}
+  explicit IndexOutOfRange(const std::string &message, std::string origin = {},
+                           bool indexError = true)
+      : Error(message), origin_(std::move(origin)), indexError_(indexError) {}
+  const std::string &origin() const { return origin_; }
+  bool indexError() const { return indexError_; }
+
+private:
+  std::string origin_;
+  bool indexError_;
 };
 
 } // namespace kiln

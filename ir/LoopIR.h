@@ -419,6 +419,8 @@ struct IndexCheck {
   TensorMeta elements;
   Report report = Report::Table;
   std::optional<int64_t> ignored;
+  /// The user's line the reading op came from ("path:line in function").
+  std::string origin;
 };
 
 /// A whole graph as loop IR: buffers, steps in execution order, outputs.

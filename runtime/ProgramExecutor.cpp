@@ -53,9 +53,10 @@ void checkInput(const CompiledProgram &program, size_t index,
 
 namespace {
 
-// Raises what torch's op raises (check.report) where an element of the
-// index tensor in the buffer at `data` (laid out as `check.elements`, from
-// its storage offset on; int64 or int32) lies outside [0, size) (or
+// Raises what torch's op raises (check.report; IndexOutOfRange) where an
+// element of the index tensor in the buffer at `data` (laid out as
+// `check.elements`, from its storage offset on; int64 or int32) lies outside
+// [0, size) (or
 // [-size, size) where check.fromEnd) and is not check.ignored.
 void checkIndicesInRange(const char *data, const loop::IndexCheck &check) {
   using Report = loop::IndexCheck::Report;
@@ -85,14 +86,15 @@ void checkIndicesInRange(const char *data, const loop::IndexCheck &check) {
                            std::to_string(size);
       switch (check.report) {
       case Report::Table:
-        throw IndexOutOfRange("index out of range in self");
+        throw IndexOutOfRange("index out of range in self", check.origin);
       case Report::Indexing:
-        throw IndexOutOfRange(bounds);
+        throw IndexOutOfRange(bounds, check.origin);
       case Report::Gather:
-        throw Error(bounds);
+        throw IndexOutOfRange(bounds, check.origin, /*indexError=*/false);
       case Report::Target:
         throw IndexOutOfRange("Target " + std::to_string(value) +
-                              " is out of bounds.");
+                                  " is out of bounds.",
+                              check.origin);
       }
     }
     for (size_t d = rank; d-- > 0;) {

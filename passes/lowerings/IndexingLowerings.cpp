@@ -170,11 +170,17 @@ Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
     if (lowerer.device().type == DeviceType::CPU &&
         placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
         fixed) {
-      lowerer.checkIndices(
-          {placement.buffer, size, wording.fromEnd, wording.dim,
-           TensorMeta(indices.dtype, indices.sizes, std::move(strides),
-                      placement.offset->value()),
-           wording.report, wording.ignored});
+      loop::IndexCheck check;
+      check.buffer = placement.buffer;
+      check.size = size;
+      check.fromEnd = wording.fromEnd;
+      check.dim = wording.dim;
+      check.elements =
+          TensorMeta(indices.dtype, indices.sizes, std::move(strides),
+                     placement.offset->value());
+      check.report = wording.report;
+      check.ignored = wording.ignored;
+      lowerer.checkIndices(std::move(check));
       return Positions::Checked;
     }
     // (A GPU kernel's reads of positions from a buffer are not tested:

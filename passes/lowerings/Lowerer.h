@@ -107,6 +107,8 @@ public:
   /// reads the input: every one in [0, check.size), or [-size, size) where
   /// check.fromEnd (loop::IndexCheck).
   void checkIndices(loop::IndexCheck check) {
+    if (node_)
+      check.origin = node_->origin();
     program_.indexChecks.push_back(std::move(check));
   }
 
