@@ -90,11 +90,24 @@ GemmPlan planGemm(const GemmSpec &spec, const HostTarget &host) {
   // least 8 independent accumulators.
   plan.rows = plan.lanes == 16 ? 12 : 6;
   plan.columnVectors = 2;
-  plan.columns = plan.columnVectors * plan.lanes;
   // A KC x NR panel of B (16 KiB for AVX2) stays in L1 while the micro-
   // kernel sweeps an MC x KC block of A (144 KiB) held in L2; the packed
   // buffers take 144 + 384 KiB of stack at most.
-  const int64_t maxDepthBlock = 256;
+  int64_t maxDepthBlock = 256;
+  // On a pool of few threads, AVX-512's micro-tile is 6 x 64 over k blocks
+  // of 128: 10 loads (4 of B, 6 broadcasts of A) feed its 24 FMAs where
+  // 12 x 32 takes 14, and the 128 x 64 panel of B (32 KiB) stays in L1.
+  // On the 16-core Xeon, 512x256 @ 256x{128..8192} and 512x688 @ 688x256
+  // (a LLaMA-style MLP and head) ran 5-8% faster on 2 threads (the bench's
+  // hand-written GPT and LLaMA-style rows 3-6%), -3 to +11% on 1 and -1 to
+  // +13% on 4; on 8 and 16 the wider panels leave fewer tiles to share
+  // (512x256 @ 256x688: -6% and -12%), so more threads keep 12 x 32.
+  if (plan.lanes == 16 && spec.threads >= 1 && spec.threads <= 4) {
+    plan.rows = 6;
+    plan.columnVectors = 4;
+    maxDepthBlock = 128;
+  }
+  plan.columns = plan.columnVectors * plan.lanes;
   // Tiles for many threads shrink to 48 rows and 64 columns at least: on
   // the 16-core Xeon 128x256 @ 256x1024 ran at 1160-1180 GFLOP/s with 64
   // columns, at 920-980 with 128 (fewer tiles than twice the threads).

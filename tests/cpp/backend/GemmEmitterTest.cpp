@@ -370,6 +370,45 @@ TEST(GemmEmitter, ShapesWithEveryEdge) {
     checkGemm(rowMajor(shape[0], shape[1], shape[2]), backend::hostTarget());
 }
 
+// On a pool of at most four threads AVX-512's micro-tile is 6 x 64 over k
+// blocks of 128 (more threads keep 12 x 32): one micro-kernel of 6 rows x 4
+// vectors x 4 steps of multiply-adds, and the products of every edge shape
+// right.
+TEST(GemmEmitter, FewThreadsTakeSixByFourVectorMicroTiles) {
+  HostTarget host = withVectorBits(512);
+  for (int threads : {1, 2, 4, 8}) {
+    GemmSpec spec = rowMajor(60, 64, 256);
+    spec.threads = threads;
+    llvm::LLVMContext context;
+    llvm::Module module("count", context);
+    backend::EmittedGemm emitted =
+        backend::emitGemm(module, spec, host, "gemm");
+    int multiplyAdds = 0;
+    for (const llvm::BasicBlock &block : *emitted.function)
+      for (const llvm::Instruction &instruction : block)
+        if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&instruction))
+          multiplyAdds += call->getCalledFunction() &&
+                          call->getCalledFunction()->getIntrinsicID() ==
+                              llvm::Intrinsic::fmuladd;
+    EXPECT_EQ(multiplyAdds, threads <= 4 ? 6 * 4 * 4 : 12 * 2 * 4) << threads;
+  }
+  if (!hostHasAvx512())
+    return;
+  const int64_t shapes[][3] = {{1, 1, 1},      {7, 65, 129}, {63, 63, 63},
+                               {65, 130, 300}, {6, 64, 128}, {13, 1000, 7},
+                               {200, 688, 256}};
+  for (const auto &shape : shapes) {
+    GemmSpec spec = rowMajor(shape[0], shape[1], shape[2]);
+    spec.threads = 2;
+    checkGemm(spec, backend::hostTarget());
+    spec.bRow = 1; // a Linear layer's weight
+    spec.bCol = shape[2];
+    spec.hasBias = true;
+    spec.biasCol = 1;
+    checkGemm(spec, backend::hostTarget());
+  }
+}
+
 TEST(GemmEmitter, TransposedOperands) {
   const int64_t m = 65, n = 70, k = 600;
   GemmSpec transposedA = rowMajor(m, n, k);
