@@ -641,14 +641,21 @@ TEST(IndexingLowering, EmbeddingIndexSelectAndGatherWithRepeatedIndices) {
   expectClose(outputs[3], gatheredRows, 0);
 }
 
-TEST(IndexingLowering, OutOfRangeIndicesClampWithoutTorchAndRaiseInTorch) {
+TEST(IndexingLowering,
+     OutOfRangeIndicesClampWithoutTorchAndAreCheckedInTheJit) {
   auto graph = std::make_shared<Graph>();
   Value *table = graph->addInput(TensorMeta(DType::Float32, {3, 2}));
   Value *places = graph->addInput(TensorMeta(DType::Int64, {3, 2}));
   graph->setOutputs(
       {graph->addOp("aten::gather", {table, Argument(1), places})->result(0)});
-  // In the JIT torch runs it (and raises for a bad index).
-  EXPECT_EQ(countExterns(lowerGraph(graph)), 1);
+  // In the JIT it is a kernel whose positions, an input's, the runtime
+  // checks before it runs (raising gather's RuntimeError for a bad one).
+  loop::Program lowered = lowerGraph(graph);
+  EXPECT_EQ(countExterns(lowered), 0);
+  ASSERT_EQ(lowered.indexChecks.size(), 1u);
+  EXPECT_EQ(lowered.indexChecks[0].report, loop::IndexCheck::Report::Gather);
+  EXPECT_EQ(lowered.indexChecks[0].size, 2);
+  EXPECT_EQ(lowered.indexChecks[0].dim, 1);
   // Without torch, a bad index reads the nearest row or column, never
   // outside the buffer.
   auto outputs =
