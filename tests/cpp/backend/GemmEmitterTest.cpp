@@ -347,6 +347,22 @@ HostTarget withVectorBits(int bits) {
   return host;
 }
 
+// The multiply-adds (llvm.fmuladd calls) in the IR of `spec`'s GEMM for
+// `host`: the micro-kernels' unrolled bodies.
+int countMultiplyAdds(const GemmSpec &spec, const HostTarget &host) {
+  llvm::LLVMContext context;
+  llvm::Module module("count", context);
+  backend::EmittedGemm emitted = backend::emitGemm(module, spec, host, "gemm");
+  int multiplyAdds = 0;
+  for (const llvm::BasicBlock &block : *emitted.function)
+    for (const llvm::Instruction &instruction : block)
+      if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&instruction))
+        multiplyAdds += call->getCalledFunction() &&
+                        call->getCalledFunction()->getIntrinsicID() ==
+                            llvm::Intrinsic::fmuladd;
+  return multiplyAdds;
+}
+
 bool hostHasAvx512() {
   const std::string &features = backend::hostTarget().features;
   return features.find("+avx512f") != std::string::npos;
@@ -379,18 +395,9 @@ TEST(GemmEmitter, FewThreadsTakeSixByFourVectorMicroTiles) {
   for (int threads : {1, 2, 4, 8}) {
     GemmSpec spec = rowMajor(60, 64, 256);
     spec.threads = threads;
-    llvm::LLVMContext context;
-    llvm::Module module("count", context);
-    backend::EmittedGemm emitted =
-        backend::emitGemm(module, spec, host, "gemm");
-    int multiplyAdds = 0;
-    for (const llvm::BasicBlock &block : *emitted.function)
-      for (const llvm::Instruction &instruction : block)
-        if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&instruction))
-          multiplyAdds += call->getCalledFunction() &&
-                          call->getCalledFunction()->getIntrinsicID() ==
-                              llvm::Intrinsic::fmuladd;
-    EXPECT_EQ(multiplyAdds, threads <= 4 ? 6 * 4 * 4 : 12 * 2 * 4) << threads;
+    EXPECT_EQ(countMultiplyAdds(spec, host),
+              threads <= 4 ? 6 * 4 * 4 : 12 * 2 * 4)
+        << threads;
   }
   if (!hostHasAvx512())
     return;
@@ -722,18 +729,7 @@ TEST(GemmEmitter, OneMicroKernelPerProduct) {
       int edgeRows = static_cast<int>(spec.m % panelRows);
       int perMicroKernel =
           ((spec.m >= panelRows ? panelRows : 0) + edgeRows) * 2 * 4;
-      llvm::LLVMContext context;
-      llvm::Module module("count", context);
-      backend::EmittedGemm emitted =
-          backend::emitGemm(module, spec, withVectorBits(bits), "gemm");
-      int multiplyAdds = 0;
-      for (const llvm::BasicBlock &block : *emitted.function)
-        for (const llvm::Instruction &instruction : block)
-          if (const auto *call = llvm::dyn_cast<llvm::CallInst>(&instruction))
-            multiplyAdds += call->getCalledFunction() &&
-                            call->getCalledFunction()->getIntrinsicID() ==
-                                llvm::Intrinsic::fmuladd;
-      EXPECT_EQ(multiplyAdds, perMicroKernel)
+      EXPECT_EQ(countMultiplyAdds(spec, withVectorBits(bits)), perMicroKernel)
           << describe(spec, withVectorBits(bits));
     }
   }
