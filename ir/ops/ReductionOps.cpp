@@ -303,12 +303,19 @@ std::vector<TensorMeta> nllLoss(const MetaArgs &args, bool spatial) {
                      ", target: " + shapeToString(target.sizes) + ")");
   }
   int64_t classes = self.sizes[spatial || self.dim() == 2 ? 1 : 0];
-  if (const TensorMeta *weight = args.optionalTensor(2);
-      weight && weight->numel() != classes)
-    fail(args, "weight tensor should be defined either for all " +
-                   std::to_string(classes) +
-                   " classes or no classes but got weight tensor of shape: " +
-                   shapeToString(weight->sizes));
+  if (const TensorMeta *weight = args.optionalTensor(2)) {
+    if (weight->numel() != classes)
+      fail(args, "weight tensor should be defined either for all " +
+                     std::to_string(classes) +
+                     " classes or no classes but got weight tensor of "
+                     "shape: " +
+                     shapeToString(weight->sizes));
+    if (weight->dtype != self.dtype)
+      fail(args, "expected the weight's dtype, " +
+                     std::string(dtypeName(weight->dtype)) +
+                     ", to be the input's, " +
+                     std::string(dtypeName(self.dtype)));
+  }
   Shape sizes = reduction == 0 && self.dim() > 1 ? target.sizes : Shape{};
   return {meta::contiguousLike(self.dtype, sizes, self.device),
           TensorMeta(self.dtype, {}, self.device)};

@@ -417,13 +417,15 @@ LoweringResult nllLoss(Lowerer &lowerer, const Node &node) {
   const int64_t classDim = batched ? 1 : 0;
   if (self.isSymbolic() || target.isSymbolic() ||
       target.dtype != DType::Int64 || self.dim() == 0 ||
-      self.sizes[classDim] == 0)
+      self.sizes[classDim] == 0 || meta.dtype != self.dtype)
     return std::nullopt;
   const int64_t classes = self.sizes[classDim];
   std::optional<LoweredTensor> weight;
   if (!node.arguments().at(2).isNone()) {
     weight = lowerer.input(node, 2);
-    if (weight->dim() != 1 || weight->sizes[0] != classes)
+    // (torch refuses a weight of another dtype.)
+    if (weight->dim() != 1 || weight->sizes[0] != classes ||
+        weight->dtype != self.dtype)
       return std::nullopt;
   }
   const int64_t reduction = node.arguments().at(3).toInt();

@@ -511,7 +511,8 @@ LoweringResult asStridedScatter(Lowerer &lowerer, const Node &node) {
   LoweredTensor self = lowerer.input(node, 0);
   LoweredTensor source = lowerer.input(node, 1);
   const TensorMeta &meta = lowerer.resultMeta(node);
-  if (meta.isSymbolic() || source.isSymbolic() || meta.storageOffset != 0)
+  if (meta.isSymbolic() || source.isSymbolic() || meta.storageOffset != 0 ||
+      source.dtype != meta.dtype)
     return std::nullopt;
   const Shape sizes = node.arguments().at(2).toIntList();
   const Shape strides = node.arguments().at(3).toIntList();

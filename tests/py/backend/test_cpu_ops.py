@@ -798,7 +798,8 @@ def test_losses_and_gathers_of_input_positions_are_kernels():
     for fn, args in ((cases[0][0], (logits, torch.tensor([0, 5, 1, 1, 1, 1]))),
                      (cases[0][0], (logits, torch.tensor([0, -1, 1, 1, 1, 1]))),
                      (cases[-2][0], (logits, torch.tensor([[0, 5]]))),
-                     (cases[-2][0], (logits, torch.tensor([[-1]])))):
+                     (cases[-2][0], (logits, torch.tensor([[-1]]))),
+                     (cases[1][0], (logits, targets, weight.double()))):
         with pytest.raises((IndexError, RuntimeError)) as eager:
             fn(*args)
         with pytest.raises(type(eager.value), match=re.escape(str(eager.value))):
