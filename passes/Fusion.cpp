@@ -568,6 +568,25 @@ bool independent(const Program &program, const Kernel &earlier,
   return true;
 }
 
+// Whether `second` reads a buffer that `first` writes and the runtime
+// checks (Program::indexChecks: positions computed in a kernel): the check
+// runs before the first step that reads it, so that step must not be the
+// one that writes it.
+bool readsCheckedWrite(const Program &program, const Kernel &first,
+                       const Kernel &second) {
+  if (program.indexChecks.empty())
+    return false;
+  std::set<int64_t> written;
+  for (const Access &access : storesOfKernel(first))
+    written.insert(program.rootOf(access.buffer));
+  for (const loop::IndexCheck &check : program.indexChecks)
+    if (written.count(program.rootOf(check.buffer)))
+      for (const Access &access : loadsOfKernel(second))
+        if (program.rootOf(access.buffer) == program.rootOf(check.buffer))
+          return true;
+  return false;
+}
+
 } // namespace
 
 void fuseKernels(Program &program) {
@@ -577,11 +596,15 @@ void fuseKernels(Program &program) {
   for (Step &step : program.steps) {
     int64_t count =
         step.kind == Step::Kind::Kernel ? operationCount(step.kernel) : 0;
-    if (step.kind == Step::Kind::Kernel && !fused.empty() &&
+    bool checkedBetween =
+        step.kind == Step::Kind::Kernel && !fused.empty() &&
+        fused.back().kind == Step::Kind::Kernel &&
+        readsCheckedWrite(program, fused.back().kernel, step.kernel);
+    if (step.kind == Step::Kind::Kernel && !fused.empty() && !checkedBetween &&
         fused.back().kind == Step::Kind::Kernel &&
         fuseEpilogue(program, readers, fused.back().kernel, step.kernel))
       continue;
-    if (step.kind == Step::Kind::Kernel && !fused.empty() &&
+    if (step.kind == Step::Kind::Kernel && !fused.empty() && !checkedBetween &&
         fused.back().kind == Step::Kind::Kernel && !step.kernel.contraction &&
         !fused.back().kernel.contraction &&
         lastCount + count <= kMaxKernelOperations) {

@@ -149,43 +149,49 @@ struct CheckWording {
   std::optional<int64_t> ignored;
 };
 
-// What is known of the positions `indices` holds in a dim of `size`, an
-// input's checked as `wording` says. Only CPU inputs are checked, and
-// only on the CPU are buffers' positions read.
-Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
-                         int64_t size, const CheckWording &wording = {}) {
+// What is known of the positions `indices` holds in a dim of `size`:
+// proven (InRange), or checked at run time as `wording` says (Checked): an
+// input's, a buffer's that a kernel or torch wrote, or positions computed
+// in a kernel, which are then realized into a temporary for the check
+// (`indices` becomes its loads). Only on the CPU (a GPU kernel's indirect
+// loads of a buffer's positions are untested on the device: there, only
+// positions computed in the kernel and proven); a program that runs
+// without torch checks only its inputs' and clamps computed positions.
+Positions knownPositions(Lowerer &lowerer, LoweredTensor &indices, int64_t size,
+                         const CheckWording &wording = {}) {
   if (indices.isSymbolic() || size <= 0)
     return Positions::Unknown;
+  const bool cpu = lowerer.device().type == DeviceType::CPU;
+  auto check = [&](int64_t buffer, Shape strides, int64_t offset) {
+    loop::IndexCheck check;
+    check.buffer = buffer;
+    check.size = size;
+    check.fromEnd = wording.fromEnd;
+    check.dim = wording.dim;
+    check.elements =
+        TensorMeta(indices.dtype, indices.sizes, std::move(strides), offset);
+    check.report = wording.report;
+    check.ignored = wording.ignored;
+    lowerer.checkIndices(std::move(check));
+    return Positions::Checked;
+  };
   std::optional<std::pair<int64_t, int64_t>> range;
+  // Where a realized tensor's elements are (fixed strides and offset).
+  bool fixed = false;
+  Shape strides;
   if (indices.realized()) {
     const Placement &placement = *indices.placement;
     const loop::Buffer &placed = lowerer.program().buffers[placement.buffer];
-    bool fixed = placement.offset->isConstant() &&
-                 placement.strides.size() == indices.sizes.size();
-    Shape strides;
+    fixed = placement.offset->isConstant() &&
+            placement.strides.size() == indices.sizes.size() &&
+            !placed.meta.isSymbolic();
     for (const SymSize &stride : placement.strides) {
       fixed = fixed && stride->isConstant();
       strides.push_back(stride->isConstant() ? stride->value() : 0);
     }
-    if (lowerer.device().type == DeviceType::CPU &&
-        placed.kind == loop::BufferKind::Input && !placed.meta.isSymbolic() &&
-        fixed) {
-      loop::IndexCheck check;
-      check.buffer = placement.buffer;
-      check.size = size;
-      check.fromEnd = wording.fromEnd;
-      check.dim = wording.dim;
-      check.elements =
-          TensorMeta(indices.dtype, indices.sizes, std::move(strides),
-                     placement.offset->value());
-      check.report = wording.report;
-      check.ignored = wording.ignored;
-      lowerer.checkIndices(std::move(check));
-      return Positions::Checked;
-    }
-    // (A GPU kernel's reads of positions from a buffer are not tested:
-    // there, only positions computed in the kernel.)
-    if (lowerer.device().type == DeviceType::CPU)
+    if (cpu && fixed && placed.kind == loop::BufferKind::Input)
+      return check(placement.buffer, strides, placement.offset->value());
+    if (cpu)
       range = placed.kind == loop::BufferKind::Constant
                   ? constantRange(placed)
                   : storedRange(lowerer, placement.buffer);
@@ -200,15 +206,31 @@ Positions knownPositions(Lowerer &lowerer, const LoweredTensor &indices,
       position.push_back(exprs.var(d));
     range = affineRange(exprs, indices.loader(position), indices.sizes);
   }
-  return range && range->first >= 0 && range->second < size
-             ? Positions::InRange
-             : Positions::Unknown;
+  if (range && range->first >= 0 && range->second < size)
+    return Positions::InRange;
+  if (!cpu || lowerer.standalone())
+    return Positions::Unknown;
+  if (indices.realized()) {
+    const loop::Buffer &placed =
+        lowerer.program().buffers[indices.placement->buffer];
+    if (fixed && (placed.kind == loop::BufferKind::Temporary ||
+                  placed.kind == loop::BufferKind::Tensor))
+      return check(indices.placement->buffer, strides,
+                   indices.placement->offset->value());
+    if (placed.kind == loop::BufferKind::Constant)
+      return Positions::Unknown; // out of range: torch raises
+  }
+  // Computed positions (a gather of ids, buckets of distances): the values
+  // torch would read, realized once and checked.
+  TensorMeta layout(indices.dtype, indices.sizes);
+  indices = lowerer.realize(indices, layout, loop::BufferKind::Temporary,
+                            "positions");
+  return check(indices.placement->buffer, layout.strides, 0);
 }
 
 // Whether every element of `indices` is known to lie in [0, size) when the
 // program runs, proven or checked (knownPositions).
-bool indicesInRange(Lowerer &lowerer, const LoweredTensor &indices,
-                    int64_t size) {
+bool indicesInRange(Lowerer &lowerer, LoweredTensor &indices, int64_t size) {
   return knownPositions(lowerer, indices, size) != Positions::Unknown;
 }
 

@@ -459,3 +459,37 @@ TEST(ProgramExecutor,
                  "index 4 is out of bounds for dimension 1 with size 4");
   }
 }
+
+TEST(ProgramExecutor, ComputedIdsAreCheckedAfterTheKernelThatComputesThem) {
+  // embedding(table, ids - 2) * 2: the ids are computed, so the lowering
+  // realizes them and the runtime checks them; the kernel that reads them
+  // must stay apart from the one that writes them (the check runs between
+  // the two).
+  constexpr int64_t rows = 5, width = 2, count = 3;
+  auto graph = std::make_shared<Graph>();
+  Value *table = graph->addInput(TensorMeta(DType::Float32, {rows, width}));
+  Value *ids = graph->addInput(TensorMeta(DType::Int64, {count}));
+  Value *shifted = op(*graph, "aten::sub.Scalar",
+                      {ids, Argument(int64_t(2)), Argument(int64_t(1))});
+  Value *picked = op(*graph, "aten::embedding",
+                     {table, shifted, Argument(int64_t(-1)), false, false});
+  graph->setOutputs({op(*graph, "aten::mul.Scalar", {picked, Argument(2.0)})});
+  auto program = compile(graph);
+  EXPECT_EQ(program->describe(), "native: 2 kernel(s), 0 extern(s)");
+  std::vector<float> tableData(rows * width);
+  for (int64_t k = 0; k < rows * width; ++k)
+    tableData[k] = static_cast<float>(k);
+  auto run = [&](std::vector<int64_t> idData) {
+    return runtime::runProgram(
+        *program, {tensor(tableData, DType::Float32, {rows, width}, {width, 1}),
+                   tensor(idData, DType::Int64, {count}, {1})});
+  };
+  runtime::ProgramOutputs outputs = run({2, 6, 4});
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t j = 0; j < width; ++j)
+      EXPECT_EQ(at(outputs.tensors.at(0), i, j),
+                2.0f *
+                    tableData[(std::vector<int64_t>{0, 4, 2}[i]) * width + j]);
+  EXPECT_THROW(run({2, 7, 4}), IndexOutOfRange);
+  EXPECT_THROW(run({1, 2, 4}), IndexOutOfRange);
+}

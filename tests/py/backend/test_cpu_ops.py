@@ -581,7 +581,7 @@ def test_embeddings_of_input_ids_and_positions_are_kernels_and_raise_as_torch():
     # what follows; an id out of range, negative ones included, raises
     # torch's IndexError, after the ops before it have run as in eager, and
     # one outside the view read raises nothing, as in eager. Ids computed in
-    # the graph stay torch's calls.
+    # the graph are realized and checked the same way.
     table, positions = torch.randn(100, 16), torch.randn(64, 16)
 
     def embed(ids):
@@ -604,12 +604,16 @@ def test_embeddings_of_input_ids_and_positions_are_kernels_and_raise_as_torch():
     ids = torch.randint(0, 100, (4, 32))
     cases = [(embed, (ids,), True), (embed, (ids.to(torch.int32).t().contiguous().t(),), True),
              (select, (torch.randn(50, 8), torch.randint(0, 50, (20,))), True),
-             (computed, (ids * 3,), False), (part, (ids,), True)]
+             (computed, (ids * 3,), True), (part, (ids,), True)]
     for fn, args, native in cases:
         compiled = kiln.compile(fn)
         assert_close(compiled(*args), fn(*args))
         runner = kiln.cache_info(compiled)["runners"][0]
         assert (" 0 extern" in runner) == native, (fn.__name__, runner)
+    shifted = kiln.compile(lambda ids: F.embedding(ids - 50, table) * 2)
+    assert_close(shifted(ids + 50), F.embedding(ids, table) * 2)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        shifted(ids)
     compiled_embed, compiled_select = kiln.compile(embed), kiln.compile(select)
     compiled_embed(ids)
     compiled_select(torch.randn(50, 8), torch.randint(0, 50, (20,)))
@@ -736,8 +740,8 @@ def test_advanced_indexing_with_computed_positions_is_a_kernel():
         assert "0 extern" in kiln.cache_info(compiled)["runners"][0]
     # An input's positions, negative ones counted from the end as eager
     # does, are checked before the kernel runs: one kernel, eager's values
-    # and eager's IndexError. Computed positions not known in range: torch
-    # runs the indexing.
+    # and eager's IndexError. Computed positions not proven in range are
+    # realized and checked the same way.
     for fn, args in ((lambda x, i: x[i, i], (x, torch.tensor([-1, 0, 4]))),
                      (lambda x, i: x[:, i] * 2, (x, torch.tensor([[5, -6], [0, 1]]))),
                      (lambda x, i: x[i[:, :1], 2:, i[:, 1:]], (x, torch.tensor([[4, -7], [-5, 6]])))):
@@ -752,7 +756,12 @@ def test_advanced_indexing_with_computed_positions_is_a_kernel():
     computed = lambda x: x[torch.arange(3) - 2]  # noqa: E731
     compiled = kiln.compile(computed)
     assert torch.equal(compiled(x), computed(x))
-    assert "1 extern" in kiln.cache_info(compiled)["runners"][0]
+    assert "0 extern" in kiln.cache_info(compiled)["runners"][0]
+    too_far = lambda x: x[torch.arange(3) * 4 - 2] * 2  # noqa: E731
+    with pytest.raises(IndexError) as eager:
+        too_far(x)
+    with pytest.raises(IndexError, match=re.escape(str(eager.value))):
+        kiln.compile(too_far)(x)
     with pytest.raises(IndexError, match="out of bounds"):
         kiln.compile(lambda x: x[torch.tensor([7])])(x)
 
