@@ -510,6 +510,208 @@ LoweringResult elu(Lowerer &lowerer, const Node &node) {
   });
 }
 
+// celu(x, alpha) = elu(x, alpha, scale 1, input scale 1 / alpha).
+LoweringResult celu(Lowerer &lowerer, const Node &node) {
+  double alpha = scalarArgument(node, 1);
+  if (alpha == 0)
+    return std::nullopt; // torch raises
+  DType math = mathType(lowerer, node);
+  return map(lowerer, node, {0}, math, [=, &lowerer](const Values &v) {
+    auto c = [&](double value) { return lowerer.constant(value, math); };
+    const Expr *negative = lowerer.binary(
+        BinaryOp::Mul,
+        lowerer.unary(UnaryOp::Expm1,
+                      lowerer.binary(BinaryOp::Mul, v[0], c(1.0 / alpha))),
+        c(alpha));
+    return lowerer.where(lowerer.binary(BinaryOp::Gt, v[0], c(0)), v[0],
+                         negative);
+  });
+}
+
+// threshold(x, threshold, value): value where x <= threshold, else x.
+LoweringResult threshold(Lowerer &lowerer, const Node &node) {
+  double bound = scalarArgument(node, 1), value = scalarArgument(node, 2);
+  DType dtype = resultType(lowerer, node);
+  return map(lowerer, node, {0}, dtype, [=, &lowerer](const Values &v) {
+    return lowerer.where(
+        lowerer.binary(BinaryOp::Le, v[0], lowerer.constant(bound, dtype)),
+        lowerer.constant(value, dtype), v[0]);
+  });
+}
+
+// deg2rad and rad2deg: a product by pi / 180 or its inverse (in float32
+// for half types, as eager's scalar product).
+template <bool ToRadians>
+LoweringResult angleUnits(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  constexpr double factor = ToRadians ? M_PI / 180.0 : 180.0 / M_PI;
+  return map(lowerer, node, {0}, math, [math, &lowerer](const Values &v) {
+    return lowerer.binary(BinaryOp::Mul, v[0], lowerer.constant(factor, math));
+  });
+}
+
+// sinc(x) = sin(pi x) / (pi x), 1 at 0.
+LoweringResult sinc(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  if (!isFloatingPoint(math))
+    return std::nullopt;
+  return map(lowerer, node, {0}, math, [math, &lowerer](const Values &v) {
+    const Expr *scaled =
+        lowerer.binary(BinaryOp::Mul, v[0], lowerer.constant(M_PI, math));
+    return lowerer.where(
+        lowerer.binary(BinaryOp::Eq, v[0], lowerer.constant(0, math)),
+        lowerer.constant(1, math),
+        lowerer.binary(BinaryOp::Div, lowerer.unary(UnaryOp::Sin, scaled),
+                       scaled));
+  });
+}
+
+// logit(x, eps) = log(z / (1 - z)), z = x clamped into [eps, 1 - eps]
+// where eps is given.
+LoweringResult logit(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  const Argument &eps = node.arguments().at(1);
+  std::optional<double> bound;
+  if (!eps.isNone())
+    bound = eps.toDouble();
+  return map(lowerer, node, {0}, math, [=, &lowerer](const Values &v) {
+    auto c = [&](double value) { return lowerer.constant(value, math); };
+    const Expr *z = v[0];
+    if (bound) {
+      z = lowerer.where(lowerer.binary(BinaryOp::Lt, z, c(*bound)), c(*bound),
+                        z);
+      z = lowerer.where(lowerer.binary(BinaryOp::Gt, z, c(1 - *bound)),
+                        c(1 - *bound), z);
+    }
+    return lowerer.unary(
+        UnaryOp::Log, lowerer.binary(BinaryOp::Div, z,
+                                     lowerer.binary(BinaryOp::Sub, c(1), z)));
+  });
+}
+
+// signbit, isposinf, isneginf: bool predicates of the input's value.
+enum class Predicate { SignBit, PositiveInfinity, NegativeInfinity };
+
+template <Predicate Kind>
+LoweringResult predicate(Lowerer &lowerer, const Node &node) {
+  DType input = node.arguments().at(0).toTensor()->meta().dtype;
+  return map(lowerer, node, {0}, input, [input, &lowerer](const Values &v) {
+    auto c = [&](double value) { return lowerer.constant(value, input); };
+    if (Kind == Predicate::SignBit)
+      return isFloatingPoint(input)
+                 ? lowerer.binary(
+                       BinaryOp::Lt,
+                       lowerer.binary(BinaryOp::Copysign, c(1), v[0]), c(0))
+                 : lowerer.binary(BinaryOp::Lt, v[0], c(0));
+    if (!isFloatingPoint(input))
+      return lowerer.constant(0, DType::Bool);
+    double infinity = std::numeric_limits<double>::infinity();
+    return lowerer.binary(
+        BinaryOp::Eq, v[0],
+        c(Kind == Predicate::PositiveInfinity ? infinity : -infinity));
+  });
+}
+
+// fmax and fmin: the other operand where one is NaN.
+template <BinaryOp Op>
+LoweringResult nanIgnoringExtremum(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  bool floating = isFloatingPoint(dtype);
+  return map(
+      lowerer, node, {0, 1}, dtype, [floating, &lowerer](const Values &v) {
+        const Expr *extremum = lowerer.binary(Op, v[0], v[1]);
+        if (!floating)
+          return extremum;
+        return lowerer.where(
+            lowerer.unary(UnaryOp::IsNan, v[0]), v[1],
+            lowerer.where(lowerer.unary(UnaryOp::IsNan, v[1]), v[0], extremum));
+      });
+}
+
+// hypot(a, b) = m sqrt(1 + (n / m)^2), m and n the larger and the smaller
+// magnitude (no overflow of the squares); +inf where either is infinite,
+// even with a NaN (std::hypot's rule).
+LoweringResult hypot(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  return map(lowerer, node, {0, 1}, math, [math, &lowerer](const Values &v) {
+    auto c = [&](double value) { return lowerer.constant(value, math); };
+    const Expr *a = lowerer.unary(UnaryOp::Abs, v[0]);
+    const Expr *b = lowerer.unary(UnaryOp::Abs, v[1]);
+    const Expr *large = lowerer.binary(BinaryOp::Max, a, b);
+    const Expr *small = lowerer.binary(BinaryOp::Min, a, b);
+    const Expr *ratio = lowerer.binary(BinaryOp::Div, small, large);
+    const Expr *scaled = lowerer.binary(
+        BinaryOp::Mul, large,
+        lowerer.unary(
+            UnaryOp::Sqrt,
+            lowerer.binary(BinaryOp::Add, c(1),
+                           lowerer.binary(BinaryOp::Mul, ratio, ratio))));
+    const Expr *infinite =
+        lowerer.binary(BinaryOp::LogicalOr, lowerer.unary(UnaryOp::IsInf, a),
+                       lowerer.unary(UnaryOp::IsInf, b));
+    return lowerer.where(
+        infinite, c(std::numeric_limits<double>::infinity()),
+        lowerer.where(lowerer.binary(BinaryOp::Eq, large, c(0)), c(0), scaled));
+  });
+}
+
+// logaddexp(a, b) = max + log1p(exp(-|a - b|)) (base 2: log2(1 + 2^-|a -
+// b|)), a itself where a and b are the same infinity.
+template <bool Base2>
+LoweringResult logAddExp(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  return map(lowerer, node, {0, 1}, math, [math, &lowerer](const Values &v) {
+    auto c = [&](double value) { return lowerer.constant(value, math); };
+    const Expr *larger = lowerer.binary(BinaryOp::Max, v[0], v[1]);
+    const Expr *gap = lowerer.unary(
+        UnaryOp::Neg,
+        lowerer.unary(UnaryOp::Abs, lowerer.binary(BinaryOp::Sub, v[0], v[1])));
+    const Expr *rest =
+        Base2 ? lowerer.binary(BinaryOp::Div,
+                               lowerer.unary(UnaryOp::Log1p,
+                                             lowerer.unary(UnaryOp::Exp2, gap)),
+                               c(M_LN2))
+              : lowerer.unary(UnaryOp::Log1p, lowerer.unary(UnaryOp::Exp, gap));
+    const Expr *same = lowerer.binary(BinaryOp::LogicalAnd,
+                                      lowerer.unary(UnaryOp::IsInf, v[0]),
+                                      lowerer.binary(BinaryOp::Eq, v[0], v[1]));
+    return lowerer.where(same, v[0],
+                         lowerer.binary(BinaryOp::Add, larger, rest));
+  });
+}
+
+// xlogy(x, y) = x log(y), 0 where x is 0 and y is not NaN.
+LoweringResult xlogy(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  return map(lowerer, node, {0, 1}, math, [math, &lowerer](const Values &v) {
+    const Expr *zero = lowerer.constant(0, math);
+    return lowerer.where(
+        lowerer.binary(BinaryOp::LogicalAnd,
+                       lowerer.binary(BinaryOp::Eq, v[0], zero),
+                       lowerer.unary(UnaryOp::LogicalNot,
+                                     lowerer.unary(UnaryOp::IsNan, v[1]))),
+        zero,
+        lowerer.binary(BinaryOp::Mul, v[0], lowerer.unary(UnaryOp::Log, v[1])));
+  });
+}
+
+// addcmul and addcdiv: self + (value * tensor1) * tensor2 (one fused
+// multiply-add, as eager's vector kernel) or self + (value * tensor1) /
+// tensor2, in float32 for half types.
+template <BinaryOp Op>
+LoweringResult addProductOrQuotient(Lowerer &lowerer, const Node &node) {
+  DType math = mathType(lowerer, node);
+  double value = scalarArgument(node, 3);
+  return map(lowerer, node, {0, 1, 2}, math, [=, &lowerer](const Values &v) {
+    const Expr *scaled =
+        lowerer.binary(BinaryOp::Mul, lowerer.constant(value, math), v[1]);
+    if (Op == BinaryOp::Mul && isFloatingPoint(math))
+      return lowerer.mulAdd(scaled, v[2], v[0]);
+    return lowerer.binary(BinaryOp::Add, v[0],
+                          lowerer.binary(Op, scaled, v[2]));
+  });
+}
+
 LoweringResult leakyRelu(Lowerer &lowerer, const Node &node) {
   double slope = scalarArgument(node, 1);
   DType dtype = resultType(lowerer, node);
@@ -777,6 +979,29 @@ void registerPointwiseLowerings(LoweringTable &table) {
       {"aten::softshrink", softshrink},
       {"aten::leaky_relu", leakyRelu},
       {"aten::elu", elu},
+      {"aten::celu", celu},
+      {"aten::threshold", threshold},
+      {"aten::asinh", unaryOp<U::Asinh>},
+      {"aten::acosh", unaryOp<U::Acosh>},
+      {"aten::atanh", unaryOp<U::Atanh>},
+      {"aten::sinc", sinc},
+      {"aten::deg2rad", angleUnits<true>},
+      {"aten::rad2deg", angleUnits<false>},
+      {"aten::logit", logit},
+      {"aten::signbit", predicate<Predicate::SignBit>},
+      {"aten::isposinf", predicate<Predicate::PositiveInfinity>},
+      {"aten::isneginf", predicate<Predicate::NegativeInfinity>},
+      {"aten::copysign.Tensor", binaryOp<B::Copysign>},
+      {"aten::copysign.Scalar", binaryOp<B::Copysign>},
+      {"aten::fmax", nanIgnoringExtremum<B::Max>},
+      {"aten::fmin", nanIgnoringExtremum<B::Min>},
+      {"aten::hypot", hypot},
+      {"aten::logaddexp", logAddExp<false>},
+      {"aten::logaddexp2", logAddExp<true>},
+      {"aten::xlogy.Tensor", xlogy},
+      {"aten::xlogy.Scalar_Other", xlogy},
+      {"aten::addcmul", addProductOrQuotient<B::Mul>},
+      {"aten::addcdiv", addProductOrQuotient<B::Div>},
       {"aten::softplus", softplusOp},
       {"aten::log_sigmoid_forward", logSigmoidForward},
       {"aten::clamp", clamp<1, 2>},

@@ -58,6 +58,9 @@ NATIVE_OPS = [
     "nn.functional.glu", "nn.functional.hardshrink", "nn.functional.softshrink",
     "nn.functional.mse_loss", "nn.functional.smooth_l1_loss", "nn.functional.huber_loss",
     "cumsum", "cumprod", "gather", "nn.functional.nll_loss", "nn.functional.cross_entropy",
+    "asinh", "acosh", "atanh", "sinc", "deg2rad", "rad2deg", "logit", "signbit", "isposinf",
+    "isneginf", "copysign", "fmax", "fmin", "hypot", "logaddexp", "logaddexp2", "xlogy",
+    "addcmul", "addcdiv", "nn.functional.celu", "nn.functional.threshold",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
