@@ -787,3 +787,48 @@ TEST(NvptxCodegen, Float32ExpTanhAndErfUseTheSpecialFunctionUnit) {
     EXPECT_GE(count(code.ptx, "ex2.approx.ftz.f32"), 1u) << name << code.ptx;
   }
 }
+
+// The elementwise ops added with their own formulas (no libdevice math):
+// each a kernel that compiles to PTX for the GPU, half types included.
+TEST(NvptxCodegen, NewArithmeticOpsCompileForTheGpu) {
+  using Body = std::function<Value *(Graph &, Value *)>;
+  const std::vector<std::pair<std::string, Body>> bodies = {
+      {"copysign",
+       [](Graph &g, Value *x) {
+         return op(g, "aten::copysign.Scalar", {x, Argument(-1.0)});
+       }},
+      {"fmax",
+       [](Graph &g, Value *x) {
+         return op(g, "aten::fmax",
+                   {x, op(g, "aten::mul.Scalar", {x, Argument(0.5)})});
+       }},
+      {"hypot",
+       [](Graph &g, Value *x) {
+         return op(g, "aten::hypot",
+                   {x, op(g, "aten::add.Scalar", {x, Argument(1.0)})});
+       }},
+      {"addcmul",
+       [](Graph &g, Value *x) { return op(g, "aten::addcmul", {x, x, x}); }},
+      {"addcdiv",
+       [](Graph &g, Value *x) { return op(g, "aten::addcdiv", {x, x, x}); }},
+      {"threshold",
+       [](Graph &g, Value *x) {
+         return op(g, "aten::threshold", {x, Argument(0.1), Argument(20.0)});
+       }},
+      {"signbit",
+       [](Graph &g, Value *x) { return op(g, "aten::signbit", {x}); }},
+      {"isposinf",
+       [](Graph &g, Value *x) { return op(g, "aten::isposinf", {x}); }},
+  };
+  for (DType dtype : {DType::Float32, DType::Float16}) {
+    for (const auto &[name, body] : bodies) {
+      loop::Program p = program(dtype, {64, 257}, body);
+      EXPECT_EQ(p.steps.size(), 1u) << name;
+      GpuCode code = generateGpuCode(p, "sm_80");
+      ASSERT_TRUE(code.launches.at(0).has_value()) << name;
+      EXPECT_NE(code.ptx.find(".entry " + code.launches[0]->entry),
+                std::string::npos)
+          << name;
+    }
+  }
+}
