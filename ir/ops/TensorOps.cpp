@@ -673,6 +673,78 @@ std::vector<TensorMeta> asStridedScatter(const MetaArgs &args) {
   return one(emptyLike(self));
 }
 
+// slice_scatter, select_scatter and diagonal_scatter: self's sizes in
+// self's layout (emptyLike), src of the view's sizes, as torch checks.
+void checkScatteredSource(const MetaArgs &args, const TensorMeta &source,
+                          const Shape &viewSizes) {
+  if (source.sizes != viewSizes)
+    fail(args, "expected src to have a size equal to the slice of self. src "
+               "size = " +
+                   shapeToString(source.sizes) +
+                   ", slice size = " + shapeToString(viewSizes));
+}
+
+std::vector<TensorMeta> sliceScatter(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0), &source = args.tensor(1);
+  if (self.dim() == 0)
+    fail(args, "slice() cannot be applied to a 0-dim tensor.");
+  int64_t dim = wrapDim(args.integer(2), self.dim());
+  int64_t step = args.integer(5);
+  if (step <= 0)
+    fail(args, "slice step must be positive, got " + std::to_string(step));
+  int64_t size = self.sizes[dim];
+  int64_t start = args.optionalInteger(3).value_or(0);
+  int64_t end = args.optionalInteger(4).value_or(size);
+  if (start < 0)
+    start += size;
+  if (end < 0)
+    end += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  end = std::clamp<int64_t>(end, start, size);
+  Shape viewSizes = self.sizes;
+  viewSizes[dim] = (end - start + step - 1) / step;
+  checkScatteredSource(args, source, viewSizes);
+  return one(emptyLike(self));
+}
+
+std::vector<TensorMeta> selectScatter(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0), &source = args.tensor(1);
+  if (self.dim() == 0)
+    fail(args, "select() cannot be applied to a 0-dim tensor.");
+  int64_t dim = wrapDim(args.integer(2), self.dim());
+  int64_t index = args.integer(3), size = self.sizes[dim];
+  if (index < -size || index >= size)
+    fail(args, "select(): index " + std::to_string(index) +
+                   " out of range for tensor of size " +
+                   shapeToString(self.sizes) + " at dimension " +
+                   std::to_string(dim));
+  Shape viewSizes = self.sizes;
+  viewSizes.erase(viewSizes.begin() + dim);
+  checkScatteredSource(args, source, viewSizes);
+  return one(emptyLike(self));
+}
+
+std::vector<TensorMeta> diagonalScatter(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0), &source = args.tensor(1);
+  if (self.dim() < 2)
+    fail(args, "diagonal dimensions requires ndim larger than 1");
+  int64_t offset = args.integer(2);
+  int64_t first = wrapDim(args.integer(3), self.dim());
+  int64_t second = wrapDim(args.integer(4), self.dim());
+  if (first == second)
+    fail(args, "diagonal dimensions cannot be identical " +
+                   std::to_string(first) + ", " + std::to_string(second));
+  Shape viewSizes;
+  for (int64_t d = 0; d < self.dim(); ++d)
+    if (d != first && d != second)
+      viewSizes.push_back(self.sizes[d]);
+  viewSizes.push_back(std::max<int64_t>(
+      0, std::min(self.sizes[first] - std::max<int64_t>(-offset, 0),
+                  self.sizes[second] - std::max<int64_t>(offset, 0))));
+  checkScatteredSource(args, source, viewSizes);
+  return one(emptyLike(self));
+}
+
 // Advanced indexing's result shape, and the operands its TensorIterator
 // lays the result out by: self restrided over the result (stride 0 where
 // the index tensors' dims go), then each index tensor viewed over it.
@@ -921,6 +993,15 @@ void registerTensorOps(OpRegistry &registry) {
       {"aten::scatter.value(Tensor self, int dim, Tensor index, Scalar value) "
        "-> Tensor",
        scatter},
+      {"aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? "
+       "start=None, SymInt? end=None, SymInt step=1) -> Tensor",
+       sliceScatter},
+      {"aten::select_scatter(Tensor self, Tensor src, int dim, SymInt index) "
+       "-> Tensor",
+       selectScatter},
+      {"aten::diagonal_scatter(Tensor self, Tensor src, int offset=0, int "
+       "dim1=0, int dim2=1) -> Tensor",
+       diagonalScatter},
       {"aten::as_strided_scatter(Tensor self, Tensor src, SymInt[] size, "
        "SymInt[] stride, SymInt? storage_offset=None) -> Tensor",
        asStridedScatter},

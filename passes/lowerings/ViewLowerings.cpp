@@ -507,19 +507,17 @@ std::optional<AlignedView> alignedView(const Shape &sizes, const Shape &strides,
 // stride down, q inside where the last remainder is 0 (dims of size 1 add
 // nothing). A graph's writes
 // through views become this op (passes/Functionalization.cpp).
-LoweringResult asStridedScatter(Lowerer &lowerer, const Node &node) {
+// The node's result, `self` with the elements of the view (`sizes`,
+// `strides`, `offset` into the result's own storage) replaced by `source`'s.
+LoweringResult scatterIntoView(Lowerer &lowerer, const Node &node,
+                               const Shape &sizes, const Shape &strides,
+                               int64_t offset) {
   LoweredTensor self = lowerer.input(node, 0);
   LoweredTensor source = lowerer.input(node, 1);
   const TensorMeta &meta = lowerer.resultMeta(node);
   if (meta.isSymbolic() || source.isSymbolic() || meta.storageOffset != 0 ||
-      source.dtype != meta.dtype)
+      source.dtype != meta.dtype || source.sizes != sizes)
     return std::nullopt;
-  const Shape sizes = node.arguments().at(2).toIntList();
-  const Shape strides = node.arguments().at(3).toIntList();
-  const Argument &offsetArgument = node.arguments().at(4);
-  const int64_t offset = offsetArgument.isNone()
-                             ? sourceMeta(node).storageOffset
-                             : offsetArgument.toInt();
   std::vector<int64_t> digits;
   for (size_t m = 0; m < sizes.size(); ++m) {
     if (sizes[m] == 0)
@@ -630,6 +628,86 @@ LoweringResult asStridedScatter(Lowerer &lowerer, const Node &node) {
   return one(result);
 }
 
+LoweringResult asStridedScatter(Lowerer &lowerer, const Node &node) {
+  const Argument &offset = node.arguments().at(4);
+  return scatterIntoView(lowerer, node, node.arguments().at(2).toIntList(),
+                         node.arguments().at(3).toIntList(),
+                         offset.isNone() ? sourceMeta(node).storageOffset
+                                         : offset.toInt());
+}
+
+// slice_scatter(self, src, dim, start, end, step), select_scatter(self,
+// src, dim, index), diagonal_scatter(self, src, offset, dim1, dim2): self
+// with that view of it replaced by src (the functional forms of writes
+// through views, as aot_autograd's graphs have them), the view's strides
+// and offset taken in the result's own dense layout.
+LoweringResult sliceScatter(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (meta.isSymbolic() || meta.dim() == 0)
+    return std::nullopt;
+  const std::vector<Argument> &arguments = node.arguments();
+  int64_t dim = wrapDim(arguments.at(2).toInt(), meta.dim());
+  int64_t size = meta.sizes[dim], step = arguments.at(5).toInt();
+  if (step <= 0)
+    return std::nullopt;
+  int64_t start = arguments.at(3).isNone() ? 0 : arguments.at(3).toInt();
+  int64_t end = arguments.at(4).isNone() ? size : arguments.at(4).toInt();
+  if (start < 0)
+    start += size;
+  if (end < 0)
+    end += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  end = std::clamp<int64_t>(end, start, size);
+  Shape sizes = meta.sizes, strides = meta.strides;
+  sizes[dim] = (end - start + step - 1) / step;
+  strides[dim] *= step;
+  return scatterIntoView(lowerer, node, sizes, strides,
+                         start * meta.strides[dim]);
+}
+
+LoweringResult selectScatter(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (meta.isSymbolic() || meta.dim() == 0)
+    return std::nullopt;
+  int64_t dim = wrapDim(node.arguments().at(2).toInt(), meta.dim());
+  int64_t index = node.arguments().at(3).toInt();
+  if (index < 0)
+    index += meta.sizes[dim];
+  if (index < 0 || index >= meta.sizes[dim])
+    return std::nullopt; // torch raises
+  Shape sizes = meta.sizes, strides = meta.strides;
+  sizes.erase(sizes.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  return scatterIntoView(lowerer, node, sizes, strides,
+                         index * meta.strides[dim]);
+}
+
+LoweringResult diagonalScatter(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (meta.isSymbolic() || meta.dim() < 2)
+    return std::nullopt;
+  int64_t offset = node.arguments().at(2).toInt();
+  int64_t first = wrapDim(node.arguments().at(3).toInt(), meta.dim());
+  int64_t second = wrapDim(node.arguments().at(4).toInt(), meta.dim());
+  if (first == second)
+    return std::nullopt;
+  Shape sizes, strides;
+  for (int64_t d = 0; d < meta.dim(); ++d)
+    if (d != first && d != second) {
+      sizes.push_back(meta.sizes[d]);
+      strides.push_back(meta.strides[d]);
+    }
+  int64_t skipFirst = std::max<int64_t>(-offset, 0);
+  int64_t skipSecond = std::max<int64_t>(offset, 0);
+  sizes.push_back(
+      std::max<int64_t>(0, std::min(meta.sizes[first] - skipFirst,
+                                    meta.sizes[second] - skipSecond)));
+  strides.push_back(meta.strides[first] + meta.strides[second]);
+  return scatterIntoView(lowerer, node, sizes, strides,
+                         skipFirst * meta.strides[first] +
+                             skipSecond * meta.strides[second]);
+}
+
 // contiguous: the tensor itself where it already is contiguous, else a
 // copy (the result's metadata is contiguous).
 LoweringResult contiguous(Lowerer &lowerer, const Node &node) {
@@ -654,6 +732,9 @@ void registerViewLowerings(LoweringTable &table) {
       {"aten::_reshape_alias", asStrided},
       {"aten::as_strided", asStrided},
       {"aten::as_strided_scatter", asStridedScatter},
+      {"aten::slice_scatter", sliceScatter},
+      {"aten::select_scatter", selectScatter},
+      {"aten::diagonal_scatter", diagonalScatter},
       {"aten::permute", permute},
       {"aten::transpose.int", transpose},
       {"aten::t", matrixTranspose},

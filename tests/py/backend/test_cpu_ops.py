@@ -61,6 +61,7 @@ NATIVE_OPS = [
     "asinh", "acosh", "atanh", "sinc", "deg2rad", "rad2deg", "logit", "signbit", "isposinf",
     "isneginf", "copysign", "fmax", "fmin", "hypot", "logaddexp", "logaddexp2", "xlogy",
     "addcmul", "addcdiv", "nn.functional.celu", "nn.functional.threshold",
+    "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
