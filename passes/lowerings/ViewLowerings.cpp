@@ -508,15 +508,16 @@ std::optional<AlignedView> alignedView(const Shape &sizes, const Shape &strides,
 // nothing). A graph's writes
 // through views become this op (passes/Functionalization.cpp).
 // The node's result, `self` with the elements of the view (`sizes`,
-// `strides`, `offset` into the result's own storage) replaced by `source`'s.
+// `strides`, and `offset` elements from the result's first, in the
+// result's own layout) replaced by `source`'s.
 LoweringResult scatterIntoView(Lowerer &lowerer, const Node &node,
                                const Shape &sizes, const Shape &strides,
                                int64_t offset) {
   LoweredTensor self = lowerer.input(node, 0);
   LoweredTensor source = lowerer.input(node, 1);
   const TensorMeta &meta = lowerer.resultMeta(node);
-  if (meta.isSymbolic() || source.isSymbolic() || meta.storageOffset != 0 ||
-      source.dtype != meta.dtype || source.sizes != sizes)
+  if (meta.isSymbolic() || source.isSymbolic() || source.dtype != meta.dtype ||
+      source.sizes != sizes)
     return std::nullopt;
   std::vector<int64_t> digits;
   for (size_t m = 0; m < sizes.size(); ++m) {
@@ -629,6 +630,9 @@ LoweringResult scatterIntoView(Lowerer &lowerer, const Node &node,
 }
 
 LoweringResult asStridedScatter(Lowerer &lowerer, const Node &node) {
+  // (Its offset counts from the storage's start: a result of offset 0.)
+  if (lowerer.resultMeta(node).storageOffset != 0)
+    return std::nullopt;
   const Argument &offset = node.arguments().at(4);
   return scatterIntoView(lowerer, node, node.arguments().at(2).toIntList(),
                          node.arguments().at(3).toIntList(),
