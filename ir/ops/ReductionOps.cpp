@@ -262,6 +262,31 @@ std::vector<TensorMeta> selfTypedLoss(const MetaArgs &args) {
   return pointwiseLoss(args, false);
 }
 
+// binary_cross_entropy_with_logits(self, target, weight, pos_weight,
+// reduction): self's dtype; target of self's sizes, the weights
+// broadcasting to them; elementwise for reduction none, else 0-d.
+std::vector<TensorMeta> logitsCrossEntropy(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0), &target = args.tensor(1);
+  checkSupported(args, self.dtype, kFloatingTypes);
+  if (target.sizes != self.sizes)
+    fail(args, "Target size (" + shapeToString(target.sizes) +
+                   ") must be the same as input size (" +
+                   shapeToString(self.sizes) + ")");
+  for (size_t index : {2, 3})
+    if (const TensorMeta *weight = args.optionalTensor(index))
+      if (meta::broadcastShapes(weight->sizes, self.sizes) != self.sizes)
+        fail(args, "the weight of shape " + shapeToString(weight->sizes) +
+                       " does not broadcast to the input's shape " +
+                       shapeToString(self.sizes));
+  int64_t reduction = args.integer(4);
+  if (reduction < 0 || reduction > 2)
+    fail(args, std::to_string(reduction) + " is not a valid value for "
+                                           "reduction");
+  if (reduction == 0)
+    return {meta::contiguousLike(self.dtype, self.sizes, self.device)};
+  return {TensorMeta(self.dtype, {}, self.device)};
+}
+
 // nll_loss_forward (self [N, C] or [C], target [N] or []) and
 // nll_loss2d_forward (self [N, C, H, W], target [N, H, W]): the output has
 // target's sizes for reduction none of a batch, else it is 0-d; the total
@@ -333,6 +358,9 @@ void registerReductionOps(OpRegistry &registry) {
   const OpRegistration table[] = {
       {"mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor",
        promotedLoss},
+      {"binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? "
+       "weight=None, Tensor? pos_weight=None, int reduction=1) -> Tensor",
+       logitsCrossEntropy},
       {"nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int "
        "reduction, SymInt ignore_index) -> (Tensor output, Tensor "
        "total_weight)",

@@ -423,6 +423,70 @@ LoweringResult pointwiseLoss(Lowerer &lowerer, const Node &node) {
       })};
 }
 
+// binary_cross_entropy_with_logits: (1 - t) x - (1 + (p - 1) t)
+// log_sigmoid(x), times the weight, as eager's composite computes it
+// (log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|))), kept or summed (and
+// divided by the count for mean), in float32 for half types.
+LoweringResult logitsCrossEntropy(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  std::vector<LoweredTensor> operands{lowerer.input(node, 0),
+                                      lowerer.input(node, 1)};
+  bool weighted = !node.arguments().at(2).isNone();
+  bool positive = !node.arguments().at(3).isNone();
+  if (weighted)
+    operands.push_back(lowerer.input(node, 2));
+  if (positive)
+    operands.push_back(lowerer.input(node, 3));
+  for (const LoweredTensor &operand : operands)
+    if (operand.isSymbolic() || operand.dtype != meta.dtype)
+      return std::nullopt;
+  const Shape sizes = operands[0].sizes;
+  int64_t reduction = node.arguments().at(4).toInt();
+  DType math = accumulationType(meta.dtype);
+  LoweredTensor terms = lowerer.pointwise(
+      sizes, math, reduction == 0 ? meta.dtype : math, operands,
+      [&lowerer, math, weighted, positive](const std::vector<const Expr *> &v) {
+        auto c = [&](double value) { return lowerer.constant(value, math); };
+        const Expr *x = v[0], *t = v[1];
+        const Expr *logSigmoid = lowerer.binary(
+            BinaryOp::Sub, lowerer.binary(BinaryOp::Min, x, c(0)),
+            lowerer.unary(
+                UnaryOp::Log1p,
+                lowerer.unary(UnaryOp::Exp,
+                              lowerer.unary(UnaryOp::Neg,
+                                            lowerer.unary(UnaryOp::Abs, x)))));
+        if (positive)
+          logSigmoid = lowerer.binary(
+              BinaryOp::Mul, logSigmoid,
+              lowerer.binary(
+                  BinaryOp::Add,
+                  lowerer.binary(
+                      BinaryOp::Mul,
+                      lowerer.binary(BinaryOp::Sub, v[weighted ? 3 : 2], c(1)),
+                      t),
+                  c(1)));
+        const Expr *loss = lowerer.binary(
+            BinaryOp::Sub,
+            lowerer.binary(BinaryOp::Mul,
+                           lowerer.binary(BinaryOp::Sub, c(1), t), x),
+            logSigmoid);
+        return weighted ? lowerer.binary(BinaryOp::Mul, loss, v[2]) : loss;
+      });
+  if (reduction == 0)
+    return std::vector<LoweredTensor>{terms};
+  std::vector<int64_t> dims =
+      reductionDims(Argument(), static_cast<int64_t>(sizes.size()));
+  int64_t count = numelOf(sizes);
+  bool mean = reduction == 1;
+  return std::vector<LoweredTensor>{reduceTensor(
+      lowerer, terms, dims, ReduceOp::Sum, math, meta, what(node),
+      [&lowerer, mean, count, math](const Expr *sum) {
+        return mean ? lowerer.binary(BinaryOp::Div, sum,
+                                     lowerer.count(size::constant(count), math))
+                    : sum;
+      })};
+}
+
 } // namespace
 
 void registerReductionLowerings(LoweringTable &table) {
@@ -432,6 +496,7 @@ void registerReductionLowerings(LoweringTable &table) {
       {"aten::mse_loss", pointwiseLoss<Loss::Squared>},
       {"aten::smooth_l1_loss", pointwiseLoss<Loss::SmoothL1>},
       {"aten::huber_loss", pointwiseLoss<Loss::Huber>},
+      {"aten::binary_cross_entropy_with_logits", logitsCrossEntropy},
       {"aten::sum", accumulate<R::Sum, -1>},
       {"aten::sum.dim_IntList", accumulate<R::Sum, 1>},
       {"aten::nansum", accumulate<R::Sum, 1, true>},

@@ -62,6 +62,7 @@ NATIVE_OPS = [
     "isneginf", "copysign", "fmax", "fmin", "hypot", "logaddexp", "logaddexp2", "xlogy",
     "addcmul", "addcdiv", "nn.functional.celu", "nn.functional.threshold",
     "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
+    "nn.functional.binary_cross_entropy_with_logits",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
