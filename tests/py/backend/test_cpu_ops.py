@@ -62,10 +62,11 @@ NATIVE_OPS = [
     "isneginf", "copysign", "fmax", "fmin", "hypot", "logaddexp", "logaddexp2", "xlogy",
     "addcmul", "addcdiv", "nn.functional.celu", "nn.functional.threshold",
     "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
-    "nn.functional.binary_cross_entropy_with_logits",
+    "nn.functional.binary_cross_entropy_with_logits", "mv", "dot", "addmv",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
-PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul")
+PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul", "mv", "dot",
+            "addmv")
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
           torch.int32, torch.int64, torch.bool]
