@@ -315,8 +315,9 @@ LoweringResult logsumexp(Lowerer &lowerer, const Node &node) {
   return results;
 }
 
-// linalg_vector_norm for ord 2, 1, 0, inf and -inf; other orders are
-// left to torch.
+// linalg_vector_norm: ord 2, 1, 0, inf and -inf as their own reductions,
+// any other as (sum |x|^ord)^(1 / ord) in the type eager accumulates in
+// (its powers overflow as eager's do).
 LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
   double order = node.arguments().at(1).toDouble();
   LoweredTensor input = self(lowerer, node);
@@ -328,12 +329,14 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
     order = 1;
   // Squares in double: a float32 or bfloat16 1e30 (or 1e-30) squared
   // overflows (underflows) float32, where eager's norm of [1e30] is 1e30.
+  bool infinite = std::isinf(order);
+  bool general = !(order == 2 || order == 1 || order == 0 || infinite);
   if (order == 2 && isFloatingPoint(dtype))
     dtype = DType::Float64;
-  bool infinite = std::isinf(order);
-  if (!(order == 2 || order == 1 || order == 0 || infinite))
+  if (std::isnan(order) || (general && !isFloatingPoint(dtype)))
     return std::nullopt;
-  if (infinite && reducedNumel(input.sizes, dims) == 0)
+  if ((infinite || (general && order < 0)) &&
+      reducedNumel(input.sizes, dims) == 0)
     return std::nullopt;
   LoweredTensor terms = lowerer.pointwise(
       input.symSizes, dtype, dtype, {input},
@@ -344,24 +347,31 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
               dtype);
         if (order == 2)
           return lowerer.binary(BinaryOp::Mul, v[0], v[0]);
-        return lowerer.unary(UnaryOp::Abs, v[0]);
+        const Expr *magnitude = lowerer.unary(UnaryOp::Abs, v[0]);
+        if (order == 1 || std::isinf(order))
+          return magnitude;
+        return lowerer.binary(BinaryOp::Pow, magnitude,
+                              lowerer.constant(order, dtype));
       });
   ReduceOp op = !infinite   ? ReduceOp::Sum
                 : order > 0 ? ReduceOp::Max
                             : ReduceOp::Min;
-  return std::vector<LoweredTensor>{
-      reduceTensor(lowerer, terms, dims, op, dtype, lowerer.resultMeta(node),
-                   "vector_norm", [&lowerer, order, &node](const Expr *value) {
-                     if (order != 2)
-                       return value;
-                     const Expr *norm = lowerer.unary(UnaryOp::Sqrt, value);
-                     // Half results round through float32, as c10::Half(double)
-                     // does.
-                     DType result = lowerer.resultMeta(node).dtype;
-                     return isFloatingPoint(result) && itemSize(result) == 2
-                                ? lowerer.cast(norm, DType::Float32)
-                                : norm;
-                   })};
+  return std::vector<LoweredTensor>{reduceTensor(
+      lowerer, terms, dims, op, dtype, lowerer.resultMeta(node), "vector_norm",
+      [&lowerer, order, general, dtype, &node](const Expr *value) {
+        if (order != 2 && !general)
+          return value;
+        const Expr *norm =
+            general ? lowerer.binary(BinaryOp::Pow, value,
+                                     lowerer.constant(1.0 / order, dtype))
+                    : lowerer.unary(UnaryOp::Sqrt, value);
+        // Half results round through float32, as c10::Half(double)
+        // does.
+        DType result = lowerer.resultMeta(node).dtype;
+        return isFloatingPoint(result) && itemSize(result) == 2
+                   ? lowerer.cast(norm, DType::Float32)
+                   : norm;
+      })};
 }
 
 // mse_loss, smooth_l1_loss and huber_loss: the elementwise loss of

@@ -63,6 +63,7 @@ NATIVE_OPS = [
     "addcmul", "addcdiv", "nn.functional.celu", "nn.functional.threshold",
     "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "nn.functional.binary_cross_entropy_with_logits", "mv", "dot", "addmv",
+    "nn.functional.normalize", "norm",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul", "mv", "dot",
