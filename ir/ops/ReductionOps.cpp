@@ -39,6 +39,7 @@ enum class Extra {
   None,
   Indices, // max.dim: int64 indices
   Mean,    // var_mean: the mean, in the input's type
+  Maximum, // aminmax: the maximum, in the first's type
 };
 
 struct ReductionRule {
@@ -146,7 +147,7 @@ std::vector<TensorMeta> reduce(const MetaArgs &args,
       meta::contiguousLike(dtype, shape, self.device)};
   if (rule.extra == Extra::Indices)
     results.push_back(meta::contiguousLike(DType::Int64, shape, self.device));
-  if (rule.extra == Extra::Mean)
+  if (rule.extra == Extra::Mean || rule.extra == Extra::Maximum)
     results.push_back(meta::contiguousLike(self.dtype, shape, self.device));
   return results;
 }
@@ -354,6 +355,17 @@ std::vector<TensorMeta> nllLoss2d(const MetaArgs &args) {
   return nllLoss(args, true);
 }
 
+// trace: the sum of a matrix's diagonal, 0-d, integers summed as int64.
+std::vector<TensorMeta> trace(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0);
+  if (self.dim() != 2)
+    fail(args, "trace: expected a matrix, but got tensor with dim " +
+                   std::to_string(self.dim()));
+  checkSupported(args, self.dtype, kAllTypes - kBoolTypes);
+  DType dtype = isIntegral(self.dtype, true) ? DType::Int64 : self.dtype;
+  return {TensorMeta(dtype, {}, self.device)};
+}
+
 void registerReductionOps(OpRegistry &registry) {
   const OpRegistration table[] = {
       {"mse_loss(Tensor self, Tensor target, int reduction=1) -> Tensor",
@@ -399,6 +411,15 @@ void registerReductionOps(OpRegistry &registry) {
        reduction(kExtremum)},
       {"max(Tensor self) -> Tensor", reduction(kExtremum)},
       {"min(Tensor self) -> Tensor", reduction(kExtremum)},
+      {"aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor "
+       "min, Tensor max)",
+       reduction(
+           {Output::Same, kReal, kAllTypes, true, false, Extra::Maximum})},
+      {"count_nonzero(Tensor self, int? dim=None) -> Tensor",
+       reduction({Output::Index})},
+      {"count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor",
+       reduction({Output::Index})},
+      {"trace(Tensor self) -> Tensor", trace},
       {"max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, "
        "Tensor indices)",
        reduction(kExtremumWithIndices)},

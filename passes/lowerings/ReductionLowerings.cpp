@@ -433,6 +433,45 @@ LoweringResult pointwiseLoss(Lowerer &lowerer, const Node &node) {
       })};
 }
 
+// count_nonzero: the sum of (x != 0) as int64 over the dims (all where
+// None or []).
+LoweringResult countNonzero(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = self(lowerer, node);
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  std::vector<int64_t> dims = dimsOf(node, 1);
+  DType from = input.dtype;
+  LoweredTensor terms = lowerer.pointwise(
+      input.symSizes, from, DType::Int64, {input},
+      [&lowerer, from](const std::vector<const Expr *> &v) {
+        return lowerer.cast(
+            lowerer.binary(BinaryOp::Ne, v[0], lowerer.constant(0, from)),
+            DType::Int64);
+      });
+  if (dims.empty())
+    return std::vector<LoweredTensor>{terms};
+  return std::vector<LoweredTensor>{reduceTensor(
+      lowerer, terms, dims, ReduceOp::Sum, DType::Int64, meta, what(node))};
+}
+
+// trace: the sum of the diagonal, accumulated as the result's type (float32
+// for half types).
+LoweringResult trace(Lowerer &lowerer, const Node &node) {
+  LoweredTensor input = self(lowerer, node);
+  if (input.dim() != 2 || input.isSymbolic())
+    return std::nullopt;
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  int64_t length = std::min(input.sizes[0], input.sizes[1]);
+  LoweredTensor diagonal =
+      lowerer.remap(input, Shape{length}, [](const Index &index) {
+        return Index{index[0], index[0]};
+      });
+  if (length == 0)
+    return std::vector<LoweredTensor>{lowerer.full(0, meta.dtype, Shape{})};
+  return std::vector<LoweredTensor>{
+      reduceTensor(lowerer, diagonal, {0}, ReduceOp::Sum,
+                   sumType(lowerer, node), meta, "trace")};
+}
+
 // binary_cross_entropy_with_logits: (1 - t) x - (1 + (p - 1) t)
 // log_sigmoid(x), times the weight, as eager's composite computes it
 // (log_sigmoid(x) = min(x, 0) - log1p(exp(-|x|))), kept or summed (and
@@ -514,6 +553,10 @@ void registerReductionLowerings(LoweringTable &table) {
       {"aten::prod.dim_int", accumulate<R::Prod, 1>},
       {"aten::mean", mean<-1>},
       {"aten::mean.dim", mean<1>},
+      {"aten::aminmax", extremumWithIndex<R::Min, R::Max>},
+      {"aten::count_nonzero", countNonzero},
+      {"aten::count_nonzero.dim_IntList", countNonzero},
+      {"aten::trace", trace},
       {"aten::amax", extremum<R::Max, 1>},
       {"aten::amin", extremum<R::Min, 1>},
       {"aten::max", extremum<R::Max, -1>},

@@ -63,7 +63,7 @@ NATIVE_OPS = [
     "addcmul", "addcdiv", "nn.functional.celu", "nn.functional.threshold",
     "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "nn.functional.binary_cross_entropy_with_logits", "mv", "dot", "addmv",
-    "nn.functional.normalize", "norm",
+    "nn.functional.normalize", "norm", "aminmax", "count_nonzero", "trace",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul", "mv", "dot",
