@@ -550,6 +550,8 @@ void registerElementwiseOps(OpRegistry &registry) {
        unary(R::Self, kFloatingTypes)},
       {"softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor",
        unary(R::Self, kFloatingTypes)},
+      {"_prelu_kernel(Tensor self, Tensor weight) -> Tensor",
+       binary(R::Promoted, kFloatingTypes)},
       {"celu(Tensor self, Scalar alpha=1.0) -> Tensor",
        unary(R::Self, kFloatingTypes)},
       {"threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor",

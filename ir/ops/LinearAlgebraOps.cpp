@@ -121,6 +121,20 @@ std::vector<TensorMeta> addProduct(const MetaArgs &args) {
   return one(productResult(a, sizes));
 }
 
+// addr(self, vec1, vec2, beta, alpha): beta self + alpha outer(vec1,
+// vec2), of the outer product's shape and the operands' dtype.
+std::vector<TensorMeta> addr(const MetaArgs &args) {
+  const TensorMeta &self = args.tensor(0);
+  const TensorMeta &first = args.tensor(1), &second = args.tensor(2);
+  checkDim(args, first, 1, "vec1");
+  checkDim(args, second, 1, "vec2");
+  Shape sizes{first.sizes[0], second.sizes[0]};
+  checkAddend(args, self, sizes);
+  checkSameDType(args, first, second);
+  checkSameDType(args, self, first);
+  return one(productResult(first, sizes));
+}
+
 std::vector<TensorMeta> dot(const MetaArgs &args) {
   const TensorMeta &a = args.tensor(0);
   const TensorMeta &b = args.tensor(1);
@@ -756,6 +770,9 @@ void registerLinearAlgebraOps(OpRegistry &registry) {
       {"aten::mm(Tensor self, Tensor mat2) -> Tensor", product},
       {"aten::bmm(Tensor self, Tensor mat2) -> Tensor", product},
       {"aten::mv(Tensor self, Tensor vec) -> Tensor", product},
+      {"aten::addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, "
+       "Scalar alpha=1) -> Tensor",
+       addr},
       {"aten::dot(Tensor self, Tensor tensor) -> Tensor", dot},
       {"aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, "
        "Scalar alpha=1) -> Tensor",

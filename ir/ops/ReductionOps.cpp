@@ -381,6 +381,9 @@ void registerReductionOps(OpRegistry &registry) {
        "reduction, SymInt ignore_index) -> (Tensor output, Tensor "
        "total_weight)",
        nllLoss2d},
+      {"soft_margin_loss(Tensor self, Tensor target, int reduction=1) -> "
+       "Tensor",
+       promotedLoss},
       {"smooth_l1_loss(Tensor self, Tensor target, int reduction=1, float "
        "beta=1.0) -> Tensor",
        promotedLoss},

@@ -155,6 +155,40 @@ LoweringResult vectorProduct(Lowerer &lowerer, const Node &node, size_t first,
   return scaledProduct(lowerer, node, products, first, biasArgument);
 }
 
+// addr: alpha vec1[i] vec2[j] (+ beta self[i][j] where beta != 0), a
+// pointwise tensor of the outer product's shape; bool's logical form is
+// torch's.
+LoweringResult addr(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (meta.dtype == DType::Bool || meta.isSymbolic())
+    return std::nullopt;
+  LoweredTensor first = lowerer.input(node, 1), second = lowerer.input(node, 2);
+  Shape sizes = meta.sizes;
+  std::vector<LoweredTensor> operands{
+      lowerer.remap(first, sizes,
+                    [](const Index &index) { return Index{index[0]}; }),
+      lowerer.remap(second, sizes,
+                    [](const Index &index) { return Index{index[1]}; })};
+  double beta = doubleArgument(node, 3, 1.0),
+         alpha = doubleArgument(node, 4, 1.0);
+  if (beta != 0)
+    operands.push_back(lowerer.input(node, 0));
+  DType math = accumulationType(meta.dtype);
+  return std::vector<LoweredTensor>{lowerer.pointwise(
+      sizes, math, meta.dtype, operands,
+      [&lowerer, alpha, beta, math](const std::vector<const Expr *> &v) {
+        auto c = [&](double value) { return lowerer.constant(value, math); };
+        const Expr *outer = lowerer.binary(BinaryOp::Mul, v[0], v[1]);
+        if (alpha != 1)
+          outer = lowerer.binary(BinaryOp::Mul, c(alpha), outer);
+        if (beta == 0)
+          return outer;
+        const Expr *self =
+            beta == 1 ? v[2] : lowerer.binary(BinaryOp::Mul, c(beta), v[2]);
+        return lowerer.binary(BinaryOp::Add, self, outer);
+      })};
+}
+
 LoweringResult mm(Lowerer &lowerer, const Node &node) {
   return product(lowerer, node, 0, std::nullopt);
 }
@@ -182,6 +216,7 @@ void registerLinearAlgebraLowerings(LoweringTable &table) {
       {"aten::mv", mv},
       {"aten::dot", mv},
       {"aten::addmv", addmv},
+      {"aten::addr", addr},
   });
 }
 

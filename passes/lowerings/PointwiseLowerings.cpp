@@ -528,6 +528,17 @@ LoweringResult celu(Lowerer &lowerer, const Node &node) {
   });
 }
 
+// _prelu_kernel(x, weight): x where x > 0, else weight x (the weight
+// broadcast along the channels).
+LoweringResult prelu(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  return map(lowerer, node, {0, 1}, dtype, [dtype, &lowerer](const Values &v) {
+    return lowerer.where(
+        lowerer.binary(BinaryOp::Gt, v[0], lowerer.constant(0, dtype)), v[0],
+        lowerer.binary(BinaryOp::Mul, v[1], v[0]));
+  });
+}
+
 // threshold(x, threshold, value): value where x <= threshold, else x.
 LoweringResult threshold(Lowerer &lowerer, const Node &node) {
   double bound = scalarArgument(node, 1), value = scalarArgument(node, 2);
@@ -980,6 +991,7 @@ void registerPointwiseLowerings(LoweringTable &table) {
       {"aten::leaky_relu", leakyRelu},
       {"aten::elu", elu},
       {"aten::celu", celu},
+      {"aten::_prelu_kernel", prelu},
       {"aten::threshold", threshold},
       {"aten::asinh", unaryOp<U::Asinh>},
       {"aten::acosh", unaryOp<U::Acosh>},

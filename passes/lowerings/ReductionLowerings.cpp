@@ -375,10 +375,11 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
 }
 
 // mse_loss, smooth_l1_loss and huber_loss: the elementwise loss of
-// d = self - target (broadcast), in float32 for half types, kept as is
+// d = self - target (broadcast); soft_margin_loss: log(1 + exp(-target
+// self)); in float32 for half types, kept as is
 // (reduction none) or summed in one reduction kernel (divided by the count
 // for mean: NaN for none, as eager's mean of nothing).
-enum class Loss { Squared, SmoothL1, Huber };
+enum class Loss { Squared, SmoothL1, Huber, SoftMargin };
 
 template <Loss Kind>
 LoweringResult pointwiseLoss(Lowerer &lowerer, const Node &node) {
@@ -387,14 +388,22 @@ LoweringResult pointwiseLoss(Lowerer &lowerer, const Node &node) {
     return std::nullopt;
   const TensorMeta &meta = lowerer.resultMeta(node);
   int64_t reduction = node.arguments().at(2).toInt();
-  double parameter =
-      Kind == Loss::Squared ? 0 : node.arguments().at(3).toDouble();
+  double parameter = Kind == Loss::Squared || Kind == Loss::SoftMargin
+                         ? 0
+                         : node.arguments().at(3).toDouble();
   Shape sizes = meta::broadcastShapes(self.sizes, target.sizes);
   DType math = accumulationType(meta.dtype);
   LoweredTensor terms = lowerer.pointwise(
       sizes, math, reduction == 0 ? meta.dtype : math, {self, target},
       [&lowerer, math, parameter](const std::vector<const Expr *> &v) {
         auto c = [&](double value) { return lowerer.constant(value, math); };
+        if (Kind == Loss::SoftMargin) // log(1 + exp(-target x))
+          return lowerer.unary(
+              UnaryOp::Log1p,
+              lowerer.unary(
+                  UnaryOp::Exp,
+                  lowerer.unary(UnaryOp::Neg,
+                                lowerer.binary(BinaryOp::Mul, v[0], v[1]))));
         const Expr *d = lowerer.binary(BinaryOp::Sub, v[0], v[1]);
         const Expr *square = lowerer.binary(BinaryOp::Mul, d, d);
         if (Kind == Loss::Squared)
@@ -545,6 +554,7 @@ void registerReductionLowerings(LoweringTable &table) {
       {"aten::mse_loss", pointwiseLoss<Loss::Squared>},
       {"aten::smooth_l1_loss", pointwiseLoss<Loss::SmoothL1>},
       {"aten::huber_loss", pointwiseLoss<Loss::Huber>},
+      {"aten::soft_margin_loss", pointwiseLoss<Loss::SoftMargin>},
       {"aten::binary_cross_entropy_with_logits", logitsCrossEntropy},
       {"aten::sum", accumulate<R::Sum, -1>},
       {"aten::sum.dim_IntList", accumulate<R::Sum, 1>},
