@@ -75,6 +75,31 @@ std::vector<TensorMeta> emptyStrided(const MetaArgs &args) {
                         strides, 0, options.device));
 }
 
+// linspace(start, end, steps) and logspace(start, end, steps, base): steps
+// elements, the default float type unless dtype= says otherwise.
+std::vector<TensorMeta> spaced(const MetaArgs &args) {
+  FactoryOptions options = factoryOptions(args, Device());
+  int64_t steps = args.integer(2);
+  if (steps < 0)
+    fail(args, "number of steps must be non-negative");
+  DType dtype = options.dtype.value_or(kDefaultFloatDType);
+  if (dtype == DType::Bool)
+    fail(args, "linspace is not implemented for bool tensors");
+  return one(TensorMeta(dtype, {steps}, options.device));
+}
+
+// eye(n) and eye.m(n, m): an n x m identity, float32 unless dtype= says.
+std::vector<TensorMeta> eye(const MetaArgs &args) {
+  FactoryOptions options = factoryOptions(args, Device());
+  int64_t n = args.integer(0);
+  int64_t m = args.schema().overload == "m" ? args.integer(1) : n;
+  if (n < 0 || m < 0)
+    fail(args, "n and m must be greater or equal to 0, got " +
+                   std::to_string(n) + " and " + std::to_string(m));
+  return one(TensorMeta(options.dtype.value_or(kDefaultFloatDType), {n, m},
+                        options.device));
+}
+
 // arange(end), arange(start, end), arange(start, end, step).
 std::vector<TensorMeta> arange(const MetaArgs &args) {
   FactoryOptions options = factoryOptions(args, Device());
@@ -881,6 +906,20 @@ void registerTensorOps(OpRegistry &registry) {
        "dtype=None, Layout? layout=None, Device? device=None, bool? "
        "pin_memory=None) -> Tensor",
        emptyStrided},
+      {"aten::linspace(Scalar start, Scalar end, int steps, *, ScalarType? "
+       "dtype=None, Layout? layout=None, Device? device=None, bool? "
+       "pin_memory=None) -> Tensor",
+       spaced},
+      {"aten::logspace(Scalar start, Scalar end, int steps, float base=10.0, "
+       "*, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+       "bool? pin_memory=None) -> Tensor",
+       spaced},
+      {"aten::eye(SymInt n, *, ScalarType? dtype=None, Layout? layout=None, "
+       "Device? device=None, bool? pin_memory=None) -> Tensor",
+       eye},
+      {"aten::eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? "
+       "layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
+       eye},
       {"aten::arange(Scalar end, *, ScalarType? dtype=None, Layout? "
        "layout=None, Device? device=None, bool? pin_memory=None) -> Tensor",
        arange},

@@ -71,6 +71,66 @@ LoweringResult arange(Lowerer &lowerer, const Node &node) {
       });
 }
 
+// linspace (and logspace, base^ of it): element i is start + step i for
+// the first half, end - step (steps - 1 - i) for the second, step = (end -
+// start) / (steps - 1), as eager's kernel computes them (in double for
+// integer results, truncated; one step is start).
+template <bool Logarithmic>
+LoweringResult spaced(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  const std::vector<Argument> &arguments = node.arguments();
+  if (arguments.at(0).isSymbolic() || arguments.at(1).isSymbolic() ||
+      !arguments.at(0).isScalar() || !arguments.at(1).isScalar() ||
+      isComplex(meta.dtype))
+    return std::nullopt;
+  double start = arguments.at(0).toDouble(), end = arguments.at(1).toDouble();
+  int64_t steps = arguments.at(2).toInt();
+  double base = Logarithmic ? arguments.at(3).toDouble() : 0;
+  DType math = isFloatingPoint(meta.dtype) ? accumulationType(meta.dtype)
+                                           : DType::Float64;
+  DType dtype = meta.dtype;
+  return computed(meta, [&lowerer, start, end, steps, base, math,
+                         dtype](const Index &index) {
+    auto c = [&](double value) { return lowerer.constant(value, math); };
+    const Expr *position = lowerer.cast(index.at(0), math);
+    const Expr *value;
+    if (steps == 1) {
+      value = c(start);
+    } else {
+      // (step rounds to the computation type first, as eager's does.)
+      const Expr *step = lowerer.binary(BinaryOp::Div, c(end - start),
+                                        c(static_cast<double>(steps - 1)));
+      const Expr *fromStart =
+          lowerer.binary(BinaryOp::Add, c(start),
+                         lowerer.binary(BinaryOp::Mul, step, position));
+      const Expr *fromEnd = lowerer.binary(
+          BinaryOp::Sub, c(end),
+          lowerer.binary(BinaryOp::Mul, step,
+                         lowerer.binary(BinaryOp::Sub,
+                                        c(static_cast<double>(steps - 1)),
+                                        position)));
+      value = lowerer.where(lowerer.binary(BinaryOp::Lt, position,
+                                           c(static_cast<double>(steps / 2))),
+                            fromStart, fromEnd);
+    }
+    if (Logarithmic)
+      value = lowerer.binary(BinaryOp::Pow, c(base), value);
+    return lowerer.cast(value, dtype);
+  });
+}
+
+// eye: 1 where row and column meet, else 0.
+LoweringResult eye(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (meta.isSymbolic())
+    return std::nullopt;
+  DType dtype = meta.dtype;
+  return computed(meta, [&lowerer, dtype](const Index &index) {
+    return lowerer.cast(lowerer.binary(BinaryOp::Eq, index.at(0), index.at(1)),
+                        dtype);
+  });
+}
+
 // An index clamped into [0, size): selects whose other branch is taken
 // may still be evaluated, and must not read out of bounds.
 const Expr *clampIndex(Lowerer &lowerer, const Expr *index, SymSize size) {
@@ -620,6 +680,10 @@ void registerTensorLowerings(LoweringTable &table) {
       {"aten::fill.Scalar", constant<1, 0>},
       {"aten::fill.Tensor", fillTensor},
       {"aten::zero", constant<-1, 0>},
+      {"aten::linspace", spaced<false>},
+      {"aten::logspace", spaced<true>},
+      {"aten::eye", eye},
+      {"aten::eye.m", eye},
       {"aten::arange", arange<-1, -1>},
       {"aten::arange.start", arange<0, -1>},
       {"aten::arange.start_step", arange<0, 2>},

@@ -64,7 +64,8 @@ NATIVE_OPS = [
     "slice_scatter", "select_scatter", "diagonal_scatter", "as_strided_scatter",
     "nn.functional.binary_cross_entropy_with_logits", "mv", "dot", "addmv",
     "nn.functional.normalize", "norm", "aminmax", "count_nonzero", "trace",
-    "nn.functional.prelu", "nn.functional.soft_margin_loss", "addr",
+    "nn.functional.prelu", "nn.functional.soft_margin_loss", "addr", "linspace", "logspace",
+    "eye",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul", "mv", "dot",
