@@ -501,9 +501,9 @@ void registerElementwiseOps(OpRegistry &registry) {
       {"logaddexp2(Tensor self, Tensor other) -> Tensor",
        binary(R::Promoted, kFloatingTypes)},
       {"fmax(Tensor self, Tensor other) -> Tensor",
-       binary(R::Promoted, kRealNoBool)},
+       binary(R::Promoted, kReal)},
       {"fmin(Tensor self, Tensor other) -> Tensor",
-       binary(R::Promoted, kRealNoBool)},
+       binary(R::Promoted, kReal)},
       // self + value * tensor1 * tensor2 (or / tensor2), all promoting.
       {"addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar "
        "value=1) -> Tensor",
