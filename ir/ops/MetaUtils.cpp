@@ -371,6 +371,19 @@ IndexedDims indexedDims(const std::vector<bool> &present, int64_t rank) {
   return dims;
 }
 
+std::pair<int64_t, int64_t> sliceBounds(int64_t size,
+                                        std::optional<int64_t> start,
+                                        std::optional<int64_t> end) {
+  int64_t first = start.value_or(0);
+  int64_t last = end.value_or(size);
+  if (first < 0)
+    first += size;
+  if (last < 0)
+    last += size;
+  first = std::clamp<int64_t>(first, 0, size);
+  return {first, std::clamp<int64_t>(last, first, size)};
+}
+
 Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
                    bool keepdim) {
   Shape shape;

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::meta {
@@ -107,6 +108,13 @@ inline constexpr DTypeSet kRealTypes =
 /// for the op have no version for `dtype` (torch's meta device may accept
 /// such calls; its CPU and CUDA kernels refuse them).
 void checkSupported(const MetaArgs &args, DType dtype, DTypeSet supported);
+
+/// slice's [start, end) of a dim of `size`: None as 0 and size, negative
+/// bounds counted from the end, both clamped into [0, size], end not
+/// before start.
+std::pair<int64_t, int64_t> sliceBounds(int64_t size,
+                                        std::optional<int64_t> start,
+                                        std::optional<int64_t> end);
 
 /// The dims a reduction reduces: `dims` wrapped, or every dim where it is
 /// None or empty (torch's reading of `dim=None` and `dim=[]`).

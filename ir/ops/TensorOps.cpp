@@ -717,15 +717,8 @@ std::vector<TensorMeta> sliceScatter(const MetaArgs &args) {
   int64_t step = args.integer(5);
   if (step <= 0)
     fail(args, "slice step must be positive, got " + std::to_string(step));
-  int64_t size = self.sizes[dim];
-  int64_t start = args.optionalInteger(3).value_or(0);
-  int64_t end = args.optionalInteger(4).value_or(size);
-  if (start < 0)
-    start += size;
-  if (end < 0)
-    end += size;
-  start = std::clamp<int64_t>(start, 0, size);
-  end = std::clamp<int64_t>(end, start, size);
+  auto [start, end] = meta::sliceBounds(
+      self.sizes[dim], args.optionalInteger(3), args.optionalInteger(4));
   Shape viewSizes = self.sizes;
   viewSizes[dim] = (end - start + step - 1) / step;
   checkScatteredSource(args, source, viewSizes);

@@ -305,17 +305,8 @@ std::vector<TensorMeta> slice(const MetaArgs &args) {
   int64_t step = args.integer(4);
   if (step <= 0)
     fail(args, "slice step must be positive, got " + std::to_string(step));
-  int64_t size = self.sizes[dim];
-  int64_t start = args.optionalInteger(2).value_or(0);
-  int64_t end =
-      args.optionalInteger(3).value_or(std::numeric_limits<int64_t>::max());
-  // Negative bounds count from the end; both are clamped into [0, size].
-  if (start < 0)
-    start += size;
-  if (end < 0)
-    end += size;
-  start = std::clamp<int64_t>(start, 0, size);
-  end = std::clamp<int64_t>(end, start, size);
+  auto [start, end] = meta::sliceBounds(
+      self.sizes[dim], args.optionalInteger(2), args.optionalInteger(3));
   return one(sliceOf(self, dim, start, (end - start + step - 1) / step, step));
 }
 

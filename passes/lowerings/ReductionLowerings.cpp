@@ -374,6 +374,27 @@ LoweringResult vectorNorm(Lowerer &lowerer, const Node &node) {
       })};
 }
 
+// A loss's elementwise `terms` (of the result's dtype for reduction none,
+// else of `math`) kept (reduction 0), summed (2) or averaged (1: NaN for
+// none, as eager's mean of nothing) in one reduction kernel.
+LoweringResult reducedLoss(Lowerer &lowerer, const Node &node,
+                           const LoweredTensor &terms, int64_t reduction,
+                           DType math) {
+  if (reduction == 0)
+    return std::vector<LoweredTensor>{terms};
+  std::vector<int64_t> dims =
+      reductionDims(Argument(), static_cast<int64_t>(terms.sizes.size()));
+  int64_t count = numelOf(terms.sizes);
+  bool mean = reduction == 1;
+  return std::vector<LoweredTensor>{reduceTensor(
+      lowerer, terms, dims, ReduceOp::Sum, math, lowerer.resultMeta(node),
+      what(node), [&lowerer, mean, count, math](const Expr *sum) {
+        return mean ? lowerer.binary(BinaryOp::Div, sum,
+                                     lowerer.count(size::constant(count), math))
+                    : sum;
+      })};
+}
+
 // mse_loss, smooth_l1_loss and huber_loss: the elementwise loss of
 // d = self - target (broadcast); soft_margin_loss: log(1 + exp(-target
 // self)); in float32 for half types, kept as is
@@ -427,19 +448,7 @@ LoweringResult pointwiseLoss(Lowerer &lowerer, const Node &node) {
                 BinaryOp::Mul, c(parameter),
                 lowerer.binary(BinaryOp::Sub, magnitude, c(0.5 * parameter))));
       });
-  if (reduction == 0)
-    return std::vector<LoweredTensor>{terms};
-  std::vector<int64_t> dims =
-      reductionDims(Argument(), static_cast<int64_t>(sizes.size()));
-  int64_t count = numelOf(sizes);
-  bool mean = reduction == 1;
-  return std::vector<LoweredTensor>{reduceTensor(
-      lowerer, terms, dims, ReduceOp::Sum, math, meta, what(node),
-      [&lowerer, mean, count, math](const Expr *sum) {
-        return mean ? lowerer.binary(BinaryOp::Div, sum,
-                                     lowerer.count(size::constant(count), math))
-                    : sum;
-      })};
+  return reducedLoss(lowerer, node, terms, reduction, math);
 }
 
 // count_nonzero: the sum of (x != 0) as int64 over the dims (all where
@@ -530,19 +539,7 @@ LoweringResult logitsCrossEntropy(Lowerer &lowerer, const Node &node) {
             logSigmoid);
         return weighted ? lowerer.binary(BinaryOp::Mul, loss, v[2]) : loss;
       });
-  if (reduction == 0)
-    return std::vector<LoweredTensor>{terms};
-  std::vector<int64_t> dims =
-      reductionDims(Argument(), static_cast<int64_t>(sizes.size()));
-  int64_t count = numelOf(sizes);
-  bool mean = reduction == 1;
-  return std::vector<LoweredTensor>{reduceTensor(
-      lowerer, terms, dims, ReduceOp::Sum, math, meta, what(node),
-      [&lowerer, mean, count, math](const Expr *sum) {
-        return mean ? lowerer.binary(BinaryOp::Div, sum,
-                                     lowerer.count(size::constant(count), math))
-                    : sum;
-      })};
+  return reducedLoss(lowerer, node, terms, reduction, math);
 }
 
 } // namespace

@@ -651,17 +651,15 @@ LoweringResult sliceScatter(Lowerer &lowerer, const Node &node) {
     return std::nullopt;
   const std::vector<Argument> &arguments = node.arguments();
   int64_t dim = wrapDim(arguments.at(2).toInt(), meta.dim());
-  int64_t size = meta.sizes[dim], step = arguments.at(5).toInt();
+  int64_t step = arguments.at(5).toInt();
   if (step <= 0)
     return std::nullopt;
-  int64_t start = arguments.at(3).isNone() ? 0 : arguments.at(3).toInt();
-  int64_t end = arguments.at(4).isNone() ? size : arguments.at(4).toInt();
-  if (start < 0)
-    start += size;
-  if (end < 0)
-    end += size;
-  start = std::clamp<int64_t>(start, 0, size);
-  end = std::clamp<int64_t>(end, start, size);
+  auto bound = [&](size_t index) -> std::optional<int64_t> {
+    if (arguments.at(index).isNone())
+      return std::nullopt;
+    return arguments.at(index).toInt();
+  };
+  auto [start, end] = meta::sliceBounds(meta.sizes[dim], bound(3), bound(4));
   Shape sizes = meta.sizes, strides = meta.strides;
   sizes[dim] = (end - start + step - 1) / step;
   strides[dim] *= step;
