@@ -178,6 +178,12 @@ void checkLerp(const MetaArgs &args, DType) {
   }
 }
 
+void checkSameDTypes(const MetaArgs &args, DType) {
+  if (args.tensor(0).dtype != args.tensor(1).dtype)
+    fail(args, "heaviside is not yet implemented for tensors with different "
+               "dtypes.");
+}
+
 void checkGelu(const MetaArgs &args, DType) {
   const std::string &approximate = args.string(1);
   if (approximate != "none" && approximate != "tanh")
@@ -500,10 +506,10 @@ void registerElementwiseOps(OpRegistry &registry) {
        binary(R::Promoted, kFloatingTypes)},
       {"logaddexp2(Tensor self, Tensor other) -> Tensor",
        binary(R::Promoted, kFloatingTypes)},
-      {"fmax(Tensor self, Tensor other) -> Tensor",
-       binary(R::Promoted, kReal)},
-      {"fmin(Tensor self, Tensor other) -> Tensor",
-       binary(R::Promoted, kReal)},
+      {"heaviside(Tensor self, Tensor values) -> Tensor",
+       binary(R::Promoted, kReal, checkSameDTypes)},
+      {"fmax(Tensor self, Tensor other) -> Tensor", binary(R::Promoted, kReal)},
+      {"fmin(Tensor self, Tensor other) -> Tensor", binary(R::Promoted, kReal)},
       // self + value * tensor1 * tensor2 (or / tensor2), all promoting.
       {"addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar "
        "value=1) -> Tensor",

@@ -135,6 +135,24 @@ std::vector<TensorMeta> addr(const MetaArgs &args) {
   return one(productResult(first, sizes));
 }
 
+// linalg_cross(self, other, dim): the operands' broadcast shape, their
+// `dim` of length 3.
+std::vector<TensorMeta> cross(const MetaArgs &args) {
+  const TensorMeta &a = args.tensor(0), &b = args.tensor(1);
+  if (a.dim() != b.dim())
+    fail(args, "linalg.cross: inputs must have the same number of "
+               "dimensions.");
+  int64_t dim = meta::wrapDim(args.integer(2), a.dim());
+  if (a.sizes[dim] != 3 || b.sizes[dim] != 3)
+    fail(args, "linalg.cross: inputs dimension " +
+                   std::to_string(args.integer(2)) +
+                   " must have length 3. Got " + std::to_string(a.sizes[dim]) +
+                   " and " + std::to_string(b.sizes[dim]));
+  checkSameDType(args, a, b);
+  return one(
+      TensorMeta(a.dtype, meta::broadcastShapes(a.sizes, b.sizes), a.device));
+}
+
 std::vector<TensorMeta> dot(const MetaArgs &args) {
   const TensorMeta &a = args.tensor(0);
   const TensorMeta &b = args.tensor(1);
@@ -770,6 +788,9 @@ void registerLinearAlgebraOps(OpRegistry &registry) {
       {"aten::mm(Tensor self, Tensor mat2) -> Tensor", product},
       {"aten::bmm(Tensor self, Tensor mat2) -> Tensor", product},
       {"aten::mv(Tensor self, Tensor vec) -> Tensor", product},
+      {"aten::linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> "
+       "Tensor",
+       cross},
       {"aten::addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, "
        "Scalar alpha=1) -> Tensor",
        addr},

@@ -189,6 +189,42 @@ LoweringResult addr(Lowerer &lowerer, const Node &node) {
       })};
 }
 
+// linalg_cross: component i is a[i+1] b[i+2] - a[i+2] b[i+1] (indices mod
+// 3 along `dim`), over the operands' broadcast shape.
+LoweringResult cross(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  LoweredTensor a = lowerer.input(node, 0), b = lowerer.input(node, 1);
+  if (meta.isSymbolic() || a.dtype != meta.dtype || b.dtype != meta.dtype ||
+      meta.dtype == DType::Bool)
+    return std::nullopt;
+  int64_t dim = wrapDim(node.arguments().at(2).toInt(), meta.dim());
+  loop::ExprContext *exprs = &lowerer.exprs();
+  // `tensor` broadcast to the result, read `shift` components on.
+  auto shifted = [&](const LoweredTensor &tensor, int64_t shift) {
+    Shape sizes = tensor.sizes;
+    int64_t lead = meta.dim() - tensor.dim();
+    return lowerer.remap(tensor, meta.sizes, [=](const Index &index) {
+      Index at(index.begin() + lead, index.end());
+      for (size_t d = 0; d < at.size(); ++d)
+        if (sizes[d] == 1)
+          at[d] = exprs->integer(0);
+      at[dim - lead] = exprs->binary(
+          BinaryOp::Mod, exprs->add(index[dim], exprs->integer(shift)),
+          exprs->integer(3));
+      return at;
+    });
+  };
+  DType dtype = meta.dtype;
+  return std::vector<LoweredTensor>{lowerer.pointwise(
+      meta.sizes, dtype, dtype,
+      {shifted(a, 1), shifted(b, 2), shifted(a, 2), shifted(b, 1)},
+      [&lowerer](const std::vector<const Expr *> &v) {
+        return lowerer.binary(BinaryOp::Sub,
+                              lowerer.binary(BinaryOp::Mul, v[0], v[1]),
+                              lowerer.binary(BinaryOp::Mul, v[2], v[3]));
+      })};
+}
+
 LoweringResult mm(Lowerer &lowerer, const Node &node) {
   return product(lowerer, node, 0, std::nullopt);
 }
@@ -217,6 +253,7 @@ void registerLinearAlgebraLowerings(LoweringTable &table) {
       {"aten::dot", mv},
       {"aten::addmv", addmv},
       {"aten::addr", addr},
+      {"aten::linalg_cross", cross},
   });
 }
 

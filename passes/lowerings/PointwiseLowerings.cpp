@@ -623,6 +623,18 @@ LoweringResult predicate(Lowerer &lowerer, const Node &node) {
   });
 }
 
+// heaviside(x, values): values where x is 0, else 1 where x > 0 and 0
+// otherwise (NaN too, as eager's kernel compares).
+LoweringResult heaviside(Lowerer &lowerer, const Node &node) {
+  DType dtype = resultType(lowerer, node);
+  return map(lowerer, node, {0, 1}, dtype, [dtype, &lowerer](const Values &v) {
+    const Expr *zero = lowerer.constant(0, dtype);
+    return lowerer.where(
+        lowerer.binary(BinaryOp::Eq, v[0], zero), v[1],
+        lowerer.cast(lowerer.binary(BinaryOp::Gt, v[0], zero), dtype));
+  });
+}
+
 // fmax and fmin: the other operand where one is NaN.
 template <BinaryOp Op>
 LoweringResult nanIgnoringExtremum(Lowerer &lowerer, const Node &node) {
@@ -1005,6 +1017,7 @@ void registerPointwiseLowerings(LoweringTable &table) {
       {"aten::isneginf", predicate<Predicate::NegativeInfinity>},
       {"aten::copysign.Tensor", binaryOp<B::Copysign>},
       {"aten::copysign.Scalar", binaryOp<B::Copysign>},
+      {"aten::heaviside", heaviside},
       {"aten::fmax", nanIgnoringExtremum<B::Max>},
       {"aten::fmin", nanIgnoringExtremum<B::Min>},
       {"aten::hypot", hypot},

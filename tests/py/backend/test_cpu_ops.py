@@ -65,7 +65,7 @@ NATIVE_OPS = [
     "nn.functional.binary_cross_entropy_with_logits", "mv", "dot", "addmv",
     "nn.functional.normalize", "norm", "aminmax", "count_nonzero", "trace",
     "nn.functional.prelu", "nn.functional.soft_margin_loss", "addr", "linspace", "logspace",
-    "eye",
+    "eye", "heaviside", "cross", "linalg.cross",
 ]
 # Small floating-point matrix products are kernels; integer ones call torch.
 PRODUCTS = ("mm", "addmm", "bmm", "baddbmm", "nn.functional.linear", "matmul", "mv", "dot",
