@@ -3,12 +3,14 @@
 // in-place results) are found first; a group of one fresh tensor, views of
 // it and the results of in-place ops on them, and nothing else, is
 // rewritten (writes through views scattered into the tensor).
-// Depends on passes/Functionalization.h, ir/Graph.h, ir/OpRegistry.h.
+// Depends on passes/Functionalization.h, ir/Graph.h, ir/OpRegistry.h,
+// ir/ops/MetaUtils.h.
 #include "passes/Functionalization.h"
 
 #include "ir/Error.h"
 #include "ir/Graph.h"
 #include "ir/OpRegistry.h"
+#include "ir/ops/MetaUtils.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -97,29 +99,6 @@ void joinAliases(const Node &node, AliasGroups &groups) {
   }
 }
 
-// Whether some element of `meta`'s view is another's too (an expand): its
-// strides, largest first, each beyond the farthest the smaller ones reach
-// otherwise. torch refuses writes to such a view.
-bool overlapsItself(const TensorMeta &meta) {
-  std::vector<size_t> dims;
-  for (size_t d = 0; d < meta.sizes.size(); ++d) {
-    if (meta.sizes[d] == 0)
-      return false;
-    if (meta.sizes[d] > 1)
-      dims.push_back(d);
-  }
-  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) {
-    return meta.strides[a] < meta.strides[b];
-  });
-  int64_t reach = 0;
-  for (size_t d : dims) {
-    if (meta.strides[d] <= reach)
-      return true;
-    reach += (meta.sizes[d] - 1) * meta.strides[d];
-  }
-  return false;
-}
-
 // Adds `node`'s copy to `graph` with `arguments` (mapped): an op by its
 // name (its metas inferred again), an extern with its metas.
 Node *copyNode(Graph &graph, const Node &node,
@@ -205,7 +184,9 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
       return metas[0].dtype == self->meta().dtype &&
                      metas[0].sizes == self->meta().sizes &&
                      self->meta().dtype == group.base->meta().dtype &&
-                     !self->meta().isSymbolic() && !overlapsItself(self->meta())
+                     !self->meta().isSymbolic() &&
+                     !meta::overlapsItself(self->meta().sizes,
+                                           self->meta().strides)
                  ? functional
                  : nullptr;
     } catch (const Error &) {

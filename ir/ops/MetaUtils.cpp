@@ -384,6 +384,103 @@ std::pair<int64_t, int64_t> sliceBounds(int64_t size,
   return {first, std::clamp<int64_t>(last, first, size)};
 }
 
+TensorMeta sliceOf(const TensorMeta &self, int64_t dim, int64_t start,
+                   int64_t length, int64_t step) {
+  Shape sizes = self.sizes, strides = self.strides;
+  sizes[dim] = length;
+  strides[dim] *= step;
+  return viewOf(self, sizes, strides,
+                self.storageOffset + start * self.strides[dim]);
+}
+
+TensorMeta selectOf(const TensorMeta &self, int64_t dim, int64_t index) {
+  Shape sizes = self.sizes, strides = self.strides;
+  sizes.erase(sizes.begin() + dim);
+  strides.erase(strides.begin() + dim);
+  return viewOf(self, sizes, strides,
+                self.storageOffset + index * self.strides[dim]);
+}
+
+TensorMeta diagonalOf(const TensorMeta &self, int64_t offset, int64_t dim1,
+                      int64_t dim2) {
+  int64_t length = offset >= 0
+                       ? std::min(self.sizes[dim1], self.sizes[dim2] - offset)
+                       : std::min(self.sizes[dim1] + offset, self.sizes[dim2]);
+  length = std::max<int64_t>(length, 0);
+  int64_t storageOffset = self.storageOffset;
+  if (length > 0)
+    storageOffset += offset >= 0 ? offset * self.strides[dim2]
+                                 : -offset * self.strides[dim1];
+  Shape sizes, strides;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (d == dim1 || d == dim2)
+      continue;
+    sizes.push_back(self.sizes[d]);
+    strides.push_back(self.strides[d]);
+  }
+  sizes.push_back(length);
+  strides.push_back(self.strides[dim1] + self.strides[dim2]);
+  return viewOf(self, sizes, strides, storageOffset);
+}
+
+TensorMeta slicedView(const MetaArgs &args, const TensorMeta &self,
+                      size_t first) {
+  if (self.dim() == 0)
+    fail(args, "slice() cannot be applied to a 0-dim tensor.");
+  int64_t dim = wrapDim(args.integer(first), self.dim());
+  int64_t step = args.integer(first + 3);
+  if (step <= 0)
+    fail(args, "slice step must be positive, got " + std::to_string(step));
+  auto [start, end] =
+      sliceBounds(self.sizes[dim], args.optionalInteger(first + 1),
+                  args.optionalInteger(first + 2));
+  return sliceOf(self, dim, start, (end - start + step - 1) / step, step);
+}
+
+TensorMeta selectedView(const MetaArgs &args, const TensorMeta &self,
+                        int64_t dim, int64_t index) {
+  if (self.dim() == 0)
+    fail(args, "select() cannot be applied to a 0-dim tensor.");
+  dim = wrapDim(dim, self.dim());
+  int64_t size = self.sizes[dim];
+  if (index < -size || index >= size)
+    fail(args, "index " + std::to_string(index) +
+                   " out of range for tensor of size " +
+                   shapeToString(self.sizes) + " at dimension " +
+                   std::to_string(dim));
+  return selectOf(self, dim, index < 0 ? index + size : index);
+}
+
+TensorMeta diagonalView(const MetaArgs &args, const TensorMeta &self,
+                        size_t first) {
+  int64_t dim1 = wrapDim(args.integer(first + 1), self.dim(), false);
+  int64_t dim2 = wrapDim(args.integer(first + 2), self.dim(), false);
+  if (dim1 == dim2)
+    fail(args, "diagonal dimensions cannot be identical " +
+                   std::to_string(args.integer(first + 1)) + ", " +
+                   std::to_string(args.integer(first + 2)));
+  return diagonalOf(self, args.integer(first), dim1, dim2);
+}
+
+bool overlapsItself(const Shape &sizes, const Shape &strides) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0)
+      return false;
+    if (sizes[d] > 1)
+      dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(),
+            [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t reach = 0;
+  for (size_t d : dims) {
+    if (strides[d] <= reach)
+      return true;
+    reach += (sizes[d] - 1) * strides[d];
+  }
+  return false;
+}
+
 Shape reducedShape(const Shape &sizes, const std::vector<int64_t> &dims,
                    bool keepdim) {
   Shape shape;

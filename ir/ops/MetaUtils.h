@@ -116,6 +116,28 @@ std::pair<int64_t, int64_t> sliceBounds(int64_t size,
                                         std::optional<int64_t> start,
                                         std::optional<int64_t> end);
 
+/// The views slice, select and diagonal take of `self` (dims wrapped,
+/// positions in range): sizes, strides and storage offset in self's
+/// storage.
+TensorMeta sliceOf(const TensorMeta &self, int64_t dim, int64_t start,
+                   int64_t length, int64_t step = 1);
+TensorMeta selectOf(const TensorMeta &self, int64_t dim, int64_t index);
+TensorMeta diagonalOf(const TensorMeta &self, int64_t offset, int64_t dim1,
+                      int64_t dim2);
+/// The same from an op's arguments, with torch's checks: slice's dim,
+/// start, end and step at `first` on; select's dim and index; diagonal's
+/// offset, dim1 and dim2.
+TensorMeta slicedView(const MetaArgs &args, const TensorMeta &self,
+                      size_t first);
+TensorMeta selectedView(const MetaArgs &args, const TensorMeta &self,
+                        int64_t dim, int64_t index);
+TensorMeta diagonalView(const MetaArgs &args, const TensorMeta &self,
+                        size_t first);
+/// Whether some element of the view (`sizes`, `strides`) is another's too
+/// (an expand): each stride, smallest first, must exceed the farthest the
+/// smaller ones reach. torch refuses writes to such a view.
+bool overlapsItself(const Shape &sizes, const Shape &strides);
+
 /// The dims a reduction reduces: `dims` wrapped, or every dim where it is
 /// None or empty (torch's reading of `dim=None` and `dim=[]`).
 std::vector<int64_t>

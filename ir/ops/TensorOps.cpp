@@ -710,57 +710,27 @@ void checkScatteredSource(const MetaArgs &args, const TensorMeta &source,
 }
 
 std::vector<TensorMeta> sliceScatter(const MetaArgs &args) {
-  const TensorMeta &self = args.tensor(0), &source = args.tensor(1);
-  if (self.dim() == 0)
-    fail(args, "slice() cannot be applied to a 0-dim tensor.");
-  int64_t dim = wrapDim(args.integer(2), self.dim());
-  int64_t step = args.integer(5);
-  if (step <= 0)
-    fail(args, "slice step must be positive, got " + std::to_string(step));
-  auto [start, end] = meta::sliceBounds(
-      self.sizes[dim], args.optionalInteger(3), args.optionalInteger(4));
-  Shape viewSizes = self.sizes;
-  viewSizes[dim] = (end - start + step - 1) / step;
-  checkScatteredSource(args, source, viewSizes);
-  return one(emptyLike(self));
+  TensorMeta result = emptyLike(args.tensor(0));
+  checkScatteredSource(args, args.tensor(1),
+                       meta::slicedView(args, result, 2).sizes);
+  return one(result);
 }
 
 std::vector<TensorMeta> selectScatter(const MetaArgs &args) {
-  const TensorMeta &self = args.tensor(0), &source = args.tensor(1);
-  if (self.dim() == 0)
-    fail(args, "select() cannot be applied to a 0-dim tensor.");
-  int64_t dim = wrapDim(args.integer(2), self.dim());
-  int64_t index = args.integer(3), size = self.sizes[dim];
-  if (index < -size || index >= size)
-    fail(args, "select(): index " + std::to_string(index) +
-                   " out of range for tensor of size " +
-                   shapeToString(self.sizes) + " at dimension " +
-                   std::to_string(dim));
-  Shape viewSizes = self.sizes;
-  viewSizes.erase(viewSizes.begin() + dim);
-  checkScatteredSource(args, source, viewSizes);
-  return one(emptyLike(self));
+  TensorMeta result = emptyLike(args.tensor(0));
+  checkScatteredSource(
+      args, args.tensor(1),
+      meta::selectedView(args, result, args.integer(2), args.integer(3)).sizes);
+  return one(result);
 }
 
 std::vector<TensorMeta> diagonalScatter(const MetaArgs &args) {
-  const TensorMeta &self = args.tensor(0), &source = args.tensor(1);
-  if (self.dim() < 2)
+  TensorMeta result = emptyLike(args.tensor(0));
+  if (result.dim() < 2)
     fail(args, "diagonal dimensions requires ndim larger than 1");
-  int64_t offset = args.integer(2);
-  int64_t first = wrapDim(args.integer(3), self.dim());
-  int64_t second = wrapDim(args.integer(4), self.dim());
-  if (first == second)
-    fail(args, "diagonal dimensions cannot be identical " +
-                   std::to_string(first) + ", " + std::to_string(second));
-  Shape viewSizes;
-  for (int64_t d = 0; d < self.dim(); ++d)
-    if (d != first && d != second)
-      viewSizes.push_back(self.sizes[d]);
-  viewSizes.push_back(std::max<int64_t>(
-      0, std::min(self.sizes[first] - std::max<int64_t>(-offset, 0),
-                  self.sizes[second] - std::max<int64_t>(offset, 0))));
-  checkScatteredSource(args, source, viewSizes);
-  return one(emptyLike(self));
+  checkScatteredSource(args, args.tensor(1),
+                       meta::diagonalView(args, result, 2).sizes);
+  return one(result);
 }
 
 // Advanced indexing's result shape, and the operands its TensorIterator

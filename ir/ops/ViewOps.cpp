@@ -13,6 +13,7 @@ namespace kiln {
 namespace {
 
 using meta::fail;
+using meta::sliceOf;
 using meta::viewOf;
 using meta::wrapDim;
 
@@ -74,37 +75,6 @@ TensorMeta reshapeAs(const MetaArgs &args, const TensorMeta &self,
           meta::viewStrides(self.sizes, self.strides, sizes))
     return viewOf(self, sizes, *strides, self.storageOffset);
   return TensorMeta(self.dtype, sizes, self.device);
-}
-
-// Selects `length` elements from `start` with `step` along `dim` (already
-// wrapped and clamped).
-TensorMeta sliceOf(const TensorMeta &self, int64_t dim, int64_t start,
-                   int64_t length, int64_t step = 1) {
-  Shape sizes = self.sizes, strides = self.strides;
-  sizes[dim] = length;
-  strides[dim] *= step;
-  return viewOf(self, sizes, strides,
-                self.storageOffset + start * self.strides[dim]);
-}
-
-TensorMeta selectOf(const MetaArgs &args, const TensorMeta &self, int64_t dim,
-                    int64_t index) {
-  if (self.dim() == 0)
-    fail(args, "select() cannot be applied to a 0-dim tensor.");
-  dim = wrapDim(dim, self.dim());
-  int64_t size = self.sizes[dim];
-  if (index < -size || index >= size)
-    fail(args, "index " + std::to_string(index) +
-                   " out of range for tensor of size " +
-                   shapeToString(self.sizes) + " at dimension " +
-                   std::to_string(dim));
-  if (index < 0)
-    index += size;
-  Shape sizes = self.sizes, strides = self.strides;
-  sizes.erase(sizes.begin() + dim);
-  strides.erase(strides.begin() + dim);
-  return viewOf(self, sizes, strides,
-                self.storageOffset + index * self.strides[dim]);
 }
 
 TensorMeta permuteOf(const MetaArgs &args, const TensorMeta &self,
@@ -298,20 +268,12 @@ std::vector<TensorMeta> unsqueeze(const MetaArgs &args) {
 }
 
 std::vector<TensorMeta> slice(const MetaArgs &args) {
-  const TensorMeta &self = args.tensor(0);
-  if (self.dim() == 0)
-    fail(args, "slice() cannot be applied to a 0-dim tensor.");
-  int64_t dim = wrapDim(args.integer(1), self.dim());
-  int64_t step = args.integer(4);
-  if (step <= 0)
-    fail(args, "slice step must be positive, got " + std::to_string(step));
-  auto [start, end] = meta::sliceBounds(
-      self.sizes[dim], args.optionalInteger(2), args.optionalInteger(3));
-  return one(sliceOf(self, dim, start, (end - start + step - 1) / step, step));
+  return one(meta::slicedView(args, args.tensor(0), 1));
 }
 
 std::vector<TensorMeta> select(const MetaArgs &args) {
-  return one(selectOf(args, args.tensor(0), args.integer(1), args.integer(2)));
+  return one(meta::selectedView(args, args.tensor(0), args.integer(1),
+                                args.integer(2)));
 }
 
 std::vector<TensorMeta> unbind(const MetaArgs &args) {
@@ -319,7 +281,7 @@ std::vector<TensorMeta> unbind(const MetaArgs &args) {
   int64_t dim = splittableDim(args, self, args.integer(1));
   std::vector<TensorMeta> results;
   for (int64_t i = 0; i < self.sizes[dim]; ++i)
-    results.push_back(selectOf(args, self, dim, i));
+    results.push_back(meta::selectOf(self, dim, i));
   return results;
 }
 
@@ -450,32 +412,7 @@ std::vector<TensorMeta> alias(const MetaArgs &args) {
 }
 
 std::vector<TensorMeta> diagonal(const MetaArgs &args) {
-  const TensorMeta &self = args.tensor(0);
-  int64_t offset = args.integer(1);
-  int64_t dim1 = wrapDim(args.integer(2), self.dim(), false);
-  int64_t dim2 = wrapDim(args.integer(3), self.dim(), false);
-  if (dim1 == dim2)
-    fail(args, "diagonal dimensions cannot be identical " +
-                   std::to_string(args.integer(2)) + ", " +
-                   std::to_string(args.integer(3)));
-  int64_t length = offset >= 0
-                       ? std::min(self.sizes[dim1], self.sizes[dim2] - offset)
-                       : std::min(self.sizes[dim1] + offset, self.sizes[dim2]);
-  length = std::max<int64_t>(length, 0);
-  int64_t storageOffset = self.storageOffset;
-  if (length > 0)
-    storageOffset += offset >= 0 ? offset * self.strides[dim2]
-                                 : -offset * self.strides[dim1];
-  Shape sizes, strides;
-  for (int64_t d = 0; d < self.dim(); ++d) {
-    if (d == dim1 || d == dim2)
-      continue;
-    sizes.push_back(self.sizes[d]);
-    strides.push_back(self.strides[d]);
-  }
-  sizes.push_back(length);
-  strides.push_back(self.strides[dim1] + self.strides[dim2]);
-  return one(viewOf(self, sizes, strides, storageOffset));
+  return one(meta::diagonalView(args, args.tensor(0), 1));
 }
 
 // A complex tensor as pairs of reals: one more dimension of size 2.

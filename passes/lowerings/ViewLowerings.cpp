@@ -498,18 +498,17 @@ std::optional<AlignedView> alignedView(const Shape &sizes, const Shape &strides,
   return view;
 }
 
-// as_strided_scatter(self, src, size, stride, storage_offset): the
-// result's element i sits at storage position q = sum_d i_d * strides_d of
-// its own (dense, offset 0) layout; it is src's element j where q =
-// offset + sum_m j_m * stride_m for j in src's range, else self's. The view
-// must not overlap itself: each stride exceeds the farthest the smaller
-// ones reach, so that j is q - offset's digits, taken from the largest
-// stride down, q inside where the last remainder is 0 (dims of size 1 add
-// nothing). A graph's writes
-// through views become this op (passes/Functionalization.cpp).
-// The node's result, `self` with the elements of the view (`sizes`,
+// The node's result: `self` with the elements of the view (`sizes`,
 // `strides`, and `offset` elements from the result's first, in the
-// result's own layout) replaced by `source`'s.
+// result's own layout) replaced by `source`'s. The result's element i sits
+// at position q = sum_d i_d * strides_d; it is src's element j where q =
+// offset + sum_m j_m * stride_m for j in src's range, else self's. The view
+// must not overlap itself (meta::overlapsItself), so that j is q -
+// offset's digits, taken from the largest stride down, q inside where the
+// last remainder is 0 (dims of size 1 add nothing); where the view steps
+// along the result's dims (alignedView) a range test per dim does instead.
+// A graph's writes through views become such scatters
+// (passes/Functionalization.cpp).
 LoweringResult scatterIntoView(Lowerer &lowerer, const Node &node,
                                const Shape &sizes, const Shape &strides,
                                int64_t offset) {
@@ -527,16 +526,10 @@ LoweringResult scatterIntoView(Lowerer &lowerer, const Node &node,
     if (sizes[m] > 1)
       digits.push_back(static_cast<int64_t>(m));
   }
+  if (meta::overlapsItself(sizes, strides))
+    return std::nullopt;
   std::sort(digits.begin(), digits.end(),
             [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
-  // Each stride above the farthest the smaller ones reach.
-  int64_t reach = 0;
-  for (size_t k = digits.size(); k-- > 0;) {
-    int64_t m = digits[k];
-    if (strides[m] <= reach)
-      return std::nullopt; // the view overlaps itself
-    reach += (sizes[m] - 1) * strides[m];
-  }
   loop::ExprContext &exprs = lowerer.exprs();
   const Shape resultStrides = meta.strides;
   const DType dtype = meta.dtype;
@@ -642,29 +635,32 @@ LoweringResult asStridedScatter(Lowerer &lowerer, const Node &node) {
 
 // slice_scatter(self, src, dim, start, end, step), select_scatter(self,
 // src, dim, index), diagonal_scatter(self, src, offset, dim1, dim2): self
-// with that view of it replaced by src (the functional forms of writes
-// through views, as aot_autograd's graphs have them), the view's strides
-// and offset taken in the result's own dense layout.
+// with that view of it (meta::sliceOf, selectOf, diagonalOf of the
+// result's own dense layout) replaced by src: the functional forms of
+// writes through views, as aot_autograd's graphs have them.
+LoweringResult scatterIntoViewOf(Lowerer &lowerer, const Node &node,
+                                 const TensorMeta &view) {
+  return scatterIntoView(lowerer, node, view.sizes, view.strides,
+                         view.storageOffset -
+                             lowerer.resultMeta(node).storageOffset);
+}
+
 LoweringResult sliceScatter(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
-  if (meta.isSymbolic() || meta.dim() == 0)
-    return std::nullopt;
   const std::vector<Argument> &arguments = node.arguments();
-  int64_t dim = wrapDim(arguments.at(2).toInt(), meta.dim());
   int64_t step = arguments.at(5).toInt();
-  if (step <= 0)
+  if (meta.isSymbolic() || meta.dim() == 0 || step <= 0)
     return std::nullopt;
+  int64_t dim = wrapDim(arguments.at(2).toInt(), meta.dim());
   auto bound = [&](size_t index) -> std::optional<int64_t> {
     if (arguments.at(index).isNone())
       return std::nullopt;
     return arguments.at(index).toInt();
   };
   auto [start, end] = meta::sliceBounds(meta.sizes[dim], bound(3), bound(4));
-  Shape sizes = meta.sizes, strides = meta.strides;
-  sizes[dim] = (end - start + step - 1) / step;
-  strides[dim] *= step;
-  return scatterIntoView(lowerer, node, sizes, strides,
-                         start * meta.strides[dim]);
+  return scatterIntoViewOf(
+      lowerer, node,
+      meta::sliceOf(meta, dim, start, (end - start + step - 1) / step, step));
 }
 
 LoweringResult selectScatter(Lowerer &lowerer, const Node &node) {
@@ -677,37 +673,20 @@ LoweringResult selectScatter(Lowerer &lowerer, const Node &node) {
     index += meta.sizes[dim];
   if (index < 0 || index >= meta.sizes[dim])
     return std::nullopt; // torch raises
-  Shape sizes = meta.sizes, strides = meta.strides;
-  sizes.erase(sizes.begin() + dim);
-  strides.erase(strides.begin() + dim);
-  return scatterIntoView(lowerer, node, sizes, strides,
-                         index * meta.strides[dim]);
+  return scatterIntoViewOf(lowerer, node, meta::selectOf(meta, dim, index));
 }
 
 LoweringResult diagonalScatter(Lowerer &lowerer, const Node &node) {
   const TensorMeta &meta = lowerer.resultMeta(node);
   if (meta.isSymbolic() || meta.dim() < 2)
     return std::nullopt;
-  int64_t offset = node.arguments().at(2).toInt();
   int64_t first = wrapDim(node.arguments().at(3).toInt(), meta.dim());
   int64_t second = wrapDim(node.arguments().at(4).toInt(), meta.dim());
   if (first == second)
     return std::nullopt;
-  Shape sizes, strides;
-  for (int64_t d = 0; d < meta.dim(); ++d)
-    if (d != first && d != second) {
-      sizes.push_back(meta.sizes[d]);
-      strides.push_back(meta.strides[d]);
-    }
-  int64_t skipFirst = std::max<int64_t>(-offset, 0);
-  int64_t skipSecond = std::max<int64_t>(offset, 0);
-  sizes.push_back(
-      std::max<int64_t>(0, std::min(meta.sizes[first] - skipFirst,
-                                    meta.sizes[second] - skipSecond)));
-  strides.push_back(meta.strides[first] + meta.strides[second]);
-  return scatterIntoView(lowerer, node, sizes, strides,
-                         skipFirst * meta.strides[first] +
-                             skipSecond * meta.strides[second]);
+  return scatterIntoViewOf(
+      lowerer, node,
+      meta::diagonalOf(meta, node.arguments().at(2).toInt(), first, second));
 }
 
 // contiguous: the tensor itself where it already is contiguous, else a

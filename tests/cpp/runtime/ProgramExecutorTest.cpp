@@ -42,6 +42,26 @@ float at(const TensorBuffer &buffer, int64_t i, int64_t j) {
   return data[i * buffer.strides[0] + j * buffer.strides[1]];
 }
 
+/// 0, 1, 2, ... as floats.
+std::vector<float> countingUp(int64_t count) {
+  std::vector<float> values(count);
+  for (int64_t k = 0; k < count; ++k)
+    values[k] = static_cast<float>(k);
+  return values;
+}
+
+/// Runs a program of two inputs: a contiguous float32 table of `sizes` and
+/// a 1-d int64 vector of ids.
+runtime::ProgramOutputs runWithIds(const CompiledProgram &program,
+                                   std::vector<float> &table, Shape sizes,
+                                   std::vector<int64_t> ids) {
+  Shape strides = {sizes[1], 1};
+  int64_t count = static_cast<int64_t>(ids.size());
+  return runtime::runProgram(program,
+                             {tensor(table, DType::Float32, sizes, strides),
+                              tensor(ids, DType::Int64, {count}, {1})});
+}
+
 } // namespace
 
 TEST(ProgramExecutor, RunsAFusedProgramOnATransposedInput) {
@@ -382,13 +402,9 @@ TEST(ProgramExecutor, EmbeddingOfInputIdsChecksTheirRange) {
   auto program = compile(graph);
   EXPECT_EQ(program->describe(), "native: 1 kernel(s), 0 extern(s)");
 
-  std::vector<float> tableData(rows * width);
-  for (int64_t k = 0; k < rows * width; ++k)
-    tableData[k] = static_cast<float>(k);
+  std::vector<float> tableData = countingUp(rows * width);
   auto run = [&](std::vector<int64_t> idData) {
-    return runtime::runProgram(
-        *program, {tensor(tableData, DType::Float32, {rows, width}, {width, 1}),
-                   tensor(idData, DType::Int64, {count}, {1})});
+    return runWithIds(*program, tableData, {rows, width}, idData);
   };
   std::vector<int64_t> good = {5, 0, 2, 5};
   runtime::ProgramOutputs outputs = run(good);
@@ -415,14 +431,9 @@ TEST(ProgramExecutor,
   graph->setOutputs({loss->result(0)});
   auto program = compile(graph);
   EXPECT_EQ(program->describe(), "native: 1 kernel(s), 0 extern(s)");
-  std::vector<float> values(rows * classes);
-  for (int64_t k = 0; k < rows * classes; ++k)
-    values[k] = static_cast<float>(k);
-  auto run = [&](std::vector<int64_t> targetData) {
-    return runtime::runProgram(
-        *program,
-        {tensor(values, DType::Float32, {rows, classes}, {classes, 1}),
-         tensor(targetData, DType::Int64, {rows}, {1})});
+  std::vector<float> values = countingUp(rows * classes);
+  auto run = [&](std::vector<int64_t> targets) {
+    return runWithIds(*program, values, {rows, classes}, targets);
   };
   // -(1 + 11) / 2: the ignored row counts in neither sum.
   runtime::ProgramOutputs outputs = run({1, -100, 3});
@@ -476,13 +487,9 @@ TEST(ProgramExecutor, ComputedIdsAreCheckedAfterTheKernelThatComputesThem) {
   graph->setOutputs({op(*graph, "aten::mul.Scalar", {picked, Argument(2.0)})});
   auto program = compile(graph);
   EXPECT_EQ(program->describe(), "native: 2 kernel(s), 0 extern(s)");
-  std::vector<float> tableData(rows * width);
-  for (int64_t k = 0; k < rows * width; ++k)
-    tableData[k] = static_cast<float>(k);
+  std::vector<float> tableData = countingUp(rows * width);
   auto run = [&](std::vector<int64_t> idData) {
-    return runtime::runProgram(
-        *program, {tensor(tableData, DType::Float32, {rows, width}, {width, 1}),
-                   tensor(idData, DType::Int64, {count}, {1})});
+    return runWithIds(*program, tableData, {rows, width}, idData);
   };
   runtime::ProgramOutputs outputs = run({2, 6, 4});
   for (int64_t i = 0; i < count; ++i)
