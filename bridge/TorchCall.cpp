@@ -202,6 +202,12 @@ void addOriginToTraceback(const std::string &origin) {
                    origin.substr(0, colon).c_str(), line);
 }
 
+void setIndexError(const IndexOutOfRange &error) {
+  PyErr_SetString(error.indexError() ? PyExc_IndexError : PyExc_RuntimeError,
+                  error.what());
+  addOriginToTraceback(error.origin());
+}
+
 void TorchCall::raiseWithOrigin() const {
   py::error_already_set error;
   std::string message = "kiln: " + description_ + " failed: " +

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "bridge/PythonConversion.h"
+#include "ir/Error.h"
 #include "ir/Graph.h"
 
 #include <functional>
@@ -92,5 +93,9 @@ void *currentCudaStream(int device);
 /// frontend) to the current Python exception, so that an error points at
 /// the user's line as eager's does; other origins (FX node names) add none.
 void addOriginToTraceback(const std::string &origin);
+
+/// Sets the Python exception torch raises for `error` (IndexError, or
+/// RuntimeError for gather's), pointing at the user's line.
+void setIndexError(const IndexOutOfRange &error);
 
 } // namespace kiln::python

@@ -245,9 +245,7 @@ PyObject *CodeCache::run(PyObject *function, const FrameInputs &inputs) {
     PyErr_SetString(unsupportedErrorType(), error.what());
     return nullptr;
   } catch (const IndexOutOfRange &error) {
-    PyErr_SetString(error.indexError() ? PyExc_IndexError : PyExc_RuntimeError,
-                    error.what());
-    python::addOriginToTraceback(error.origin());
+    python::setIndexError(error);
     return nullptr;
   } catch (const std::exception &error) {
     PyErr_SetString(PyExc_RuntimeError, error.what());

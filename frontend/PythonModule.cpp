@@ -76,9 +76,7 @@ PYBIND11_MODULE(_C, module) {
     } catch (const Unsupported &error) {
       py::set_error(unsupported, error.what());
     } catch (const IndexOutOfRange &error) {
-      py::set_error(error.indexError() ? PyExc_IndexError : PyExc_RuntimeError,
-                    error.what());
-      python::addOriginToTraceback(error.origin());
+      python::setIndexError(error);
     } catch (const Error &error) {
       py::set_error(PyExc_RuntimeError, error.what());
     }

@@ -199,12 +199,14 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
   // through views (a loop filling columns) each scatter into the whole
   // base: past kMaxViewWrites they stay torch's.
   constexpr int64_t kMaxViewWrites = 64;
+  std::unordered_map<const Node *, const OpInfo *> functionalOps;
   for (const auto &node : nodes) {
     if (!writesItsSelf(*node))
       continue;
     Value *self = node->arguments()[0].toTensor();
     Group &group = byRoot[groups.root(self)];
-    if (!rewritable(*node))
+    const OpInfo *functional = functionalOps[node.get()] = rewritable(*node);
+    if (!functional)
       group.other = true;
     else if (group.base && !isWhole(self->meta(), group.base->meta()) &&
              ++group.viewWrites > kMaxViewWrites)
@@ -287,7 +289,7 @@ std::shared_ptr<Graph> functionalizeInPlaceOps(std::shared_ptr<Graph> graph) {
       }
     }
     Node *made = write ? rewritten->addNormalizedOp(
-                             rewritable(*node)->schema->qualifiedName(),
+                             functionalOps.at(node)->schema->qualifiedName(),
                              std::move(arguments))
                        : copyNode(*rewritten, *node, std::move(arguments));
     made->setOrigin(node->origin());

@@ -55,9 +55,9 @@ namespace {
 
 // Raises what torch's op raises (check.report; IndexOutOfRange) where an
 // element of the index tensor in the buffer at `data` (laid out as
-// `check.elements`, from its storage offset on; int64 or int32) lies outside
-// [0, size) (or
-// [-size, size) where check.fromEnd) and is not check.ignored.
+// `check.elements`, from its storage offset on; int64 or int32) lies
+// outside [0, size) (or [-size, size) where check.fromEnd) and is not
+// check.ignored.
 void checkIndicesInRange(const char *data, const loop::IndexCheck &check) {
   using Report = loop::IndexCheck::Report;
   const TensorMeta &meta = check.elements;

@@ -131,11 +131,12 @@ enum class Positions {
   // or a constant (constantRange) whose least and greatest values are in
   // range.
   InRange,
-  // An input or a view of one (a slice of a model's position ids), whose
-  // elements the runtime checks before the first step that reads the input
-  // (Lowerer::checkIndices; it raises IndexError as torch does): in
-  // [0, size), or in [-size, size) where negative ones count from the end;
-  // or a constant whose values lie in [-size, size) there.
+  // Elements the runtime checks before the first step that reads them
+  // (Lowerer::checkIndices; it raises what torch raises): an input's or a
+  // view of one (a slice of a model's position ids), a buffer a kernel or
+  // torch wrote, or computed positions realized for the check; in
+  // [0, size), or in [-size, size) where negative ones count from the end.
+  // Or a constant whose values lie in [-size, size) there.
   Checked,
 };
 
@@ -315,8 +316,8 @@ LoweringResult gather(Lowerer &lowerer, const Node &node) {
   int64_t extent = input.sizes[dim];
   if (extent == 0)
     return std::nullopt;
-  // An input's positions are checked in [0, extent), as torch's
-  // RuntimeError; computed ones must be proven.
+  // Positions not proven in [0, extent) are checked, raising torch's
+  // RuntimeError.
   if (knownPositions(lowerer, positions, extent,
                      {loop::IndexCheck::Report::Gather, dim, false,
                       std::nullopt}) == Positions::Unknown &&
@@ -520,10 +521,9 @@ LoweringResult nllLoss(Lowerer &lowerer, const Node &node) {
     return std::vector<LoweredTensor>{
         lowerer.full(mean ? std::nan("") : 0.0, meta.dtype, Shape{}),
         lowerer.full(0, totalMeta.dtype, Shape{})};
-  std::vector<int64_t> dims(sizes.size());
-  for (size_t d = 0; d < dims.size(); ++d)
-    dims[d] = static_cast<int64_t>(d);
-  ReductionKernel kernel(lowerer, sizes, dims);
+  ReductionKernel kernel(
+      lowerer, sizes,
+      reductionDims(Argument(), static_cast<int64_t>(sizes.size())));
   const Expr *lossSum =
       kernel.reduce(ReduceOp::Sum, losses.loader(kernel.index()));
   const Expr *weightSum =

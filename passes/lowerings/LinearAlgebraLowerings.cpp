@@ -199,18 +199,14 @@ LoweringResult cross(Lowerer &lowerer, const Node &node) {
     return std::nullopt;
   int64_t dim = wrapDim(node.arguments().at(2).toInt(), meta.dim());
   loop::ExprContext *exprs = &lowerer.exprs();
-  // `tensor` broadcast to the result, read `shift` components on.
+  // `tensor` read `shift` components on (the pointwise map broadcasts it;
+  // its dim `dim` has 3 components, as the result's).
   auto shifted = [&](const LoweredTensor &tensor, int64_t shift) {
-    Shape sizes = tensor.sizes;
-    int64_t lead = meta.dim() - tensor.dim();
-    return lowerer.remap(tensor, meta.sizes, [=](const Index &index) {
-      Index at(index.begin() + lead, index.end());
-      for (size_t d = 0; d < at.size(); ++d)
-        if (sizes[d] == 1)
-          at[d] = exprs->integer(0);
-      at[dim - lead] = exprs->binary(
-          BinaryOp::Mod, exprs->add(index[dim], exprs->integer(shift)),
-          exprs->integer(3));
+    return lowerer.remap(tensor, tensor.sizes, [=](const Index &index) {
+      Index at = index;
+      at[dim] = exprs->binary(BinaryOp::Mod,
+                              exprs->add(index[dim], exprs->integer(shift)),
+                              exprs->integer(3));
       return at;
     });
   };
