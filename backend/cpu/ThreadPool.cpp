@@ -3,10 +3,11 @@
 // torch's own operators and Inductor's kernels do: a second pool of busy
 // threads would compete for the cores with OpenMP's, which spin for
 // milliseconds after each parallel region. Otherwise kiln keeps its own
-// workers: a job is published through an atomic generation counter and its
-// chunks taken from an atomic counter; between jobs a worker spins for a
-// short while before it sleeps on a condition variable, so that the kernels
-// of one graph start without a wake-up through the kernel.
+// workers: a job is published through an atomic generation counter;
+// between jobs a worker spins for a short while before it sleeps on a
+// condition variable, so that the kernels of one graph start without a
+// wake-up through the kernel. Either way each thread takes the chunks of
+// its own block of the job first (see Job).
 // Depends on backend/cpu/ThreadPool.h and libdl.
 #include "backend/cpu/ThreadPool.h"
 
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <link.h>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -51,24 +53,47 @@ std::chrono::microseconds spinTime() {
   return time;
 }
 
-/// A parallel job: every thread that joins it takes chunks from one counter.
+/// A parallel job. Its chunks are split in one contiguous block a thread,
+/// in order (thread t's block starts about t/threads of the way in, as
+/// torch's static OpenMP split of the same range does); each thread takes
+/// the chunks of its own block first, then those other threads have not
+/// taken yet. So in balanced runs every thread touches the same rows in
+/// every kernel and call, rows its own caches hold from the kernel before
+/// (or from torch's operator before), and a slow thread's chunks still
+/// go to the others.
 struct Job {
   const std::function<void(int64_t)> *task = nullptr;
   int64_t chunkCount = 0;
-  std::atomic<int64_t> nextChunk{0};
-  /// How many of the threads that join take chunks; the others return.
-  int64_t takers = INT64_MAX;
-  std::atomic<int64_t> joined{0};
+  /// How many threads take chunks: threads numbered from it return.
+  int64_t takers = 1;
+  /// By thread: the next chunk of its block and the block's end, each on a
+  /// cache line of its own.
+  struct alignas(64) Block {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+  std::unique_ptr<Block[]> blocks;
 
-  void runChunks() {
-    if (joined.fetch_add(1) >= takers)
-      return;
-    for (int64_t chunk = nextChunk.fetch_add(1); chunk < chunkCount;
-         chunk = nextChunk.fetch_add(1))
-      (*task)(chunk);
+  /// Splits the chunks among `threads` takers (at least one).
+  void assign(int64_t threads) {
+    takers = std::max<int64_t>(1, std::min(threads, chunkCount));
+    blocks.reset(new Block[static_cast<size_t>(takers)]);
+    for (int64_t thread = 0; thread < takers; ++thread) {
+      blocks[thread].next.store(thread * chunkCount / takers);
+      blocks[thread].end = (thread + 1) * chunkCount / takers;
+    }
   }
-  /// runChunks as GOMP_parallel calls it, with the job as `data`.
-  static void runChunksOf(void *data) { static_cast<Job *>(data)->runChunks(); }
+  /// Runs the chunks thread `thread` takes: its block's, then the rest.
+  void runChunks(int64_t thread) {
+    if (thread < 0 || thread >= takers)
+      return;
+    for (int64_t step = 0; step < takers; ++step) {
+      Block &block = blocks[(thread + step) % takers];
+      for (int64_t chunk = block.next.fetch_add(1); chunk < block.end;
+           chunk = block.next.fetch_add(1))
+        (*task)(chunk);
+    }
+  }
 };
 
 } // namespace
@@ -112,21 +137,25 @@ struct ThreadPool::State {
     return !stopping.load();
   }
 
-  void workerLoop() {
-    uint64_t seen = generation.load();
+  /// Worker `index` (the caller is thread 0) runs the chunks of each job
+  /// published after generation `seen`.
+  void workerLoop(int index, uint64_t seen) {
     while (awaitJob(seen)) {
       seen = generation.load();
       active.fetch_add(1);
       if (open.load())
-        job.runChunks();
+        job.runChunks(index);
       active.fetch_sub(1);
     }
   }
 
   void start(int threads) {
     stopping.store(false);
+    // A worker joins jobs from the generation at its start, not at its
+    // thread's first instructions: a job published in between is its too.
     for (int index = 1; index < threads; ++index)
-      workers.emplace_back([this] { workerLoop(); });
+      workers.emplace_back(
+          [this, index, seen = generation.load()] { workerLoop(index, seen); });
   }
 
   void stop() {
@@ -148,6 +177,7 @@ namespace {
 struct HostOpenMp {
   void (*parallel)(void (*)(void *), void *, unsigned, unsigned) = nullptr;
   int (*maxThreads)() = nullptr;
+  int (*threadNumber)() = nullptr; // omp_get_thread_num
 };
 
 // A loaded library whose file name names an OpenMP runtime, opened again
@@ -180,13 +210,22 @@ const HostOpenMp &hostOpenMp() {
         dlsym(library, "GOMP_parallel"));
     auto maxThreads = reinterpret_cast<decltype(HostOpenMp::maxThreads)>(
         dlsym(library, "omp_get_max_threads"));
-    if (parallel && maxThreads) {
+    auto threadNumber = reinterpret_cast<decltype(HostOpenMp::threadNumber)>(
+        dlsym(library, "omp_get_thread_num"));
+    if (parallel && maxThreads && threadNumber) {
       found.parallel = parallel;
       found.maxThreads = maxThreads;
+      found.threadNumber = threadNumber;
     }
     return found;
   }();
   return runtime;
+}
+
+/// Runs the chunks of the Job `data` that the calling member of an OpenMP
+/// team takes (GOMP_parallel's function).
+void runChunksOnOpenMp(void *data) {
+  static_cast<Job *>(data)->runChunks(hostOpenMp().threadNumber());
 }
 
 /// The thread count KILN_NUM_THREADS asks for; 0 where it says nothing.
@@ -246,13 +285,18 @@ void ThreadPool::setThreadCount(int count) {
 
 void ThreadPool::run(int64_t chunkCount,
                      const std::function<void(int64_t)> &task) {
+  if (chunkCount <= 0)
+    return;
   if (usesOpenMp()) {
-    Job job{&task, chunkCount};
-    job.takers = std::min<int64_t>(threadCount(), chunkCount);
-    if (job.takers <= 1) {
-      job.runChunks();
+    Job job;
+    job.task = &task;
+    job.chunkCount = chunkCount;
+    if (threadCount() <= 1 || chunkCount <= 1) {
+      for (int64_t chunk = 0; chunk < chunkCount; ++chunk)
+        task(chunk);
       return;
     }
+    job.assign(threadCount());
     // Every region asks for the same team, the one torch's own regions
     // use (OpenMP's thread count, or kiln's where that is larger), and the
     // threads the job does not need return at once: GNU libgomp ends the
@@ -260,7 +304,7 @@ void ThreadPool::run(int64_t chunkCount,
     // larger team, so sizing a team by its job would make the region after
     // it (a torch operator's, kiln's next kernel's) pay for thread starts.
     int team = std::max(threadCount(), hostOpenMp().maxThreads());
-    hostOpenMp().parallel(&Job::runChunksOf, &job, static_cast<unsigned>(team),
+    hostOpenMp().parallel(&runChunksOnOpenMp, &job, static_cast<unsigned>(team),
                           0);
     return;
   }
@@ -274,8 +318,7 @@ void ThreadPool::run(int64_t chunkCount,
   State &state = *state_;
   state.job.task = &task;
   state.job.chunkCount = chunkCount;
-  state.job.nextChunk.store(0);
-  state.job.joined.store(0);
+  state.job.assign(static_cast<int64_t>(state.workers.size()) + 1);
   state.open.store(true);
   state.generation.fetch_add(1);
   if (state.sleepers.load() > 0) {
@@ -286,7 +329,7 @@ void ThreadPool::run(int64_t chunkCount,
     }
     state.wake.notify_all();
   }
-  state.job.runChunks();
+  state.job.runChunks(0);
   // Workers that count themselves active from here on see the job closed.
   state.open.store(false);
   for (int spins = 0; state.active.load() != 0; ++spins) {

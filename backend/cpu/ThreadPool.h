@@ -26,7 +26,9 @@ public:
   /// Whether jobs run on the process's OpenMP runtime.
   bool usesOpenMp() const;
   /// Runs `task(chunk)` for every chunk in [0, chunkCount) and returns when
-  /// all have finished.
+  /// all have finished. Thread t of n (the caller is thread 0) runs the
+  /// chunks from about t/n to (t+1)/n of the way first, then helps with
+  /// the chunks others have not started.
   void run(int64_t chunkCount, const std::function<void(int64_t)> &task);
 
 private:
