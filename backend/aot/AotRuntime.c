@@ -111,10 +111,29 @@ const char *KILN_API(last_error)(void) { return last_error; }
 /* --------------------------------------------------------- thread pool */
 
 /* Workers spin a little after each job (kernels of one run come back to
-   back), then sleep on a condition variable. The caller works too. */
+   back), then sleep on a condition variable. The caller works too. A job's
+   chunks are split in one contiguous block a thread (thread t's about t/n
+   of the way in); each thread takes its own block's chunks first, then the
+   others' that are left, so that every kernel and every run gives a thread
+   the rows its caches hold from the kernel before (the JIT's ThreadPool
+   does the same). */
 typedef struct {
+  _Alignas(64) atomic_llong next; /* the block's next chunk */
+  int64_t end;                    /* its end */
+} kiln_block;
+
+struct kiln_pool;
+typedef struct {
+  struct kiln_pool *pool;
+  int index; /* the caller is thread 0 */
+} kiln_worker;
+
+typedef struct kiln_pool {
   int threads; /* the caller included */
   pthread_t *workers;
+  kiln_worker *worker_args;
+  kiln_block *blocks; /* one a thread */
+  int takers;         /* threads that take chunks in the current job */
   int started;
   pthread_mutex_t mutex;
   pthread_cond_t wake;
@@ -127,24 +146,32 @@ typedef struct {
   kiln_kernel kernel;
   char *const *arguments;
   int64_t chunk_size, range, chunk_count;
-  _Alignas(64) atomic_llong next_chunk;
   _Alignas(64) atomic_int pending; /* workers not yet done with the job */
   char padding[60];
 } kiln_pool;
 
-static void run_chunks(kiln_pool *pool) {
-  for (;;) {
-    int64_t chunk = atomic_fetch_add(&pool->next_chunk, 1);
-    if (chunk >= pool->chunk_count)
-      return;
-    int64_t begin = chunk * pool->chunk_size;
-    int64_t end = begin + pool->chunk_size;
-    pool->kernel(pool->arguments, begin, end < pool->range ? end : pool->range);
+/* Runs the chunks thread `thread` takes: its block's, then the rest. */
+static void run_chunks(kiln_pool *pool, int thread) {
+  int takers = pool->takers;
+  if (thread >= takers)
+    return;
+  for (int step = 0; step < takers; ++step) {
+    kiln_block *block = &pool->blocks[(thread + step) % takers];
+    for (;;) {
+      int64_t chunk = atomic_fetch_add(&block->next, 1);
+      if (chunk >= block->end)
+        break;
+      int64_t begin = chunk * pool->chunk_size;
+      int64_t end = begin + pool->chunk_size;
+      pool->kernel(pool->arguments, begin,
+                   end < pool->range ? end : pool->range);
+    }
   }
 }
 
 static void *worker_main(void *argument) {
-  kiln_pool *pool = (kiln_pool *)argument;
+  kiln_pool *pool = ((kiln_worker *)argument)->pool;
+  int index = ((kiln_worker *)argument)->index;
   unsigned long seen = 0;
   for (;;) {
     unsigned long current = atomic_load(&pool->generation);
@@ -164,7 +191,7 @@ static void *worker_main(void *argument) {
     if (atomic_load(&pool->stop))
       return NULL;
     seen = current;
-    run_chunks(pool);
+    run_chunks(pool, index);
     atomic_fetch_sub(&pool->pending, 1);
   }
 }
@@ -177,6 +204,8 @@ static void pool_stop(kiln_pool *pool) {
   for (int i = 0; i < pool->started; ++i)
     pthread_join(pool->workers[i], NULL);
   free(pool->workers);
+  free(pool->worker_args);
+  free(pool->blocks);
   pthread_mutex_destroy(&pool->mutex);
   pthread_cond_destroy(&pool->wake);
 }
@@ -193,10 +222,17 @@ static kiln_status pool_start(kiln_pool *pool, int threads) {
   if (threads <= 1)
     return KILN_OK;
   pool->workers = (pthread_t *)calloc((size_t)threads - 1, sizeof(pthread_t));
-  if (!pool->workers)
+  pool->worker_args =
+      (kiln_worker *)calloc((size_t)threads - 1, sizeof(kiln_worker));
+  pool->blocks =
+      (kiln_block *)aligned_alloc(64, (size_t)threads * sizeof(kiln_block));
+  if (!pool->workers || !pool->worker_args || !pool->blocks)
     return fail(KILN_ERROR_OUT_OF_MEMORY, "cannot allocate the thread pool");
   for (int i = 0; i < threads - 1; ++i) {
-    int error = pthread_create(&pool->workers[i], NULL, worker_main, pool);
+    pool->worker_args[i].pool = pool;
+    pool->worker_args[i].index = i + 1;
+    int error = pthread_create(&pool->workers[i], NULL, worker_main,
+                               &pool->worker_args[i]);
     if (error)
       return fail(KILN_ERROR_SYSTEM, "cannot start a thread: %s",
                   strerror(error));
@@ -239,13 +275,19 @@ static void run_parallel(kiln_pool *pool, const kiln_step_desc *step,
   pool->range = range;
   pool->chunk_size = chunk_size;
   pool->chunk_count = (range + chunk_size - 1) / chunk_size;
-  atomic_store(&pool->next_chunk, 0);
+  int64_t takers =
+      pool->chunk_count < pool->threads ? pool->chunk_count : pool->threads;
+  pool->takers = (int)takers;
+  for (int64_t t = 0; t < takers; ++t) {
+    atomic_store(&pool->blocks[t].next, t * pool->chunk_count / takers);
+    pool->blocks[t].end = (t + 1) * pool->chunk_count / takers;
+  }
   atomic_store(&pool->pending, pool->threads - 1);
   pthread_mutex_lock(&pool->mutex);
   atomic_fetch_add(&pool->generation, 1);
   pthread_cond_broadcast(&pool->wake);
   pthread_mutex_unlock(&pool->mutex);
-  run_chunks(pool);
+  run_chunks(pool, 0);
   while (atomic_load(&pool->pending) > 0) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
