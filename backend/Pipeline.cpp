@@ -92,7 +92,7 @@ loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   logLoopIr(program, "index simplification", false);
   chooseOperandLayouts(program);
   times.lap("operand layouts");
-  fuseKernels(program);
+  fuseKernels(program, target.kind == Target::Kind::Cpu);
   times.lap("fusion");
   logLoopIr(program, "fusion", false);
   chooseLoopOrder(program, target.kind == Target::Kind::Cpu);
@@ -103,7 +103,7 @@ loop::Program planProgram(std::shared_ptr<Graph> graph, const Target &target) {
   // Kernels whose domains only now agree (a reduction over [2, 8, 256]
   // coalesced to [16, 256], and its epilogue over a [16, 256, 256] view)
   // fuse on the second try.
-  fuseKernels(program);
+  fuseKernels(program, target.kind == Target::Kind::Cpu);
   times.lap("second fusion");
   logLoopIr(program, "second fusion", false);
   if (target.kind == Target::Kind::Cpu) {

@@ -2,7 +2,8 @@
 // from the earlier one is produced at the same outer point, and a cheap
 // pointwise kernel after a matrix product (a bias, a ReLU, a residual add)
 // becomes the value the product stores (its GEMM's epilogue); stores are
-// then forwarded to their loads and dead stores removed.
+// then forwarded to their loads, independent reductions over the same
+// points gathered in one loop, and dead stores removed.
 // Depends on ir/LoopIR.h, passes/Scheduler.h.
 #include "passes/Scheduler.h"
 
@@ -228,6 +229,133 @@ void forwardStores(ExprContext &exprs, Kernel &kernel) {
     for (Reduction &reduction : loop.reductions)
       reduction.value = forward(reduction.value, l);
   }
+}
+
+/// The most reductions mergeSiblingReductions gathers in one loop: each
+/// keeps a vector register per unrolled step, so more would spill.
+constexpr size_t kMaxReductionsPerLoop = 4;
+
+// The ReductionValue numbers `expr` reads.
+std::set<int64_t> reductionsReadBy(const Expr *expr) {
+  std::set<int64_t> read;
+  std::unordered_set<const Expr *> seen;
+  std::function<void(const Expr *)> visit = [&](const Expr *node) {
+    if (!seen.insert(node).second)
+      return;
+    if (node->kind() == ExprKind::ReductionValue)
+      read.insert(node->id());
+    for (const Expr *operand : node->operands())
+      visit(operand);
+  };
+  visit(expr);
+  return read;
+}
+
+// Reductions over the same points that do not depend on each other read
+// their input in one pass: a loop of reductions only (no stores) whose
+// values read neither a reduction nor a buffer of the loops from an earlier
+// loop over the same ranges up to it joins that loop (mean, amax and sum of
+// the same rows: one read of each row, not three), and a reduction the same
+// as one there (same operation of the same value) is that one. Reductions
+// are numbered by position, so every ReductionValue is renumbered.
+void mergeSiblingReductions(ExprContext &exprs, Kernel &kernel) {
+  if (kernel.contraction)
+    return;
+  // By loop, the original number of each reduction; by original number,
+  // the number it is read as (itself, or the same reduction it merged into).
+  std::vector<std::vector<int64_t>> numbers(kernel.loops.size());
+  std::vector<size_t> loopOf;
+  std::vector<int64_t> sameAs;
+  for (size_t l = 0; l < kernel.loops.size(); ++l)
+    for (size_t r = 0; r < kernel.loops[l].reductions.size(); ++r) {
+      numbers[l].push_back(static_cast<int64_t>(loopOf.size()));
+      sameAs.push_back(static_cast<int64_t>(loopOf.size()));
+      loopOf.push_back(l);
+    }
+  bool moved = false;
+  for (size_t later = 1; later < kernel.loops.size(); ++later) {
+    Loop &loop = kernel.loops[later];
+    if (loop.reductions.empty() || !loop.stores.empty() || loop.ranges.empty())
+      continue;
+    std::set<int64_t> readReductions;
+    std::set<int64_t> readBuffers;
+    for (const Reduction &reduction : loop.reductions) {
+      for (int64_t number : reductionsReadBy(reduction.value))
+        readReductions.insert(number);
+      for (const Expr *load : loadsOf(reduction.value))
+        readBuffers.insert(load->id());
+    }
+    // The earliest loop over the same ranges from which on nothing the
+    // reductions read is computed or stored.
+    std::optional<size_t> target;
+    for (size_t l = later; l-- > 0;) {
+      bool writesRead = false;
+      for (const Store &store : kernel.loops[l].stores)
+        writesRead |= readBuffers.count(store.buffer) > 0;
+      for (int64_t number : numbers[l])
+        writesRead |= readReductions.count(number) > 0;
+      if (writesRead)
+        break;
+      const Loop &candidate = kernel.loops[l];
+      if (candidate.ranges == loop.ranges && !candidate.reductions.empty())
+        target = l;
+    }
+    if (!target)
+      continue;
+    Loop &into = kernel.loops[*target];
+    size_t fresh = 0;
+    for (const Reduction &reduction : loop.reductions) {
+      bool same = false;
+      for (const Reduction &existing : into.reductions)
+        same |=
+            existing.op == reduction.op && existing.value == reduction.value;
+      fresh += same ? 0 : 1;
+    }
+    if (into.reductions.size() + fresh > kMaxReductionsPerLoop)
+      continue;
+    for (size_t r = 0; r < loop.reductions.size(); ++r) {
+      const Reduction &reduction = loop.reductions[r];
+      int64_t number = numbers[later][r];
+      std::optional<size_t> existing;
+      for (size_t e = 0; e < into.reductions.size(); ++e)
+        if (into.reductions[e].op == reduction.op &&
+            into.reductions[e].value == reduction.value)
+          existing = e;
+      if (existing) {
+        sameAs[number] = numbers[*target][*existing];
+        continue;
+      }
+      into.reductions.push_back(reduction);
+      numbers[*target].push_back(number);
+      loopOf[number] = *target;
+    }
+    loop.reductions.clear();
+    numbers[later].clear();
+    moved = true;
+  }
+  if (!moved)
+    return;
+  // Number the reductions by their new positions and rewrite every read.
+  std::vector<int64_t> position(loopOf.size(), -1);
+  std::vector<DType> dtypeOf(loopOf.size());
+  int64_t next = 0;
+  for (size_t l = 0; l < kernel.loops.size(); ++l)
+    for (size_t r = 0; r < numbers[l].size(); ++r) {
+      position[numbers[l][r]] = next++;
+      dtypeOf[numbers[l][r]] = kernel.loops[l].reductions[r].dtype();
+    }
+  std::unordered_map<const Expr *, const Expr *> renumber;
+  for (int64_t number = 0; number < static_cast<int64_t>(loopOf.size());
+       ++number) {
+    int64_t kept = sameAs[number];
+    if (position[kept] != number)
+      renumber[exprs.reductionValue(number, dtypeOf[kept])] =
+          exprs.reductionValue(position[kept], dtypeOf[kept]);
+  }
+  for (Loop &loop : kernel.loops)
+    rewriteExprs(loop, [&](const Expr *expr) {
+      return renumber.empty() ? expr : exprs.replace(expr, renumber);
+    });
 }
 
 // Removes stores to temporaries nobody reads, then reductions nobody reads,
@@ -589,7 +717,7 @@ bool readsCheckedWrite(const Program &program, const Kernel &first,
 
 } // namespace
 
-void fuseKernels(Program &program) {
+void fuseKernels(Program &program, bool shareReductionPasses) {
   std::vector<int> readers = readersOf(program);
   std::vector<Step> fused;
   int64_t lastCount = 0; // operationCount of fused.back()'s kernel
@@ -630,8 +758,11 @@ void fuseKernels(Program &program) {
   }
   program.steps = std::move(fused);
   for (Step &step : program.steps)
-    if (step.kind == Step::Kind::Kernel)
+    if (step.kind == Step::Kind::Kernel) {
       forwardStores(*program.exprs, step.kernel);
+      if (shareReductionPasses)
+        mergeSiblingReductions(*program.exprs, step.kernel);
+    }
   while (eliminateDeadStores(program)) {
   }
 }

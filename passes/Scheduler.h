@@ -17,9 +17,13 @@ namespace kiln {
 /// pointwise kernel over a longer domain becomes an inner loop of the
 /// reduction before it (epilogue) or after it (prologue), stored values are
 /// forwarded to the loads that read them at the same point, and stores no
-/// one reads are removed with their buffers' kernels. Never changes what the
-/// program computes.
-void fuseKernels(loop::Program &program);
+/// one reads are removed with their buffers' kernels. With
+/// `shareReductionPasses` (CPU targets), a kernel's independent reductions
+/// over the same points are gathered in one loop, so that they read their
+/// input in one pass (GPU schedules size shared memory and barriers by
+/// loop; they keep one loop a reduction). Never changes what the program
+/// computes.
+void fuseKernels(loop::Program &program, bool shareReductionPasses = false);
 
 /// A pointwise kernel that reads an extern's result for the last time, at
 /// the point it stores, writes its one result over it (a CNN's batch norm

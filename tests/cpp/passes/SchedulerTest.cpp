@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 using namespace kiln;
 using loop::BufferKind;
 using loop::Step;
@@ -26,7 +28,7 @@ Value *op(Graph &graph, std::string_view name,
 
 loop::Program schedule(std::shared_ptr<Graph> graph) {
   loop::Program program = lowerGraph(std::move(graph));
-  fuseKernels(program);
+  fuseKernels(program, /*shareReductionPasses=*/true);
   chooseLoopOrder(program);
   planMemory(program);
   return program;
@@ -94,6 +96,75 @@ TEST(Scheduler, SoftmaxIsOneKernelWithThreeLoops) {
   ASSERT_EQ(kernels[0]->loops.size(), 3u) << program.str();
   EXPECT_EQ(kernels[0]->reductionCount(), 2);
   EXPECT_EQ(program.workspaceBytes, 0);
+}
+
+// Several statistics of the same rows: mean, amax and sum read each row in
+// one pass (sum is mean's sum), the variance, which reads the mean, in a
+// second; four passes without the merge.
+TEST(Scheduler, IndependentReductionsOfTheSameRowsShareOnePass) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {6, 40}));
+  std::vector<int64_t> dim{1};
+  Value *mean = op(*graph, "aten::mean.dim", {x, Argument(dim), true});
+  Value *centered = op(*graph, "aten::sub.Tensor", {x, mean});
+  Value *variance = op(*graph, "aten::mean.dim",
+                       {op(*graph, "aten::mul.Tensor", {centered, centered}),
+                        Argument(dim), false});
+  Value *amax = op(*graph, "aten::amax", {x, Argument(dim), false});
+  Value *sum = op(*graph, "aten::sum.dim_IntList", {x, Argument(dim), false});
+  graph->setOutputs({mean, variance, amax, sum});
+  loop::Program program = schedule(graph);
+  auto kernels = kernelsOf(program);
+  ASSERT_EQ(kernels.size(), 1u) << program.str();
+  std::vector<size_t> reductionsByPass;
+  for (const loop::Loop &loop : kernels[0]->loops)
+    if (!loop.ranges.empty())
+      reductionsByPass.push_back(loop.reductions.size());
+  EXPECT_EQ(reductionsByPass, (std::vector<size_t>{2, 1})) << program.str();
+
+  std::vector<double> values(6 * 40);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = double(int64_t(i * 37 % 101) - 50) / 8;
+  kiln::testing::Interpreter run(program);
+  run.setInput(0, values);
+  run.run();
+  for (int64_t row = 0; row < 6; ++row) {
+    double total = 0, largest = -1e30, squares = 0;
+    for (int64_t column = 0; column < 40; ++column) {
+      total += values[row * 40 + column];
+      largest = std::max(largest, values[row * 40 + column]);
+    }
+    for (int64_t column = 0; column < 40; ++column)
+      squares += std::pow(values[row * 40 + column] - total / 40, 2);
+    EXPECT_NEAR(run.output(0)[row], total / 40, 1e-5) << row;
+    EXPECT_NEAR(run.output(1)[row], squares / 40, 1e-4) << row;
+    EXPECT_EQ(run.output(2)[row], largest) << row;
+    EXPECT_NEAR(run.output(3)[row], total, 1e-4) << row;
+  }
+}
+
+// A reduction that reads what a loop between stores is not moved before it.
+TEST(Scheduler, AReductionStaysAfterWhatItReads) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, {4, 32}));
+  Value *soft = op(*graph, "aten::_softmax", {x, Argument(-1), false});
+  std::vector<int64_t> dim{1};
+  Value *peak = op(*graph, "aten::amax", {soft, Argument(dim), false});
+  graph->setOutputs({soft, peak});
+  loop::Program program = schedule(graph);
+  std::vector<double> values(4 * 32);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = double(int64_t(i * 13 % 29)) / 4;
+  kiln::testing::Interpreter run(program);
+  run.setInput(0, values);
+  run.run();
+  std::vector<double> soft0 = run.output(0);
+  for (int64_t row = 0; row < 4; ++row) {
+    double largest = 0;
+    for (int64_t column = 0; column < 32; ++column)
+      largest = std::max(largest, soft0[row * 32 + column]);
+    EXPECT_NEAR(run.output(1)[row], largest, 1e-6) << program.str();
+  }
 }
 
 TEST(Scheduler, LayerNormIsOneKernel) {
