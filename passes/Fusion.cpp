@@ -264,13 +264,11 @@ void mergeSiblingReductions(ExprContext &exprs, Kernel &kernel) {
   // By loop, the original number of each reduction; by original number,
   // the number it is read as (itself, or the same reduction it merged into).
   std::vector<std::vector<int64_t>> numbers(kernel.loops.size());
-  std::vector<size_t> loopOf;
   std::vector<int64_t> sameAs;
   for (size_t l = 0; l < kernel.loops.size(); ++l)
     for (size_t r = 0; r < kernel.loops[l].reductions.size(); ++r) {
-      numbers[l].push_back(static_cast<int64_t>(loopOf.size()));
-      sameAs.push_back(static_cast<int64_t>(loopOf.size()));
-      loopOf.push_back(l);
+      numbers[l].push_back(static_cast<int64_t>(sameAs.size()));
+      sameAs.push_back(static_cast<int64_t>(sameAs.size()));
     }
   bool moved = false;
   for (size_t later = 1; later < kernel.loops.size(); ++later) {
@@ -303,31 +301,27 @@ void mergeSiblingReductions(ExprContext &exprs, Kernel &kernel) {
     if (!target)
       continue;
     Loop &into = kernel.loops[*target];
-    size_t fresh = 0;
-    for (const Reduction &reduction : loop.reductions) {
-      bool same = false;
-      for (const Reduction &existing : into.reductions)
-        same |=
-            existing.op == reduction.op && existing.value == reduction.value;
-      fresh += same ? 0 : 1;
-    }
-    if (into.reductions.size() + fresh > kMaxReductionsPerLoop)
-      continue;
-    for (size_t r = 0; r < loop.reductions.size(); ++r) {
-      const Reduction &reduction = loop.reductions[r];
-      int64_t number = numbers[later][r];
-      std::optional<size_t> existing;
+    // The reduction of `into` the same as `reduction`, if any.
+    auto sameIn = [&](const Reduction &reduction) -> std::optional<size_t> {
       for (size_t e = 0; e < into.reductions.size(); ++e)
         if (into.reductions[e].op == reduction.op &&
             into.reductions[e].value == reduction.value)
-          existing = e;
-      if (existing) {
+          return e;
+      return std::nullopt;
+    };
+    size_t fresh = 0;
+    for (const Reduction &reduction : loop.reductions)
+      fresh += sameIn(reduction) ? 0 : 1;
+    if (into.reductions.size() + fresh > kMaxReductionsPerLoop)
+      continue;
+    for (size_t r = 0; r < loop.reductions.size(); ++r) {
+      int64_t number = numbers[later][r];
+      if (std::optional<size_t> existing = sameIn(loop.reductions[r])) {
         sameAs[number] = numbers[*target][*existing];
         continue;
       }
-      into.reductions.push_back(reduction);
+      into.reductions.push_back(loop.reductions[r]);
       numbers[*target].push_back(number);
-      loopOf[number] = *target;
     }
     loop.reductions.clear();
     numbers[later].clear();
@@ -336,8 +330,8 @@ void mergeSiblingReductions(ExprContext &exprs, Kernel &kernel) {
   if (!moved)
     return;
   // Number the reductions by their new positions and rewrite every read.
-  std::vector<int64_t> position(loopOf.size(), -1);
-  std::vector<DType> dtypeOf(loopOf.size());
+  std::vector<int64_t> position(sameAs.size(), -1);
+  std::vector<DType> dtypeOf(sameAs.size());
   int64_t next = 0;
   for (size_t l = 0; l < kernel.loops.size(); ++l)
     for (size_t r = 0; r < numbers[l].size(); ++r) {
@@ -345,7 +339,7 @@ void mergeSiblingReductions(ExprContext &exprs, Kernel &kernel) {
       dtypeOf[numbers[l][r]] = kernel.loops[l].reductions[r].dtype();
     }
   std::unordered_map<const Expr *, const Expr *> renumber;
-  for (int64_t number = 0; number < static_cast<int64_t>(loopOf.size());
+  for (int64_t number = 0; number < static_cast<int64_t>(sameAs.size());
        ++number) {
     int64_t kept = sameAs[number];
     if (position[kept] != number)
