@@ -235,20 +235,16 @@ void forwardStores(ExprContext &exprs, Kernel &kernel) {
 /// keeps a vector register per unrolled step, so more would spill.
 constexpr size_t kMaxReductionsPerLoop = 4;
 
-// The ReductionValue numbers `expr` reads.
-std::set<int64_t> reductionsReadBy(const Expr *expr) {
-  std::set<int64_t> read;
-  std::unordered_set<const Expr *> seen;
-  std::function<void(const Expr *)> visit = [&](const Expr *node) {
-    if (!seen.insert(node).second)
-      return;
-    if (node->kind() == ExprKind::ReductionValue)
-      read.insert(node->id());
-    for (const Expr *operand : node->operands())
-      visit(operand);
-  };
-  visit(expr);
-  return read;
+// Adds the ReductionValue numbers `expr` reads to `read`, skipping the
+// nodes in `seen` (those of expressions added before).
+void addReductionsRead(const Expr *expr, std::unordered_set<const Expr *> &seen,
+                       std::unordered_set<int64_t> &read) {
+  if (!seen.insert(expr).second)
+    return;
+  if (expr->kind() == ExprKind::ReductionValue)
+    read.insert(expr->id());
+  for (const Expr *operand : expr->operands())
+    addReductionsRead(operand, seen, read);
 }
 
 // Reductions over the same points that do not depend on each other read
@@ -275,11 +271,11 @@ void mergeSiblingReductions(ExprContext &exprs, Kernel &kernel) {
     Loop &loop = kernel.loops[later];
     if (loop.reductions.empty() || !loop.stores.empty() || loop.ranges.empty())
       continue;
-    std::set<int64_t> readReductions;
+    std::unordered_set<int64_t> readReductions;
+    std::unordered_set<const Expr *> seen;
     std::set<int64_t> readBuffers;
     for (const Reduction &reduction : loop.reductions) {
-      for (int64_t number : reductionsReadBy(reduction.value))
-        readReductions.insert(number);
+      addReductionsRead(reduction.value, seen, readReductions);
       for (const Expr *load : loadsOf(reduction.value))
         readBuffers.insert(load->id());
     }
@@ -386,15 +382,9 @@ bool eliminateDeadStores(Program &program) {
     // Reductions no later expression reads.
     std::unordered_set<int64_t> usedReductions;
     std::unordered_set<const Expr *> seen;
-    std::function<void(const Expr *)> markUsed = [&](const Expr *expr) {
-      if (!seen.insert(expr).second)
-        return;
-      if (expr->kind() == ExprKind::ReductionValue)
-        usedReductions.insert(expr->id());
-      for (const Expr *operand : expr->operands())
-        markUsed(operand);
-    };
-    forEachExpr(kernel, markUsed);
+    forEachExpr(kernel, [&](const Expr *expr) {
+      addReductionsRead(expr, seen, usedReductions);
+    });
     std::unordered_map<const Expr *, const Expr *> renumber;
     int64_t oldIndex = 0, newIndex = 0;
     for (Loop &loop : kernel.loops) {
