@@ -456,8 +456,7 @@ emitContraction(llvm::Module &module, const loop::Program &program,
         {pointer, builder.getInt64Ty(), builder.getInt64Ty()}, false);
     llvm::Function *function = llvm::Function::Create(
         type, llvm::Function::ExternalLinkage, wrapperName, module);
-    function->addFnAttr("target-cpu", host.cpuName);
-    function->addFnAttr("target-features", host.features);
+    setTargetAttributes(*function, host);
     function->setDoesNotThrow();
     builder.SetInsertPoint(
         llvm::BasicBlock::Create(context, "entry", function));

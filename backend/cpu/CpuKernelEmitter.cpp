@@ -1398,8 +1398,7 @@ EmittedKernel CpuKernelEmitter::emitFunction(const std::string &name) {
       {pointer, builder_.getInt64Ty(), builder_.getInt64Ty()}, false);
   function_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
                                      name, module_);
-  function_->addFnAttr("target-cpu", host_.cpuName);
-  function_->addFnAttr("target-features", host_.features);
+  setTargetAttributes(*function_, host_);
   function_->setDoesNotThrow();
   function_->getArg(0)->setName("buffers");
   beginArgument_ = function_->getArg(1);

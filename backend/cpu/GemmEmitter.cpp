@@ -455,8 +455,7 @@ void GemmEmitter::beginFunction(const std::string &name) {
                                        {pointer, int64, int64}, false);
   function_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
                                      name, module_);
-  function_->addFnAttr("target-cpu", host_.cpuName);
-  function_->addFnAttr("target-features", host_.features);
+  setTargetAttributes(*function_, host_);
   function_->setDoesNotThrow();
   function_->getArg(0)->setName("buffers");
   function_->getArg(1)->setName("begin");

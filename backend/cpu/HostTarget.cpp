@@ -1,8 +1,10 @@
 // Detects the host CPU's vector width, unroll and last-level cache for the
-// CPU code generator. Depends on backend/cpu/HostTarget.h, LLVM's host queries.
+// CPU code generator. Depends on backend/cpu/HostTarget.h, LLVM's host queries
+// and IR functions.
 #include "backend/cpu/HostTarget.h"
 
 #include <llvm/ADT/StringMap.h>
+#include <llvm/IR/Function.h>
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/Triple.h>
 
@@ -87,6 +89,18 @@ HostTarget detectHostTarget() {
 const HostTarget &hostTarget() {
   static const HostTarget host = detectHostTarget();
   return host;
+}
+
+void setTargetAttributes(llvm::Function &function, const HostTarget &host) {
+  function.addFnAttr("target-cpu", host.cpuName);
+  function.addFnAttr("target-features", host.features);
+  bool avx512 = host.features.find("+avx512f") != std::string::npos;
+  if (avx512 && host.vectorBits < 512) {
+    // X86 makes 512-bit registers legal unless the function prefers
+    // narrower vectors and requires none wider.
+    function.addFnAttr("prefer-vector-width", std::to_string(host.vectorBits));
+    function.addFnAttr("min-legal-vector-width", "0");
+  }
 }
 
 } // namespace kiln::backend

@@ -1,10 +1,15 @@
 // The host CPU as kiln's CPU code generator targets it: vector width, unroll,
 // the streaming-store threshold, LLVM's CPU name and features; detected once
-// per process (with the KILN_CPU_* overrides). Depends on nothing in kiln.
+// per process (with the KILN_CPU_* overrides), and the attributes that give
+// a function of LLVM IR that target. Depends on nothing in kiln.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+namespace llvm {
+class Function;
+} // namespace llvm
 
 namespace kiln::backend {
 
@@ -23,5 +28,12 @@ struct HostTarget {
 /// (KILN_CPU_VECTOR_BITS narrows it), unroll (KILN_CPU_UNROLL), streaming
 /// bytes (half the last-level cache, or KILN_CPU_STREAMING_BYTES).
 const HostTarget &hostTarget();
+
+/// Gives `function` the host's CPU and features and, where `host` narrows
+/// the vectors below what its features allow (KILN_CPU_VECTOR_BITS=256 on
+/// an AVX-512 host), the attributes that keep LLVM's code to that width:
+/// without them a vector type wider than it is still made of the widest
+/// registers.
+void setTargetAttributes(llvm::Function &function, const HostTarget &host);
 
 } // namespace kiln::backend
