@@ -462,6 +462,18 @@ TensorMeta diagonalView(const MetaArgs &args, const TensorMeta &self,
   return diagonalOf(self, args.integer(first), dim1, dim2);
 }
 
+TensorMeta sliceScatterView(const MetaArgs &args, const TensorMeta &result) {
+  return slicedView(args, result, 2);
+}
+
+TensorMeta selectScatterView(const MetaArgs &args, const TensorMeta &result) {
+  return selectedView(args, result, args.integer(2), args.integer(3));
+}
+
+TensorMeta diagonalScatterView(const MetaArgs &args, const TensorMeta &result) {
+  return diagonalView(args, result, 2);
+}
+
 bool overlapsItself(const Shape &sizes, const Shape &strides) {
   std::vector<size_t> dims;
   for (size_t d = 0; d < sizes.size(); ++d) {

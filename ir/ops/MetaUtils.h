@@ -133,6 +133,11 @@ TensorMeta selectedView(const MetaArgs &args, const TensorMeta &self,
                         int64_t dim, int64_t index);
 TensorMeta diagonalView(const MetaArgs &args, const TensorMeta &self,
                         size_t first);
+/// The view of `result` that slice_scatter, select_scatter and
+/// diagonal_scatter (self, src, then the view's arguments) write src into.
+TensorMeta sliceScatterView(const MetaArgs &args, const TensorMeta &result);
+TensorMeta selectScatterView(const MetaArgs &args, const TensorMeta &result);
+TensorMeta diagonalScatterView(const MetaArgs &args, const TensorMeta &result);
 /// Whether some element of the view (`sizes`, `strides`) is another's too
 /// (an expand): each stride, smallest first, must exceed the farthest the
 /// smaller ones reach. torch refuses writes to such a view.

@@ -712,15 +712,14 @@ void checkScatteredSource(const MetaArgs &args, const TensorMeta &source,
 std::vector<TensorMeta> sliceScatter(const MetaArgs &args) {
   TensorMeta result = emptyLike(args.tensor(0));
   checkScatteredSource(args, args.tensor(1),
-                       meta::slicedView(args, result, 2).sizes);
+                       meta::sliceScatterView(args, result).sizes);
   return one(result);
 }
 
 std::vector<TensorMeta> selectScatter(const MetaArgs &args) {
   TensorMeta result = emptyLike(args.tensor(0));
-  checkScatteredSource(
-      args, args.tensor(1),
-      meta::selectedView(args, result, args.integer(2), args.integer(3)).sizes);
+  checkScatteredSource(args, args.tensor(1),
+                       meta::selectScatterView(args, result).sizes);
   return one(result);
 }
 
@@ -729,7 +728,7 @@ std::vector<TensorMeta> diagonalScatter(const MetaArgs &args) {
   if (result.dim() < 2)
     fail(args, "diagonal dimensions requires ndim larger than 1");
   checkScatteredSource(args, args.tensor(1),
-                       meta::diagonalView(args, result, 2).sizes);
+                       meta::diagonalScatterView(args, result).sizes);
   return one(result);
 }
 

@@ -177,12 +177,15 @@ Positions knownPositions(Lowerer &lowerer, LoweredTensor &indices, int64_t size,
     return Positions::Checked;
   };
   std::optional<std::pair<int64_t, int64_t>> range;
-  // Where a realized tensor's elements are (fixed strides and offset).
+  // A realized tensor's buffer kind, and where its elements are (fixed
+  // strides and offset).
+  std::optional<loop::BufferKind> realizedIn;
   bool fixed = false;
   Shape strides;
   if (indices.realized()) {
     const Placement &placement = *indices.placement;
     const loop::Buffer &placed = lowerer.program().buffers[placement.buffer];
+    realizedIn = placed.kind;
     fixed = placement.offset->isConstant() &&
             placement.strides.size() == indices.sizes.size() &&
             !placed.meta.isSymbolic();
@@ -211,14 +214,12 @@ Positions knownPositions(Lowerer &lowerer, LoweredTensor &indices, int64_t size,
     return Positions::InRange;
   if (!cpu || lowerer.standalone())
     return Positions::Unknown;
-  if (indices.realized()) {
-    const loop::Buffer &placed =
-        lowerer.program().buffers[indices.placement->buffer];
-    if (fixed && (placed.kind == loop::BufferKind::Temporary ||
-                  placed.kind == loop::BufferKind::Tensor))
+  if (realizedIn) {
+    if (fixed && (*realizedIn == loop::BufferKind::Temporary ||
+                  *realizedIn == loop::BufferKind::Tensor))
       return check(indices.placement->buffer, strides,
                    indices.placement->offset->value());
-    if (placed.kind == loop::BufferKind::Constant)
+    if (*realizedIn == loop::BufferKind::Constant)
       return Positions::Unknown; // out of range: torch raises
   }
   // Computed positions (a gather of ids, buckets of distances): the values

@@ -327,6 +327,9 @@ std::vector<int64_t> reductionDims(const Argument &dims, int64_t ndim);
 bool isReducedFloat(DType dtype);
 /// The dtype eager accumulates in: float32 for half types.
 DType accumulationType(DType dtype);
+/// log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), eager's formula, for a
+/// value `x` of `math` (log_sigmoid, the logits' cross entropy).
+const Expr *logSigmoid(Lowerer &lowerer, const Expr *x, DType math);
 /// A reduction of `input` over `dims` in one kernel: `op`'s value cast to
 /// `accumulate`, and `epilogue` applied to the result before it is stored
 /// in `meta`'s dtype and layout.

@@ -460,26 +460,19 @@ LoweringResult logSigmoidForward(Lowerer &lowerer, const Node &node) {
     return std::nullopt;
   DType math = mathType(lowerer, node);
   LoweredTensor input = lowerer.input(node, 0);
-  auto negativeMagnitude = [&lowerer](const Expr *x) {
-    return lowerer.unary(UnaryOp::Neg, lowerer.unary(UnaryOp::Abs, x));
-  };
   const TensorMeta &output = lowerer.resultMeta(node, 0);
   const TensorMeta &buffer = lowerer.resultMeta(node, 1);
-  std::vector<LoweredTensor> results{lowerer.pointwise(
-      symbolicSizes(output), math, output.dtype, {input},
-      [&lowerer, math, negativeMagnitude](const Values &v) {
-        const Expr *smaller =
-            lowerer.binary(BinaryOp::Min, v[0], lowerer.constant(0, math));
-        return lowerer.binary(
-            BinaryOp::Sub, smaller,
-            lowerer.unary(
-                UnaryOp::Log1p,
-                lowerer.unary(UnaryOp::Exp, negativeMagnitude(v[0]))));
-      })};
+  std::vector<LoweredTensor> results{
+      lowerer.pointwise(symbolicSizes(output), math, output.dtype, {input},
+                        [&lowerer, math](const Values &v) {
+                          return logSigmoid(lowerer, v[0], math);
+                        })};
   results.push_back(lowerer.pointwise(
       symbolicSizes(buffer), math, buffer.dtype, {input},
-      [&lowerer, negativeMagnitude](const Values &v) {
-        return lowerer.unary(UnaryOp::Exp, negativeMagnitude(v[0]));
+      [&lowerer](const Values &v) {
+        return lowerer.unary(
+            UnaryOp::Exp,
+            lowerer.unary(UnaryOp::Neg, lowerer.unary(UnaryOp::Abs, v[0])));
       }));
   return results;
 }
@@ -493,9 +486,9 @@ LoweringResult mish(Lowerer &lowerer, const Node &node) {
       });
 }
 
-LoweringResult elu(Lowerer &lowerer, const Node &node) {
-  double alpha = scalarArgument(node, 1), scale = scalarArgument(node, 2),
-         inputScale = scalarArgument(node, 3);
+// elu(x) = scale x where x > 0, else alpha scale expm1(inputScale x).
+LoweringResult eluWith(Lowerer &lowerer, const Node &node, double alpha,
+                       double scale, double inputScale) {
   DType math = mathType(lowerer, node);
   return map(lowerer, node, {0}, math, [=, &lowerer](const Values &v) {
     auto c = [&](double value) { return lowerer.constant(value, math); };
@@ -510,22 +503,17 @@ LoweringResult elu(Lowerer &lowerer, const Node &node) {
   });
 }
 
+LoweringResult elu(Lowerer &lowerer, const Node &node) {
+  return eluWith(lowerer, node, scalarArgument(node, 1),
+                 scalarArgument(node, 2), scalarArgument(node, 3));
+}
+
 // celu(x, alpha) = elu(x, alpha, scale 1, input scale 1 / alpha).
 LoweringResult celu(Lowerer &lowerer, const Node &node) {
   double alpha = scalarArgument(node, 1);
   if (alpha == 0)
     return std::nullopt; // torch raises
-  DType math = mathType(lowerer, node);
-  return map(lowerer, node, {0}, math, [=, &lowerer](const Values &v) {
-    auto c = [&](double value) { return lowerer.constant(value, math); };
-    const Expr *negative = lowerer.binary(
-        BinaryOp::Mul,
-        lowerer.unary(UnaryOp::Expm1,
-                      lowerer.binary(BinaryOp::Mul, v[0], c(1.0 / alpha))),
-        c(alpha));
-    return lowerer.where(lowerer.binary(BinaryOp::Gt, v[0], c(0)), v[0],
-                         negative);
-  });
+  return eluWith(lowerer, node, alpha, 1, 1.0 / alpha);
 }
 
 // _prelu_kernel(x, weight): x where x > 0, else weight x (the weight
@@ -925,6 +913,17 @@ LoweringResult copyFrom(Lowerer &lowerer, const Node &node) {
 }
 
 } // namespace
+
+const Expr *logSigmoid(Lowerer &lowerer, const Expr *x, DType math) {
+  return lowerer.binary(
+      BinaryOp::Sub,
+      lowerer.binary(BinaryOp::Min, x, lowerer.constant(0, math)),
+      lowerer.unary(
+          UnaryOp::Log1p,
+          lowerer.unary(
+              UnaryOp::Exp,
+              lowerer.unary(UnaryOp::Neg, lowerer.unary(UnaryOp::Abs, x)))));
+}
 
 void registerPointwiseLowerings(LoweringTable &table) {
   using B = BinaryOp;

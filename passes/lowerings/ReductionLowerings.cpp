@@ -515,16 +515,10 @@ LoweringResult logitsCrossEntropy(Lowerer &lowerer, const Node &node) {
       [&lowerer, math, weighted, positive](const std::vector<const Expr *> &v) {
         auto c = [&](double value) { return lowerer.constant(value, math); };
         const Expr *x = v[0], *t = v[1];
-        const Expr *logSigmoid = lowerer.binary(
-            BinaryOp::Sub, lowerer.binary(BinaryOp::Min, x, c(0)),
-            lowerer.unary(
-                UnaryOp::Log1p,
-                lowerer.unary(UnaryOp::Exp,
-                              lowerer.unary(UnaryOp::Neg,
-                                            lowerer.unary(UnaryOp::Abs, x)))));
+        const Expr *logSigmoidX = logSigmoid(lowerer, x, math);
         if (positive)
-          logSigmoid = lowerer.binary(
-              BinaryOp::Mul, logSigmoid,
+          logSigmoidX = lowerer.binary(
+              BinaryOp::Mul, logSigmoidX,
               lowerer.binary(
                   BinaryOp::Add,
                   lowerer.binary(
@@ -536,7 +530,7 @@ LoweringResult logitsCrossEntropy(Lowerer &lowerer, const Node &node) {
             BinaryOp::Sub,
             lowerer.binary(BinaryOp::Mul,
                            lowerer.binary(BinaryOp::Sub, c(1), t), x),
-            logSigmoid);
+            logSigmoidX);
         return weighted ? lowerer.binary(BinaryOp::Mul, loss, v[2]) : loss;
       });
   return reducedLoss(lowerer, node, terms, reduction, math);

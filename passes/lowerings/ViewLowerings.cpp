@@ -1,7 +1,9 @@
 // Lowerings of the view ops: of a realized tensor, a new placement in the
 // same buffer (the view's own strides and offset); of a virtual one, an
 // index rewrite of its loader.
-// Depends on passes/lowerings/Lowerer.h and ir/ops/MetaUtils.h.
+// Depends on passes/lowerings/Lowerer.h, ir/OpRegistry.h and
+// ir/ops/MetaUtils.h.
+#include "ir/OpRegistry.h"
 #include "ir/ops/MetaUtils.h"
 #include "passes/lowerings/Lowerer.h"
 
@@ -635,58 +637,19 @@ LoweringResult asStridedScatter(Lowerer &lowerer, const Node &node) {
 
 // slice_scatter(self, src, dim, start, end, step), select_scatter(self,
 // src, dim, index), diagonal_scatter(self, src, offset, dim1, dim2): self
-// with that view of it (meta::sliceOf, selectOf, diagonalOf of the
-// result's own dense layout) replaced by src: the functional forms of
-// writes through views, as aot_autograd's graphs have them.
-LoweringResult scatterIntoViewOf(Lowerer &lowerer, const Node &node,
-                                 const TensorMeta &view) {
+// with that view of it (of the result's own layout, as the ops' metas take
+// it: meta::sliceScatterView, selectScatterView, diagonalScatterView)
+// replaced by src: the functional forms of writes through views, as
+// aot_autograd's graphs have them.
+template <TensorMeta (*View)(const MetaArgs &, const TensorMeta &)>
+LoweringResult scatterIntoViewOf(Lowerer &lowerer, const Node &node) {
+  const TensorMeta &meta = lowerer.resultMeta(node);
+  if (meta.isSymbolic())
+    return std::nullopt;
+  // The node's meta passed the same checks: the view exists.
+  TensorMeta view = View(MetaArgs(*node.schema(), node.arguments()), meta);
   return scatterIntoView(lowerer, node, view.sizes, view.strides,
-                         view.storageOffset -
-                             lowerer.resultMeta(node).storageOffset);
-}
-
-LoweringResult sliceScatter(Lowerer &lowerer, const Node &node) {
-  const TensorMeta &meta = lowerer.resultMeta(node);
-  const std::vector<Argument> &arguments = node.arguments();
-  int64_t step = arguments.at(5).toInt();
-  if (meta.isSymbolic() || meta.dim() == 0 || step <= 0)
-    return std::nullopt;
-  int64_t dim = wrapDim(arguments.at(2).toInt(), meta.dim());
-  auto bound = [&](size_t index) -> std::optional<int64_t> {
-    if (arguments.at(index).isNone())
-      return std::nullopt;
-    return arguments.at(index).toInt();
-  };
-  auto [start, end] = meta::sliceBounds(meta.sizes[dim], bound(3), bound(4));
-  return scatterIntoViewOf(
-      lowerer, node,
-      meta::sliceOf(meta, dim, start, (end - start + step - 1) / step, step));
-}
-
-LoweringResult selectScatter(Lowerer &lowerer, const Node &node) {
-  const TensorMeta &meta = lowerer.resultMeta(node);
-  if (meta.isSymbolic() || meta.dim() == 0)
-    return std::nullopt;
-  int64_t dim = wrapDim(node.arguments().at(2).toInt(), meta.dim());
-  int64_t index = node.arguments().at(3).toInt();
-  if (index < 0)
-    index += meta.sizes[dim];
-  if (index < 0 || index >= meta.sizes[dim])
-    return std::nullopt; // torch raises
-  return scatterIntoViewOf(lowerer, node, meta::selectOf(meta, dim, index));
-}
-
-LoweringResult diagonalScatter(Lowerer &lowerer, const Node &node) {
-  const TensorMeta &meta = lowerer.resultMeta(node);
-  if (meta.isSymbolic() || meta.dim() < 2)
-    return std::nullopt;
-  int64_t first = wrapDim(node.arguments().at(3).toInt(), meta.dim());
-  int64_t second = wrapDim(node.arguments().at(4).toInt(), meta.dim());
-  if (first == second)
-    return std::nullopt;
-  return scatterIntoViewOf(
-      lowerer, node,
-      meta::diagonalOf(meta, node.arguments().at(2).toInt(), first, second));
+                         view.storageOffset - meta.storageOffset);
 }
 
 // contiguous: the tensor itself where it already is contiguous, else a
@@ -713,9 +676,9 @@ void registerViewLowerings(LoweringTable &table) {
       {"aten::_reshape_alias", asStrided},
       {"aten::as_strided", asStrided},
       {"aten::as_strided_scatter", asStridedScatter},
-      {"aten::slice_scatter", sliceScatter},
-      {"aten::select_scatter", selectScatter},
-      {"aten::diagonal_scatter", diagonalScatter},
+      {"aten::slice_scatter", scatterIntoViewOf<meta::sliceScatterView>},
+      {"aten::select_scatter", scatterIntoViewOf<meta::selectScatterView>},
+      {"aten::diagonal_scatter", scatterIntoViewOf<meta::diagonalScatterView>},
       {"aten::permute", permute},
       {"aten::transpose.int", transpose},
       {"aten::t", matrixTranspose},
