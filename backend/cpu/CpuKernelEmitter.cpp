@@ -121,6 +121,20 @@ private:
   void emitStores(const std::vector<loop::Store> &stores);
   void emitOuter(size_t level);
   void emitVectorLoops(size_t level, llvm::Value *start, llvm::Value *end);
+  void emitRowwise(size_t level, llvm::Value *start, llvm::Value *end);
+  /// Each vector width's points of [start, end) of the vectorised loop, then
+  /// the scalar tail: `body` gets the point's offset from `start`.
+  void sweep(size_t level, llvm::Value *start, llvm::Value *end, LoopBody body);
+  /// The values at `offset` of the rowwise arrays of the kernel's first
+  /// `count` reductions, as the reductions' values.
+  void loadRowwiseValues(size_t count, llvm::Value *offset);
+  struct RowwiseArrays;
+  /// The element at `offset` of one of a reduction's rowwise arrays, as
+  /// many lanes as the current vector's.
+  llvm::Value *loadRowwise(const RowwiseArrays &arrays, llvm::AllocaInst *array,
+                           llvm::Value *offset);
+  void storeRowwise(const RowwiseArrays &arrays, llvm::AllocaInst *array,
+                    llvm::Value *offset, llvm::Value *value);
   void emitTransposedTiles(llvm::Value *tile);
   void emitTransposedTile(llvm::Value *uStart, llvm::Value *vStart);
   llvm::Value *alignedStart(size_t var, llvm::Value *start, llvm::Value *end);
@@ -151,6 +165,16 @@ private:
     llvm::AllocaInst *scratch = nullptr;
   };
   std::unordered_map<const Expr *, CarriedArray> carried_;
+  /// Rowwise kernels: by reduction, the stack arrays of its values, its
+  /// float sum's block and its compensation, one element per vectorised
+  /// point (made on first use).
+  /// Booleans are kept a byte each (a vector of i1 in memory is packed).
+  struct RowwiseArrays {
+    llvm::Type *element = nullptr; // the accumulator's compute type
+    llvm::AllocaInst *value = nullptr, *partial = nullptr,
+                     *compensation = nullptr;
+  };
+  std::vector<RowwiseArrays> rowwise_;
   /// In a transposed tile: each transposed load's vector at the current row.
   std::unordered_map<const Expr *, llvm::Value *> transposedRows_;
   /// While the vectorised loop runs over one segment between the cuts:
@@ -802,6 +826,10 @@ void CpuKernelEmitter::emitVectorLoops(size_t level, llvm::Value *start,
       return;
     }
   }
+  if (schedule_.rowwise) {
+    emitRowwise(level, start, end);
+    return;
+  }
   llvm::Value *from =
       schedule_.streamedStore ? emitAlignmentPeel(level, start, end) : start;
   // Where the loop's length is known (not the parallel range's chunk, no
@@ -840,6 +868,213 @@ void CpuKernelEmitter::emitVectorLoops(size_t level, llvm::Value *start,
     vars_[level] = index;
     emitPoint();
   });
+}
+
+void CpuKernelEmitter::sweep(size_t level, llvm::Value *start, llvm::Value *end,
+                             LoopBody body) {
+  llvm::Value *from = start;
+  for (int width : schedule_.vectorWidths()) {
+    llvm::Value *split = vectorEnd(builder_, from, end, width);
+    countedLoop(from, split, width, [&](llvm::Value *index) {
+      vars_[level] = index;
+      enterVector(static_cast<int64_t>(level), width);
+      body(builder_.CreateSub(index, start));
+      leaveVector();
+    });
+    from = split;
+  }
+  countedLoop(from, end, 1, [&](llvm::Value *index) {
+    vars_[level] = index;
+    varyingMemo_.clear();
+    body(builder_.CreateSub(index, start));
+  });
+}
+
+llvm::Value *CpuKernelEmitter::loadRowwise(const RowwiseArrays &arrays,
+                                           llvm::AllocaInst *array,
+                                           llvm::Value *offset) {
+  llvm::Type *stored = array->getAllocatedType();
+  llvm::Value *value = builder_.CreateAlignedLoad(
+      withLanes(stored, currentLanes_),
+      builder_.CreateGEP(stored, array, offset),
+      llvm::Align(stored->getScalarSizeInBits() / 8));
+  if (stored == arrays.element)
+    return value;
+  return builder_.CreateTrunc(value, withLanes(arrays.element, currentLanes_));
+}
+
+void CpuKernelEmitter::storeRowwise(const RowwiseArrays &arrays,
+                                    llvm::AllocaInst *array,
+                                    llvm::Value *offset, llvm::Value *value) {
+  llvm::Type *stored = array->getAllocatedType();
+  if (stored != arrays.element)
+    value = builder_.CreateZExt(value, withLanes(stored, currentLanes_));
+  builder_.CreateAlignedStore(value, builder_.CreateGEP(stored, array, offset),
+                              llvm::Align(stored->getScalarSizeInBits() / 8));
+}
+
+void CpuKernelEmitter::loadRowwiseValues(size_t count, llvm::Value *offset) {
+  for (size_t index = 0; index < count; ++index)
+    reductionValues_[index] =
+        loadRowwise(rowwise_[index], rowwise_[index].value, offset);
+  varyingMemo_.clear();
+}
+
+// CpuSchedule's rowwise: for each loop with ranges, every reduction's array
+// starts at its identity; each point of the loop (its innermost range in
+// blocks where a float sum adds in blocks, as emitLoopNest's) sweeps the
+// vectorised points [start, end), adding each point's value to its array
+// element; the arrays then hold the final values (compensated, rounded)
+// that later loops read. A loop without ranges sweeps the points once and
+// stores. Each element sees the same operations in the same order as the
+// vectorised point of emitLoopNest would.
+void CpuKernelEmitter::emitRowwise(size_t level, llvm::Value *start,
+                                   llvm::Value *end) {
+  if (rowwise_.empty()) {
+    int64_t points = *kernel_.outerRanges[level]->constant();
+    llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
+    auto array = [&](llvm::Type *element) {
+      llvm::AllocaInst *made = entryBuilder.CreateAlloca(
+          element, entryBuilder.getInt64(points), "rowwise");
+      made->setAlignment(llvm::Align(64));
+      return made;
+    };
+    for (const loop::Loop &loop : kernel_.loops)
+      for (const loop::Reduction &reduction : loop.reductions) {
+        RowwiseArrays arrays;
+        arrays.element = computeType(accumulatorDType(reduction));
+        llvm::Type *stored = arrays.element->isIntegerTy(1)
+                                 ? entryBuilder.getInt8Ty()
+                                 : arrays.element;
+        arrays.value = array(stored);
+        if (isFloatSum(reduction)) {
+          arrays.partial = array(stored);
+          arrays.compensation = array(stored);
+        }
+        rowwise_.push_back(arrays);
+      }
+  }
+  reductionValues_.assign(static_cast<size_t>(kernel_.reductionCount()),
+                          nullptr);
+  varyingMemo_.clear();
+  size_t base = 0;
+  for (size_t loopIndex = 0; loopIndex < kernel_.loops.size(); ++loopIndex) {
+    const loop::Loop &loop = kernel_.loops[loopIndex];
+    if (loop.ranges.empty()) {
+      sweep(level, start, end, [&](llvm::Value *offset) {
+        loadRowwiseValues(base, offset);
+        emitLoopNest(loopIndex, base);
+      });
+      continue;
+    }
+    // Runs `visit(reduction, accumulator dtype, arrays, offset)` for each
+    // reduction of the loop at every point of the sweep, where the earlier
+    // loops' reductions have their values.
+    auto sweepReductions = [&](auto visit) {
+      sweep(level, start, end, [&](llvm::Value *offset) {
+        loadRowwiseValues(base, offset);
+        for (size_t index = 0; index < loop.reductions.size(); ++index) {
+          const loop::Reduction &reduction = loop.reductions[index];
+          visit(reduction, accumulatorDType(reduction), rowwise_[base + index],
+                offset);
+        }
+      });
+    };
+    auto zero = [&](const RowwiseArrays &arrays) {
+      return llvm::Constant::getNullValue(
+          withLanes(arrays.element, currentLanes_));
+    };
+    sweepReductions([&](const loop::Reduction &reduction, DType dtype,
+                        const RowwiseArrays &arrays, llvm::Value *offset) {
+      storeRowwise(arrays, arrays.value, offset,
+                   algebra_.identity(reduction.op, dtype, currentLanes_));
+      if (arrays.compensation)
+        storeRowwise(arrays, arrays.compensation, offset, zero(arrays));
+    });
+    bool blocked = false;
+    for (const loop::Reduction &reduction : loop.reductions)
+      blocked = blocked || isFloatSum(reduction);
+    int64_t firstVar = outerCount_;
+    int64_t lastVar =
+        outerCount_ + static_cast<int64_t>(loop.ranges.size()) - 1;
+    llvm::Value *innermost = sizeValue(loop.ranges.back());
+    auto accumulatePoints = [&](llvm::Value *from, llvm::Value *to) {
+      countedLoop(from, to, 1, [&](llvm::Value *index) {
+        vars_[lastVar] = index;
+        sweepReductions([&](const loop::Reduction &reduction, DType dtype,
+                            const RowwiseArrays &arrays, llvm::Value *offset) {
+          llvm::Value *value =
+              splat(emitCast(emit(reduction.value, currentLanes_ > 1),
+                             reduction.value->dtype(), dtype),
+                    currentLanes_);
+          llvm::AllocaInst *target =
+              arrays.partial ? arrays.partial : arrays.value;
+          storeRowwise(arrays, target, offset,
+                       algebra_.combine(reduction.op, dtype,
+                                        loadRowwise(arrays, target, offset),
+                                        value));
+        });
+      });
+    };
+    std::vector<llvm::Value *> extents;
+    for (size_t dimension = 0; dimension + 1 < loop.ranges.size(); ++dimension)
+      extents.push_back(sizeValue(loop.ranges[dimension]));
+    auto scopedLoop = [&](llvm::Value *from, llvm::Value *to, int64_t step,
+                          LoopBody body) { countedLoop(from, to, step, body); };
+    backend::emitLoopNest(
+        builder_, extents, builder_.getInt64(0), scopedLoop,
+        [&](llvm::ArrayRef<llvm::Value *> indices, llvm::Value *) {
+          for (size_t dimension = 0; dimension < indices.size(); ++dimension)
+            vars_[firstVar + dimension] = indices[dimension];
+          if (!blocked) {
+            accumulatePoints(builder_.getInt64(0), innermost);
+            return;
+          }
+          countedLoop(
+              builder_.getInt64(0), innermost, kSumBlockPerLane,
+              [&](llvm::Value *blockStart) {
+                sweepReductions([&](const loop::Reduction &, DType,
+                                    const RowwiseArrays &arrays,
+                                    llvm::Value *offset) {
+                  if (arrays.partial)
+                    storeRowwise(arrays, arrays.partial, offset, zero(arrays));
+                });
+                accumulatePoints(
+                    blockStart,
+                    builder_.CreateBinaryIntrinsic(
+                        llvm::Intrinsic::smin,
+                        builder_.CreateAdd(blockStart,
+                                           builder_.getInt64(kSumBlockPerLane)),
+                        innermost));
+                // Kahan summation of the block sums, as foldPartials.
+                sweepReductions([&](const loop::Reduction &, DType,
+                                    const RowwiseArrays &arrays,
+                                    llvm::Value *offset) {
+                  if (!arrays.partial)
+                    return;
+                  auto [sum, error] = algebra_.compensatedAdd(
+                      loadRowwise(arrays, arrays.value, offset),
+                      loadRowwise(arrays, arrays.compensation, offset),
+                      loadRowwise(arrays, arrays.partial, offset));
+                  storeRowwise(arrays, arrays.compensation, offset, error);
+                  storeRowwise(arrays, arrays.value, offset, sum);
+                });
+              });
+        });
+    for (int64_t var = firstVar; var <= lastVar; ++var)
+      vars_[var] = nullptr;
+    // The final values: compensated, rounded to the accumulator's type.
+    sweepReductions([&](const loop::Reduction &, DType dtype,
+                        const RowwiseArrays &arrays, llvm::Value *offset) {
+      llvm::Value *value = loadRowwise(arrays, arrays.value, offset);
+      if (arrays.compensation)
+        value = builder_.CreateFSub(
+            value, loadRowwise(arrays, arrays.compensation, offset));
+      storeRowwise(arrays, arrays.value, offset, roundTo(dtype, value));
+    });
+    base += loop.reductions.size();
+  }
+  varyingMemo_.clear();
 }
 
 namespace {

@@ -1,11 +1,12 @@
 // The CPU schedule pass: vector strategy by instruction estimates, parallel
 // split, streaming stores and carried values, per kernel.
 // Depends on backend/cpu/CpuSchedule.h, backend/llvm/LlvmTypes.h,
-// backend/llvm/MathFunctionName.h, ir/.
+// backend/llvm/MathFunctionName.h, backend/llvm/ReductionAlgebra.h, ir/.
 #include "backend/cpu/CpuSchedule.h"
 
 #include "backend/llvm/LlvmTypes.h"
 #include "backend/llvm/MathFunctionName.h"
+#include "backend/llvm/ReductionAlgebra.h"
 #include "ir/Error.h"
 #include "passes/Scheduler.h"
 
@@ -322,6 +323,56 @@ void planQuotients(KernelSchedule &schedule, const loop::Kernel &kernel) {
   schedule.constantQuotientsAsProducts = dividerOperations >= 2;
 }
 
+// CpuSchedule.h's rowwise: Outer kernels whose loops with ranges all reduce
+// (no stores, no arg reductions) and at least one over kMinRowwisePoints
+// points or more, whose other loops store without reducing, whose
+// vectorised range is constant and whose arrays fit kMaxRowwiseBytes (they
+// stay in the first-level cache), and which read no buffer they write (the
+// stores of every vectorised point then precede the later loops' loads).
+void planRowwise(KernelSchedule &schedule, const loop::Program &program,
+                 const loop::Kernel &kernel) {
+  constexpr int64_t kMinRowwisePoints = 64;
+  constexpr int64_t kMaxRowwiseBytes = 24 << 10;
+  if (schedule.strategy != VectorStrategy::Outer || kernel.contraction ||
+      kernel.outerRanges.empty() || !schedule.transposedLoads.empty() ||
+      schedule.streamedStore || !schedule.carried.empty())
+    return;
+  std::optional<int64_t> points = kernel.outerRanges.back()->constant();
+  if (!points)
+    return;
+  int64_t bytes = 0;
+  bool longReduction = false;
+  std::unordered_set<int64_t> stored;
+  for (const loop::Loop &loop : kernel.loops) {
+    for (const loop::Store &store : loop.stores)
+      stored.insert(store.buffer);
+    if (loop.ranges.empty()) {
+      if (!loop.reductions.empty())
+        return;
+      continue;
+    }
+    if (loop.reductions.empty() || !loop.stores.empty())
+      return;
+    for (const loop::Reduction &reduction : loop.reductions) {
+      if (reduction.op == loop::ReduceOp::ArgMax ||
+          reduction.op == loop::ReduceOp::ArgMin)
+        return;
+      bytes += *points * itemSize(accumulatorDType(reduction)) *
+               (isFloatSum(reduction) ? 3 : 1);
+    }
+    longReduction = longReduction ||
+                    numelOf(program.hints(loop.ranges)) >= kMinRowwisePoints;
+  }
+  if (!longReduction || bytes > kMaxRowwiseBytes)
+    return;
+  bool readsStored = false;
+  loop::forEachExpr(kernel, [&](const Expr *value) {
+    for (const Expr *load : loop::loadsOf(value))
+      readsStored = readsStored || stored.count(load->id()) > 0;
+  });
+  schedule.rowwise = !readsStored;
+}
+
 // How many leading outer loops the [begin, end) arguments range over, as
 // one flat loop: enough that the thread pool has chunks to share out even
 // where the first loop is short (attention's batch of 2). The vectorised
@@ -513,6 +564,8 @@ std::string CpuSchedule::str() const {
          << " carried=" << kernel.carried.size();
     if (!kernel.transposedLoads.empty())
       text << " transposed=" << kernel.transposedLoads.size();
+    if (kernel.rowwise)
+      text << " rowwise=1";
     text << "\n";
   }
   return text.str();
@@ -531,11 +584,46 @@ int64_t splitReductionsForCpu(loop::Program &program, int threads) {
     if (!extent)
       return int64_t(1);
     int64_t points = extent->points;
-    if (points == 0 || points >= threads || points * extent->work < kMinWork)
+    if (points == 0 || points * extent->work < kMinWork)
       return int64_t(1);
-    int64_t wanted = 4 * int64_t(threads);
-    return reductionChunks(kernel, (wanted + points - 1) / points, kMinChunk);
+    if (points < threads) {
+      int64_t wanted = 4 * int64_t(threads);
+      return reductionChunks(kernel, (wanted + points - 1) / points, kMinChunk);
+    }
+    // A column reduction: a chunk of rows a thread (more would add partials
+    // to combine and split the rows' runs no further), where the points
+    // before the columns are fewer than the threads.
+    std::optional<int64_t> columns = kernel.outerRanges.back()->constant();
+    if (!columns || *columns == 0 || !columnReduction(kernel))
+      return int64_t(1);
+    int64_t leading = points / *columns;
+    if (leading >= threads)
+      return int64_t(1);
+    return reductionChunks(kernel, (threads + leading - 1) / leading,
+                           (kMinChunk + *columns - 1) / *columns);
   });
+}
+
+bool columnReduction(const loop::Kernel &kernel) {
+  if (kernel.outerRanges.empty() || kernel.loops.empty())
+    return false;
+  const loop::Loop &first = kernel.loops.front();
+  int64_t column = static_cast<int64_t>(kernel.outerRanges.size()) - 1;
+  int64_t firstLoopVar = column + 1;
+  int64_t lastLoopVar =
+      firstLoopVar + static_cast<int64_t>(first.ranges.size()) - 1;
+  for (const loop::Reduction &reduction : first.reductions)
+    for (const Expr *load : loop::loadsOf(reduction.value)) {
+      if (loop::affineCoefficient(load->index(), column) != 1)
+        continue;
+      for (int64_t var = firstLoopVar; var <= lastLoopVar; ++var) {
+        std::optional<int64_t> along =
+            loop::affineCoefficient(load->index(), var);
+        if (along && *along != 0)
+          return true;
+      }
+    }
+  return false;
 }
 
 CpuSchedule scheduleForCpu(const loop::Program &program,
@@ -553,6 +641,7 @@ CpuSchedule scheduleForCpu(const loop::Program &program,
     planStreaming(record, program, kernel, host);
     planTranspose(record, kernel);
     planQuotients(record, kernel);
+    planRowwise(record, program, kernel);
     planParallel(record, program, kernel);
     if (record.streamedStore) {
       const loop::Buffer &buffer =

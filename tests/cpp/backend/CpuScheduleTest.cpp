@@ -387,3 +387,33 @@ TEST(CpuSchedule, FewPointsSplitTheirReductionAcrossThreads) {
   loop::Program single = program({1024, 256}, {0, 1});
   EXPECT_EQ(backend::splitReductionsForCpu(single, 1), 0);
 }
+
+// A column reduction with fewer points before its columns than threads
+// splits its rows into a chunk a thread, and the chunks' kernel runs its
+// columns inside each row (rowwise); one with as many leading points as
+// threads, and the combining kernel's two-row sums, do not.
+TEST(CpuSchedule, ColumnReductionsSplitRowsAndRunRowwise) {
+  auto program = [](Shape sizes, std::vector<int64_t> dims) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, sizes));
+    graph->setOutputs(
+        {op(*graph, "aten::sum.dim_IntList", {x, Argument(dims)})});
+    return lowerAndFuse(graph);
+  };
+  loop::Program columns = program({8192, 1024}, {0});
+  EXPECT_TRUE(backend::columnReduction(columns.steps[0].kernel));
+  ASSERT_EQ(backend::splitReductionsForCpu(columns, 2), 1);
+  EXPECT_EQ(columns.steps[0].kernel.outerRanges.constants(), Shape({2, 1024}))
+      << columns.str();
+  CpuSchedule schedule = backend::scheduleForCpu(columns, avx2Host());
+  EXPECT_EQ(schedule.kernel(0).strategy, VectorStrategy::Outer);
+  EXPECT_TRUE(schedule.kernel(0).rowwise) << schedule.str();
+  EXPECT_FALSE(schedule.kernel(1).rowwise) << schedule.str();
+  EXPECT_NE(schedule.str().find("rowwise=1"), std::string::npos);
+  loop::Program batched = program({16, 500, 64}, {1});
+  EXPECT_EQ(backend::splitReductionsForCpu(batched, 4), 0);
+  EXPECT_TRUE(onlyKernel(batched, backend::scheduleForCpu(batched, avx2Host()))
+                  .rowwise);
+  loop::Program rows = program({64, 4096}, {1});
+  EXPECT_FALSE(backend::columnReduction(rows.steps[0].kernel));
+}
