@@ -826,8 +826,15 @@ void CpuKernelEmitter::emitVectorLoops(size_t level, llvm::Value *start,
       return;
     }
   }
-  if (schedule_.rowwise) {
-    emitRowwise(level, start, end);
+  if (schedule_.rowwiseColumns > 0) {
+    int64_t columns = schedule_.rowwiseColumns;
+    countedLoop(start, end, columns, [&](llvm::Value *tileStart) {
+      emitRowwise(level, tileStart,
+                  builder_.CreateBinaryIntrinsic(
+                      llvm::Intrinsic::smin,
+                      builder_.CreateAdd(tileStart, builder_.getInt64(columns)),
+                      end));
+    });
     return;
   }
   llvm::Value *from =
@@ -920,22 +927,22 @@ void CpuKernelEmitter::loadRowwiseValues(size_t count, llvm::Value *offset) {
   varyingMemo_.clear();
 }
 
-// CpuSchedule's rowwise: for each loop with ranges, every reduction's array
-// starts at its identity; each point of the loop (its innermost range in
-// blocks where a float sum adds in blocks, as emitLoopNest's) sweeps the
-// vectorised points [start, end), adding each point's value to its array
-// element; the arrays then hold the final values (compensated, rounded)
-// that later loops read. A loop without ranges sweeps the points once and
-// stores. Each element sees the same operations in the same order as the
-// vectorised point of emitLoopNest would.
+// CpuSchedule's rowwiseColumns, over the columns [start, end) of one tile:
+// for each loop with ranges, every reduction's array starts at its
+// identity; each point of the loop (its innermost range in blocks where a
+// float sum adds in blocks, as emitLoopNest's) sweeps the vectorised points
+// [start, end), adding each point's value to its array element; the arrays
+// then hold the final values (compensated, rounded) that later loops read.
+// A loop without ranges sweeps the points once and stores. Each element
+// sees the same operations in the same order as the vectorised point of
+// emitLoopNest would.
 void CpuKernelEmitter::emitRowwise(size_t level, llvm::Value *start,
                                    llvm::Value *end) {
   if (rowwise_.empty()) {
-    int64_t points = *kernel_.outerRanges[level]->constant();
     llvm::IRBuilder<> entryBuilder(entry_, entry_->begin());
     auto array = [&](llvm::Type *element) {
       llvm::AllocaInst *made = entryBuilder.CreateAlloca(
-          element, entryBuilder.getInt64(points), "rowwise");
+          element, entryBuilder.getInt64(schedule_.rowwiseColumns), "rowwise");
       made->setAlignment(llvm::Align(64));
       return made;
     };

@@ -323,24 +323,27 @@ void planQuotients(KernelSchedule &schedule, const loop::Kernel &kernel) {
   schedule.constantQuotientsAsProducts = dividerOperations >= 2;
 }
 
-// CpuSchedule.h's rowwise: Outer kernels whose loops with ranges all reduce
-// (no stores, no arg reductions) and at least one over kMinRowwisePoints
-// points or more, whose other loops store without reducing, whose
-// vectorised range is constant and whose arrays fit kMaxRowwiseBytes (they
-// stay in the first-level cache), and which read no buffer they write (the
-// stores of every vectorised point then precede the later loops' loads).
+// CpuSchedule.h's rowwiseColumns: Outer kernels whose loops with ranges all
+// reduce (no stores, no arg reductions) and at least one over
+// kMinRowwisePoints points or more, whose other loops store without
+// reducing, and which read no buffer they write (the stores of every
+// vectorised point then precede the later loops' loads). Tiles of columns
+// as even as whole vectors of every width allow (multiples of
+// kRowwiseStep), each small enough that the arrays every row touches (a
+// value, or a float sum's block) stay within kMaxHotBytes, in the
+// first-level cache, and all of them (a float sum's total and compensation
+// too, touched once a block) within kMaxRowwiseBytes.
 void planRowwise(KernelSchedule &schedule, const loop::Program &program,
                  const loop::Kernel &kernel) {
   constexpr int64_t kMinRowwisePoints = 64;
-  constexpr int64_t kMaxRowwiseBytes = 24 << 10;
+  constexpr int64_t kMaxHotBytes = 32 << 10;
+  constexpr int64_t kMaxRowwiseBytes = 192 << 10;
+  constexpr int64_t kRowwiseStep = 64;
   if (schedule.strategy != VectorStrategy::Outer || kernel.contraction ||
       kernel.outerRanges.empty() || !schedule.transposedLoads.empty() ||
       schedule.streamedStore || !schedule.carried.empty())
     return;
-  std::optional<int64_t> points = kernel.outerRanges.back()->constant();
-  if (!points)
-    return;
-  int64_t bytes = 0;
+  int64_t hotBytes = 0, bytes = 0; // a column's
   bool longReduction = false;
   std::unordered_set<int64_t> stored;
   for (const loop::Loop &loop : kernel.loops) {
@@ -357,20 +360,31 @@ void planRowwise(KernelSchedule &schedule, const loop::Program &program,
       if (reduction.op == loop::ReduceOp::ArgMax ||
           reduction.op == loop::ReduceOp::ArgMin)
         return;
-      bytes += *points * itemSize(accumulatorDType(reduction)) *
-               (isFloatSum(reduction) ? 3 : 1);
+      int64_t size = itemSize(accumulatorDType(reduction));
+      hotBytes += size;
+      bytes += size * (isFloatSum(reduction) ? 3 : 1);
     }
     longReduction = longReduction ||
                     numelOf(program.hints(loop.ranges)) >= kMinRowwisePoints;
   }
-  if (!longReduction || bytes > kMaxRowwiseBytes)
+  if (!longReduction || bytes == 0)
+    return;
+  int64_t most = std::min(kMaxHotBytes / hotBytes, kMaxRowwiseBytes / bytes);
+  most -= most % kRowwiseStep;
+  int64_t points = program.hint(kernel.outerRanges.back());
+  if (most == 0 || points == 0)
     return;
   bool readsStored = false;
   loop::forEachExpr(kernel, [&](const Expr *value) {
     for (const Expr *load : loop::loadsOf(value))
       readsStored = readsStored || stored.count(load->id()) > 0;
   });
-  schedule.rowwise = !readsStored;
+  if (readsStored)
+    return;
+  int64_t tiles = (points + most - 1) / most;
+  int64_t columns = (points + tiles - 1) / tiles;
+  columns += (kRowwiseStep - columns % kRowwiseStep) % kRowwiseStep;
+  schedule.rowwiseColumns = std::min({columns, most, points});
 }
 
 // How many leading outer loops the [begin, end) arguments range over, as
@@ -564,8 +578,8 @@ std::string CpuSchedule::str() const {
          << " carried=" << kernel.carried.size();
     if (!kernel.transposedLoads.empty())
       text << " transposed=" << kernel.transposedLoads.size();
-    if (kernel.rowwise)
-      text << " rowwise=1";
+    if (kernel.rowwiseColumns > 0)
+      text << " rowwise=" << kernel.rowwiseColumns;
     text << "\n";
   }
   return text.str();

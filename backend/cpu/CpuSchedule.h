@@ -66,14 +66,15 @@ struct KernelSchedule {
   /// correction's seven (hardswish of 1M floats on 1 thread, AMD EPYC: 140
   /// us against 198).
   bool constantQuotientsAsProducts = false;
-  /// Whether the vectorised outer loop runs inside each point of the
-  /// reduction loops (Outer strategy): each reduction accumulates into a
-  /// stack array by vectorised point, and the loops that store run over
-  /// the arrays afterwards. A column sum then reads whole rows one after
-  /// another instead of a strip of columns down every row, a page apart
-  /// (x.sum(0) of 8192x1024 float32 on 1 thread of the 2-core EPYC: 6.2 ms
-  /// by strips, 3.3 by rows, a row sum's time).
-  bool rowwise = false;
+  /// Where not 0, the vectorised outer loop runs inside each point of the
+  /// reduction loops (Outer strategy), `rowwiseColumns` of its points at a
+  /// time: each reduction accumulates into a stack array by vectorised
+  /// point, and the loops that store run over the arrays afterwards. A
+  /// column sum then reads runs of whole rows one after another instead of
+  /// a strip of columns down every row, a page apart (x.sum(0) of
+  /// 8192x1024 float32 on 1 thread of the 2-core EPYC: 6.2 ms by strips,
+  /// 3.3 by rows, a row sum's time).
+  int64_t rowwiseColumns = 0;
 
   /// The vector widths a vector loop steps by, widest first: an unrolled
   /// one, then single vectors.

@@ -407,13 +407,20 @@ TEST(CpuSchedule, ColumnReductionsSplitRowsAndRunRowwise) {
       << columns.str();
   CpuSchedule schedule = backend::scheduleForCpu(columns, avx2Host());
   EXPECT_EQ(schedule.kernel(0).strategy, VectorStrategy::Outer);
-  EXPECT_TRUE(schedule.kernel(0).rowwise) << schedule.str();
-  EXPECT_FALSE(schedule.kernel(1).rowwise) << schedule.str();
-  EXPECT_NE(schedule.str().find("rowwise=1"), std::string::npos);
+  EXPECT_EQ(schedule.kernel(0).rowwiseColumns, 1024) << schedule.str();
+  EXPECT_EQ(schedule.kernel(1).rowwiseColumns, 0) << schedule.str();
+  EXPECT_NE(schedule.str().find("rowwise=1024"), std::string::npos);
+  // A row of 20000: the sum's blocks take 4 bytes a column, 8192 columns
+  // in 32K at most, so three even tiles of whole 64-column steps.
+  loop::Program wide = program({256, 20000}, {0});
+  EXPECT_EQ(onlyKernel(wide, backend::scheduleForCpu(wide, avx2Host()))
+                .rowwiseColumns,
+            6720);
   loop::Program batched = program({16, 500, 64}, {1});
   EXPECT_EQ(backend::splitReductionsForCpu(batched, 4), 0);
-  EXPECT_TRUE(onlyKernel(batched, backend::scheduleForCpu(batched, avx2Host()))
-                  .rowwise);
+  EXPECT_EQ(onlyKernel(batched, backend::scheduleForCpu(batched, avx2Host()))
+                .rowwiseColumns,
+            64);
   loop::Program rows = program({64, 4096}, {1});
   EXPECT_FALSE(backend::columnReduction(rows.steps[0].kernel));
 }
