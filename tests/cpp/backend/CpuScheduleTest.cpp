@@ -42,6 +42,14 @@ HostTarget avx2Host() {
   return host;
 }
 
+// The planned program of x.sum(dims) over float32 `sizes`.
+loop::Program sumProgram(Shape sizes, std::vector<int64_t> dims) {
+  auto graph = std::make_shared<Graph>();
+  Value *x = graph->addInput(TensorMeta(DType::Float32, sizes));
+  graph->setOutputs({op(*graph, "aten::sum.dim_IntList", {x, Argument(dims)})});
+  return lowerAndFuse(graph);
+}
+
 // The record of the one Kernel step of `program` (a copy: the schedule is
 // often a temporary).
 KernelSchedule onlyKernel(const loop::Program &program,
@@ -352,13 +360,7 @@ TEST(CpuSchedule, LongBodiesAreNotUnrolled) {
 // the threads share, and a kernel that combines them; a row reduction of
 // as many points as threads, a small one, and a single thread do not.
 TEST(CpuSchedule, FewPointsSplitTheirReductionAcrossThreads) {
-  auto program = [](Shape sizes, std::vector<int64_t> dims) {
-    auto graph = std::make_shared<Graph>();
-    Value *x = graph->addInput(TensorMeta(DType::Float32, sizes));
-    graph->setOutputs(
-        {op(*graph, "aten::sum.dim_IntList", {x, Argument(dims)})});
-    return lowerAndFuse(graph);
-  };
+  auto program = sumProgram;
   auto kernels = [](const loop::Program &p) {
     int count = 0;
     for (const loop::Step &step : p.steps)
@@ -393,13 +395,7 @@ TEST(CpuSchedule, FewPointsSplitTheirReductionAcrossThreads) {
 // columns inside each row (rowwise); one with as many leading points as
 // threads, and the combining kernel's two-row sums, do not.
 TEST(CpuSchedule, ColumnReductionsSplitRowsAndRunRowwise) {
-  auto program = [](Shape sizes, std::vector<int64_t> dims) {
-    auto graph = std::make_shared<Graph>();
-    Value *x = graph->addInput(TensorMeta(DType::Float32, sizes));
-    graph->setOutputs(
-        {op(*graph, "aten::sum.dim_IntList", {x, Argument(dims)})});
-    return lowerAndFuse(graph);
-  };
+  auto program = sumProgram;
   loop::Program columns = program({8192, 1024}, {0});
   EXPECT_TRUE(backend::columnReduction(columns.steps[0].kernel));
   ASSERT_EQ(backend::splitReductionsForCpu(columns, 2), 1);
