@@ -122,9 +122,11 @@ private:
   void emitOuter(size_t level);
   void emitVectorLoops(size_t level, llvm::Value *start, llvm::Value *end);
   void emitRowwise(size_t level, llvm::Value *start, llvm::Value *end);
-  /// Each vector width's points of [start, end) of the vectorised loop, then
-  /// the scalar tail: `body` gets the point's offset from `start`.
-  void sweep(size_t level, llvm::Value *start, llvm::Value *end, LoopBody body);
+  /// The points [start, end) of the vectorised loop (outer loop `level`) in
+  /// vectors of each of `widths`, then one by one: `body` gets each first
+  /// point, with the loop's variable set and the vector entered.
+  void sweep(size_t level, llvm::Value *start, llvm::Value *end,
+             const std::vector<int> &widths, LoopBody body);
   /// The values at `offset` of the rowwise arrays of the kernel's first
   /// `count` reductions, as the reductions' values.
   void loadRowwiseValues(size_t count, llvm::Value *offset);
@@ -861,39 +863,25 @@ void CpuKernelEmitter::emitVectorLoops(size_t level, llvm::Value *start,
         left -= width;
       }
   }
+  sweep(level, from, end, widths, [&](llvm::Value *) { emitPoint(); });
+}
+
+void CpuKernelEmitter::sweep(size_t level, llvm::Value *start, llvm::Value *end,
+                             const std::vector<int> &widths, LoopBody body) {
+  llvm::Value *from = start;
   for (int width : widths) {
     llvm::Value *split = vectorEnd(builder_, from, end, width);
     countedLoop(from, split, width, [&](llvm::Value *index) {
       vars_[level] = index;
       enterVector(static_cast<int64_t>(level), width);
-      emitPoint();
+      body(index);
       leaveVector();
     });
     from = split;
   }
   countedLoop(from, end, 1, [&](llvm::Value *index) {
     vars_[level] = index;
-    emitPoint();
-  });
-}
-
-void CpuKernelEmitter::sweep(size_t level, llvm::Value *start, llvm::Value *end,
-                             LoopBody body) {
-  llvm::Value *from = start;
-  for (int width : schedule_.vectorWidths()) {
-    llvm::Value *split = vectorEnd(builder_, from, end, width);
-    countedLoop(from, split, width, [&](llvm::Value *index) {
-      vars_[level] = index;
-      enterVector(static_cast<int64_t>(level), width);
-      body(builder_.CreateSub(index, start));
-      leaveVector();
-    });
-    from = split;
-  }
-  countedLoop(from, end, 1, [&](llvm::Value *index) {
-    vars_[level] = index;
-    varyingMemo_.clear();
-    body(builder_.CreateSub(index, start));
+    body(index);
   });
 }
 
@@ -964,11 +952,16 @@ void CpuKernelEmitter::emitRowwise(size_t level, llvm::Value *start,
   reductionValues_.assign(static_cast<size_t>(kernel_.reductionCount()),
                           nullptr);
   varyingMemo_.clear();
+  // The tile's columns; `body` gets each first one's offset in the arrays.
+  auto sweepTile = [&](auto body) {
+    sweep(level, start, end, schedule_.vectorWidths(),
+          [&](llvm::Value *index) { body(builder_.CreateSub(index, start)); });
+  };
   size_t base = 0;
   for (size_t loopIndex = 0; loopIndex < kernel_.loops.size(); ++loopIndex) {
     const loop::Loop &loop = kernel_.loops[loopIndex];
     if (loop.ranges.empty()) {
-      sweep(level, start, end, [&](llvm::Value *offset) {
+      sweepTile([&](llvm::Value *offset) {
         loadRowwiseValues(base, offset);
         emitLoopNest(loopIndex, base);
       });
@@ -978,7 +971,7 @@ void CpuKernelEmitter::emitRowwise(size_t level, llvm::Value *start,
     // reduction of the loop at every point of the sweep, where the earlier
     // loops' reductions have their values.
     auto sweepReductions = [&](auto visit) {
-      sweep(level, start, end, [&](llvm::Value *offset) {
+      sweepTile([&](llvm::Value *offset) {
         loadRowwiseValues(base, offset);
         for (size_t index = 0; index < loop.reductions.size(); ++index) {
           const loop::Reduction &reduction = loop.reductions[index];
