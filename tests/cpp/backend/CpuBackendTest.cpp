@@ -349,10 +349,13 @@ TEST(CpuMath, Float32ExpOfAClampedValueIsTheNormalRangeExp) {
   }
 }
 
-// tanh's exp (of 2|x|, never below 0) is fused into its denominator
-// e^{2|x|} + 1, |x| clamped to 9.1 (where tanh rounds to 1): neither exp's
-// overflow clamp (89) nor the general exp's underflow bound is in its kernel
-// (the results are checked against float64 in tests/py/backend).
+// tanh's exp (of 2|x|, never below 0) is fused into e^{2|x|} - 1, |x|
+// clamped to 9.1 (where tanh rounds to 1): neither exp's overflow clamp (89)
+// nor the general exp's underflow bound is in its kernel, and the exponent
+// is rounded to an integer by adding 1.5 * 2^23 + 128 in an fma whose bits,
+// shifted, are the power of two: no rounding intrinsic, no conversion to
+// an integer (the results are checked against float64 over all floats'
+// sample in tests/py/backend/test_cpu_math.py).
 namespace {
 
 // A kernel of tanh over 64 floats.
@@ -366,14 +369,43 @@ void addTanhKernel(TestProgram &test) {
 
 } // namespace
 
-TEST(CpuMath, Float32TanhFusesItsExpIntoItsDenominator) {
+TEST(CpuMath, Float32TanhFusesItsExpAndRoundsByAnAddedConstant) {
   TestProgram test;
   addTanhKernel(test);
   std::string ir;
   compileWithIr(test, ir);
   EXPECT_NE(ir.find("0x4022333340000000"), std::string::npos); // 9.1f
+  EXPECT_NE(ir.find("0x4168001000000000"), std::string::npos); // 1.5 2^23 + 128
   EXPECT_EQ(ir.find("8.900000e+01"), std::string::npos);
   EXPECT_EQ(ir.find("-1.040000e+02"), std::string::npos);
+  EXPECT_EQ(ir.find("fptosi"), std::string::npos);
+  EXPECT_EQ(ir.find("llvm.rint"), std::string::npos);
+}
+
+// Every inline float32 exp rounds its exponent by adding 1.5 * 2^23 (and a
+// bias) in an fma and shifts the sum's bits into a power of two: no
+// rounding intrinsic and no float-to-integer conversion, two to four
+// vector instructions fewer (the values: the exp tests above, and
+// tests/py/backend/test_cpu_math.py against float64).
+TEST(CpuMath, Float32ExpsRoundTheirExponentWithoutAConversion) {
+  for (int form = 0; form < 3; ++form) {
+    TestProgram test;
+    int64_t in = test.buffer(DType::Float32, 64);
+    int64_t out = test.buffer(DType::Float32, 64);
+    auto &e = test.exprs();
+    const Expr *x = test.load(in, test.var(0));
+    const Expr *value =
+        form == 0 ? e.unary(UnaryOp::Exp, x)
+        : form == 1
+            ? e.unary(UnaryOp::Exp, e.binary(BinaryOp::Max, x,
+                                             e.constant(-86.0, DType::Float32)))
+            : e.unary(UnaryOp::Erf, x);
+    test.addKernel(pointwise(test, 64, out, value));
+    std::string ir;
+    compileWithIr(test, ir);
+    EXPECT_EQ(ir.find("fptosi"), std::string::npos) << form;
+    EXPECT_EQ(ir.find("llvm.rint"), std::string::npos) << form;
+  }
 }
 
 // Kernels are compiled for the small code model with position-independent
