@@ -145,7 +145,8 @@ def markdown(run, chart_name):
              f"back-to-back calls, device-synchronised. Speedup = eager time / compiled time; kiln vs Inductor = Inductor time / kiln "
              f"time (above 1: kiln is faster). 1st call = wrapping plus the first call, compile included (after one "
              f"tiny compile per compiler to pay process start-up). Max rel. err = max |out - eager| / max |eager|. "
-             f"% of bandwidth = bytes of inputs and outputs / time / the copy bandwidth (above 100%: the data stayed in cache). Geometric means count "
+             f"% of bandwidth = bytes of inputs and outputs / time / the copy bandwidth (a copy between two buffers of 128 MiB or of twice the "
+             f"CPU's last-level cache, whichever is larger; above 100%: the data stayed in cache). Geometric means count "
              f"only workloads whose columns ran and matched eager.",
              "", f"![speedups over eager]({chart_name})", ""]
     for run_at in run["runs"]:
