@@ -184,7 +184,8 @@ def last_level_cache_bytes():
     sizes = []
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
         try:
-            text = open(path).read().strip().upper()
+            with open(path) as file:
+                text = file.read().strip().upper()
             scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
             sizes.append(int(text.rstrip("KMG")) * scale)
         except (OSError, ValueError):

@@ -384,8 +384,8 @@ TEST(CpuMath, Float32TanhFusesItsExpAndRoundsByAnAddedConstant) {
 
 // Every inline float32 exp rounds its exponent by adding 1.5 * 2^23 (and a
 // bias) in an fma and shifts the sum's bits into a power of two: no
-// rounding intrinsic and no float-to-integer conversion, two to four
-// vector instructions fewer (the values: the exp tests above, and
+// rounding intrinsic and no float-to-integer conversion, three vector
+// instructions fewer (the values: the exp tests above, and
 // tests/py/backend/test_cpu_math.py against float64).
 TEST(CpuMath, Float32ExpsRoundTheirExponentWithoutAConversion) {
   for (int form = 0; form < 3; ++form) {
