@@ -163,6 +163,7 @@ AotTarget makeTarget(const std::string &cpu) {
     result.host.cpuName = cpu;
     result.host.unroll = host.unroll;
     result.host.streamingBytes = int64_t(16) << 20;
+    result.host.prefetchBytes = host.prefetchBytes;
   }
   llvm::TargetOptions targetOptions;
   result.machine.reset(target->createTargetMachine(

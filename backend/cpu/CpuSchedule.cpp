@@ -387,6 +387,73 @@ void planRowwise(KernelSchedule &schedule, const loop::Program &program,
   schedule.rowwiseColumns = std::min({columns, most, points});
 }
 
+// CpuSchedule.h's prefetchLoop: a vector loop prefetches where it does
+// more than one operation per element it loads (a reduction's accumulation
+// counts one, a max or min two: NaN's check), so that the next page's
+// lines arrive while it computes; a loop that only reads and sums is the
+// stream the hardware prefetchers follow, and prefetches there only add
+// instructions and requests. Measured with every loop prefetching, 4 KiB
+// ahead against none, in one process each: on 2 threads of the 2-core EPYC
+// softmax 4096x1024 1.41x faster, layer_norm 1.41x, the row statistics 1.77x,
+// the pointwise chain of 4M floats 1.35x, softmax and layer_norm of 32768x1024
+// (past the L3) 1.39x and 1.45x, a row amax 1.22-1.31x; but the row sum of
+// 32768x1024 0.84-0.91x, column sums 0.89-0.95x. On 16 threads of the Xeon the
+// pointwise chain 2.69x, the tanh/sqrt chain 1.52x, the row statistics 1.52x,
+// softmax 1.06x, layer_norm 1.05x, sums 1.01-1.05x; on 1 thread softmax 1.39x,
+// layer_norm 1.65x.
+void planPrefetch(KernelSchedule &schedule, const loop::Kernel &kernel,
+                  const HostTarget &host) {
+  schedule.prefetchLoop.assign(kernel.loops.size(), false);
+  if (host.prefetchBytes <= 0 || schedule.strategy == VectorStrategy::Scalar ||
+      kernel.contraction)
+    return;
+  bool any = false;
+  for (size_t loopIndex = 0; loopIndex < kernel.loops.size(); ++loopIndex) {
+    const loop::Loop &loop = kernel.loops[loopIndex];
+    std::unordered_set<const Expr *> loads;
+    int64_t operations = 0;
+    // Whether a node varies (reads a load, a variable or a reduction's
+    // value); each varying operation counts once: cast<f32>(2) is folded.
+    std::unordered_map<const Expr *, bool> varies;
+    std::function<bool(const Expr *)> count = [&](const Expr *node) {
+      auto found = varies.find(node);
+      if (found != varies.end())
+        return found->second;
+      bool varying = false;
+      if (node->kind() == ExprKind::Load) {
+        loads.insert(node);
+        varying = true;
+      } else if (node->kind() == ExprKind::Var ||
+                 node->kind() == ExprKind::ReductionValue) {
+        varying = true;
+      } else {
+        for (const Expr *operand : node->operands())
+          varying = count(operand) || varying;
+        operations += varying ? 1 : 0;
+      }
+      varies[node] = varying;
+      return varying;
+    };
+    auto visit = [&](const Expr *value) { count(value); };
+    for (const loop::Reduction &reduction : loop.reductions) {
+      visit(reduction.value);
+      bool ordered = reduction.op == loop::ReduceOp::Max ||
+                     reduction.op == loop::ReduceOp::Min ||
+                     reduction.op == loop::ReduceOp::ArgMax ||
+                     reduction.op == loop::ReduceOp::ArgMin;
+      operations += ordered ? 2 : 1;
+    }
+    for (const loop::Store &store : loop.stores)
+      visit(store.value);
+    bool prefetch =
+        !loads.empty() && operations > static_cast<int64_t>(loads.size());
+    schedule.prefetchLoop[loopIndex] = prefetch;
+    any = any || prefetch;
+  }
+  if (any)
+    schedule.prefetchBytes = host.prefetchBytes;
+}
+
 // How many leading outer loops the [begin, end) arguments range over, as
 // one flat loop: enough that the thread pool has chunks to share out even
 // where the first loop is short (attention's batch of 2). The vectorised
@@ -580,6 +647,8 @@ std::string CpuSchedule::str() const {
       text << " transposed=" << kernel.transposedLoads.size();
     if (kernel.rowwiseColumns > 0)
       text << " rowwise=" << kernel.rowwiseColumns;
+    if (kernel.prefetchBytes > 0)
+      text << " prefetch=" << kernel.prefetchBytes;
     text << "\n";
   }
   return text.str();
@@ -657,6 +726,7 @@ CpuSchedule scheduleForCpu(const loop::Program &program,
     planQuotients(record, kernel);
     planRowwise(record, program, kernel);
     planParallel(record, program, kernel);
+    planPrefetch(record, kernel, host);
     if (record.streamedStore) {
       const loop::Buffer &buffer =
           program.buffers.at(record.streamedStore->buffer);

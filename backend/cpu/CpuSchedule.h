@@ -75,6 +75,11 @@ struct KernelSchedule {
   /// 8192x1024 float32 on 1 thread of the 2-core EPYC: 6.2 ms by strips,
   /// 3.3 by rows, a row sum's time).
   int64_t rowwiseColumns = 0;
+  /// By loop: whether its contiguous vector loads prefetch the lines
+  /// `prefetchBytes` further on (0: no loop does), where the loop computes
+  /// more than one operation per element it loads (planPrefetch).
+  std::vector<bool> prefetchLoop;
+  int64_t prefetchBytes = 0;
 
   /// The vector widths a vector loop steps by, widest first: an unrolled
   /// one, then single vectors.
@@ -92,7 +97,8 @@ struct CpuSchedule {
   const KernelSchedule &kernel(size_t step) const;
   /// One line per kernel: "step 3 add_1: vector=inner lanes=8 unroll=4
   /// parallel=1 stream=buf2 carried=1", and " transposed=1" after it for a
-  /// kernel with transposed loads.
+  /// kernel with transposed loads, " prefetch=4096" for one that
+  /// prefetches.
   std::string str() const;
 };
 

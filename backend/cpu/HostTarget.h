@@ -20,13 +20,17 @@ struct HostTarget {
   /// Bytes from which a flat kernel writes its output with non-temporal
   /// stores (0: never; x86 only).
   int64_t streamingBytes = 0;
+  /// How far ahead of its contiguous vector loads a kernel that computes
+  /// between them prefetches (0: never; x86 only).
+  int64_t prefetchBytes = 0;
   std::string cpuName;
   std::string features; // "+avx2,+fma,..."
 };
 
 /// The process's host, detected on the first call: AVX-512/AVX2/SSE width
 /// (KILN_CPU_VECTOR_BITS narrows it), unroll (KILN_CPU_UNROLL), streaming
-/// bytes (half the last-level cache, or KILN_CPU_STREAMING_BYTES).
+/// bytes (half the last-level cache, or KILN_CPU_STREAMING_BYTES), prefetch
+/// distance (a page, or KILN_CPU_PREFETCH_BYTES).
 const HostTarget &hostTarget();
 
 /// Gives `function` the host's CPU and features and, where `host` narrows

@@ -219,6 +219,52 @@ TEST(CpuSchedule, SoftmaxCarriesItsExpAndStreamsItsOutput) {
   EXPECT_EQ(kernel.streamedStore, &program.steps[0].kernel.loops[2].stores[0]);
 }
 
+// A loop prefetches a page ahead of its contiguous loads where it does more
+// than one operation per element it loads (planPrefetch): each of
+// softmax's loops (a max, exp's sum, the quotient), a row amax, a sum of
+// squares, exp(tanh(x)); not a row sum (one addition an element) or exp(x)
+// (one operation), and nothing on a host that does not prefetch.
+TEST(CpuSchedule, LoopsThatComputeBetweenTheirLoadsPrefetchAPageAhead) {
+  auto schedule = [](const std::function<Value *(Graph &, Value *)> &build,
+                     int64_t prefetchBytes) {
+    auto graph = std::make_shared<Graph>();
+    Value *x = graph->addInput(TensorMeta(DType::Float32, {64, 256}));
+    graph->setOutputs({build(*graph, x)});
+    loop::Program program = lowerAndFuse(graph);
+    HostTarget host = avx2Host();
+    host.prefetchBytes = prefetchBytes;
+    return onlyKernel(program, backend::scheduleForCpu(program, host));
+  };
+  auto softmax = [](Graph &g, Value *x) {
+    return op(g, "aten::_softmax", {x, Argument(-1), false});
+  };
+  KernelSchedule kernel = schedule(softmax, 4096);
+  EXPECT_EQ(kernel.prefetchBytes, 4096);
+  EXPECT_EQ(kernel.prefetchLoop, std::vector<bool>({true, true, true}));
+  kernel = schedule(softmax, 0);
+  EXPECT_EQ(kernel.prefetchBytes, 0);
+  EXPECT_EQ(kernel.prefetchLoop, std::vector<bool>({false, false, false}));
+
+  auto prefetches = [&](const std::function<Value *(Graph &, Value *)> &build) {
+    return schedule(build, 4096).prefetchBytes == 4096;
+  };
+  EXPECT_TRUE(prefetches([](Graph &g, Value *x) {
+    return op(g, "aten::amax", {x, std::vector<int64_t>{1}, false});
+  }));
+  EXPECT_TRUE(prefetches([](Graph &g, Value *x) {
+    return op(g, "aten::sum.dim_IntList",
+              {op(g, "aten::mul.Tensor", {x, x}), std::vector<int64_t>{1}});
+  }));
+  EXPECT_TRUE(prefetches([](Graph &g, Value *x) {
+    return op(g, "aten::exp", {op(g, "aten::tanh", {x})});
+  }));
+  EXPECT_FALSE(prefetches([](Graph &g, Value *x) {
+    return op(g, "aten::sum.dim_IntList", {x, std::vector<int64_t>{1}});
+  }));
+  EXPECT_FALSE(
+      prefetches([](Graph &g, Value *x) { return op(g, "aten::exp", {x}); }));
+}
+
 TEST(CpuSchedule, SizeOneDomainIsScalar) {
   loop::Program program = addProgram(DType::Float32, {1});
   KernelSchedule kernel =
