@@ -408,55 +408,6 @@ TEST(CpuMath, Float32ExpsRoundTheirExponentWithoutAConversion) {
   }
 }
 
-// A kernel whose loop computes between its loads (CpuSchedule's
-// planPrefetch) prefetches every line of each contiguous vector load a
-// page further on; a row sum, which only adds what it loads, prefetches
-// nothing. Its values are those of the same kernel without the prefetches.
-TEST(CpuKernel, LoopsThatComputeBetweenTheirLoadsPrefetchAPageAhead) {
-  if (backend::hostTarget().prefetchBytes != 4096)
-    GTEST_SKIP() << "the host does not prefetch 4 KiB ahead";
-  for (bool squares : {false, true}) {
-    TestProgram test;
-    int64_t rows = 3, columns = 1000;
-    int64_t in = test.buffer(DType::Float32, rows * columns);
-    int64_t out = test.buffer(DType::Float32, rows);
-    auto &e = test.exprs();
-    const Expr *x = test.load(
-        in, e.add(e.mul(test.var(0), e.integer(columns)), test.var(1)));
-    loop::Kernel kernel;
-    kernel.name = "row_sum";
-    kernel.outerRanges = {rows};
-    loop::Loop sum;
-    sum.ranges = {columns};
-    sum.reductions.push_back(
-        {loop::ReduceOp::Sum, squares ? e.binary(BinaryOp::Mul, x, x) : x});
-    loop::Loop store;
-    store.stores.push_back(
-        {out, test.var(0), e.reductionValue(0, DType::Float32)});
-    kernel.loops = {sum, store};
-    test.addKernel(kernel);
-    std::string ir;
-    auto compiled = compileWithIr(test, ir);
-    EXPECT_EQ(ir.find("@llvm.prefetch") != std::string::npos, squares) << ir;
-    if (squares) {
-      EXPECT_NE(ir.find("i64 4096"), std::string::npos) << ir;
-    }
-    std::vector<float> values(rows * columns);
-    for (int64_t i = 0; i < rows * columns; ++i)
-      values[i] = static_cast<float>(i % 7) - 3.0f;
-    test.fill(in, values);
-    test.runAgain(*compiled);
-    for (int64_t row = 0; row < rows; ++row) {
-      double expected = 0;
-      for (int64_t column = 0; column < columns; ++column) {
-        double value = values[row * columns + column];
-        expected += squares ? value * value : value;
-      }
-      EXPECT_EQ(test.data<float>(out)[row], expected) << row;
-    }
-  }
-}
-
 // Kernels are compiled for the small code model with position-independent
 // code (CpuJit): a constant is read relative to the instruction pointer, as
 // a memory operand where it fits, not loaded from an absolute address
@@ -1255,7 +1206,9 @@ namespace {
 struct RowReduction {
   TestProgram test;
   int64_t in, out;
-  RowReduction(int64_t rows, int64_t columns, ReduceOp op, DType outDType) {
+  /// `squares`: of the elements' squares.
+  RowReduction(int64_t rows, int64_t columns, ReduceOp op, DType outDType,
+               bool squares = false) {
     in = test.buffer(DType::Float32, rows * columns);
     out = test.buffer(outDType, rows);
     auto &e = test.exprs();
@@ -1264,9 +1217,9 @@ struct RowReduction {
     kernel.outerRanges = {rows};
     loop::Loop reduce;
     reduce.ranges = {columns};
-    reduce.reductions.push_back(
-        {op, test.load(in, e.add(e.mul(test.var(0), e.integer(columns)),
-                                 test.var(1)))});
+    const Expr *x = test.load(
+        in, e.add(e.mul(test.var(0), e.integer(columns)), test.var(1)));
+    reduce.reductions.push_back({op, squares ? e.mul(x, x) : x});
     loop::Loop store;
     store.stores.push_back({out, test.var(0), e.reductionValue(0, outDType)});
     kernel.loops = {reduce, store};
@@ -1275,6 +1228,40 @@ struct RowReduction {
 };
 
 } // namespace
+
+// A kernel whose loop computes between its loads (CpuSchedule's
+// planPrefetch) prefetches every line of each contiguous vector load a
+// page further on; a row sum, which only adds what it loads, prefetches
+// nothing. Its values are those of the same kernel without the prefetches.
+TEST(CpuKernel, LoopsThatComputeBetweenTheirLoadsPrefetchAPageAhead) {
+  if (backend::hostTarget().prefetchBytes != 4096)
+    GTEST_SKIP() << "the host does not prefetch 4 KiB ahead";
+  int64_t rows = 3, columns = 1000;
+  for (bool squares : {false, true}) {
+    RowReduction reduction(rows, columns, ReduceOp::Sum, DType::Float32,
+                           squares);
+    std::string ir;
+    auto compiled = compileWithIr(reduction.test, ir);
+    EXPECT_EQ(ir.find("@llvm.prefetch") != std::string::npos, squares) << ir;
+    if (squares) {
+      EXPECT_NE(ir.find("i64 4096"), std::string::npos) << ir;
+    }
+    std::vector<float> values(rows * columns);
+    for (int64_t i = 0; i < rows * columns; ++i)
+      values[i] = static_cast<float>(i % 7) - 3.0f;
+    reduction.test.fill(reduction.in, values);
+    reduction.test.runAgain(*compiled);
+    for (int64_t row = 0; row < rows; ++row) {
+      double expected = 0;
+      for (int64_t column = 0; column < columns; ++column) {
+        double value = values[row * columns + column];
+        expected += squares ? value * value : value;
+      }
+      EXPECT_EQ(reduction.test.data<float>(reduction.out)[row], expected)
+          << row;
+    }
+  }
+}
 
 TEST(CpuReductions, RowSumMaxAndEmptyRows) {
   for (int64_t columns : {0, 1, 7, 33, 1000}) {
