@@ -248,8 +248,7 @@ llvm::Value *CpuKernelEmitter::loadElements(const Expr *expr, DType dtype,
     llvm::Value *address =
         builder_.CreateGEP(storage, base, emit(expr->index(), false));
     if (schedule_.prefetchBytes > 0 && schedule_.prefetchLoop[currentLoop_])
-      prefetchAhead(address,
-                    currentLanes_ * storage->getPrimitiveSizeInBits() / 8);
+      prefetchAhead(address, currentLanes_ * itemSize(dtype));
     return builder_.CreateAlignedLoad(vectorType, address, llvm::Align(1));
   }
   // A reversed run (a flip): the last lane's element is the lowest; one

@@ -434,9 +434,8 @@ void planPrefetch(KernelSchedule &schedule, const loop::Kernel &kernel,
       varies[node] = varying;
       return varying;
     };
-    auto visit = [&](const Expr *value) { count(value); };
     for (const loop::Reduction &reduction : loop.reductions) {
-      visit(reduction.value);
+      count(reduction.value);
       bool ordered = reduction.op == loop::ReduceOp::Max ||
                      reduction.op == loop::ReduceOp::Min ||
                      reduction.op == loop::ReduceOp::ArgMax ||
@@ -444,7 +443,7 @@ void planPrefetch(KernelSchedule &schedule, const loop::Kernel &kernel,
       operations += ordered ? 2 : 1;
     }
     for (const loop::Store &store : loop.stores)
-      visit(store.value);
+      count(store.value);
     bool prefetch =
         !loads.empty() && operations > static_cast<int64_t>(loads.size());
     schedule.prefetchLoop[loopIndex] = prefetch;
